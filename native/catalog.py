@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""The kernel catalogue: one declarative list, and the generator that builds from it.
+
+Every kernel the library can contain is one ``Kernel`` record below. Its procedural
+``name`` encodes every parameter and is its identity everywhere (build filter, registry,
+selection tables, tests, logs). The generator turns the selected records into one
+``.cu`` file per kernel, the registry table and a CMake fragment::
+
+    python native/catalog.py --list --archs all            # every kernel name, no compiling
+    python native/catalog.py --list --kernels 'sm90_bf16*'
+    python native/catalog.py --emit build/gen --archs '80;90a' --kernels default
+
+Arch tokens (``PYCUTLASS_RT_ARCHS``): ``80 86 89 90`` are SASS targets of the sm80
+family, ``90a`` the sm90a family; ``native`` asks nvidia-smi, ``all`` takes every token,
+``default`` is ``80;86;89;90;90a``. Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default``
+(the core tier), ``all``, or ``;``/``,``-separated wildcards on names (``!pat`` excludes).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Iterable
+
+# ---------------------------------------------------------------------------------
+# Vocabulary
+# ---------------------------------------------------------------------------------
+
+#: dtype name -> (CUTLASS C++ type, pcr_dtype enum name, bytes)
+DTYPES = {
+    "f16": ("cutlass::half_t", "PCR_F16", 2),
+    "bf16": ("cutlass::bfloat16_t", "PCR_BF16", 2),
+    "f32": ("float", "PCR_F32", 4),
+}
+#: layout letter (CUTLASS/BLAS naming: t = row-major, n = column-major)
+LAYOUTS = {"t": ("cutlass::layout::RowMajor", "PCR_ROW_MAJOR"),
+           "n": ("cutlass::layout::ColumnMajor", "PCR_COL_MAJOR")}
+SCHEDULES = {
+    "multistage": "PCR_SCHED_MULTISTAGE",
+    "pipelined": "PCR_SCHED_PIPELINED",
+    "coop": "PCR_SCHED_COOPERATIVE",
+    "pingpong": "PCR_SCHED_PINGPONG",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """An arch family: one kernel template, compiled for the family's targets."""
+
+    name: str
+    header: str
+    #: arch tokens whose SASS this family's kernels are compiled to
+    tokens: tuple[str, ...]
+    #: virtual arch the PTX / front end is built for
+    virtual: str
+    #: whether PTX is embedded for GPUs newer than every SASS target
+    ptx: bool
+    #: oldest CUDA toolkit that can build it
+    min_cuda: tuple[int, int]
+
+
+FAMILIES = {
+    "sm80": Family("sm80", "sm80_gemm.cuh", ("80", "86", "89", "90"), "80", True, (11, 0)),
+    "sm90": Family("sm90", "sm90_gemm.cuh", ("90a",), "90a", False, (12, 3)),
+}
+ALL_TOKENS = tuple(dict.fromkeys(t for f in FAMILIES.values() for t in f.tokens))
+DEFAULT_ARCHS = "80;86;89;90;90a"
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One GEMM kernel: D (row-major) = alpha * A @ B + beta * C, C like D."""
+
+    family: str
+    a: str
+    b: str
+    d: str
+    layout: str  # A then B, e.g. "tn"
+    tile: tuple[int, int, int]
+    schedule: str
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    warps: tuple[int, int, int] = (0, 0, 0)
+    stages: int = 0
+    align: int = 8  # elements of A and B; C/D take 16 bytes (1 element when align == 1)
+    acc: str = "f32"
+    epilogue: str = "linear"
+    split: str = "none"
+    tier: str = "extended"  # "core" kernels make up the default build
+
+    @property
+    def name(self) -> str:
+        tile = "x".join(map(str, self.tile))
+        parts = [self.family, self.a, self.b, self.acc, self.d, self.layout, tile]
+        if self.family == "sm90":
+            parts += ["c{}x{}".format(*self.cluster[:2]), self.schedule]
+        else:
+            parts += ["w{}x{}".format(*self.warps[:2]), f"s{self.stages}"]
+        if self.epilogue != "linear":
+            parts.append(self.epilogue)
+        if self.split != "none":
+            parts.append(self.split)
+        parts.append(f"a{self.align}")
+        return "_".join(parts)
+
+    @property
+    def align_c(self) -> int:
+        return 1 if self.align == 1 else 16 // DTYPES[self.d][2]
+
+    @property
+    def ident(self) -> str:
+        return re.sub(r"\W", "_", self.name)
+
+
+# ---------------------------------------------------------------------------------
+# The list
+# ---------------------------------------------------------------------------------
+
+#: (input dtype, output dtype); accumulation is fp32 throughout
+GEMM_TYPES = [("f16", "f16"), ("f16", "f32"), ("bf16", "bf16"), ("bf16", "f32")]
+AB_LAYOUTS = ["tn", "nn", "nt", "tt"]
+
+#: sm90a configurations: (tile, cluster, schedule, tier)
+SM90_CONFIGS = [
+    ((128, 256, 64), (2, 1, 1), "coop", "core"),
+    ((128, 128, 64), (1, 2, 1), "coop", "extended"),
+    ((256, 128, 64), (1, 2, 1), "coop", "extended"),
+    ((64, 128, 64), (1, 1, 1), "pingpong", "extended"),
+    ((128, 128, 64), (2, 1, 1), "pingpong", "extended"),
+    ((64, 256, 64), (1, 1, 1), "pingpong", "extended"),
+]
+#: sm80-family configurations: (tile, warps, stages, alignment, tier)
+SM80_CONFIGS = [
+    ((128, 128, 32), (2, 2, 1), 4, 8, "core"),
+    ((128, 256, 32), (2, 4, 1), 3, 8, "extended"),
+    ((64, 64, 32), (2, 2, 1), 6, 8, "extended"),
+    ((256, 128, 32), (4, 2, 1), 3, 8, "extended"),
+    # alignment fallback: 2-stage register-staged loads accept any address and stride
+    ((64, 64, 32), (2, 2, 1), 2, 1, "core"),
+]
+
+
+def catalogue() -> list[Kernel]:
+    """Every kernel the library knows how to build, in a stable order."""
+    out: list[Kernel] = []
+    for (a, d), layout in itertools.product(GEMM_TYPES, AB_LAYOUTS):
+        for tile, cluster, schedule, tier in SM90_CONFIGS:
+            out.append(Kernel("sm90", a, a, d, layout, tile, schedule, cluster=cluster,
+                              tier=tier))
+        for tile, warps, stages, align, tier in SM80_CONFIGS:
+            out.append(Kernel("sm80", a, a, d, layout, tile,
+                              "pipelined" if stages == 2 else "multistage",
+                              warps=warps, stages=stages, align=align, tier=tier))
+    names = [k.name for k in out]
+    assert len(names) == len(set(names)), "kernel names must be unique"
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# Selection of what to build
+# ---------------------------------------------------------------------------------
+
+def _matches(k: Kernel, pattern: str) -> bool:
+    if pattern == "all":
+        return True
+    if pattern == "default":
+        return k.tier == "core"
+    return fnmatch.fnmatchcase(k.name, pattern)
+
+
+def select_kernels(kernels: Iterable[Kernel], spec: str) -> list[Kernel]:
+    """Applies a PYCUTLASS_RT_KERNELS filter: patterns, ``!pattern`` to exclude."""
+    pats = [p.strip() for p in re.split(r"[;,]", spec or "default") if p.strip()]
+    inc = [p for p in pats if not p.startswith("!")] or ["all"]
+    exc = [p[1:] for p in pats if p.startswith("!")]
+    return [k for k in kernels
+            if any(_matches(k, p) for p in inc) and not any(_matches(k, p) for p in exc)]
+
+
+def native_tokens() -> list[str]:
+    """Arch tokens for the GPUs of this machine (nvidia-smi), e.g. ['90', '90a']."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SystemExit(f"PYCUTLASS_RT_ARCHS=native: cannot query the GPUs ({e}); "
+                         "name the archs, e.g. PYCUTLASS_RT_ARCHS='80;90a'")
+    tokens: list[str] = []
+    for line in out.split():
+        cc = line.strip().replace(".", "")
+        if cc:
+            tokens.append(cc)
+            if cc == "90":
+                tokens.append("90a")
+    if not tokens:
+        raise SystemExit("PYCUTLASS_RT_ARCHS=native: nvidia-smi lists no GPU")
+    return list(dict.fromkeys(tokens))
+
+
+def parse_archs(spec: str) -> list[str]:
+    spec = (spec or "default").strip()
+    if spec == "default":
+        spec = DEFAULT_ARCHS
+    if spec == "all":
+        return list(ALL_TOKENS)
+    if spec == "native":
+        return native_tokens()
+    tokens = [t.strip().replace("sm_", "").replace("sm", "")
+              for t in re.split(r"[;, ]", spec) if t.strip()]
+    unknown = [t for t in tokens if t not in ALL_TOKENS and not t.isdigit()]
+    if unknown:
+        raise SystemExit(f"PYCUTLASS_RT_ARCHS: unknown arch token(s) {unknown}; "
+                         f"known: {', '.join(ALL_TOKENS)}, native, all")
+    return tokens
+
+
+def plan(archs: list[str], toolkit_codes: set[str] | None, cuda_version: tuple[int, int] | None):
+    """Maps requested arch tokens onto families.
+
+    Returns (family -> SASS tokens to build, notes about skipped tokens).
+    """
+    notes = []
+    per_family: dict[str, list[str]] = {}
+    for token in archs:
+        fams = [f for f in FAMILIES.values() if token in f.tokens]
+        if not fams:
+            notes.append(f"sm_{token}: no kernel family in this catalogue targets it; skipped")
+            continue
+        for fam in fams:
+            if cuda_version and cuda_version < fam.min_cuda:
+                notes.append(f"sm_{token}: the {fam.name} family needs CUDA >= "
+                             f"{fam.min_cuda[0]}.{fam.min_cuda[1]}; skipped")
+                continue
+            # nvcc lists base archs only: sm_90 stands for sm_90a too
+            if toolkit_codes is not None and f"sm_{token.rstrip('af')}" not in toolkit_codes:
+                notes.append(f"sm_{token}: this nvcc cannot generate code for it; skipped")
+                continue
+            per_family.setdefault(fam.name, []).append(token)
+    return per_family, notes
+
+
+def gencode_flags(family: Family, tokens: list[str]) -> list[str]:
+    """One front-end pass (the family's virtual arch), SASS for each token, plus PTX."""
+    codes = [f"sm_{t}" for t in tokens]
+    if family.ptx:
+        codes.append(f"compute_{family.virtual}")
+    return [f"-gencode=arch=compute_{family.virtual},code=[{','.join(codes)}]"]
+
+
+def runtime_gencode(per_family: dict[str, list[str]]) -> list[str]:
+    """The runtime's own small kernels: SASS for every built arch plus PTX of the oldest."""
+    bases = sorted({t.rstrip("af") for toks in per_family.values() for t in toks}, key=int)
+    if not bases:
+        bases = ["80"]
+    codes = [f"sm_{b}" for b in bases] + [f"compute_{bases[0]}"]
+    return [f"-gencode=arch=compute_{bases[0]},code=[{','.join(codes)}]"]
+
+
+# ---------------------------------------------------------------------------------
+# Code generation
+# ---------------------------------------------------------------------------------
+
+BANNER = "// Generated by native/catalog.py from the kernel list. Do not edit.\n"
+
+
+def _cute_shape(values) -> str:
+    return "cute::Shape<{}>".format(", ".join(f"cute::_{v}" for v in values))
+
+
+def kernel_type(k: Kernel) -> str:
+    ea, eb, ed = (DTYPES[x][0] for x in (k.a, k.b, k.d))
+    la, lb = (LAYOUTS[x][0] for x in k.layout)
+    if k.family == "sm90":
+        sched = {"coop": "Cooperative", "pingpong": "Pingpong"}[k.schedule]
+        return (f"pcr::sm90::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(k.tile)}, "
+                f"{_cute_shape(k.cluster)}, pcr::sm90::{sched}, {k.align}>")
+    tile = "cutlass::gemm::GemmShape<{}, {}, {}>".format(*k.tile)
+    warp = "cutlass::gemm::GemmShape<{}, {}, {}>".format(
+        k.tile[0] // k.warps[0], k.tile[1] // k.warps[1], k.tile[2] // k.warps[2])
+    return (f"pcr::sm80::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {tile}, {warp}, {k.stages}, "
+            f"{k.align}, {k.align_c}>")
+
+
+def kernel_info(k: Kernel) -> str:
+    fields = [
+        f'"{k.name}"', k.family[2:],
+        DTYPES[k.a][1], DTYPES[k.b][1], DTYPES[k.acc][1], DTYPES[k.d][1],
+        LAYOUTS[k.layout[0]][1], LAYOUTS[k.layout[1]][1],
+        *k.tile, *k.cluster, *k.warps, k.stages, SCHEDULES[k.schedule],
+        "PCR_EPI_LINEAR", {"none": "PCR_SPLIT_NONE"}[k.split],
+        k.align, k.align, k.align_c,
+    ]
+    return "{" + ", ".join(map(str, fields)) + "}"
+
+
+def kernel_source(k: Kernel) -> str:
+    return (BANNER + f'#include "{FAMILIES[k.family].header}"\n\n'
+            f"// {k.name}\n"
+            f"using Op_{k.ident} = {kernel_type(k)};\n\n"
+            f"extern const pcr::KernelEntry pcr_kernel_{k.ident}{{\n"
+            f"    {kernel_info(k)},\n"
+            f"    Op_{k.ident}::ops()}};\n")
+
+
+def registry_source(kernels: list[Kernel], build: dict) -> str:
+    decls = "".join(f"extern const pcr::KernelEntry pcr_kernel_{k.ident};\n" for k in kernels)
+    rows = "".join(f"    &pcr_kernel_{k.ident},\n" for k in kernels)
+    build_json = json.dumps(build, sort_keys=True).replace("\\", "\\\\").replace('"', '\\"')
+    return (BANNER + '#include "kernel.h"\n\n' + decls +
+            "\nnamespace pcr {\n"
+            f"extern const KernelEntry* const kKernels[] = {{\n{rows}    nullptr}};\n"
+            f"extern const int kKernelCount = {len(kernels)};\n"
+            f'extern const char kBuildJson[] = "{build_json}";\n'
+            "}  // namespace pcr\n")
+
+
+def _write_if_changed(path: str, text: str) -> None:
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return
+    except OSError:
+        pass
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def emit(outdir: str, kernels: list[Kernel], per_family: dict[str, list[str]],
+         build: dict) -> None:
+    os.makedirs(os.path.join(outdir, "kernels"), exist_ok=True)
+    cmake = [f"# {BANNER[3:]}set(PCR_KERNEL_SOURCES)"]
+    for k in kernels:
+        path = os.path.join(outdir, "kernels", k.name + ".cu")
+        _write_if_changed(path, kernel_source(k))
+        flags = ";".join(gencode_flags(FAMILIES[k.family], per_family[k.family]))
+        cmake.append(f'list(APPEND PCR_KERNEL_SOURCES "{path}")')
+        cmake.append(f'set_source_files_properties("{path}" PROPERTIES COMPILE_OPTIONS "{flags}")')
+    cmake.append(f'set(PCR_RUNTIME_GENCODE "{";".join(runtime_gencode(per_family))}")')
+    _write_if_changed(os.path.join(outdir, "registry.cpp"), registry_source(kernels, build))
+    _write_if_changed(os.path.join(outdir, "kernels.cmake"), "\n".join(cmake) + "\n")
+
+
+def toolkit(nvcc: str | None):
+    """(set of 'sm_XX' codes nvcc can build, (major, minor)) or (None, None)."""
+    if not nvcc:
+        return None, None
+    try:
+        codes = set(subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True,
+                                   check=True).stdout.split())
+        ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                             check=True).stdout
+        m = re.search(r"release (\d+)\.(\d+)", ver)
+        return codes, (int(m.group(1)), int(m.group(2))) if m else None
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--archs", default=os.environ.get("PYCUTLASS_RT_ARCHS", "default"))
+    ap.add_argument("--kernels", default=os.environ.get("PYCUTLASS_RT_KERNELS", "default"))
+    ap.add_argument("--list", action="store_true", help="print kernel names, one per line")
+    ap.add_argument("--json", action="store_true", help="print the selected records as JSON")
+    ap.add_argument("--emit", metavar="DIR", help="write sources, registry and kernels.cmake")
+    ap.add_argument("--nvcc", help="nvcc to ask which archs it can build")
+    args = ap.parse_args(argv)
+
+    kernels = select_kernels(catalogue(), args.kernels)
+    archs = parse_archs(args.archs)
+    codes, cuda = toolkit(args.nvcc) if args.emit else (None, None)
+    per_family, notes = plan(archs, codes, cuda)
+    kernels = [k for k in kernels if k.family in per_family]
+
+    if args.list:
+        print("\n".join(k.name for k in kernels))
+    if args.json:
+        print(json.dumps([dict(dataclasses.asdict(k), name=k.name) for k in kernels], indent=1))
+    if args.emit:
+        for n in notes:
+            print(f"pycutlass_rt: {n}", file=sys.stderr)
+        build = {"archs_requested": archs, "families": per_family, "skipped": notes,
+                 "kernel_filter": args.kernels,
+                 "cuda": "{}.{}".format(*cuda) if cuda else None}
+        emit(args.emit, kernels, per_family, build)
+        print(f"pycutlass_rt: {len(kernels)} kernels for "
+              + ", ".join(f"{f} ({' '.join(t)})" for f, t in per_family.items()), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+/* pycutlass_rt — the whole C ABI of libpycutlass_rt.so.
+ *
+ * Conventions
+ *  - Every function returns an int status (pcr_status). On failure it also sets a
+ *    thread-local message, read with pcr_last_error(). Nothing here throws, exits,
+ *    aborts or prints.
+ *  - Tensors are DLPack DLTensor views (declared below unless dlpack.h came first).
+ *  - GEMM: d = alpha * a @ b + beta * c, with a (M x K), b (K x N), c and d (M x N), any
+ *    strides with one unit-stride dimension each. Launches are asynchronous on `stream`
+ *    and capture-safe (no allocation, no synchronization).
+ *  - The library's kernel catalogue is read from the binary (pcr_kernel_count/info);
+ *    a kernel is named by its index within this build, or looked up by name.
+ */
+#ifndef PYCUTLASS_RT_H_
+#define PYCUTLASS_RT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PCR_ABI_VERSION 1
+
+#if defined(_WIN32)
+#define PCR_API __declspec(dllexport)
+#else
+#define PCR_API __attribute__((visibility("default")))
+#endif
+
+/* ---- DLPack 1.x data structures (ABI-compatible with dlpack.h) ------------------- */
+#ifndef DLPACK_MAJOR_VERSION
+typedef struct { uint32_t major, minor; } DLPackVersion;
+typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 } DLDeviceType;
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 } DLDataTypeCode;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides; /* in elements; NULL means compact row-major */
+  uint64_t byte_offset;
+} DLTensor;
+#endif
+
+/* ---- status codes -------------------------------------------------------------- */
+typedef enum {
+  PCR_OK = 0,
+  PCR_ERR_INVALID_ARGUMENT = 1,  /* bad shape, stride, scalar, or option */
+  PCR_ERR_INVALID_DTYPE = 2,     /* a dtype the library has no notion of */
+  PCR_ERR_UNSUPPORTED = 3,       /* valid request, but no kernel for this combination */
+  PCR_ERR_MISALIGNED = 4,        /* a forced kernel needs more alignment than given */
+  PCR_ERR_NO_KERNEL_FOR_ARCH = 5,/* the build holds no kernel that runs on this GPU */
+  PCR_ERR_NO_DEVICE = 6,         /* no driver, no GPU, or CUDA_VISIBLE_DEVICES hides it */
+  PCR_ERR_DEVICE_MISMATCH = 7,   /* operands on different devices, or host mixed with GPU */
+  PCR_ERR_READ_ONLY = 8,         /* the output was exported read-only */
+  PCR_ERR_OVERLAP = 9,           /* the output overlaps an input it may not alias */
+  PCR_ERR_KERNEL_NOT_FOUND = 10, /* unknown kernel index or name */
+  PCR_ERR_CUDA = 11,             /* a CUDA call failed; the message names the error */
+  PCR_ERR_INTERNAL = 12,
+  PCR_ERR_PYTHON = 13,           /* a Python exception is set (Python-object entry points) */
+  PCR_NEED_SELECTION = 100       /* not an error: see pcr_gemm's `kernel` argument */
+} pcr_status;
+
+/* Element types, the library's own codes (stable across ABI versions). */
+typedef enum {
+  PCR_DTYPE_INVALID = 0,
+  PCR_F16 = 1,
+  PCR_BF16 = 2,
+  PCR_F32 = 3,
+  PCR_F64 = 4,
+  PCR_TF32 = 5,
+  PCR_E4M3 = 6,
+  PCR_E5M2 = 7,
+  PCR_S8 = 8,
+  PCR_S32 = 9
+} pcr_dtype;
+
+typedef enum { PCR_ROW_MAJOR = 0, PCR_COL_MAJOR = 1 } pcr_layout;
+
+/* Mainloop schedules. */
+typedef enum {
+  PCR_SCHED_MULTISTAGE = 0,  /* sm80 family: cp.async multistage */
+  PCR_SCHED_PIPELINED = 1,   /* sm80 family: 2-stage register-staged (any alignment) */
+  PCR_SCHED_COOPERATIVE = 2, /* sm90a: TMA warp-specialized cooperative */
+  PCR_SCHED_PINGPONG = 3     /* sm90a: TMA warp-specialized ping-pong */
+} pcr_schedule;
+
+typedef enum { PCR_EPI_LINEAR = 0 } pcr_epilogue;
+typedef enum { PCR_SPLIT_NONE = 0, PCR_SPLIT_K = 1, PCR_STREAM_K = 2 } pcr_split;
+
+/* Everything a kernel's name encodes. Names are stable identities across builds. */
+typedef struct {
+  const char* name;
+  int32_t family;        /* 80, 90: the arch family (sm80 family SASS also serves 86/89/90) */
+  int32_t dtype_a, dtype_b, dtype_acc, dtype_d; /* pcr_dtype; C has D's dtype */
+  int32_t layout_a, layout_b;                   /* pcr_layout; C and D are row-major */
+  int32_t tile_m, tile_n, tile_k;
+  int32_t cluster_m, cluster_n, cluster_k;
+  int32_t warps_m, warps_n, warps_k;            /* sm80 family; 0 where not applicable */
+  int32_t stages;                               /* 0 = chosen by CUTLASS */
+  int32_t schedule;                             /* pcr_schedule */
+  int32_t epilogue;                             /* pcr_epilogue */
+  int32_t split;                                /* pcr_split */
+  int32_t align_a, align_b, align_c;            /* required alignment, in elements */
+} pcr_kernel_desc;
+
+/* A validated problem in canonical form (D row-major; see `transposed`). Filled by
+ * pcr_describe and by pcr_gemm when selection is needed; pass it back to
+ * pcr_select_put with the chosen kernel. */
+typedef struct {
+  int64_t m, n, k;
+  int32_t dtype_a, dtype_b, dtype_c, dtype_d; /* dtype_c = PCR_DTYPE_INVALID without C */
+  int32_t layout_a, layout_b;
+  int32_t align_a, align_b, align_c, align_d; /* bytes: largest of 16/8/4/2/1 that holds */
+  int32_t c_mode;      /* 0 no C (beta = 0), 1 C read by the kernel, 2 C copied into D first */
+  int32_t transposed;  /* 1: computed as D^T = B^T A^T */
+  int32_t host;        /* 1: host (numpy) operands, staged through device memory */
+  int32_t device;      /* CUDA ordinal */
+  int32_t cc;          /* compute capability of that device, e.g. 90 */
+  int32_t sm_count;
+} pcr_problem;
+
+/* ---- library ------------------------------------------------------------------- */
+PCR_API int pcr_abi_version(void);
+PCR_API const char* pcr_last_error(void);            /* "" when none; thread-local */
+PCR_API const char* pcr_build_info(void);            /* JSON: versions, archs, flags */
+
+/* ---- catalogue ----------------------------------------------------------------- */
+PCR_API int pcr_kernel_count(void);
+PCR_API int pcr_kernel_info(int32_t kernel, pcr_kernel_desc* out);
+PCR_API int pcr_kernel_find(const char* name, int32_t* kernel);
+/* *runs = 1 if the build holds an image of `kernel` that loads on `device`. */
+PCR_API int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs);
+/* PCR_OK if `kernel` can compute `problem`, else the reason (UNSUPPORTED/MISALIGNED). */
+PCR_API int pcr_kernel_check(int32_t kernel, const pcr_problem* problem);
+
+/* ---- devices ------------------------------------------------------------------- */
+PCR_API int pcr_driver_version(int32_t* version);    /* 0 when no driver is installed */
+PCR_API int pcr_runtime_version(int32_t* version);
+PCR_API int pcr_device_count(int32_t* count);
+PCR_API int pcr_device_name(int32_t device, char* buf, size_t size);
+PCR_API int pcr_device_cc(int32_t device, int32_t* cc, int32_t* sm_count);
+/* The CUDA ordinal owning a device pointer (for producers that do not say). */
+PCR_API int pcr_pointer_device(const void* ptr, int32_t* device);
+
+/* ---- GEMM ---------------------------------------------------------------------- */
+/* Validates and canonicalizes a problem without touching the GPU's queues. `c` may be
+ * NULL when beta == 0. */
+PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+                         const DLTensor* d, double alpha, double beta, pcr_problem* out);
+
+/* d = alpha * a @ b + beta * c on `stream` (a cudaStream_t; NULL = legacy default).
+ * kernel >= 0 forces that kernel. kernel == -1 takes the kernel remembered for this
+ * problem by pcr_select_put; when none is remembered, nothing is launched, *problem is
+ * filled and PCR_NEED_SELECTION is returned: choose, pcr_select_put, and call again.
+ * Host (kDLCPU) operands are staged through device memory and the call synchronizes. */
+PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+                     const DLTensor* d, double alpha, double beta, int32_t kernel,
+                     void* stream, pcr_problem* problem);
+
+/* Remembers candidate kernels, best first, for every later problem equal to *problem;
+ * a call takes the first that can implement it (at most 8 are kept). */
+PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
+PCR_API int pcr_select_clear(void);
+
+/* ---- Python-object entry points -------------------------------------------------
+ * For callers inside a CPython process (loaded with ctypes.PyDLL: the GIL is held).
+ * Each operand is a PyObject*: a DLPack capsule ("dltensor" or "dltensor_versioned",
+ * left unconsumed), or an object whose type exposes __dlpack_c_exchange_api__. With
+ * PCR_STREAM_FROM_PRODUCER the stream is the producer's current work stream when an
+ * operand's exchange API offers one, else `stream`. */
+#define PCR_STREAM_FROM_PRODUCER 1
+PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
+                        int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
+                            pcr_problem* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PYCUTLASS_RT_H_ */

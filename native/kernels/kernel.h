@@ -1,0 +1,58 @@
+// The one interface every kernel in the library implements, whatever its family.
+//
+// Generated translation units (one per kernel, see native/catalog.py) instantiate a
+// family template and publish a KernelEntry; the runtime only ever sees KernelEntry.
+#pragma once
+
+#include <cstddef>
+#include <atomic>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "pycutlass_rt.h"
+
+namespace pcr {
+
+// One GEMM in the library's canonical form:
+//   D (m x n, row-major, leading dimension ldd) = alpha * A (m x k) * B (k x n) + beta * C
+// A and B are row- or column-major as the kernel's layouts say; C has D's layout and
+// dtype and is never null (it points at D when beta == 0, and is then never read).
+struct GemmArgs {
+  int m, n, k;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  const void* c;
+  int64_t ldc;
+  void* d;
+  int64_t ldd;
+  float alpha, beta;
+  int device;    // CUDA ordinal the launch goes to (already current)
+  int sm_count;  // multiprocessors of that device
+};
+
+struct KernelOps {
+  // PCR_OK, or PCR_ERR_UNSUPPORTED with the reason in the thread's error message.
+  int (*can_implement)(const GemmArgs&);
+  size_t (*workspace_size)(const GemmArgs&);
+  // Enqueues the kernel on `stream`; never allocates or synchronizes.
+  int (*run)(const GemmArgs&, void* workspace, cudaStream_t stream);
+  // The __global__ function, used to ask the driver whether an image runs on a device.
+  const void* (*device_function)();
+};
+
+struct KernelEntry {
+  pcr_kernel_desc info;
+  KernelOps ops;
+};
+
+// Sets the calling thread's error message (see pcr_last_error) and returns `status`.
+int set_error(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Raises a kernel's dynamic shared memory limit once per device (the call is not free and
+// must not happen inside stream capture more than needed).
+int ensure_smem_limit(const void* func, int device, int bytes, std::atomic<uint64_t>* done_mask);
+
+}  // namespace pcr

@@ -1,0 +1,118 @@
+// sm90a family: CUTLASS 3.x TMA + wgmma warp-specialized GEMMs (cooperative, ping-pong).
+#pragma once
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+#include "kernel.h"
+
+namespace pcr::sm90 {
+
+struct Cooperative {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+struct Pingpong {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+// Fills a CUTLASS 3.x packed-style stride with a leading dimension: the static unit
+// mode stays, the dynamic mode gets `ld`, the batch mode gets `batch_stride`.
+template <class Stride>
+Stride make_stride_ld(int64_t ld, int64_t batch_stride) {
+  Stride s{};
+  if constexpr (cute::is_static_v<cute::remove_cvref_t<decltype(cute::get<0>(s))>>) {
+    cute::get<1>(s) = ld;
+  } else {
+    cute::get<0>(s) = ld;
+  }
+  cute::get<2>(s) = batch_stride;
+  return s;
+}
+
+template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
+          class TileShape, class ClusterShape, class Schedule, int AlignAB>
+struct Gemm {
+  using ElementAcc = float;
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
+      ElementD, cutlass::layout::RowMajor, kAlignD,
+      ElementD, cutlass::layout::RowMajor, kAlignD,
+      typename Schedule::Epilogue>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      ElementA, LayoutA, AlignAB, ElementB, LayoutB, AlignAB, ElementAcc,
+      TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Schedule::Mainloop>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  using Arguments = typename GemmKernel::Arguments;
+
+  static Arguments arguments(const GemmArgs& p) {
+    using StrideA = typename GemmKernel::StrideA;
+    using StrideB = typename GemmKernel::StrideB;
+    using StrideC = typename GemmKernel::StrideC;
+    using StrideD = typename GemmKernel::StrideD;
+    Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {p.m, p.n, p.k, 1},
+        {static_cast<const ElementA*>(p.a), make_stride_ld<StrideA>(p.lda, 0),
+         static_cast<const ElementB*>(p.b), make_stride_ld<StrideB>(p.ldb, 0)},
+        {{p.alpha, p.beta},
+         static_cast<const ElementD*>(p.c), make_stride_ld<StrideC>(p.ldc, 0),
+         static_cast<ElementD*>(p.d), make_stride_ld<StrideD>(p.ldd, 0)}};
+    args.hw_info.device_id = p.device;
+    args.hw_info.sm_count = p.sm_count;
+    return args;
+  }
+
+  static int can_implement(const GemmArgs& p) {
+    if (GemmKernel::can_implement(arguments(p))) return PCR_OK;
+    return set_error(PCR_ERR_UNSUPPORTED, "CUTLASS can_implement rejected the problem");
+  }
+
+  static size_t workspace_size(const GemmArgs& p) {
+    return GemmKernel::get_workspace_size(arguments(p));
+  }
+
+  static const void* device_function() {
+    return reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>);
+  }
+
+  static int run(const GemmArgs& p, void* workspace, cudaStream_t stream) {
+    static std::atomic<uint64_t> smem_done{0};
+    int st = ensure_smem_limit(device_function(), p.device, GemmKernel::SharedStorageSize,
+                               &smem_done);
+    if (st != PCR_OK) return st;
+    Arguments args = arguments(p);
+    if (GemmKernel::initialize_workspace(args, workspace, stream) != cutlass::Status::kSuccess)
+      return set_error(PCR_ERR_INTERNAL, "workspace initialization failed");
+    auto params = GemmKernel::to_underlying_arguments(args, workspace);
+    cutlass::Status s = Adapter::run(params, stream);
+    if (s != cutlass::Status::kSuccess) {
+      cudaError_t e = cudaGetLastError();
+      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s)",
+                       cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    return PCR_OK;
+  }
+
+  static constexpr KernelOps ops() {
+    return {&can_implement, &workspace_size, &run, &device_function};
+  }
+};
+
+}  // namespace pcr::sm90

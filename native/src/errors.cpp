@@ -1,0 +1,24 @@
+// Status codes travel as return values; the text travels in a thread-local buffer.
+#include <cstdarg>
+#include <cstdio>
+
+#include "kernel.h"
+
+namespace pcr {
+namespace {
+thread_local char g_message[1024] = "";
+}
+
+int set_error(int status, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_message, sizeof g_message, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+void clear_error() { g_message[0] = '\0'; }
+
+}  // namespace pcr
+
+extern "C" PCR_API const char* pcr_last_error(void) { return pcr::g_message; }

@@ -1,0 +1,395 @@
+// From four DLTensor views to one validated GEMM in canonical form.
+//
+// Canonical form: D is row-major. A column-major D is handled by computing
+// D^T = B^T A^T (swap and transpose the operands), so kernels need one D layout.
+// Every check runs here, before any device work, and names the argument at fault.
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "runtime.h"
+
+namespace pcr {
+
+const char* dtype_name(int dtype) {
+  switch (dtype) {
+    case PCR_F16: return "float16";
+    case PCR_BF16: return "bfloat16";
+    case PCR_F32: return "float32";
+    case PCR_F64: return "float64";
+    case PCR_TF32: return "tfloat32";
+    case PCR_E4M3: return "float8_e4m3fn";
+    case PCR_E5M2: return "float8_e5m2";
+    case PCR_S8: return "int8";
+    case PCR_S32: return "int32";
+    default: return "invalid";
+  }
+}
+
+namespace {
+
+int dtype_from_dl(DLDataType t) {
+  if (t.lanes != 1) return PCR_DTYPE_INVALID;
+  if (t.code == kDLFloat && t.bits == 16) return PCR_F16;
+  if (t.code == kDLFloat && t.bits == 32) return PCR_F32;
+  if (t.code == kDLFloat && t.bits == 64) return PCR_F64;
+  if (t.code == kDLBfloat && t.bits == 16) return PCR_BF16;
+  if (t.code == kDLInt && t.bits == 8) return PCR_S8;
+  if (t.code == kDLInt && t.bits == 32) return PCR_S32;
+  return PCR_DTYPE_INVALID;
+}
+
+int esize_of(int dtype) {
+  switch (dtype) {
+    case PCR_F16: case PCR_BF16: return 2;
+    case PCR_F32: case PCR_S32: case PCR_TF32: return 4;
+    case PCR_F64: return 8;
+    default: return 1;
+  }
+}
+
+bool is_host(int device_type) { return device_type == kDLCPU || device_type == kDLCUDAHost; }
+
+int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Matrix* m) {
+  if (t->ndim != 2)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s must be a 2-D matrix, got a %d-D tensor", name, t->ndim);
+  m->dtype = dtype_from_dl(t->dtype);
+  if (m->dtype == PCR_DTYPE_INVALID)
+    return set_error(PCR_ERR_INVALID_DTYPE,
+                     "%s has a dtype pycutlass_rt does not handle (DLPack code %d, %d bits, "
+                     "%d lanes); use float16, bfloat16 or float32",
+                     name, t->dtype.code, t->dtype.bits, t->dtype.lanes);
+  m->esize = esize_of(m->dtype);
+  m->rows = t->shape[0];
+  m->cols = t->shape[1];
+  if (m->rows < 0 || m->cols < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a negative dimension", name);
+  if (m->rows >= (int64_t(1) << 31) || m->cols >= (int64_t(1) << 31))
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "%s has a dimension of 2^31 or more (%" PRId64 " x %" PRId64
+                     "); kernels index dimensions with 32 bits",
+                     name, m->rows, m->cols);
+  if (t->strides) {
+    m->s0 = t->strides[0];
+    m->s1 = t->strides[1];
+  } else {
+    m->s0 = m->cols;
+    m->s1 = 1;
+  }
+  // A size-1 dimension is never stepped over: its stride carries no information.
+  if (m->rows == 1) m->s0 = std::max<int64_t>(m->cols, 1);
+  if (m->cols == 1) m->s1 = 1;
+  if (m->s0 < 0 || m->s1 < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s has a negative stride (%" PRId64 ", %" PRId64
+                     "); flipped views are not supported: make it contiguous first",
+                     name, m->s0, m->s1);
+  if ((m->s0 == 0 || m->s1 == 0) && !allow_zero_stride && m->rows * m->cols > 1)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s has a zero stride (a broadcast view, strides %" PRId64 ", %" PRId64
+                     "); materialize it first (e.g. .contiguous())",
+                     name, m->s0, m->s1);
+  m->ptr = static_cast<char*>(t->data) + t->byte_offset;
+  m->device_type = t->device.device_type;
+  m->device_id = t->device.device_id;
+  if (m->device_type != kDLCUDA && m->device_type != kDLCUDAManaged && !is_host(m->device_type))
+    return set_error(PCR_ERR_DEVICE_MISMATCH,
+                     "%s lives on DLPack device type %d; pycutlass_rt takes CUDA tensors "
+                     "(or host arrays, staged through the GPU)",
+                     name, m->device_type);
+  if (m->ptr == nullptr && m->rows * m->cols > 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
+  return PCR_OK;
+}
+
+// Row-major if the column stride is 1 (leading dimension s0), else column-major if the
+// row stride is 1 (leading dimension s1). Returns false if neither holds.
+bool layout_of(const Matrix& m, int* layout, int64_t* ld) {
+  bool row_ok = m.s1 == 1 && m.s0 >= std::max<int64_t>(m.cols, 1);
+  bool col_ok = m.s0 == 1 && m.s1 >= std::max<int64_t>(m.rows, 1);
+  if (row_ok && (!col_ok || m.cols > 1 || m.rows == 1)) {
+    *layout = PCR_ROW_MAJOR;
+    *ld = m.s0;
+    return true;
+  }
+  if (col_ok) {
+    *layout = PCR_COL_MAJOR;
+    *ld = m.s1;
+    return true;
+  }
+  return false;
+}
+
+int layout_error(const Matrix& m, const char* name) {
+  return set_error(PCR_ERR_INVALID_ARGUMENT,
+                   "%s (%" PRId64 " x %" PRId64 ", strides %" PRId64 ", %" PRId64
+                   ") is neither row- nor column-major: one dimension needs stride 1 and the "
+                   "other a stride at least its extent; make it contiguous first",
+                   name, m.rows, m.cols, m.s0, m.s1);
+}
+
+// Largest power of two <= 16 dividing the address, the leading dimension and the
+// contiguous extent, in bytes. Kernels with 16-byte vector access need 16.
+int alignment_bytes(const Matrix& m, int layout, int64_t ld) {
+  uintptr_t v = reinterpret_cast<uintptr_t>(m.ptr);
+  int64_t contiguous = layout == PCR_ROW_MAJOR ? m.cols : m.rows;
+  int align = 16;
+  while (align > m.esize &&
+         (v % align || (ld * m.esize) % align || (contiguous * m.esize) % align))
+    align /= 2;
+  return align;
+}
+
+bool overlaps(const Matrix& x, const Matrix& y) {
+  uintptr_t xl, xh, yl, yh;
+  x.extent(&xl, &xh);
+  y.extent(&yl, &yh);
+  return xl < xh && yl < yh && xl < yh && yl < xh;
+}
+
+}  // namespace
+
+void Matrix::transpose() {
+  std::swap(rows, cols);
+  std::swap(s0, s1);
+}
+
+void Matrix::extent(uintptr_t* lo, uintptr_t* hi) const {
+  uintptr_t base = reinterpret_cast<uintptr_t>(ptr);
+  if (rows == 0 || cols == 0) {
+    *lo = *hi = base;
+    return;
+  }
+  *lo = base;
+  *hi = base + uintptr_t(((rows - 1) * s0 + (cols - 1) * s1 + 1) * esize);
+}
+
+int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+             double alpha, double beta, pcr_problem* p, Bound* bound) {
+  clear_error();
+  std::memset(p, 0, sizeof *p);
+  *bound = Bound{};
+  if (!a || !b || !d)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
+  if (!std::isfinite(alpha) || !std::isfinite(beta))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "alpha and beta must be finite numbers (got %g, %g)", alpha, beta);
+  if (beta != 0.0 && !c)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "c is None but beta = %g; pass c, or beta=0", beta);
+  Matrix &A = bound->a, &B = bound->b, &C = bound->c, &D = bound->d;
+  int st;
+  if ((st = load_matrix(a, "a", false, &A)) || (st = load_matrix(b, "b", false, &B)) ||
+      (st = load_matrix(d, "d", false, &D)))
+    return st;
+  // c is validated whenever given, and read only when beta != 0.
+  const bool use_c = c && beta != 0.0;
+  if (c && (st = load_matrix(c, "c", true, &C))) return st;
+
+  if (A.cols != B.rows || A.rows != D.rows || B.cols != D.cols)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "shape mismatch: a is %" PRId64 "x%" PRId64 ", b is %" PRId64 "x%" PRId64
+                     ", d is %" PRId64 "x%" PRId64 "; need a (M, K), b (K, N), d (M, N)",
+                     A.rows, A.cols, B.rows, B.cols, D.rows, D.cols);
+  if (c && (C.rows != D.rows || C.cols != D.cols))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "shape mismatch: c is %" PRId64 "x%" PRId64 " but d is %" PRId64 "x%" PRId64,
+                     C.rows, C.cols, D.rows, D.cols);
+  if (A.dtype != B.dtype)
+    return set_error(PCR_ERR_UNSUPPORTED, "a is %s but b is %s; a and b must share a dtype",
+                     dtype_name(A.dtype), dtype_name(B.dtype));
+
+  // Devices: all CUDA on one ordinal, or all on the host.
+  const Matrix* ops[] = {&A, &B, &D, c ? &C : nullptr};
+  const char* names[] = {"a", "b", "d", "c"};
+  bool host = is_host(D.device_type);
+  for (int i = 0; i < 4; ++i) {
+    if (!ops[i]) continue;
+    if (is_host(ops[i]->device_type) != host)
+      return set_error(PCR_ERR_DEVICE_MISMATCH,
+                       "%s is a %s array but d is a %s array; pass all operands on the GPU, "
+                       "or all on the host",
+                       names[i], is_host(ops[i]->device_type) ? "host" : "GPU",
+                       host ? "host" : "GPU");
+    if (!host && ops[i]->device_id != D.device_id)
+      return set_error(PCR_ERR_DEVICE_MISMATCH,
+                       "%s is on cuda:%d but d is on cuda:%d; move them to one device",
+                       names[i], ops[i]->device_id, D.device_id);
+  }
+
+  // Aliasing: d may be c exactly, and must not overlap a or b.
+  if (overlaps(D, A) || overlaps(D, B))
+    return set_error(PCR_ERR_OVERLAP,
+                     "d overlaps %s in memory; the output must not alias an input of the "
+                     "product (pass a separate output)",
+                     overlaps(D, A) ? "a" : "b");
+  bool c_is_d = use_c && C.ptr == D.ptr && C.s0 == D.s0 && C.s1 == D.s1 && C.dtype == D.dtype;
+  if (use_c && !c_is_d && overlaps(C, D))
+    return set_error(PCR_ERR_OVERLAP,
+                     "c overlaps d without being the same view; pass c=d (same strides) or "
+                     "separate buffers");
+
+  // Orientation: make D row-major.
+  int ld_layout;
+  int64_t ldd;
+  if (!layout_of(D, &ld_layout, &ldd)) return layout_error(D, "d");
+  if (ld_layout == PCR_COL_MAJOR) {
+    p->transposed = 1;
+    std::swap(A, B);
+    A.transpose();
+    B.transpose();
+    D.transpose();
+    if (use_c) C.transpose();
+    layout_of(D, &ld_layout, &ldd);
+  }
+  int la, lb;
+  int64_t lda, ldb;
+  if (!layout_of(A, &la, &lda)) return layout_error(A, p->transposed ? "b (as b^T)" : "a");
+  if (!layout_of(B, &lb, &ldb)) return layout_error(B, p->transposed ? "a (as a^T)" : "b");
+
+  p->m = A.rows;
+  p->n = B.cols;
+  p->k = A.cols;
+  p->dtype_a = A.dtype;
+  p->dtype_b = B.dtype;
+  p->dtype_d = D.dtype;
+  p->layout_a = la;
+  p->layout_b = lb;
+  p->align_a = alignment_bytes(A, la, lda);
+  p->align_b = alignment_bytes(B, lb, ldb);
+  p->align_d = alignment_bytes(D, PCR_ROW_MAJOR, ldd);
+  p->host = host;
+  bound->lda = lda;
+  bound->ldb = ldb;
+  bound->ldd = ldd;
+  bound->alpha = alpha;
+  bound->beta = beta;
+
+  if (use_c) {
+    p->dtype_c = C.dtype;
+    int lc;
+    int64_t ldc;
+    // C feeds the kernel's epilogue directly when it looks like D (row-major, D's dtype,
+    // 16-byte friendly); anything else (other layout or dtype, broadcast strides) is
+    // first copied into D, and the kernel then reads D as C.
+    if (c_is_d || (C.dtype == D.dtype && layout_of(C, &lc, &ldc) && lc == PCR_ROW_MAJOR &&
+                   C.s0 > 0)) {
+      p->c_mode = 1;
+      bound->ldc = c_is_d ? ldd : ldc;
+      p->align_c = alignment_bytes(C, PCR_ROW_MAJOR, bound->ldc);
+    } else {
+      p->c_mode = 2;
+      p->align_c = p->align_d;
+    }
+  } else {
+    bound->c = Matrix{};
+  }
+
+  // The build must know this dtype combination at all (before asking for a GPU).
+  bool known = false;
+  for (int i = 0; i < kKernelCount && !known; ++i) {
+    const pcr_kernel_desc& kd = kKernels[i]->info;
+    known = kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b && kd.dtype_d == p->dtype_d;
+  }
+  if (!known) {
+    std::string have;
+    for (int i = 0; i < kKernelCount; ++i) {
+      const pcr_kernel_desc& kd = kKernels[i]->info;
+      std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " +
+                          dtype_name(kd.dtype_b) + " -> " + dtype_name(kd.dtype_d);
+      if (have.find(combo) == std::string::npos) have += (have.empty() ? "" : "; ") + combo;
+    }
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "no kernel in this build computes %s x %s -> %s; available: %s",
+                     dtype_name(p->dtype_a), dtype_name(p->dtype_b), dtype_name(p->dtype_d),
+                     have.empty() ? "none (the build holds no kernels)" : have.c_str());
+  }
+
+  // The device: the operands' GPU, or the current one for host operands.
+  int dev = D.device_id;
+  if (host && (st = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"))) return st;
+  DeviceInfo info{};
+  if ((st = device_info(dev, &info))) return st;
+  p->device = dev;
+  p->cc = info.cc;
+  p->sm_count = info.sm_count;
+  return PCR_OK;
+}
+
+GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
+  GemmArgs g;
+  g.m = int(p.m);
+  g.n = int(p.n);
+  g.k = int(p.k);
+  g.a = bd.a.ptr;
+  g.lda = bd.lda;
+  g.b = bd.b.ptr;
+  g.ldb = bd.ldb;
+  g.d = bd.d.ptr;
+  g.ldd = bd.ldd;
+  if (p.c_mode == 1) {
+    g.c = bd.c.ptr;
+    g.ldc = bd.ldc;
+  } else {  // no C, or C already copied into D
+    g.c = bd.d.ptr;
+    g.ldc = bd.ldd;
+  }
+  g.alpha = float(bd.alpha);
+  g.beta = p.c_mode == 0 ? 0.0f : float(bd.beta);
+  g.device = p.device;
+  g.sm_count = p.sm_count;
+  return g;
+}
+
+int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
+  if (k < 0 || k >= kKernelCount)
+    return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d is not in this build", k);
+  const pcr_kernel_desc& kd = kKernels[k]->info;
+  if (kd.dtype_a != p.dtype_a || kd.dtype_b != p.dtype_b || kd.dtype_d != p.dtype_d)
+    return set_error(PCR_ERR_UNSUPPORTED, "%s computes %s x %s -> %s, not %s x %s -> %s",
+                     kd.name, dtype_name(kd.dtype_a), dtype_name(kd.dtype_b),
+                     dtype_name(kd.dtype_d), dtype_name(p.dtype_a), dtype_name(p.dtype_b),
+                     dtype_name(p.dtype_d));
+  if (kd.layout_a != p.layout_a || kd.layout_b != p.layout_b) {
+    auto L = [](int l) { return l == PCR_ROW_MAJOR ? 't' : 'n'; };
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "%s takes layout %c%c, the problem is %c%c (t = row-major, n = column-major"
+                     ", after orienting d row-major)",
+                     kd.name, L(kd.layout_a), L(kd.layout_b), L(p.layout_a), L(p.layout_b));
+  }
+  int es_ab = esize_of(kd.dtype_a), es_d = esize_of(kd.dtype_d);
+  struct { const char* what; int have, need; } req[] = {
+      {"a", p.align_a, kd.align_a * es_ab},
+      {"b", p.align_b, kd.align_b * es_ab},
+      {"d", p.align_d, kd.align_c * es_d},
+      {"c", p.c_mode == 1 ? p.align_c : 16, kd.align_c * es_d},
+  };
+  for (auto& r : req)
+    if (r.have < r.need)
+      return set_error(PCR_ERR_MISALIGNED,
+                       "%s needs %d-byte alignment of %s (address, leading dimension and "
+                       "contiguous extent); %s has %d",
+                       kd.name, r.need, r.what, r.what, r.have);
+  if (p.device >= 0) {
+    bool runs = false;
+    int st = kernel_runs_on(k, p.device, &runs);
+    if (st != PCR_OK) return st;
+    if (!runs)
+      return set_error(PCR_ERR_UNSUPPORTED, "%s has no image for this GPU (compute %d.%d)",
+                       kd.name, p.cc / 10, p.cc % 10);
+  }
+  if (bound && p.m > 0 && p.n > 0 && p.k > 0) {
+    GemmArgs g = gemm_args(p, *bound);
+    int st = kKernels[k]->ops.can_implement(g);
+    if (st != PCR_OK) {
+      std::string why = pcr_last_error();
+      return set_error(st, "%s: %s", kd.name, why.c_str());
+    }
+  }
+  return PCR_OK;
+}
+
+}  // namespace pcr

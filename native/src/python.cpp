@@ -1,0 +1,211 @@
+// Python-object entry points: DLPack capsules and the C exchange API, read in C.
+//
+// The library does not link libpython (one wheel serves every Python version): the few
+// CPython functions needed are looked up in the running process with dlsym. These entry
+// points are called through ctypes.PyDLL, so the GIL is held.
+#include <dlfcn.h>
+
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "runtime.h"
+
+namespace pcr {
+namespace {
+
+struct PyObject;
+
+// DLPack producer structures (dlpack.h 1.x layout).
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned*);
+  uint64_t flags;
+  DLTensor dl_tensor;
+};
+constexpr uint64_t kFlagReadOnly = 1;
+struct DLPackExchangeAPIHeader {
+  DLPackVersion version;
+  DLPackExchangeAPIHeader* prev_api;
+};
+struct DLPackExchangeAPI {
+  DLPackExchangeAPIHeader header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);
+  int (*current_work_stream)(int device_type, int32_t device_id, void** out_stream);
+};
+
+struct PyApi {
+  void* (*capsule_get_pointer)(PyObject*, const char*);
+  const char* (*capsule_get_name)(PyObject*);
+  PyObject* (*object_type)(PyObject*);
+  PyObject* (*get_attr)(PyObject*, const char*);
+  void (*inc_ref)(PyObject*);
+  void (*dec_ref)(PyObject*);
+  void (*err_clear)();
+  PyObject* capsule_type;
+  PyObject* none;
+  bool ok;
+};
+
+const PyApi& py() {
+  static const PyApi api = [] {
+    PyApi a{};
+    auto sym = [](const char* name) { return dlsym(RTLD_DEFAULT, name); };
+    a.capsule_get_pointer =
+        reinterpret_cast<decltype(a.capsule_get_pointer)>(sym("PyCapsule_GetPointer"));
+    a.capsule_get_name = reinterpret_cast<decltype(a.capsule_get_name)>(sym("PyCapsule_GetName"));
+    a.object_type = reinterpret_cast<decltype(a.object_type)>(sym("PyObject_Type"));
+    a.get_attr = reinterpret_cast<decltype(a.get_attr)>(sym("PyObject_GetAttrString"));
+    a.inc_ref = reinterpret_cast<decltype(a.inc_ref)>(sym("Py_IncRef"));
+    a.dec_ref = reinterpret_cast<decltype(a.dec_ref)>(sym("Py_DecRef"));
+    a.err_clear = reinterpret_cast<decltype(a.err_clear)>(sym("PyErr_Clear"));
+    a.capsule_type = static_cast<PyObject*>(sym("PyCapsule_Type"));
+    a.none = static_cast<PyObject*>(sym("_Py_NoneStruct"));
+    a.ok = a.capsule_get_pointer && a.capsule_get_name && a.object_type && a.get_attr &&
+           a.inc_ref && a.dec_ref && a.err_clear && a.capsule_type && a.none;
+    return a;
+  }();
+  return api;
+}
+
+// type -> its DLPackExchangeAPI (or null). Holds a reference to each type so that a
+// cached address is never reused by another type.
+std::mutex g_types_mutex;
+std::vector<std::pair<PyObject*, const DLPackExchangeAPI*>> g_types;
+
+const DLPackExchangeAPI* exchange_api(PyObject* type) {
+  {
+    std::lock_guard<std::mutex> lock(g_types_mutex);
+    for (auto& e : g_types)
+      if (e.first == type) return e.second;
+  }
+  const PyApi& P = py();
+  const DLPackExchangeAPI* api = nullptr;
+  PyObject* cap = P.get_attr(type, "__dlpack_c_exchange_api__");
+  if (cap) {
+    api = static_cast<const DLPackExchangeAPI*>(P.capsule_get_pointer(cap, "dlpack_exchange_api"));
+    if (api && (api->header.version.major != 1 || !api->dltensor_from_py_object_no_sync))
+      api = nullptr;
+    P.dec_ref(cap);
+  }
+  P.err_clear();
+  std::lock_guard<std::mutex> lock(g_types_mutex);
+  P.inc_ref(type);
+  g_types.emplace_back(type, api);
+  return api;
+}
+
+struct Operand {
+  DLTensor dl{};
+  const DLPackExchangeAPI* api = nullptr;
+  bool read_only = false;
+  bool present = false;
+};
+
+int ingest(void* object, const char* name, Operand* out) {
+  const PyApi& P = py();
+  auto* obj = static_cast<PyObject*>(object);
+  if (!obj || obj == P.none) return PCR_OK;
+  out->present = true;
+  PyObject* type = P.object_type(obj);
+  P.dec_ref(type);  // types outlive their instances; the borrowed pointer stays valid
+  if (type == P.capsule_type) {
+    const char* cname = P.capsule_get_name(obj);
+    if (cname && std::strcmp(cname, "dltensor_versioned") == 0) {
+      auto* mt = static_cast<DLManagedTensorVersioned*>(P.capsule_get_pointer(obj, cname));
+      if (!mt) return PCR_ERR_PYTHON;
+      if (mt->version.major != 1)
+        return set_error(PCR_ERR_INVALID_ARGUMENT,
+                         "%s: DLPack version %u.%u is not supported (1.x is)", name,
+                         mt->version.major, mt->version.minor);
+      out->dl = mt->dl_tensor;
+      out->read_only = mt->flags & kFlagReadOnly;
+      return PCR_OK;
+    }
+    if (cname && std::strcmp(cname, "dltensor") == 0) {
+      auto* mt = static_cast<DLManagedTensor*>(P.capsule_get_pointer(obj, cname));
+      if (!mt) return PCR_ERR_PYTHON;
+      out->dl = mt->dl_tensor;
+      return PCR_OK;
+    }
+    if (cname && std::strncmp(cname, "used_", 5) == 0)
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "%s is a DLPack capsule that was already consumed; a capsule can be "
+                       "used once: export the tensor again",
+                       name);
+    return set_error(PCR_ERR_INVALID_DTYPE, "%s is a capsule named '%s', not a DLPack tensor",
+                     name, cname ? cname : "");
+  }
+  out->api = exchange_api(type);
+  if (!out->api)
+    return set_error(PCR_ERR_INVALID_DTYPE,
+                     "%s is neither a DLPack capsule nor an object whose type offers "
+                     "__dlpack_c_exchange_api__",
+                     name);
+  if (out->api->dltensor_from_py_object_no_sync(obj, &out->dl) != 0) return PCR_ERR_PYTHON;
+  return PCR_OK;
+}
+
+int ingest_all(void* a, void* b, void* c, void* d, Operand ops[4]) {
+  if (!py().ok)
+    return set_error(PCR_ERR_INTERNAL,
+                     "the Python-object entry points need a CPython process; use pcr_gemm");
+  int st;
+  if ((st = ingest(a, "a", &ops[0])) || (st = ingest(b, "b", &ops[1])) ||
+      (st = ingest(c, "c", &ops[2])) || (st = ingest(d, "d", &ops[3])))
+    return st;
+  if (!ops[0].present || !ops[1].present || !ops[3].present)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
+  if (ops[3].read_only)
+    return set_error(PCR_ERR_READ_ONLY,
+                     "d is read-only (its producer exported it so, e.g. a numpy array with "
+                     "writeable=False); pass a writable output");
+  return PCR_OK;
+}
+
+}  // namespace
+}  // namespace pcr
+
+using namespace pcr;
+
+extern "C" {
+
+PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
+                        int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
+  clear_error();
+  Operand ops[4];
+  int st = ingest_all(a, b, c, d, ops);
+  if (st != PCR_OK) return st;
+  if (flags & PCR_STREAM_FROM_PRODUCER) {
+    for (const Operand* op : {&ops[3], &ops[0], &ops[1], &ops[2]}) {
+      if (op->api && op->api->current_work_stream && op->dl.device.device_type == kDLCUDA) {
+        if (op->api->current_work_stream(kDLCUDA, op->dl.device.device_id, &stream) != 0)
+          return PCR_ERR_PYTHON;
+        break;
+      }
+    }
+  }
+  return gemm(&ops[0].dl, &ops[1].dl, ops[2].present ? &ops[2].dl : nullptr, &ops[3].dl, alpha,
+              beta, kernel, stream, problem);
+}
+
+PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
+                            pcr_problem* out) {
+  clear_error();
+  Operand ops[4];
+  int st = ingest_all(a, b, c, d, ops);
+  if (st != PCR_OK) return st;
+  return pcr_describe(&ops[0].dl, &ops[1].dl, ops[2].present ? &ops[2].dl : nullptr,
+                      &ops[3].dl, alpha, beta, out);
+}
+
+}  // extern "C"

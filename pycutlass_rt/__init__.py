@@ -1,0 +1,250 @@
+"""pycutlass_rt: precompiled CUTLASS GEMM kernels for any Python GPU framework.
+
+``d = alpha * a @ b + beta * c`` on torch, cupy, jax, numba and numpy arrays, through
+DLPack, with no compiler at run time::
+
+    import pycutlass_rt as pcr
+    pcr.gemm(a, b, c, d, alpha=1.0, beta=0.0)
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import numbers
+from dataclasses import dataclass, field
+
+from . import _dlpack, _kernels, _lib, _select, errors
+from ._kernels import KernelInfo, kernels
+from .errors import (CudaError, DeviceMismatchError, DTypeError, Error, InvalidArgumentError,
+                     KernelNotFoundError, LibraryError, MisalignedError, NoDeviceError,
+                     NoKernelForArchError, OverlapError, ReadOnlyError, UnsupportedError)
+
+__version__ = "0.1.0"
+__all__ = [
+    "gemm", "explain", "kernels", "info", "KernelInfo", "Explanation",
+    "Error", "InvalidArgumentError", "DTypeError", "UnsupportedError", "MisalignedError",
+    "NoKernelForArchError", "NoDeviceError", "DeviceMismatchError", "ReadOnlyError",
+    "OverlapError", "KernelNotFoundError", "CudaError", "LibraryError",
+]
+
+_NAMES = ("a", "b", "c", "d")
+
+
+def _scalar(value, name: str) -> float:
+    if type(value) is float or type(value) is int:  # the common case, checked cheaply
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise DTypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _kernel_index(kernel) -> int:
+    if kernel is None:
+        return -1
+    if isinstance(kernel, KernelInfo):
+        kernel = kernel.name
+    if not isinstance(kernel, str):
+        raise DTypeError(f"kernel must be a kernel name (str), got {type(kernel).__name__}")
+    return _kernels.by_name(kernel).index
+
+
+def _describe(lib, objs) -> _lib.Problem:
+    problem = _lib.Problem()
+    lib.check(lib.pcr_py_describe(*objs, ctypes.byref(problem)))
+    return problem
+
+
+def _no_candidates(lib, problem, choice) -> Error:
+    runs_here = [k for k in kernels() if k.family in _select.families_for(problem.cc)]
+    if not runs_here:
+        families = sorted({f"sm{k.family}" for k in kernels()})
+        return NoKernelForArchError(
+            f"this GPU is compute {problem.cc // 10}.{problem.cc % 10}, and the build holds "
+            f"kernels only for {', '.join(families) or 'no arch'}: rebuild with "
+            "PYCUTLASS_RT_ARCHS=native (or include this GPU's arch)")
+    reasons = "\n".join(f"  {k.name}: {why}" for k, why in choice.rejected
+                        if _select.static_match(k, problem) is None)
+    return UnsupportedError(
+        "no kernel of this build can run this problem "
+        f"({problem.m}x{problem.n}x{problem.k}); candidates and why they were rejected:\n"
+        + (reasons or "  (no kernel has these dtypes and layouts)"))
+
+
+def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
+    """Computes ``d = alpha * a @ b + beta * c`` in place and returns ``d``.
+
+    Args:
+        a: (M, K) matrix; any DLPack tensor (torch, cupy, jax, numpy) or an object with
+            ``__cuda_array_interface__`` (numba). float16 or bfloat16.
+        b: (K, N) matrix of a's dtype.
+        c: (M, N) matrix, or None when ``beta == 0``. May be ``d`` itself; any layout,
+            dtype or broadcast view is accepted (copied into ``d`` first if the kernel
+            cannot read it directly).
+        d: (M, N) output, written in place: a's dtype or float32. Row- or column-major
+            with any leading dimension; must not overlap ``a`` or ``b``.
+        alpha: real scalar.
+        beta: real scalar.
+        stream: a CUDA stream (int handle, or an object with ``__cuda_stream__``,
+            ``.cuda_stream`` or ``.ptr``). Default: the producer framework's current stream.
+        kernel: force a kernel by name (see :func:`kernels`).
+
+    Returns:
+        ``d``.
+
+    Raises:
+        InvalidArgumentError: bad shapes, strides or scalars (a ValueError).
+        DTypeError: an operand that is not a tensor, or an unknown dtype (a TypeError).
+        UnsupportedError: no kernel of this build for the combination (lists what exists).
+        NoDeviceError: no GPU or driver.
+
+    Host (numpy) arrays are copied to the GPU and back, and the call then synchronizes.
+
+    Example:
+        >>> import numpy as np, pycutlass_rt as pcr
+        >>> a = np.ones((4, 8), np.float16); b = np.ones((8, 2), np.float16)
+        >>> d = np.empty((4, 2), np.float16)
+        >>> pcr.gemm(a, b, None, d)  # doctest: +SKIP
+        array([[8., 8.], ...
+    """
+    lib = _lib.load()
+    alpha = _scalar(alpha, "alpha")
+    beta = _scalar(beta, "beta")
+    kidx = _kernel_index(kernel)
+    objs, handle, flags, keep = _dlpack.prepare((a, b, c, d), _NAMES, stream, _pointer_device)
+    st = lib.pcr_py_gemm(*objs, alpha, beta, kidx, flags, handle, None)
+    if st == errors.NEED_SELECTION:
+        problem = _describe(lib, objs + [alpha, beta])
+        choice = _select.choose(lib, problem, kernels())
+        if not choice.ranked:
+            raise _no_candidates(lib, problem, choice)
+        ids = [k.index for k, _ in choice.ranked[:8]]
+        lib.check(lib.pcr_select_put(ctypes.byref(problem), (ctypes.c_int32 * len(ids))(*ids),
+                                     len(ids)))
+        st = lib.pcr_py_gemm(*objs, alpha, beta, kidx, flags, handle, None)
+    if st:
+        raise errors.from_status(st, lib.last_error())
+    del keep
+    return d
+
+
+def _pointer_device(ptr: int) -> int:
+    lib = _lib.load()
+    dev = ctypes.c_int32()
+    lib.check(lib.pcr_pointer_device(ptr, ctypes.byref(dev)))
+    return dev.value
+
+
+@dataclass
+class Explanation:
+    """What :func:`gemm` would do with these operands, and why."""
+
+    kernel: str | None
+    reason: str
+    problem: dict
+    ranked: list = field(default_factory=list)  # [(name, why)]
+    rejected: list = field(default_factory=list)  # [(name, reason)]
+    notes: list = field(default_factory=list)
+
+    def __str__(self) -> str:
+        p = self.problem
+        lines = [f"problem: {p['m']}x{p['n']}x{p['k']} {p['dtype_a']} x {p['dtype_b']} -> "
+                 f"{p['dtype_d']}, layout {p['layout']}"
+                 f"{' (computed as D^T = B^T A^T)' if p['transposed'] else ''}",
+                 f"kernel:  {self.kernel}  ({self.reason})"]
+        lines += [f"note:    {n}" for n in self.notes]
+        lines += [f"  then   {name}  ({why})" for name, why in self.ranked[1:]]
+        lines += [f"  no     {name}: {why}" for name, why in self.rejected]
+        return "\n".join(lines)
+
+
+def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None) -> Explanation:
+    """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
+
+    Nothing is launched. Arguments are those of :func:`gemm`.
+
+    Example:
+        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
+        >>> a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> print(pcr.explain(a, a, None, torch.empty_like(a)))  # doctest: +SKIP
+        problem: 4096x4096x4096 bfloat16 x bfloat16 -> bfloat16, layout tt
+        kernel:  sm90_bf16_bf16_f32_bf16_tt_128x256x64_c2x1_coop_a8  (table rule ...)
+    """
+    lib = _lib.load()
+    alpha, beta = _scalar(alpha, "alpha"), _scalar(beta, "beta")
+    if d is None:
+        raise InvalidArgumentError("explain needs d (the output) to know its layout and dtype")
+    objs, _, _, keep = _dlpack.prepare((a, b, c, d), _NAMES, None, _pointer_device)
+    problem = _describe(lib, objs + [alpha, beta])
+    del keep
+    pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
+    for x in ("a", "b", "c", "d"):
+        pdict[f"dtype_{x}"] = _kernels.DTYPE_NAMES.get(pdict[f"dtype_{x}"])
+    pdict["layout"] = (_kernels.LAYOUT_LETTERS[problem.layout_a] +
+                       _kernels.LAYOUT_LETTERS[problem.layout_b])
+    notes = []
+    if problem.c_mode == 2:
+        notes.append("c is first copied into d (other layout, dtype or broadcast strides), "
+                     "then the kernel reads d as C: one extra pass over d")
+    if problem.k == 0:
+        notes.append("K = 0: d = beta * c, no GEMM kernel is launched")
+    if problem.host:
+        notes.append("host operands: staged through GPU memory, the call synchronizes")
+    choice = _select.choose(lib, problem, kernels())
+    ranked = [(k.name, why) for k, why in choice.ranked]
+    rejected = [(k.name, why) for k, why in choice.rejected]
+    if kernel is not None:
+        forced = _kernels.by_name(kernel)
+        st = lib.pcr_kernel_check(forced.index, ctypes.byref(problem))
+        if st:
+            return Explanation(None, f"forced kernel rejected: {lib.last_error()}", pdict,
+                               ranked, rejected, notes)
+        return Explanation(forced.name, "forced with kernel=", pdict, ranked, rejected, notes)
+    if not ranked:
+        return Explanation(None, str(_no_candidates(lib, problem, choice)), pdict, ranked,
+                           rejected, notes)
+    return Explanation(ranked[0][0], ranked[0][1], pdict, ranked, rejected, notes)
+
+
+def info() -> dict:
+    """Library, driver, runtime, devices and the kernels built per arch family.
+
+    Example:
+        >>> import pycutlass_rt as pcr
+        >>> sorted(pcr.info())[:3]
+        ['abi', 'build', 'devices']
+    """
+    lib = _lib.load()
+    drv, rt, count = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+    lib.pcr_driver_version(ctypes.byref(drv))
+    lib.pcr_runtime_version(ctypes.byref(rt))
+    devices, device_error = [], None
+    st = lib.pcr_device_count(ctypes.byref(count))
+    if st:
+        device_error = lib.last_error()
+    for i in range(count.value if not st else 0):
+        name = ctypes.create_string_buffer(256)
+        cc, sms = ctypes.c_int32(), ctypes.c_int32()
+        lib.check(lib.pcr_device_name(i, name, 256))
+        lib.check(lib.pcr_device_cc(i, ctypes.byref(cc), ctypes.byref(sms)))
+        runnable = 0
+        for k in kernels():
+            runs = ctypes.c_int32()
+            if lib.pcr_kernel_runs_on(k.index, i, ctypes.byref(runs)) == 0 and runs.value:
+                runnable += 1
+        devices.append({"index": i, "name": name.value.decode(), "cc": f"{cc.value // 10}."
+                        f"{cc.value % 10}", "sm_count": sms.value, "kernels_runnable": runnable})
+    per_family: dict = {}
+    for k in kernels():
+        per_family.setdefault(f"sm{k.family}", []).append(k.name)
+    ver = lambda v: f"{v // 1000}.{(v % 1000) // 10}" if v else None  # noqa: E731
+    return {
+        "abi": lib.pcr_abi_version(),
+        "build": json.loads(lib.pcr_build_info().decode()),
+        "devices": devices,
+        "device_error": device_error,
+        "driver_version": ver(drv.value),
+        "kernels": per_family,
+        "library": lib.path,
+        "runtime_version": ver(rt.value),
+        "version": __version__,
+    }

@@ -1,0 +1,219 @@
+"""Tensor ingestion: turn framework objects into what the C entry points read.
+
+The C side parses DLPack; Python only decides, once per type, how an object is handed
+over (fastest first):
+
+1. the type offers ``__dlpack_c_exchange_api__`` (torch): the object itself; C calls the
+   producer's ``dltensor_from_py_object_no_sync`` and ``current_work_stream``;
+2. a DLPack capsule: as is;
+3. ``__dlpack__``: a versioned capsule (``max_version=(1, 0)``), else a legacy one;
+4. ``__cuda_array_interface__`` (numba): a capsule built around a DLTensor describing it.
+
+Streams: an explicit ``stream=`` wins; otherwise the producer's current stream (the
+exchange API's, cupy's current stream, the CAI ``stream``), else the legacy default.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any
+
+from . import errors
+from ._lib import STREAM_FROM_PRODUCER
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
+
+# ---- strategies, chosen once per type ---------------------------------------------
+EXCHANGE, CAPSULE, DLPACK, CAI = "exchange", "capsule", "dlpack", "cai"
+_strategy: dict[type, str] = {}
+_versioned: dict[type, bool] = {}  # whether __dlpack__ accepts max_version
+
+
+def _capsule_type() -> type:
+    return type(_PyCapsule_New(1, b"probe", None))
+
+
+_CAPSULE_TYPE = _capsule_type()
+
+
+def strategy(tp: type, name: str) -> str:
+    s = _strategy.get(tp)
+    if s is None:
+        if tp is _CAPSULE_TYPE:
+            s = CAPSULE
+        elif hasattr(tp, "__dlpack_c_exchange_api__"):
+            s = EXCHANGE
+        elif hasattr(tp, "__dlpack__"):
+            s = DLPACK
+        elif hasattr(tp, "__cuda_array_interface__"):
+            s = CAI
+        else:
+            raise errors.DTypeError(
+                f"{name}: {tp.__module__}.{tp.__qualname__} is not a tensor pycutlass_rt can "
+                "read; pass an object with __dlpack__ (torch, cupy, jax, numpy) or "
+                "__cuda_array_interface__ (numba)")
+        _strategy[tp] = s
+    return s
+
+
+# ---- streams ----------------------------------------------------------------------
+
+def stream_handle(stream: Any) -> int:
+    """A cudaStream_t value from an int, or an object with __cuda_stream__, .cuda_stream or .ptr."""
+    if isinstance(stream, bool):
+        raise errors.DTypeError("stream must be a CUDA stream or its handle, not a bool")
+    if isinstance(stream, int):
+        if stream < 0:
+            raise errors.InvalidArgumentError(f"stream handle {stream} is negative")
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        version, handle = proto() if callable(proto) else proto
+        return int(handle)
+    for attr in ("cuda_stream", "ptr", "handle"):
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    raise errors.DTypeError(
+        f"stream: cannot get a CUDA stream handle from {type(stream).__qualname__}; pass an "
+        "int, or an object with __cuda_stream__, .cuda_stream or .ptr")
+
+
+def dlpack_stream_code(handle: int) -> int:
+    """DLPack's code for a stream handle: 1 is the legacy default (handle 0), never 0."""
+    return 1 if handle == 0 else handle
+
+
+def _framework_stream(obj: Any) -> int | None:
+    """The current stream of obj's framework, for producers without the exchange API."""
+    root = type(obj).__module__.split(".", 1)[0]
+    if root == "cupy":
+        return sys.modules["cupy"].cuda.get_current_stream().ptr
+    if root == "torch":
+        torch = sys.modules["torch"]
+        return torch.cuda.current_stream(obj.device).cuda_stream
+    if root == "numba":
+        s = obj.__cuda_array_interface__.get("stream")
+        return 0 if s in (None, 1) else int(s)
+    return None
+
+
+# ---- __cuda_array_interface__ ----------------------------------------------------
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+# CAI typestr kind+size -> DLPack (code, bits)
+_CAI_DTYPES = {"f2": (2, 16), "f4": (2, 32), "f8": (2, 64), "i1": (0, 8), "i4": (0, 32),
+               "u1": (1, 8)}
+
+
+def cai_capsule(obj: Any, name: str, device_of) -> tuple[Any, Any]:
+    """A legacy DLPack capsule viewing obj's __cuda_array_interface__, plus a keep-alive."""
+    cai = obj.__cuda_array_interface__
+    typestr = cai["typestr"]
+    dt = _CAI_DTYPES.get(typestr[1:])
+    if typestr[0] == ">" or dt is None:
+        raise errors.DTypeError(f"{name}: __cuda_array_interface__ dtype {typestr!r} is not "
+                                "supported")
+    shape = tuple(int(s) for s in cai["shape"])
+    itemsize = int(typestr[2:])
+    strides = cai.get("strides")
+    if strides is None:
+        elems, acc = [], 1
+        for s in reversed(shape):
+            elems.append(acc)
+            acc *= s
+        elems.reverse()
+    else:
+        if any(int(s) % itemsize for s in strides):
+            raise errors.InvalidArgumentError(f"{name}: strides {strides} are not whole elements")
+        elems = [int(s) // itemsize for s in strides]
+    ptr, read_only = cai["data"]
+    nd = len(shape)
+    shape_arr = (ctypes.c_int64 * max(nd, 1))(*shape)
+    stride_arr = (ctypes.c_int64 * max(nd, 1))(*elems)
+    mt = _DLManagedTensor()
+    mt.dl_tensor.data = ptr
+    mt.dl_tensor.device_type = KDL_CUDA
+    mt.dl_tensor.device_id = device_of(ptr) if ptr else 0
+    mt.dl_tensor.ndim = nd
+    mt.dl_tensor.code, mt.dl_tensor.bits = dt
+    mt.dl_tensor.lanes = 1
+    mt.dl_tensor.shape = shape_arr
+    mt.dl_tensor.strides = stride_arr
+    capsule = _PyCapsule_New(ctypes.addressof(mt), b"dltensor", None)
+    return capsule, (mt, shape_arr, stride_arr, read_only)
+
+
+# ---- the per-call entry ------------------------------------------------------------
+
+def prepare(operands, names, stream, device_of):
+    """Objects for the C call, the stream handle and flags, and values to keep alive.
+
+    ``operands`` may hold None (for c). Raises DTypeError for non-tensors.
+    """
+    kinds = [None if x is None else strategy(type(x), n) for x, n in zip(operands, names)]
+    if all(k in (None, EXCHANGE, CAPSULE) for k in kinds):
+        # Fast path: C reads everything (and the producer's stream) itself.
+        if stream is None:
+            return list(operands), 0, STREAM_FROM_PRODUCER, None
+        return list(operands), stream_handle(stream), 0, None
+
+    # Which stream the launch goes to, decided before asking producers to export.
+    if stream is not None:
+        handle = stream_handle(stream)
+    else:
+        handle = None
+        for x in (operands[3], operands[0], operands[1], operands[2]):
+            if x is not None and strategy(type(x), "") != CAPSULE:
+                handle = _framework_stream(x) if not _is_host(x) else None
+                if handle is not None:
+                    break
+        handle = handle or 0
+    code = dlpack_stream_code(handle)
+
+    out, keep = [], []
+    for x, kind, name in zip(operands, kinds, names):
+        if kind == DLPACK:
+            x = _export(x, code, name)
+        elif kind == CAI:
+            x, k = cai_capsule(x, name, device_of)
+            keep.append(k)
+        out.append(x)
+    return out, handle, 0, keep
+
+
+def _is_host(x: Any) -> bool:
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None:
+        return False
+    return dev()[0] in (KDL_CPU, KDL_CUDA_HOST)
+
+
+def _export(x: Any, code: int, name: str):
+    tp = type(x)
+    stream = None if _is_host(x) else code
+    try:
+        if _versioned.get(tp, True):
+            try:
+                return x.__dlpack__(max_version=(1, 0), stream=stream)
+            except TypeError:
+                _versioned[tp] = False
+        return x.__dlpack__(stream=stream)
+    except BufferError as e:
+        raise errors.InvalidArgumentError(f"{name}: the producer refused to export it ({e})") from e

@@ -1,0 +1,87 @@
+"""The kernel catalogue of the loaded library, read from the binary (never a second list)."""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+
+from . import errors
+from ._lib import KernelDesc, load
+
+DTYPE_NAMES = {1: "float16", 2: "bfloat16", 3: "float32", 4: "float64", 5: "tfloat32",
+               6: "float8_e4m3fn", 7: "float8_e5m2", 8: "int8", 9: "int32"}
+LAYOUT_LETTERS = {0: "t", 1: "n"}  # t = row-major, n = column-major
+SCHEDULES = {0: "multistage", 1: "pipelined", 2: "cooperative", 3: "pingpong"}
+EPILOGUES = {0: "linear"}
+SPLITS = {0: "none", 1: "split_k", 2: "stream_k"}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelInfo:
+    """One kernel of the build. ``name`` is its identity; the other fields decode it."""
+
+    index: int
+    name: str
+    family: int  # 80 or 90: the arch family (sm80 SASS also serves 8.6/8.9/9.0)
+    dtype_a: str
+    dtype_b: str
+    dtype_acc: str
+    dtype_d: str
+    layout: str  # A then B: "tn" = A row-major, B column-major
+    tile: tuple
+    cluster: tuple
+    warps: tuple
+    stages: int
+    schedule: str
+    epilogue: str
+    split: str
+    align: tuple  # required alignment of A, B, C/D in elements
+
+
+@functools.lru_cache(maxsize=None)
+def _all() -> tuple:
+    lib = load()
+    out = []
+    desc = KernelDesc()
+    for i in range(lib.pcr_kernel_count()):
+        lib.check(lib.pcr_kernel_info(i, ctypes.byref(desc)))
+        out.append(KernelInfo(
+            index=i, name=desc.name.decode(), family=desc.family,
+            dtype_a=DTYPE_NAMES[desc.dtype_a], dtype_b=DTYPE_NAMES[desc.dtype_b],
+            dtype_acc=DTYPE_NAMES[desc.dtype_acc], dtype_d=DTYPE_NAMES[desc.dtype_d],
+            layout=LAYOUT_LETTERS[desc.layout_a] + LAYOUT_LETTERS[desc.layout_b],
+            tile=(desc.tile_m, desc.tile_n, desc.tile_k),
+            cluster=(desc.cluster_m, desc.cluster_n, desc.cluster_k),
+            warps=(desc.warps_m, desc.warps_n, desc.warps_k), stages=desc.stages,
+            schedule=SCHEDULES[desc.schedule], epilogue=EPILOGUES[desc.epilogue],
+            split=SPLITS[desc.split], align=(desc.align_a, desc.align_b, desc.align_c)))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _by_name() -> dict:
+    return {k.name: k for k in _all()}
+
+
+def kernels() -> list[KernelInfo]:
+    """Every kernel in the loaded library, in registry order.
+
+    Example:
+        >>> import pycutlass_rt as pcr
+        >>> names = [k.name for k in pcr.kernels()]
+        >>> all(n.startswith(("sm80_", "sm90_")) for n in names)
+        True
+    """
+    return list(_all())
+
+
+def by_name(name: str) -> KernelInfo:
+    """The kernel called ``name``; KernelNotFoundError lists close names when absent."""
+    try:
+        return _by_name()[name]
+    except (KeyError, TypeError):
+        import difflib
+        close = difflib.get_close_matches(str(name), list(_by_name()), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else \
+            f"; the build has {len(_all())} kernels: see pycutlass_rt.kernels()"
+        raise errors.KernelNotFoundError(f"no kernel named {name!r} in this build{hint}") from None

@@ -1,0 +1,158 @@
+"""Loading libpycutlass_rt.so, and every ctypes signature, in one place.
+
+Importing pycutlass_rt never loads the library; the first call that needs it does, and
+a failure then says which paths were tried and which variable overrides them
+(``PYCUTLASS_RT_LIBRARY``). Functions taking Python objects are bound through
+``ctypes.PyDLL`` (the GIL stays held: they call back into CPython); the rest through
+``ctypes.CDLL`` (the GIL is released).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_size_t, c_void_p, py_object
+
+from . import errors
+
+ABI_VERSION = 1  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
+LIBRARY_ENV = "PYCUTLASS_RT_LIBRARY"
+LIBRARY_NAME = "libpycutlass_rt.so"
+STREAM_FROM_PRODUCER = 1  # PCR_STREAM_FROM_PRODUCER
+
+
+class KernelDesc(ctypes.Structure):
+    """pcr_kernel_desc."""
+
+    _fields_ = [("name", c_char_p), ("family", c_int32),
+                ("dtype_a", c_int32), ("dtype_b", c_int32), ("dtype_acc", c_int32),
+                ("dtype_d", c_int32), ("layout_a", c_int32), ("layout_b", c_int32),
+                ("tile_m", c_int32), ("tile_n", c_int32), ("tile_k", c_int32),
+                ("cluster_m", c_int32), ("cluster_n", c_int32), ("cluster_k", c_int32),
+                ("warps_m", c_int32), ("warps_n", c_int32), ("warps_k", c_int32),
+                ("stages", c_int32), ("schedule", c_int32), ("epilogue", c_int32),
+                ("split", c_int32), ("align_a", c_int32), ("align_b", c_int32),
+                ("align_c", c_int32)]
+
+
+class Problem(ctypes.Structure):
+    """pcr_problem: a validated GEMM in canonical form (D row-major)."""
+
+    _fields_ = [("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("dtype_a", c_int32), ("dtype_b", c_int32), ("dtype_c", c_int32),
+                ("dtype_d", c_int32), ("layout_a", c_int32), ("layout_b", c_int32),
+                ("align_a", c_int32), ("align_b", c_int32), ("align_c", c_int32),
+                ("align_d", c_int32), ("c_mode", c_int32), ("transposed", c_int32),
+                ("host", c_int32), ("device", c_int32), ("cc", c_int32),
+                ("sm_count", c_int32)]
+
+
+# name: (Python-object entry point?, restype, argtypes)   -- C prototype beside each
+_SIGNATURES = {
+    # int pcr_abi_version(void);
+    "pcr_abi_version": (False, c_int, []),
+    # const char* pcr_last_error(void);
+    "pcr_last_error": (False, c_char_p, []),
+    # const char* pcr_build_info(void);
+    "pcr_build_info": (False, c_char_p, []),
+    # int pcr_kernel_count(void);
+    "pcr_kernel_count": (False, c_int, []),
+    # int pcr_kernel_info(int32_t kernel, pcr_kernel_desc* out);
+    "pcr_kernel_info": (False, c_int, [c_int32, POINTER(KernelDesc)]),
+    # int pcr_kernel_find(const char* name, int32_t* kernel);
+    "pcr_kernel_find": (False, c_int, [c_char_p, POINTER(c_int32)]),
+    # int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs);
+    "pcr_kernel_runs_on": (False, c_int, [c_int32, c_int32, POINTER(c_int32)]),
+    # int pcr_kernel_check(int32_t kernel, const pcr_problem* problem);
+    "pcr_kernel_check": (False, c_int, [c_int32, POINTER(Problem)]),
+    # int pcr_driver_version(int32_t* version);
+    "pcr_driver_version": (False, c_int, [POINTER(c_int32)]),
+    # int pcr_runtime_version(int32_t* version);
+    "pcr_runtime_version": (False, c_int, [POINTER(c_int32)]),
+    # int pcr_device_count(int32_t* count);
+    "pcr_device_count": (False, c_int, [POINTER(c_int32)]),
+    # int pcr_device_name(int32_t device, char* buf, size_t size);
+    "pcr_device_name": (False, c_int, [c_int32, c_char_p, c_size_t]),
+    # int pcr_device_cc(int32_t device, int32_t* cc, int32_t* sm_count);
+    "pcr_device_cc": (False, c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
+    # int pcr_pointer_device(const void* ptr, int32_t* device);
+    "pcr_pointer_device": (False, c_int, [c_void_p, POINTER(c_int32)]),
+    # int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
+    "pcr_select_put": (False, c_int, [POINTER(Problem), POINTER(c_int32), c_int32]),
+    # int pcr_select_clear(void);
+    "pcr_select_clear": (False, c_int, []),
+    # int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
+    #                 int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+    "pcr_py_gemm": (True, c_int, [py_object, py_object, py_object, py_object, c_double,
+                                  c_double, c_int32, c_int32, c_void_p, POINTER(Problem)]),
+    # int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
+    #                     pcr_problem* out);
+    "pcr_py_describe": (True, c_int, [py_object, py_object, py_object, py_object, c_double,
+                                      c_double, POINTER(Problem)]),
+}
+
+
+class Library:
+    """The loaded library: one attribute per C function, typed from _SIGNATURES."""
+
+    def __init__(self, path: str):
+        self.path = path
+        cdll = ctypes.CDLL(path)
+        pydll = ctypes.PyDLL(path)
+        for name, (with_gil, restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(pydll if with_gil else cdll, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name, fn)
+        abi = self.pcr_abi_version()
+        if abi != ABI_VERSION:
+            raise errors.LibraryError(
+                f"{path} has ABI version {abi}, this Python package expects {ABI_VERSION}; "
+                f"reinstall pycutlass_rt, or point {LIBRARY_ENV} at a matching build")
+
+    def last_error(self) -> str:
+        msg = self.pcr_last_error()
+        return msg.decode(errors="replace") if msg else ""
+
+    def check(self, status: int) -> None:
+        """Raises the exception for a non-zero status."""
+        if status:
+            raise errors.from_status(status, self.last_error())
+
+
+def candidate_paths() -> list[str]:
+    """Where the library is looked for, in order."""
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.join(here, LIBRARY_NAME)]
+
+
+_lock = threading.Lock()
+_lib: Library | None = None
+
+
+def load() -> Library:
+    """The library, loaded on first use (raises LibraryError with the paths tried)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            tried = []
+            for path in candidate_paths():
+                if not os.path.exists(path):
+                    tried.append(f"{path} (missing)")
+                    continue
+                try:
+                    _lib = Library(path)
+                    break
+                except OSError as e:
+                    tried.append(f"{path} ({e})")
+            if _lib is None:
+                raise errors.LibraryError(
+                    "cannot load libpycutlass_rt.so; tried: " + "; ".join(tried) +
+                    f". Build and install the package (pip install .), or set {LIBRARY_ENV} "
+                    "to the library's path")
+    return _lib
