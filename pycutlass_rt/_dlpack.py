@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from . import errors
-from ._lib import STREAM_FROM_PRODUCER
+from ._lib import STREAM_FROM_PRODUCER, DLTensor
 
 _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
@@ -104,16 +104,8 @@ def _framework_stream(obj: Any) -> int | None:
 
 # ---- __cuda_array_interface__ ----------------------------------------------------
 
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
-                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
-                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
 class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
                 ("deleter", ctypes.c_void_p)]
 
 

@@ -9,6 +9,7 @@ a failure then says which paths were tried and which variable overrides them
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import threading
 from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_size_t, c_void_p, py_object
@@ -19,6 +20,15 @@ ABI_VERSION = 1  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
 LIBRARY_ENV = "PYCUTLASS_RT_LIBRARY"
 LIBRARY_NAME = "libpycutlass_rt.so"
 STREAM_FROM_PRODUCER = 1  # PCR_STREAM_FROM_PRODUCER
+
+
+class DLTensor(ctypes.Structure):
+    """DLPack's DLTensor (the ABI's tensor view)."""
+
+    _fields_ = [("data", c_void_p), ("device_type", c_int32), ("device_id", c_int32),
+                ("ndim", c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", POINTER(ctypes.c_int64)),
+                ("strides", POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
 class KernelDesc(ctypes.Structure):
@@ -77,6 +87,14 @@ _SIGNATURES = {
     "pcr_device_cc": (False, c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
     # int pcr_pointer_device(const void* ptr, int32_t* device);
     "pcr_pointer_device": (False, c_int, [c_void_p, POINTER(c_int32)]),
+    # int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+    #                  const DLTensor* d, double alpha, double beta, pcr_problem* out);
+    "pcr_describe": (False, c_int, [POINTER(DLTensor)] * 4 + [c_double, c_double,
+                                                               POINTER(Problem)]),
+    # int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+    #              double alpha, double beta, int32_t kernel, void* stream, pcr_problem* problem);
+    "pcr_gemm": (False, c_int, [POINTER(DLTensor)] * 4 + [c_double, c_double, c_int32,
+                                                           c_void_p, POINTER(Problem)]),
     # int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
     "pcr_select_put": (False, c_int, [POINTER(Problem), POINTER(c_int32), c_int32]),
     # int pcr_select_clear(void);
@@ -100,7 +118,13 @@ class Library:
         cdll = ctypes.CDLL(path)
         pydll = ctypes.PyDLL(path)
         for name, (with_gil, restype, argtypes) in _SIGNATURES.items():
-            fn = getattr(pydll if with_gil else cdll, name)
+            try:
+                fn = getattr(pydll if with_gil else cdll, name)
+            except AttributeError:
+                raise errors.LibraryError(
+                    f"{path} lacks {name}(): it was built from another version of "
+                    f"pycutlass_rt; rebuild it, or point {LIBRARY_ENV} at a matching build"
+                ) from None
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)
@@ -126,7 +150,11 @@ def candidate_paths() -> list[str]:
     if env:
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.join(here, LIBRARY_NAME)]
+    paths = [os.path.join(here, LIBRARY_NAME)]
+    # A source checkout: the library scikit-build-core left in build/<wheel tag>/.
+    built = glob.glob(os.path.join(os.path.dirname(here), "build", "*", LIBRARY_NAME))
+    paths += sorted(built, key=os.path.getmtime, reverse=True)
+    return paths
 
 
 _lock = threading.Lock()

@@ -80,14 +80,14 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
     m->s1 = 1;
   }
   // A size-1 dimension is never stepped over: its stride carries no information.
-  if (m->rows == 1) m->s0 = std::max<int64_t>(m->cols, 1);
-  if (m->cols == 1) m->s1 = 1;
+  if (m->rows == 1) m->s0 = 0;
+  if (m->cols == 1) m->s1 = 0;
   if (m->s0 < 0 || m->s1 < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "%s has a negative stride (%" PRId64 ", %" PRId64
                      "); flipped views are not supported: make it contiguous first",
-                     name, m->s0, m->s1);
-  if ((m->s0 == 0 || m->s1 == 0) && !allow_zero_stride && m->rows * m->cols > 1)
+                     name, t->strides[0], t->strides[1]);
+  if (((m->rows > 1 && m->s0 == 0) || (m->cols > 1 && m->s1 == 0)) && !allow_zero_stride)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "%s has a zero stride (a broadcast view, strides %" PRId64 ", %" PRId64
                      "); materialize it first (e.g. .contiguous())",
@@ -106,18 +106,22 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
 }
 
 // Row-major if the column stride is 1 (leading dimension s0), else column-major if the
-// row stride is 1 (leading dimension s1). Returns false if neither holds.
+// row stride is 1 (leading dimension s1); a size-1 dimension fits either. Returns false
+// if neither holds or rows would overlap.
 bool layout_of(const Matrix& m, int* layout, int64_t* ld) {
-  bool row_ok = m.s1 == 1 && m.s0 >= std::max<int64_t>(m.cols, 1);
-  bool col_ok = m.s0 == 1 && m.s1 >= std::max<int64_t>(m.rows, 1);
+  const int64_t row_ld = m.rows == 1 ? std::max<int64_t>(m.cols, 1) : m.s0;
+  const int64_t col_ld = m.cols == 1 ? std::max<int64_t>(m.rows, 1) : m.s1;
+  const bool row_ok = (m.s1 == 1 || m.cols <= 1) && row_ld >= std::max<int64_t>(m.cols, 1);
+  const bool col_ok = (m.s0 == 1 || m.rows <= 1) && col_ld >= std::max<int64_t>(m.rows, 1);
+  // Prefer row-major unless the matrix is a single column (then column-major is natural).
   if (row_ok && (!col_ok || m.cols > 1 || m.rows == 1)) {
     *layout = PCR_ROW_MAJOR;
-    *ld = m.s0;
+    *ld = row_ld;
     return true;
   }
   if (col_ok) {
     *layout = PCR_COL_MAJOR;
-    *ld = m.s1;
+    *ld = col_ld;
     return true;
   }
   return false;

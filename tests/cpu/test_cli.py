@@ -1,0 +1,31 @@
+"""python -m pycutlass_rt info / demo, without a GPU."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "pycutlass_rt", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_info_json():
+    r = run("info", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["abi"] == 1 and info["kernels"] and info["build"]["catalog"]["families"]
+    assert sum(len(v) for v in info["kernels"].values()) == info["build"]["kernels"]
+
+
+def test_info_text():
+    r = run("info")
+    assert r.returncode == 0 and "pycutlass_rt" in r.stdout and "kernels" in r.stdout
+
+
+def test_demo_without_gpu_says_what_is_missing(has_gpu):
+    if has_gpu:
+        pytest.skip("GPU present: demo runs for real (tests/gpu)")
+    r = run("demo")
+    assert r.returncode != 0 and "needs an NVIDIA GPU" in r.stderr

@@ -1,0 +1,129 @@
+"""The loader, the ABI header against the ctypes layer, and the registry in the binary."""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import catalog
+import pycutlass_rt as pcr
+from pycutlass_rt import _lib, errors
+
+HEADER = os.path.join(os.path.dirname(catalog.__file__), "include", "pycutlass_rt.h")
+
+
+def header_text():
+    with open(HEADER) as f:
+        return f.read()
+
+
+def c_struct_fields(name):
+    body = dict((n, b) for b, n in re.findall(r"typedef struct \{([^{}]*)\} (\w+);", header_text()))[name]
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        ctype, names = re.match(r"((?:const )?\w+\*?)\s+(.*)", decl).groups()
+        fields += [(n.strip().lstrip("*"), ctype) for n in names.split(",")]
+    return fields
+
+
+CTYPE = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "const char*": ctypes.c_char_p}
+
+
+@pytest.mark.parametrize("cname,pystruct", [("pcr_problem", _lib.Problem),
+                                            ("pcr_kernel_desc", _lib.KernelDesc)])
+def test_structs_match_header(cname, pystruct):
+    assert [(n, CTYPE[t]) for n, t in c_struct_fields(cname)] == list(pystruct._fields_)
+
+
+def test_status_codes_match_header():
+    codes = dict(re.findall(r"\b(PCR_(?:ERR_\w+|OK|NEED_SELECTION))\s*=\s*(\d+)", header_text()))
+    assert codes, "no status codes found"
+    for cname, value in codes.items():
+        assert getattr(errors, cname[4:]) == int(value), cname
+
+
+def test_every_abi_function_is_bound():
+    declared = set(re.findall(r"PCR_API [\w\s\*]+?\b(pcr_\w+)\(", header_text()))
+    assert declared == set(_lib._SIGNATURES)
+    assert int(re.search(r"#define PCR_ABI_VERSION (\d+)", header_text()).group(1)) == _lib.ABI_VERSION
+
+
+def test_loads_and_reports(lib):
+    assert lib.pcr_abi_version() == _lib.ABI_VERSION
+    info = pcr.info()
+    assert info["abi"] == _lib.ABI_VERSION and info["build"]["kernels"] == len(pcr.kernels())
+    assert info["runtime_version"]
+
+
+def test_registry_matches_catalogue(lib):
+    by_name = {k.name: k for k in catalog.catalogue()}
+    kernels = pcr.kernels()
+    assert kernels, "the build holds no kernels"
+    for k in kernels:
+        rec = by_name[k.name]  # every built kernel is a catalogue record
+        assert k.family == int(rec.family[2:])
+        assert k.layout == rec.layout and k.tile == rec.tile
+        assert (k.dtype_a, k.dtype_d) == ({"f16": "float16", "bf16": "bfloat16"}[rec.a],
+                                          {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}[rec.d])
+        assert k.align[:2] == (rec.align, rec.align) and k.align[2] == rec.align_c
+        if rec.family == "sm90":
+            assert k.cluster == rec.cluster and k.schedule == {"coop": "cooperative"}.get(rec.schedule, rec.schedule)
+        else:
+            assert k.stages == rec.stages and k.schedule == rec.schedule
+
+
+def test_kernel_find(lib):
+    k = pcr.kernels()[0]
+    idx = ctypes.c_int32()
+    assert lib.pcr_kernel_find(k.name.encode(), ctypes.byref(idx)) == 0 and idx.value == k.index
+    assert lib.pcr_kernel_find(b"nope", ctypes.byref(idx)) == errors.ERR_KERNEL_NOT_FOUND
+    assert "nope" in lib.last_error()
+    with pytest.raises(pcr.KernelNotFoundError, match="did you mean"):
+        pcr._kernels.by_name(k.name[:-1])
+
+
+@pytest.mark.skipif(not shutil.which("nm"), reason="nm not installed")
+def test_exports_only_the_abi(lib):
+    out = subprocess.run(["nm", "-D", "--defined-only", lib.path], capture_output=True,
+                         text=True, check=True).stdout
+    syms = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    assert syms and all(s.startswith("pcr_") for s in syms), [s for s in syms if not s.startswith("pcr_")]
+
+
+def run_py(code, **env):
+    full = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full)
+
+
+def test_missing_library_is_a_clear_error():
+    r = run_py("import pycutlass_rt as p\ntry:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
+               PYCUTLASS_RT_LIBRARY="/nonexistent/libpycutlass_rt.so")
+    assert "ERR" in r.stdout and "/nonexistent/libpycutlass_rt.so (missing)" in r.stdout
+    assert "PYCUTLASS_RT_LIBRARY" in r.stdout
+
+
+def test_corrupt_library_is_a_clear_error(tmp_path):
+    bad = tmp_path / "libpycutlass_rt.so"
+    bad.write_bytes(b"\x7fELF garbage")
+    r = run_py("import pycutlass_rt as p\ntry:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
+               PYCUTLASS_RT_LIBRARY=str(bad))
+    assert "ERR" in r.stdout and str(bad) in r.stdout
+
+
+def test_abi_mismatch_is_a_clear_error(lib):
+    r = run_py("import pycutlass_rt as p\nfrom pycutlass_rt import _lib\n_lib.ABI_VERSION = 999\n"
+               "try:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
+               PYCUTLASS_RT_LIBRARY=lib.path)
+    assert "ERR" in r.stdout and "ABI version 1" in r.stdout and "expects 999" in r.stdout
+
+
+def test_import_never_needs_the_library():
+    r = run_py("import pycutlass_rt; print('imported')", PYCUTLASS_RT_LIBRARY="/nonexistent.so")
+    assert r.returncode == 0 and "imported" in r.stdout

@@ -1,0 +1,296 @@
+"""Front-door checks on host arrays: DLPack parsing, canonical form, and every error path.
+
+Everything here is decided before any device work, so it runs without a GPU; a valid
+call then needs the GPU (NoDeviceError here, a result on a GPU machine).
+"""
+import ctypes
+
+import numpy as np
+import pytest
+
+import pycutlass_rt as pcr
+from pycutlass_rt import _dlpack, _lib, errors
+
+F16 = np.float16
+
+
+def mats(m=4, n=6, k=8, dtype=F16):
+    rng = np.random.default_rng(0)
+    return (rng.integers(-4, 5, (m, k)).astype(dtype), rng.integers(-4, 5, (k, n)).astype(dtype),
+            np.zeros((m, n), dtype))
+
+
+def describe(lib, a, b, c, d, alpha=1.0, beta=0.0):
+    """(status, problem) from the C describe step; NO_DEVICE still fills the problem."""
+    objs, _, _, keep = _dlpack.prepare((a, b, c, d), "abcd", None, None)
+    p = _lib.Problem()
+    st = lib.pcr_py_describe(*objs, alpha, beta, ctypes.byref(p))
+    return st, p
+
+
+def expect_valid(lib, *args, **kw):
+    st, p = describe(lib, *args, **kw)
+    assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
+    return p
+
+
+@pytest.mark.parametrize("la,lb,ld,expect", [
+    ("r", "r", "r", (0, 0, 0)),   # tt
+    ("r", "c", "r", (0, 1, 0)),   # tn
+    ("c", "r", "r", (1, 0, 0)),   # nt
+    ("c", "c", "r", (1, 1, 0)),   # nn
+    ("r", "r", "c", (1, 1, 1)),   # column-major d: D^T = B^T A^T
+    ("c", "c", "c", (0, 0, 1)),
+])
+def test_canonical_layouts(lib, la, lb, ld, expect):
+    a, b, d = mats()
+    conv = lambda x, l: x if l == "r" else np.asfortranarray(x)  # noqa: E731
+    p = expect_valid(lib, conv(a, la), conv(b, lb), None, conv(d, ld))
+    assert (p.layout_a, p.layout_b, p.transposed) == expect
+    m, n = (4, 6) if not p.transposed else (6, 4)
+    assert (p.m, p.n, p.k) == (m, n, 8)
+
+
+def test_padded_and_sliced_views(lib):
+    big = np.zeros((16, 40), F16)
+    a = big[:4, :8]        # leading dimension 40
+    b = np.zeros((8, 32), F16)[:, 3:9]  # shifted pointer: 6 bytes off 16
+    d = np.zeros((4, 16), F16)[:, :6]
+    p = expect_valid(lib, a, b, None, d)
+    assert p.align_a == 16 and p.align_b == 2 and p.align_d == 4
+
+
+def test_alignment_of_odd_sizes(lib):
+    a, b, d = mats(127, 1000, 4097)
+    p = expect_valid(lib, a, b, None, d)
+    assert p.align_a == 2 and p.align_b == 16 and p.align_d == 16
+
+
+def test_size_one_dims_take_any_stride(lib):
+    a = np.zeros((1, 8), F16)
+    a_odd = np.lib.stride_tricks.as_strided(a, (1, 8), (12345, 2))
+    b = np.zeros((8, 1), F16)
+    b_odd = np.lib.stride_tricks.as_strided(b, (8, 1), (2, 999))
+    d = np.zeros((1, 1), F16)
+    p = expect_valid(lib, a_odd, b_odd, None, d)
+    assert (p.m, p.n, p.k) == (1, 1, 8)
+
+
+def test_strided_vector_is_column_major(lib):
+    # a 1 x K view with element stride 2 has no unit stride along K, but is a valid
+    # column-major matrix with leading dimension 2
+    a = np.zeros((1, 16), F16)[:, ::2]
+    _, b, d = mats(1, 6, 8)
+    p = expect_valid(lib, a, b, None, d)
+    assert p.layout_a == 1
+
+
+@pytest.mark.parametrize("beta,c_kind,mode", [
+    (0.0, None, 0), (1.0, "same", 1), (1.0, "is_d", 1), (1.0, "col", 2), (1.0, "f32", 2),
+    (1.0, "broadcast", 2), (0.0, "same", 0)])
+def test_c_modes(lib, beta, c_kind, mode):
+    a, b, d = mats()
+    c = {None: None, "same": np.ones_like(d), "is_d": d, "col": np.asfortranarray(np.ones_like(d)),
+         "f32": np.ones(d.shape, np.float32),
+         "broadcast": np.broadcast_to(np.ones((1, 6), F16), (4, 6))}[c_kind]
+    p = expect_valid(lib, a, b, c, d, beta=beta)
+    assert p.c_mode == mode
+
+
+def err(exc, match, *args, **kw):
+    with pytest.raises(exc, match=match):
+        pcr.gemm(*args, **kw)
+
+
+def test_shape_and_rank_errors():
+    a, b, d = mats()
+    err(pcr.InvalidArgumentError, "shape mismatch", a, b.T, None, d)
+    err(pcr.InvalidArgumentError, "shape mismatch", a, b, None, d[:3])
+    err(pcr.InvalidArgumentError, "c is 3x6 but d is 4x6", a, b, np.zeros((3, 6), F16), d, beta=1.0)
+    err(pcr.InvalidArgumentError, "2-D matrix", a[None], b, None, d)
+    err(pcr.InvalidArgumentError, "2-D matrix", a, b, None, np.zeros(24, F16))
+
+
+def test_stride_errors():
+    a, b, d = mats()
+    err(pcr.InvalidArgumentError, "negative stride", a[:, ::-1], b, None, d)
+    err(pcr.InvalidArgumentError, "negative stride", a, b[::-1], None, d)
+    err(pcr.InvalidArgumentError, "zero stride", np.broadcast_to(a[:1], a.shape), b, None, d)
+    no_unit = np.lib.stride_tricks.as_strided(np.zeros(256, F16), (4, 8), (32, 4))
+    err(pcr.InvalidArgumentError, "neither row- nor column-major", no_unit, b, None, d)
+    rows_overlap = np.lib.stride_tricks.as_strided(np.zeros(256, F16), (4, 8), (8, 2))
+    err(pcr.InvalidArgumentError, "neither row- nor column-major", rows_overlap, b, None, d)
+    err(pcr.InvalidArgumentError, "neither row- nor column-major", a, b, None, np.zeros((8, 12), F16)[::2, ::2])
+
+
+def test_dtype_errors():
+    a, b, d = mats()
+    err(pcr.DTypeError, "dtype pycutlass_rt does not handle", a.astype(np.int16), b.astype(np.int16), None, d)
+    err(pcr.UnsupportedError, "must share a dtype", a, b.astype(np.float32), None, d)
+    with pytest.raises(pcr.UnsupportedError, match="available: .*float16 x float16 -> float16"):
+        pcr.gemm(a, b, None, d.astype(np.float64))
+    err(pcr.DTypeError, "not a tensor", [[1.0]], b, None, d)
+    err(TypeError, "not a tensor", a, "b", None, d)
+
+
+@pytest.mark.parametrize("bad", ["1", 1j, None, True, [1.0]])
+def test_bad_scalars(bad):
+    a, b, d = mats()
+    err(pcr.DTypeError, "alpha must be a real number", a, b, None, d, alpha=bad)
+    err(pcr.DTypeError, "beta must be a real number", a, b, None, d, beta=bad)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_scalars(bad):
+    a, b, d = mats()
+    err(pcr.InvalidArgumentError, "finite", a, b, None, d, alpha=bad)
+
+
+def test_beta_without_c():
+    a, b, d = mats()
+    err(pcr.InvalidArgumentError, "c is None but beta", a, b, None, d, beta=0.5)
+
+
+def test_read_only_output_and_inputs():
+    a, b, d = mats()
+    ro = d.copy()
+    ro.flags.writeable = False
+    err(pcr.ReadOnlyError, "d is read-only", a, b, None, ro)
+    a.flags.writeable = False  # read-only inputs are fine
+    try:
+        pcr.gemm(a, b, None, d)
+    except pcr.NoDeviceError:
+        pass
+
+
+def test_aliasing():
+    a, b, d = mats(6, 6, 6)
+    err(pcr.OverlapError, "d overlaps a", a, b, None, a)
+    err(pcr.OverlapError, "d overlaps b", a, b, None, b)
+    buf = np.zeros((4, 12), F16)
+    err(pcr.OverlapError, "c overlaps d", a[:4], b, buf[:, 1:7], buf[:, :6], beta=1.0)
+
+
+def test_host_mixed_with_device_is_rejected(lib):
+    a, b, d = mats()
+    a_cap = a.__dlpack__()
+    # a fake CUDA operand built through the __cuda_array_interface__ path
+    class FakeCuda:
+        __cuda_array_interface__ = {"shape": (8, 6), "typestr": "<f2", "data": (b.ctypes.data, False),
+                                    "version": 3, "strides": None}
+    objs = [a_cap, None, None, d.__dlpack__()]
+    cap, keep = _dlpack.cai_capsule(FakeCuda(), "b", lambda ptr: 0)
+    objs[1] = cap
+    st = lib.pcr_py_gemm(*objs, 1.0, 0.0, -1, 0, 0, None)
+    assert st == errors.ERR_DEVICE_MISMATCH and "host" in lib.last_error()
+
+
+def test_cuda_array_interface_is_parsed(lib):
+    a, b, d = mats()
+
+    class Cai:
+        def __init__(self, arr, strides=None):
+            self.__cuda_array_interface__ = {"shape": arr.shape, "typestr": "<f2",
+                                             "data": (arr.ctypes.data, False), "version": 3,
+                                             "strides": strides}
+    caps, keep = zip(*[_dlpack.cai_capsule(Cai(x), n, lambda p: 0) for x, n in
+                       ((a, "a"), (b, "b"), (d, "d"))])
+    p = _lib.Problem()
+    st = lib.pcr_py_describe(caps[0], caps[1], None, caps[2], 1.0, 0.0, ctypes.byref(p))
+    assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
+    assert (p.m, p.n, p.k, p.layout_a) == (4, 6, 8, 0)
+    cap_t, _ = _dlpack.cai_capsule(Cai(a, strides=(2, 16)), "a", lambda p: 0)  # column-major view
+    assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, ctypes.byref(p)) in (0, errors.ERR_NO_DEVICE)
+    assert p.layout_a == 1
+    with pytest.raises(pcr.DTypeError, match="not supported"):
+        _dlpack.cai_capsule(type("X", (), {"__cuda_array_interface__": {
+            "shape": (1,), "typestr": "<c8", "data": (0, False), "version": 3}})(), "a", None)
+
+
+def test_capsules_are_read_once_and_consumed_ones_rejected(lib):
+    a, b, d = mats()
+    cap = a.__dlpack__(max_version=(1, 0))
+    ctypes.pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    ctypes.pythonapi.PyCapsule_SetName(cap, b"used_dltensor_versioned")
+    st = lib.pcr_py_gemm(cap, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, -1, 0, 0, None)
+    assert st == errors.ERR_INVALID_ARGUMENT and "already consumed" in lib.last_error()
+    # an unconsumed capsule passed by the user is left for its destructor (deleter runs once)
+    cap = a.__dlpack__()
+    pcr_call = lambda: pcr.gemm(cap, b, None, d)  # noqa: E731
+    for _ in range(2):
+        try:
+            pcr_call()
+        except pcr.NoDeviceError:
+            pass
+
+
+def test_unknown_kernel_name():
+    a, b, d = mats()
+    err(pcr.KernelNotFoundError, "no kernel named 'nope'", a, b, None, d, kernel="nope")
+    err(pcr.DTypeError, "kernel must be a kernel name", a, b, None, d, kernel=3)
+
+
+def test_stream_handles():
+    class Proto:
+        def __cuda_stream__(self):
+            return (0, 1234)
+    class Torchish:
+        cuda_stream = 77
+    class Cupyish:
+        ptr = 99
+    assert _dlpack.stream_handle(5) == 5
+    assert _dlpack.stream_handle(Proto()) == 1234
+    assert _dlpack.stream_handle(Torchish()) == 77
+    assert _dlpack.stream_handle(Cupyish()) == 99
+    assert _dlpack.dlpack_stream_code(0) == 1 and _dlpack.dlpack_stream_code(42) == 42
+    with pytest.raises(pcr.DTypeError):
+        _dlpack.stream_handle("default")
+    with pytest.raises(pcr.InvalidArgumentError):
+        _dlpack.stream_handle(-3)
+
+
+def test_valid_call_without_gpu_raises_no_device(has_gpu):
+    if has_gpu:
+        pytest.skip("a GPU is present: tests/gpu covers valid calls")
+    a, b, d = mats()
+    with pytest.raises(pcr.NoDeviceError, match="no NVIDIA driver|no usable CUDA device"):
+        pcr.gemm(a, b, None, d)
+    with pytest.raises(pcr.NoDeviceError):
+        pcr.explain(a, b, None, d)
+
+
+def test_exception_hierarchy():
+    assert issubclass(pcr.InvalidArgumentError, ValueError) and issubclass(pcr.DTypeError, TypeError)
+    assert issubclass(pcr.UnsupportedError, NotImplementedError)
+    assert issubclass(pcr.NoKernelForArchError, pcr.UnsupportedError)
+    for status in range(1, 14):
+        e = errors.from_status(status, "msg")
+        assert isinstance(e, pcr.Error) and e.status == status
+    e = errors.from_status(errors.ERR_CUDA, "launch: cudaErrorLaunchFailure (unspecified)")
+    assert isinstance(e, pcr.CudaError) and e.cuda_error == "cudaErrorLaunchFailure"
+
+
+def test_pure_c_entry_points(lib):
+    """pcr_describe / pcr_gemm on hand-built DLTensors (the ABI for non-Python callers)."""
+    a, b, d = mats(4, 6, 8)
+
+    def view(x, strides=None, shape=None):
+        t = _lib.DLTensor()
+        t.data, t.device_type, t.device_id, t.ndim = x.ctypes.data, 1, 0, 2
+        t.code, t.bits, t.lanes = 2, 16, 1
+        t.shape = (ctypes.c_int64 * 2)(*(shape or x.shape))
+        t.strides = (ctypes.c_int64 * 2)(*strides) if strides else None
+        t._keep = (t.shape, t.strides)
+        return t
+
+    p = _lib.Problem()
+    st = lib.pcr_describe(view(a), view(b), None, view(d), 1.0, 0.0, ctypes.byref(p))
+    assert st in (0, errors.ERR_NO_DEVICE) and (p.m, p.n, p.k) == (4, 6, 8)
+    # strides given explicitly, in elements: b read as column-major through its transpose
+    bt = np.ascontiguousarray(b.T)
+    st = lib.pcr_describe(view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, ctypes.byref(p))
+    assert st in (0, errors.ERR_NO_DEVICE) and p.layout_b == 1
+    st = lib.pcr_gemm(view(a), view(b), None, None, 1.0, 0.0, -1, None, None)
+    assert st == errors.ERR_INVALID_ARGUMENT and "required" in lib.last_error()
+    st = lib.pcr_gemm(view(a), view(b), None, view(d), 1.0, 0.0, 10 ** 6, None, None)
+    assert st in (errors.ERR_KERNEL_NOT_FOUND, errors.ERR_NO_DEVICE)

@@ -1,0 +1,19 @@
+"""GPU tests: skipped, with the reason, where no GPU (or no torch) is usable."""
+import pytest
+
+from helpers import gpu_reason
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = gpu_reason()
+    if reason is None:
+        try:
+            import torch
+            if not torch.cuda.is_available():
+                reason = "torch sees no CUDA device"
+        except ImportError:
+            reason = "the GPU suite uses torch for references and tensors; torch is not installed"
+    if reason:
+        for item in items:
+            if "tests/gpu" in str(item.fspath).replace("\\", "/"):
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,127 @@
+"""Every kernel of the build that runs on this GPU, forced by name, against an fp64 reference.
+
+Integer-valued inputs in [-4, 4] give exact products (fp32 accumulation is exact at these
+sizes), so the output must equal the reference rounded to D's dtype bit for bit; random
+inputs are checked with per-dtype tolerances. D starts as NaN so unwritten elements show.
+"""
+import ctypes
+import math
+
+import pytest
+
+import pycutlass_rt as pcr
+
+torch = pytest.importorskip("torch")
+
+TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
+
+
+def runnable_kernels():
+    try:
+        lib = pcr._lib.load()
+        if not pcr.info()["devices"]:
+            return []
+    except pcr.Error:
+        return []
+    out = []
+    for k in pcr.kernels():
+        runs = ctypes.c_int32()
+        if lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) == 0 and runs.value:
+            out.append(k.name)
+    return out
+
+
+KERNELS = runnable_kernels()
+
+
+def matrix(rows, cols, layout, dtype, integer, pad=0):
+    """rows x cols with the given layout ('t' row-major, 'n' column-major), optionally padded."""
+    shape = (rows, cols + pad) if layout == "t" else (cols, rows + pad)
+    if integer:
+        x = torch.randint(-4, 5, shape, device="cuda").to(dtype)
+    else:
+        x = (torch.rand(shape, device="cuda") * 2 - 1).to(dtype)
+    x = x[:, :cols] if layout == "t" else x[:, :rows].t()
+    return x
+
+
+def shapes_for(k):
+    """Sizes around the kernel's tile and the GPU's wave, rounded where alignment demands."""
+    tm, tn, tk = k.tile
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    side = int(math.sqrt(sms))
+    raw = [(1, 8, 8), (tm + 1, tn - 1, tk + 1), (tm - 1, tn + 1, 2 * tk - 1),
+           (tm * side // 2, tn * side, 3 * tk), (int(tm * side * 1.25), tn * side, tk),
+           (int(tm * side * 2.5), tn * side // 2, 2 * tk + 3)]
+    a_al, b_al, d_al = k.align
+    out = []
+    for m, n, kk in raw:
+        # the contiguous extent of each operand must be a multiple of its alignment
+        if k.layout[0] == "t":
+            kk = -(-kk // a_al) * a_al
+        else:
+            m = -(-m // a_al) * a_al
+        if k.layout[1] == "n":
+            kk = -(-kk // b_al) * b_al
+        else:
+            n = -(-n // b_al) * b_al
+        n = -(-n // d_al) * d_al
+        out.append((m, n, kk))
+    return out
+
+
+def reference(a, b, c, alpha, beta):
+    ref = alpha * (a.double() @ b.double())
+    if c is not None and beta != 0:
+        ref += beta * c.double()
+    return ref
+
+
+def check(d, ref, exact, what):
+    assert not torch.isnan(d).any(), f"{what}: unwritten (NaN) elements"
+    if exact:
+        want = ref.to(d.dtype)
+        bad = (d != want).sum().item()
+        assert bad == 0, f"{what}: {bad} elements differ from the exact result"
+    else:
+        err = ((d.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+        assert err <= TOL[d.dtype], f"{what}: relative error {err:.2e}"
+
+
+@pytest.mark.skipif(not KERNELS, reason="no kernel of this build runs on this GPU")
+@pytest.mark.parametrize("name", KERNELS)
+def test_kernel(name):
+    k = pcr._kernels.by_name(name)
+    in_dt, out_dt = TORCH_DTYPE[k.dtype_a], TORCH_DTYPE[k.dtype_d]
+    for i, (m, n, kk) in enumerate(shapes_for(k)):
+        integer = i % 2 == 0
+        a = matrix(m, kk, k.layout[0], in_dt, integer)
+        b = matrix(kk, n, k.layout[1], in_dt, integer)
+        c = matrix(m, n, "t", out_dt, integer)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
+        alpha, beta = [(1.0, 0.0), (0.5, 2.0), (1.0, 1.0), (-1.5, 0.25)][i % 4]
+        pcr.gemm(a, b, c, d, alpha, beta, kernel=name)
+        torch.cuda.synchronize()
+        check(d, reference(a, b, c, alpha, beta), integer and alpha * 4 == int(alpha * 4),
+              f"{name} {m}x{n}x{kk} alpha={alpha} beta={beta}")
+
+
+@pytest.mark.skipif(not KERNELS, reason="no kernel of this build runs on this GPU")
+@pytest.mark.parametrize("name", KERNELS)
+def test_kernel_c_is_d_and_k_zero(name):
+    k = pcr._kernels.by_name(name)
+    in_dt, out_dt = TORCH_DTYPE[k.dtype_a], TORCH_DTYPE[k.dtype_d]
+    m, n, kk = shapes_for(k)[1]
+    a = matrix(m, kk, k.layout[0], in_dt, True)
+    b = matrix(kk, n, k.layout[1], in_dt, True)
+    d = matrix(m, n, "t", out_dt, True)
+    ref = reference(a, b, d, 1.0, 1.0)
+    pcr.gemm(a, b, d, d, 1.0, 1.0, kernel=name)
+    check(d, ref, True, f"{name} c is d")
+    a0 = matrix(m, 0, "t", in_dt, True)
+    b0 = matrix(0, n, "t", in_dt, True)
+    c = matrix(m, n, "t", out_dt, True)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
+    pcr.gemm(a0, b0, c, d, 1.0, -2.0, kernel=name)
+    check(d, -2.0 * c.double(), True, f"{name} K=0")
