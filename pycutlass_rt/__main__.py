@@ -11,11 +11,17 @@ import numpy as np
 import pycutlass_rt as pcr
 
 
-def cmd_info(args) -> int:
+def _info_or_none(cmd: str):
     try:
-        info = pcr.info()
+        return pcr.info()
     except pcr.LibraryError as e:
-        print(f"pycutlass_rt {pcr.__version__}: {e}", file=sys.stderr)
+        print(f"{cmd}: {e}", file=sys.stderr)
+        return None
+
+
+def cmd_info(args) -> int:
+    info = _info_or_none("info")
+    if info is None:
         return 1
     if args.json:
         print(json.dumps(info, indent=2))
@@ -65,10 +71,8 @@ def _time_pair(run_a, run_b, sync, reps=20):
 
 
 def cmd_demo(args) -> int:
-    try:
-        info = pcr.info()
-    except pcr.LibraryError as e:
-        print(f"demo: {e}", file=sys.stderr)
+    info = _info_or_none("demo")
+    if info is None:
         return 1
     if not info["devices"]:
         print("demo: needs an NVIDIA GPU with its driver; none is usable here:\n  "

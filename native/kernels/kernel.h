@@ -43,6 +43,12 @@ struct KernelOps {
   const void* (*device_function)();
 };
 
+// The KernelOps of a family template instantiation (static members of the same names).
+template <class Op>
+constexpr KernelOps ops_of() {
+  return {&Op::can_implement, &Op::workspace_size, &Op::run, &Op::device_function};
+}
+
 struct KernelEntry {
   pcr_kernel_desc info;
   KernelOps ops;

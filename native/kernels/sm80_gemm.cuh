@@ -61,10 +61,6 @@ struct Gemm {
     }
     return PCR_OK;
   }
-
-  static constexpr KernelOps ops() {
-    return {&can_implement, &workspace_size, &run, &device_function};
-  }
 };
 
 }  // namespace pcr::sm80

@@ -109,10 +109,6 @@ struct Gemm {
     }
     return PCR_OK;
   }
-
-  static constexpr KernelOps ops() {
-    return {&can_implement, &workspace_size, &run, &device_function};
-  }
 };
 
 }  // namespace pcr::sm90

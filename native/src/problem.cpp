@@ -357,6 +357,9 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
                      kd.name, dtype_name(kd.dtype_a), dtype_name(kd.dtype_b),
                      dtype_name(kd.dtype_d), dtype_name(p.dtype_a), dtype_name(p.dtype_b),
                      dtype_name(p.dtype_d));
+  // An empty problem launches no kernel (d = beta * c at most): any kernel of these
+  // dtypes may be named for it.
+  if (p.m == 0 || p.n == 0 || p.k == 0) return PCR_OK;
   if (kd.layout_a != p.layout_a || kd.layout_b != p.layout_b) {
     auto L = [](int l) { return l == PCR_ROW_MAJOR ? 't' : 'n'; };
     return set_error(PCR_ERR_UNSUPPORTED,
@@ -385,7 +388,7 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
       return set_error(PCR_ERR_UNSUPPORTED, "%s has no image for this GPU (compute %d.%d)",
                        kd.name, p.cc / 10, p.cc % 10);
   }
-  if (bound && p.m > 0 && p.n > 0 && p.k > 0) {
+  if (bound) {
     GemmArgs g = gemm_args(p, *bound);
     int st = kKernels[k]->ops.can_implement(g);
     if (st != PCR_OK) {

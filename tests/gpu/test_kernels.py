@@ -51,7 +51,7 @@ def shapes_for(k):
     tm, tn, tk = k.tile
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     side = int(math.sqrt(sms))
-    raw = [(1, 8, 8), (tm + 1, tn - 1, tk + 1), (tm - 1, tn + 1, 2 * tk - 1),
+    raw = [(2, 8, 8), (tm + 1, tn - 1, tk + 1), (tm - 1, tn + 1, 2 * tk - 1),
            (tm * side // 2, tn * side, 3 * tk), (int(tm * side * 1.25), tn * side, tk),
            (int(tm * side * 2.5), tn * side // 2, 2 * tk + 3)]
     a_al, b_al, d_al = k.align
