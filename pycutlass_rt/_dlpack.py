@@ -154,6 +154,10 @@ def cai_capsule(obj: Any, name: str, device_of) -> tuple[Any, Any]:
 
 # ---- the per-call entry ------------------------------------------------------------
 
+#: frameworks whose arrays may be read but never written (their buffers are immutable)
+IMMUTABLE = ("jax", "jaxlib")
+
+
 def prepare(operands, names, stream, device_of):
     """Objects for the C call, the stream handle and flags, and values to keep alive.
 
@@ -179,6 +183,11 @@ def prepare(operands, names, stream, device_of):
         handle = handle or 0
     code = dlpack_stream_code(handle)
 
+    if kinds[3] == DLPACK and type(operands[3]).__module__.split(".", 1)[0] in IMMUTABLE:
+        raise errors.ReadOnlyError(
+            f"d is a {type(operands[3]).__qualname__} from {type(operands[3]).__module__}: "
+            "JAX arrays are immutable, so pycutlass_rt does not write into them; pass a "
+            "writable output (torch, cupy, numba, numpy) and view it with jax.dlpack")
     out, keep = [], []
     for x, kind, name in zip(operands, kinds, names):
         if kind == DLPACK:

@@ -20,6 +20,15 @@ def mats(m=4, n=6, k=8, dtype=F16):
             np.zeros((m, n), dtype))
 
 
+class _Cai:
+    """A minimal __cuda_array_interface__ producer over host memory (parsed, never run)."""
+
+    def __init__(self, arr, strides=None):
+        self.__cuda_array_interface__ = {"shape": arr.shape, "typestr": "<f2",
+                                         "data": (arr.ctypes.data, False), "version": 3,
+                                         "strides": strides}
+
+
 def describe(lib, a, b, c, d, alpha=1.0, beta=0.0):
     """(status, problem) from the C describe step; NO_DEVICE still fills the problem."""
     objs, _, _, keep = _dlpack.prepare((a, b, c, d), "abcd", None, None)
@@ -174,12 +183,9 @@ def test_aliasing():
 def test_host_mixed_with_device_is_rejected(lib):
     a, b, d = mats()
     a_cap = a.__dlpack__()
-    # a fake CUDA operand built through the __cuda_array_interface__ path
-    class FakeCuda:
-        __cuda_array_interface__ = {"shape": (8, 6), "typestr": "<f2", "data": (b.ctypes.data, False),
-                                    "version": 3, "strides": None}
+    # a CUDA operand built through the __cuda_array_interface__ path
     objs = [a_cap, None, None, d.__dlpack__()]
-    cap, keep = _dlpack.cai_capsule(FakeCuda(), "b", lambda ptr: 0)
+    cap, keep = _dlpack.cai_capsule(_Cai(b), "b", lambda ptr: 0)
     objs[1] = cap
     st = lib.pcr_py_gemm(*objs, 1.0, 0.0, -1, 0, 0, None)
     assert st == errors.ERR_DEVICE_MISMATCH and "host" in lib.last_error()
@@ -187,19 +193,13 @@ def test_host_mixed_with_device_is_rejected(lib):
 
 def test_cuda_array_interface_is_parsed(lib):
     a, b, d = mats()
-
-    class Cai:
-        def __init__(self, arr, strides=None):
-            self.__cuda_array_interface__ = {"shape": arr.shape, "typestr": "<f2",
-                                             "data": (arr.ctypes.data, False), "version": 3,
-                                             "strides": strides}
-    caps, keep = zip(*[_dlpack.cai_capsule(Cai(x), n, lambda p: 0) for x, n in
+    caps, keep = zip(*[_dlpack.cai_capsule(_Cai(x), n, lambda p: 0) for x, n in
                        ((a, "a"), (b, "b"), (d, "d"))])
     p = _lib.Problem()
     st = lib.pcr_py_describe(caps[0], caps[1], None, caps[2], 1.0, 0.0, ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
     assert (p.m, p.n, p.k, p.layout_a) == (4, 6, 8, 0)
-    cap_t, _ = _dlpack.cai_capsule(Cai(a, strides=(2, 16)), "a", lambda p: 0)  # column-major view
+    cap_t, _ = _dlpack.cai_capsule(_Cai(a, strides=(2, 16)), "a", lambda p: 0)  # column-major view
     assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, ctypes.byref(p)) in (0, errors.ERR_NO_DEVICE)
     assert p.layout_a == 1
     with pytest.raises(pcr.DTypeError, match="not supported"):
@@ -294,3 +294,27 @@ def test_pure_c_entry_points(lib):
     assert st == errors.ERR_INVALID_ARGUMENT and "required" in lib.last_error()
     st = lib.pcr_gemm(view(a), view(b), None, view(d), 1.0, 0.0, 10 ** 6, None, None)
     assert st in (errors.ERR_KERNEL_NOT_FOUND, errors.ERR_NO_DEVICE)
+
+
+def test_operands_on_two_gpus_are_rejected(lib):
+    a, b, d = mats()
+    caps = [_dlpack.cai_capsule(_Cai(x), n, lambda p, dev=dev: dev)
+            for x, n, dev in ((a, "a", 0), (b, "b", 1), (d, "d", 0))]
+    st = lib.pcr_py_gemm(caps[0][0], caps[1][0], None, caps[2][0], 1.0, 0.0, -1, 0, 0, None)
+    assert st == errors.ERR_DEVICE_MISMATCH
+    assert "b is on cuda:1 but d is on cuda:0" in lib.last_error()
+
+
+def test_jax_outputs_are_refused():
+    a, b, d = mats()
+
+    class Array:  # stands in for jax.Array: exports through __dlpack__, immutable
+        __module__ = "jaxlib._jax"
+
+        def __dlpack__(self, **kw):
+            return d.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    err(pcr.ReadOnlyError, "JAX arrays are immutable", a, b, None, Array())
