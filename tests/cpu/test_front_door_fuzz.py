@@ -174,7 +174,7 @@ def build(case):
         if v == "d" and case["c_form"] == "is_d":
             c, beta = None, 0.0
         msg = msg.format(v=v)
-    ref_inputs = (a, b, c, alpha, beta)
+    ref_inputs = (a, b, None if c is None else np.array(c), alpha, beta)  # c may be d: copy
     if fault is None and case["capsule_a"]:
         a = a.__dlpack__()  # a capsule is an operand too
     return (a, b, c, d, alpha, beta), kw, exc, msg, ref_inputs
