@@ -104,13 +104,13 @@ def cmd_demo(args) -> int:
             a = torch.rand(size, size, device="cuda", dtype=dtype) - 0.5
             b = torch.rand(size, size, device="cuda", dtype=dtype) - 0.5
             d = torch.empty(size, size, device="cuda", dtype=dtype)
-            ref = torch.empty_like(d)
+            ref = torch.empty_like(d)  # cuBLAS's output, for timing
             print(f"torch {str(dtype).split('.')[-1]} {size}^3:")
             print(f"  kernel: {pcr.explain(a, b, None, d).kernel}")
             pcr.gemm(a, b, None, d)
-            torch.mm(a, b, out=ref)
-            ok &= _check("vs torch.mm", d.float().cpu().numpy(),
-                         ref.double().cpu().numpy(), 1e-2)
+            rows = slice(0, 256)  # a band of rows keeps the numpy reference quick
+            ok &= _check("vs numpy (fp64, 256 rows)", d[rows].float().cpu().numpy(),
+                         a[rows].double().cpu().numpy() @ b.double().cpu().numpy(), 1e-2)
             t_pcr, t_torch = _time_pair(lambda: pcr.gemm(a, b, None, d),
                                         lambda: torch.mm(a, b, out=ref), torch.cuda.synchronize)
             print(f"  pycutlass_rt {flop / t_pcr / 1e12:7.1f} TFLOP/s   torch.mm (cuBLAS) "
@@ -128,8 +128,10 @@ def cmd_demo(args) -> int:
         d = cupy.empty((size, size), cupy.float16)
         print(f"cupy float16 {size}^3:")
         pcr.gemm(a, b, None, d)
-        ref = cupy.matmul(a, b)
-        ok &= _check("vs cupy.matmul", cupy.asnumpy(d), cupy.asnumpy(ref).astype(np.float64), 1e-2)
+        ref = cupy.empty_like(d)
+        ok &= _check("vs numpy (fp64, 256 rows)", cupy.asnumpy(d[:256]),
+                     cupy.asnumpy(a[:256]).astype(np.float64) @ cupy.asnumpy(b).astype(np.float64),
+                     1e-2)
         t_pcr, t_cp = _time_pair(lambda: pcr.gemm(a, b, None, d), lambda: cupy.matmul(a, b, out=ref),
                                  cupy.cuda.runtime.deviceSynchronize)
         print(f"  pycutlass_rt {2.0 * size ** 3 / t_pcr / 1e12:7.1f} TFLOP/s   cupy.matmul "
