@@ -122,7 +122,8 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
                                      len(ids)))
         st = lib.pcr_py_gemm(*objs, alpha, beta, kidx, flags, handle, None)
     if st:
-        raise errors.from_status(st, lib.last_error())
+        raise lib.error(st)
+    _lib.note_cuda_used()
     del keep
     return d
 
@@ -225,7 +226,9 @@ def info() -> dict:
     devices, device_error = [], None
     st = lib.pcr_device_count(ctypes.byref(count))
     if st:
-        device_error = lib.last_error()
+        device_error = str(lib.error(st))
+    else:
+        _lib.note_cuda_used()
     for i in range(count.value if not st else 0):
         name = ctypes.create_string_buffer(256)
         cc, sms = ctypes.c_int32(), ctypes.c_int32()

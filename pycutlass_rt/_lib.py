@@ -141,7 +141,34 @@ class Library:
     def check(self, status: int) -> None:
         """Raises the exception for a non-zero status."""
         if status:
-            raise errors.from_status(status, self.last_error())
+            raise self.error(status)
+
+    def error(self, status: int) -> errors.Error:
+        """The exception for a non-zero status, with the thread's message."""
+        message = self.last_error()
+        if _fork.forked_after_cuda and status in (errors.ERR_NO_DEVICE, errors.ERR_CUDA):
+            message += (" (this process was forked after its parent had used CUDA, which a "
+                        "forked child cannot do: start workers with the 'spawn' method)")
+        return errors.from_status(status, message)
+
+
+class _ForkState:
+    """Whether CUDA was used before this process was forked (CUDA cannot follow a fork)."""
+
+    cuda_used = False
+    forked_after_cuda = False
+
+    def child(self):
+        self.forked_after_cuda = self.cuda_used
+
+
+_fork = _ForkState()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fork.child)
+
+
+def note_cuda_used() -> None:
+    _fork.cuda_used = True
 
 
 def candidate_paths() -> list[str]:

@@ -1,0 +1,157 @@
+"""Guarantees the README states: determinism, thread safety, flat memory over many calls,
+clear failures without a visible GPU and after fork, capture of a first-time shape."""
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import pycutlass_rt as pcr
+
+torch = pytest.importorskip("torch")
+
+
+def rand(*shape, dtype=torch.bfloat16):
+    return (torch.rand(*shape, device="cuda") * 2 - 1).to(dtype)
+
+
+SHAPES = [(512, 384, 256), (1, 4096, 1024), (127, 1000, 4097), (2048, 2048, 512), (96, 64, 8)]
+
+
+def test_same_kernel_same_shape_is_bitwise_deterministic():
+    for m, n, k in SHAPES:
+        a, b = rand(m, k), rand(k, n)
+        outs = []
+        for i in range(5):
+            d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            s = torch.cuda.Stream() if i % 2 else torch.cuda.current_stream()
+            s.wait_stream(torch.cuda.current_stream())
+            pcr.gemm(a, b, None, d, stream=s)
+            s.synchronize()
+            outs.append(d)
+        assert all(torch.equal(outs[0], o) for o in outs[1:]), (m, n, k)
+
+
+def test_threads_and_streams_match_a_serial_run():
+    """8 threads x 4 streams, mixed shapes and dtypes: bitwise equal to the serial results."""
+    jobs = []
+    for i in range(32):
+        m, n, k = SHAPES[i % len(SHAPES)]
+        dt = (torch.bfloat16, torch.float16)[i % 2]
+        jobs.append((rand(m, k, dtype=dt), rand(k, n, dtype=dt), (m, n, dt)))
+    serial = []
+    for a, b, (m, n, dt) in jobs:
+        d = torch.empty(m, n, device="cuda", dtype=dt)
+        pcr.gemm(a, b, None, d)
+        serial.append(d)
+    torch.cuda.synchronize()
+    results = [None] * len(jobs)
+    errors = []
+
+    def worker(t):
+        try:
+            streams = [torch.cuda.Stream() for _ in range(4)]
+            for rep in range(3):
+                for j in range(t, len(jobs), 8):
+                    a, b, (m, n, dt) = jobs[j]
+                    d = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
+                    s = streams[(j + rep) % 4]
+                    with torch.cuda.stream(s):
+                        pcr.gemm(a, b, None, d)
+                    s.synchronize()
+                    results[j] = d
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    for j, (got, want) in enumerate(zip(results, serial)):
+        assert torch.equal(got, want), j
+
+
+def test_many_calls_keep_memory_flat():
+    a, b = rand(64, 64), rand(64, 64)
+    d = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    x, y = np.ones((8, 8), np.float16), np.ones((8, 8), np.float16)
+    z = np.empty((8, 8), np.float16)
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    for _ in range(1000):
+        pcr.gemm(a, b, None, d)
+    pcr.gemm(x, y, None, z)
+    torch.cuda.synchronize()
+    free0, _ = torch.cuda.mem_get_info()
+    rss0 = rss()
+    for i in range(100_000):
+        pcr.gemm(a, b, None, d)
+        if i % 1000 == 0:
+            pcr.gemm(x, y, None, z)  # host staging allocates and frees each time
+    torch.cuda.synchronize()
+    free1, _ = torch.cuda.mem_get_info()
+    assert abs(free1 - free0) <= 4 << 20, (free0, free1)
+    assert rss() - rss0 <= 8 << 20, (rss0, rss())
+
+
+def _run(code, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, **env), timeout=120)
+
+
+def test_hidden_gpus_raise_no_device():
+    r = _run("import numpy as np, pycutlass_rt as p\n"
+             "try:\n p.gemm(np.ones((4,8),np.float16), np.ones((8,2),np.float16), None, np.empty((4,2),np.float16))\n"
+             "except p.NoDeviceError as e: print('NoDeviceError', e)", CUDA_VISIBLE_DEVICES="")
+    assert "NoDeviceError" in r.stdout and "CUDA_VISIBLE_DEVICES=" in r.stdout, r.stdout + r.stderr
+
+
+def _child_gemm(q):
+    import numpy as np
+    import pycutlass_rt as p
+    a = np.ones((4, 8), np.float16)
+    try:
+        d = p.gemm(a, np.ones((8, 2), np.float16), None, np.empty((4, 2), np.float16))
+        q.put(("ok", float(d.sum())))
+    except p.Error as e:
+        q.put((type(e).__name__, str(e)))
+
+
+def test_spawn_works_and_fork_after_cuda_fails_clearly():
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_gemm, args=(q,))
+    p.start()
+    assert q.get(timeout=120) == ("ok", 64.0)
+    p.join()
+    pcr.gemm(np.ones((4, 8), np.float16), np.ones((8, 2), np.float16), None,
+             np.empty((4, 2), np.float16))  # CUDA is now in use in this process
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_gemm, args=(q,))
+    p.start()
+    kind, message = q.get(timeout=120)
+    p.join(timeout=60)
+    assert kind in ("NoDeviceError", "CudaError") and "spawn" in message, (kind, message)
+
+
+def test_capture_of_a_first_time_shape():
+    """Selection for a new shape inside capture does no device work, so capture holds."""
+    a, b = rand(328, 200), rand(200, 136)
+    d = torch.empty(328, 136, device="cuda", dtype=torch.bfloat16)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        pcr.gemm(a, b, None, d)
+    d.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    assert ((d.double() - ref).norm() / ref.norm()).item() < 1.6e-2
