@@ -88,3 +88,12 @@ def test_select_memo_round_trip(lib):
     bad = (ctypes.c_int32 * 1)(10 ** 6)
     assert lib.pcr_select_put(ctypes.byref(p), bad, 1) == errors.ERR_KERNEL_NOT_FOUND
     assert lib.pcr_select_clear() == 0
+
+
+def test_no_kernel_for_this_arch_names_the_built_archs(lib):
+    p = _lib.Problem(m=64, n=64, k=64, dtype_a=2, dtype_b=2, dtype_d=2, cc=75, sm_count=40)
+    choice = _select.choose(lib, p, pcr.kernels())
+    assert choice.ranked == []
+    e = pcr._no_candidates(lib, p, choice)
+    assert isinstance(e, pcr.NoKernelForArchError) and "compute 7.5" in str(e)
+    assert all(f"sm{k.family}" in str(e) for k in pcr.kernels())
