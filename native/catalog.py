@@ -11,7 +11,7 @@ selection tables, tests, logs). The generator turns the selected records into on
     python native/catalog.py --emit build/gen --archs '80;90a' --kernels default
 
 Arch tokens (``PYCUTLASS_RT_ARCHS``): ``80 86 89 90`` are SASS targets of the sm80
-family, ``90a`` the sm90a family; ``native`` asks nvidia-smi, ``all`` takes every token,
+family, ``90a`` the sm90a family, ``100a`` the sm100a family; ``native`` asks nvidia-smi, ``all`` takes every token,
 ``default`` is ``80;86;89;90;90a``. Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default``
 (the core tier), ``all``, or ``;``/``,``-separated wildcards on names (``!pat`` excludes).
 """
@@ -46,7 +46,12 @@ SCHEDULES = {
     "pipelined": "PCR_SCHED_PIPELINED",
     "coop": "PCR_SCHED_COOPERATIVE",
     "pingpong": "PCR_SCHED_PINGPONG",
+    "1sm": "PCR_SCHED_SM100_1SM",
+    "2sm": "PCR_SCHED_SM100_2SM",
 }
+#: schedule -> the tag struct of native/kernels/tma_gemm.cuh
+TMA_SCHEDULES = {"coop": "Sm90Cooperative", "pingpong": "Sm90Pingpong",
+                 "1sm": "Sm100OneSm", "2sm": "Sm100TwoSm"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +72,10 @@ class Family:
 
 FAMILIES = {
     "sm80": Family("sm80", "sm80_gemm.cuh", ("80", "86", "89", "90"), "80", True, (11, 0)),
-    "sm90": Family("sm90", "sm90_gemm.cuh", ("90a",), "90a", False, (12, 3)),
+    "sm90": Family("sm90", "tma_gemm.cuh", ("90a",), "90a", False, (12, 3)),
+    "sm100": Family("sm100", "tma_gemm.cuh", ("100a",), "100a", False, (12, 8)),
 }
+TMA_FAMILIES = ("sm90", "sm100")  # CUTLASS 3.x families: tile, cluster and schedule
 ALL_TOKENS = tuple(dict.fromkeys(t for f in FAMILIES.values() for t in f.tokens))
 DEFAULT_ARCHS = "80;86;89;90;90a"
 
@@ -97,7 +104,7 @@ class Kernel:
     def name(self) -> str:
         tile = "x".join(map(str, self.tile))
         parts = [self.family, self.a, self.b, self.acc, self.d, self.layout, tile]
-        if self.family == "sm90":
+        if self.family in TMA_FAMILIES:
             parts += ["c{}x{}".format(*self.cluster[:2]), self.schedule]
         else:
             parts += ["w{}x{}".format(*self.warps[:2]), f"s{self.stages}"]
@@ -134,6 +141,14 @@ SM90_CONFIGS = [
     ((128, 128, 64), (2, 1, 1), "pingpong", "extended"),
     ((64, 256, 64), (1, 1, 1), "pingpong", "extended"),
 ]
+#: sm100a configurations (compiled, not yet run on hardware here): 1-SM tiles, and 2-SM
+#: tiles whose M spans the CTA pair of an even cluster
+SM100_CONFIGS = [
+    ((128, 128, 64), (1, 1, 1), "1sm", "extended"),
+    ((128, 256, 64), (1, 1, 1), "1sm", "extended"),
+    ((256, 128, 64), (2, 1, 1), "2sm", "extended"),
+    ((256, 256, 64), (2, 1, 1), "2sm", "extended"),
+]
 #: sm80-family configurations: (tile, warps, stages, alignment, tier)
 SM80_CONFIGS = [
     ((128, 128, 32), (2, 2, 1), 4, 8, "core"),
@@ -149,9 +164,10 @@ def catalogue() -> list[Kernel]:
     """Every kernel the library knows how to build, in a stable order."""
     out: list[Kernel] = []
     for (a, d), layout in itertools.product(GEMM_TYPES, AB_LAYOUTS):
-        for tile, cluster, schedule, tier in SM90_CONFIGS:
-            out.append(Kernel("sm90", a, a, d, layout, tile, schedule, cluster=cluster,
-                              tier=tier))
+        for family, configs in (("sm90", SM90_CONFIGS), ("sm100", SM100_CONFIGS)):
+            for tile, cluster, schedule, tier in configs:
+                out.append(Kernel(family, a, a, d, layout, tile, schedule, cluster=cluster,
+                                  tier=tier))
         for tile, warps, stages, align, tier in SM80_CONFIGS:
             out.append(Kernel("sm80", a, a, d, layout, tile,
                               "pipelined" if stages == 2 else "multistage",
@@ -195,8 +211,8 @@ def native_tokens() -> list[str]:
         cc = line.strip().replace(".", "")
         if cc:
             tokens.append(cc)
-            if cc == "90":
-                tokens.append("90a")
+            if cc in ("90", "100"):  # arch-specific features: wgmma, tcgen05
+                tokens.append(cc + "a")
     if not tokens:
         raise SystemExit("PYCUTLASS_RT_ARCHS=native: nvidia-smi lists no GPU")
     return list(dict.fromkeys(tokens))
@@ -275,10 +291,9 @@ def _cute_shape(values) -> str:
 def kernel_type(k: Kernel) -> str:
     ea, eb, ed = (DTYPES[x][0] for x in (k.a, k.b, k.d))
     la, lb = (LAYOUTS[x][0] for x in k.layout)
-    if k.family == "sm90":
-        sched = {"coop": "Cooperative", "pingpong": "Pingpong"}[k.schedule]
-        return (f"pcr::sm90::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(k.tile)}, "
-                f"{_cute_shape(k.cluster)}, pcr::sm90::{sched}, {k.align}>")
+    if k.family in TMA_FAMILIES:
+        return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(k.tile)}, "
+                f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}>")
     tile = "cutlass::gemm::GemmShape<{}, {}, {}>".format(*k.tile)
     warp = "cutlass::gemm::GemmShape<{}, {}, {}>".format(
         k.tile[0] // k.warps[0], k.tile[1] // k.warps[1], k.tile[2] // k.warps[2])

@@ -11,7 +11,8 @@ from ._lib import KernelDesc, load
 DTYPE_NAMES = {1: "float16", 2: "bfloat16", 3: "float32", 4: "float64", 5: "tfloat32",
                6: "float8_e4m3fn", 7: "float8_e5m2", 8: "int8", 9: "int32"}
 LAYOUT_LETTERS = {0: "t", 1: "n"}  # t = row-major, n = column-major
-SCHEDULES = {0: "multistage", 1: "pipelined", 2: "cooperative", 3: "pingpong"}
+SCHEDULES = {0: "multistage", 1: "pipelined", 2: "cooperative", 3: "pingpong", 4: "1sm",
+             5: "2sm"}
 EPILOGUES = {0: "linear"}
 SPLITS = {0: "none", 1: "split_k", 2: "stream_k"}
 
@@ -22,7 +23,7 @@ class KernelInfo:
 
     index: int
     name: str
-    family: int  # 80 or 90: the arch family (sm80 SASS also serves 8.6/8.9/9.0)
+    family: int  # 80, 90 or 100: the arch family (sm80 SASS also serves 8.6/8.9/9.0)
     dtype_a: str
     dtype_b: str
     dtype_acc: str
@@ -69,7 +70,7 @@ def kernels() -> list[KernelInfo]:
     Example:
         >>> import pycutlass_rt as pcr
         >>> names = [k.name for k in pcr.kernels()]
-        >>> all(n.startswith(("sm80_", "sm90_")) for n in names)
+        >>> all(n.startswith(("sm80_", "sm90_", "sm100_")) for n in names)
         True
     """
     return list(_all())

@@ -33,8 +33,8 @@ class Choice:
 
 def families_for(cc: int) -> list[int]:
     """Kernel families that run on compute capability ``cc``, preferred first."""
-    if cc == 90:
-        return [90, 80]
+    if cc in (90, 100):  # the arch-specific family first, then the portable one
+        return [cc, 80]
     if cc >= 80:
         return [80]  # sm80-family SASS on 8.x, its PTX on later GPUs
     return []
@@ -65,8 +65,8 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int) -> float
     tm, tn, _ = kern.tile
     tiles = math.ceil(m / tm) * math.ceil(n / tn)
     waves = math.ceil(tiles / max(sm_count, 1))
-    if kern.family == 90:
-        speed = {"cooperative": 1.0, "pingpong": 0.95}.get(kern.schedule, 0.9)
+    if kern.family >= 90:
+        speed = {"cooperative": 1.0, "pingpong": 0.95, "2sm": 1.0, "1sm": 0.95}.get(kern.schedule, 0.9)
         speed *= min(1.0, (tm * tn) / (128 * 256)) ** 0.15  # small tiles reuse data less
     else:
         speed = 0.55 if kern.schedule == "multistage" else 0.25

@@ -117,9 +117,11 @@ int kernel_runs_on(int k, int device, bool* runs) {
   DeviceInfo info{};
   int st = device_info(device, &info);
   if (st != PCR_OK) return st;
-  // An sm90a image only loads on 9.0; sm80-family SASS/PTX on 8.x and later.
+  // Arch-specific images (sm_90a, sm_100a) load only on their own GPU; the sm80 family's
+  // SASS and PTX on 8.x and later.
   const pcr_kernel_desc& desc = kKernels[k]->info;
-  bool ok = desc.family == 90 ? info.cc == 90 : info.cc >= desc.family;
+  const bool arch_specific = desc.family >= 90;
+  bool ok = arch_specific ? info.cc == desc.family : info.cc >= desc.family;
   if (ok) {
     DeviceGuard guard;
     st = guard.set(device);

@@ -8,8 +8,8 @@ import pytest
 import catalog
 
 NAME = re.compile(
-    r"^(?P<fam>sm80|sm90)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
-    r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong)|"
+    r"^(?P<fam>sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
+    r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
     r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))_a(?P<align>\d+)$")
 
 
@@ -22,7 +22,7 @@ def test_names_unique_and_encode_every_parameter():
         assert (m["fam"], m["a"], m["b"], m["d"], m["layout"]) == (k.family, k.a, k.b, k.d, k.layout)
         assert m["tile"] == "x".join(map(str, k.tile))
         assert int(m["align"]) == k.align
-        if k.family == "sm90":
+        if k.family in ("sm90", "sm100"):
             assert m["cl"] == "{}x{}".format(*k.cluster[:2]) and m["sched"] == k.schedule
         else:
             assert int(m["stages"]) == k.stages and m["warps"] == "{}x{}".format(*k.warps[:2])
@@ -35,6 +35,14 @@ def test_every_dtype_and_layout_combination_in_default_build():
         assert combos == {(a, d, l) for a, d in catalog.GEMM_TYPES for l in catalog.AB_LAYOUTS}
     fallback = {(k.a, k.d, k.layout) for k in core if k.align == 1}
     assert len(fallback) == len(catalog.GEMM_TYPES) * len(catalog.AB_LAYOUTS)
+
+
+def test_sm100_one_and_two_sm():
+    sm100 = [k for k in catalog.catalogue() if k.family == "sm100"]
+    assert {k.schedule for k in sm100} == {"1sm", "2sm"}
+    # a 2-SM MMA spans the CTA pair: even cluster M, tile M of 256
+    assert all(k.cluster[0] % 2 == 0 and k.tile[0] == 256 for k in sm100 if k.schedule == "2sm")
+    assert all(k.tier == "extended" for k in sm100)  # not in the default (2-core) build
 
 
 def test_sm90_variety():
@@ -50,7 +58,7 @@ def test_sm90_variety():
     ("sm90_bf16_*", lambda ks, all_: ks and all(k.name.startswith("sm90_bf16_") for k in ks)),
     ("sm90_*;!*_pingpong_*", lambda ks, all_: ks and all("pingpong" not in k.name and
                                                         k.family == "sm90" for k in ks)),
-    ("!sm80_*", lambda ks, all_: ks and all(k.family == "sm90" for k in ks)),
+    ("!sm80_*", lambda ks, all_: ks and all(k.family != "sm80" for k in ks)),
     ("nothing_matches", lambda ks, all_: ks == []),
 ])
 def test_filter(spec, check):
@@ -71,6 +79,8 @@ def test_arch_plan():
     # an old toolkit cannot build sm90a
     per_family, notes = catalog.plan(["90a"], None, (12, 0))
     assert per_family == {} and "CUDA >= 12.3" in notes[0]
+    per_family, notes = catalog.plan(["100a"], None, (12, 6))
+    assert per_family == {} and "CUDA >= 12.8" in notes[0]
     per_family, notes = catalog.plan(["70"], None, (13, 0))
     assert per_family == {} and "sm_70" in notes[0]
 
@@ -80,6 +90,8 @@ def test_gencode_one_front_end_pass_plus_ptx():
     assert flags == ["-gencode=arch=compute_80,code=[sm_80,sm_86,sm_89,sm_90,compute_80]"]
     assert catalog.gencode_flags(catalog.FAMILIES["sm90"], ["90a"]) == [
         "-gencode=arch=compute_90a,code=[sm_90a]"]
+    assert catalog.gencode_flags(catalog.FAMILIES["sm100"], ["100a"]) == [
+        "-gencode=arch=compute_100a,code=[sm_100a]"]
 
 
 def test_emit(tmp_path):

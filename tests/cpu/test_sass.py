@@ -52,7 +52,8 @@ def test_sass_for_every_requested_arch():
 
 @pytest.mark.parametrize("family,arch,must", [
     ("sm90", "sm_90a", ["HGMMA", "UTMALDG"]),      # wgmma and TMA
-    ("sm80", "sm_80", ["HMMA.16816", "LDGSTS"]),   # mma.sync and cp.async
+    ("sm100", "sm_100a", ["UTCHMMA", "UTMALDG"]),  # tcgen05.mma and TMA
+    ("sm80", "sm_80", ["HMMA.16816"]),             # mma.sync
     ("sm80", "sm_86", ["HMMA.16816"]),
     ("sm80", "sm_89", ["HMMA.16816"]),
     ("sm80", "sm_90", ["HMMA.16816"]),
@@ -61,6 +62,10 @@ def test_expected_instructions(family, arch, must):
     tokens = pcr.info()["build"]["catalog"]["families"].get(family, [])
     if arch[3:] not in tokens:
         pytest.skip(f"this build has no {arch} code for {family}")
+    if family == "sm100" and any(k.schedule == "2sm" for k in pcr.kernels()):
+        must = must + ["UTCHMMA.2CTA"]  # the MMA shared by a CTA pair
+    if family == "sm80" and any(k.schedule == "multistage" for k in pcr.kernels()):
+        must = must + ["LDGSTS"]  # cp.async
     sass = cuobjdump("-sass", "-arch", arch)
     for instr in must:
         assert instr in sass, f"{instr} missing from {arch} SASS"

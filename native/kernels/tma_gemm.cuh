@@ -1,4 +1,7 @@
-// sm90a family: CUTLASS 3.x TMA + wgmma warp-specialized GEMMs (cooperative, ping-pong).
+// CUTLASS 3.x TMA warp-specialized GEMMs, one template for two arch families:
+//   sm90a  (wgmma): cooperative and ping-pong schedules;
+//   sm100a (tcgen05/UMMA): 1-SM and 2-SM schedules.
+// The collective builders pick the instructions from the arch tag and the schedule.
 #pragma once
 
 #include "cute/tensor.hpp"
@@ -10,15 +13,27 @@
 
 #include "kernel.h"
 
-namespace pcr::sm90 {
+namespace pcr::tma {
 
-struct Cooperative {
+struct Sm90Cooperative {
+  using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
-struct Pingpong {
+struct Sm90Pingpong {
+  using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+struct Sm100OneSm {
+  using Arch = cutlass::arch::Sm100;
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecialized1SmSm100;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized1Sm;
+};
+struct Sm100TwoSm {  // a CTA pair shares each MMA: tile M spans both SMs, cluster M even
+  using Arch = cutlass::arch::Sm100;
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecialized2SmSm100;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized2Sm;
 };
 
 // Fills a CUTLASS 3.x packed-style stride with a leading dimension: the static unit
@@ -42,14 +57,14 @@ struct Gemm {
   static constexpr int kAlignD = 16 / sizeof(ElementD);
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
       ElementD, cutlass::layout::RowMajor, kAlignD,
       ElementD, cutlass::layout::RowMajor, kAlignD,
       typename Schedule::Epilogue>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      typename Schedule::Arch, cutlass::arch::OpClassTensorOp,
       ElementA, LayoutA, AlignAB, ElementB, LayoutB, AlignAB, ElementAcc,
       TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
@@ -111,4 +126,4 @@ struct Gemm {
   }
 };
 
-}  // namespace pcr::sm90
+}  // namespace pcr::tma
