@@ -199,7 +199,7 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None) -> Explan
     ranked = [(k.name, why) for k, why in choice.ranked]
     rejected = [(k.name, why) for k, why in choice.rejected]
     if kernel is not None:
-        forced = _kernels.by_name(kernel)
+        forced = kernels()[_kernel_index(kernel)]
         st = lib.pcr_kernel_check(forced.index, ctypes.byref(problem))
         if st:
             return Explanation(None, f"forced kernel rejected: {lib.last_error()}", pdict,
