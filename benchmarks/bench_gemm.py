@@ -122,7 +122,7 @@ def main() -> int:
         ax.set_xticks(list(xs), labels)
         ax.set_ylabel("TFLOP/s")
         ax.set_title(f"Square GEMM on {record['machine']['gpu']}")
-        ax.legend()
+        ax.legend(loc="lower center")
         fig.tight_layout()
         fig.savefig(os.path.join(args.out, "bench_gemm.png"), dpi=120)
     except ImportError:
