@@ -10,8 +10,8 @@ selection tables, tests, logs). The generator turns the selected records into on
     python native/catalog.py --list --kernels 'sm90_bf16*'
     python native/catalog.py --emit build/gen --archs '80;90a' --kernels default
 
-Arch tokens (``PYCUTLASS_RT_ARCHS``): ``80 86 89 90`` are SASS targets of the sm80
-family, ``90a`` the sm90a family, ``100a`` the sm100a family; ``native`` asks nvidia-smi, ``all`` takes every token,
+Arch tokens (``PYCUTLASS_RT_ARCHS``): ``75`` the sm75 family, ``80 86 89 90`` SASS
+targets of the sm80 family (``90`` also of sm75, to test it on Hopper), ``90a`` the sm90a family, ``100a`` the sm100a family; ``native`` asks nvidia-smi, ``all`` takes every token,
 ``default`` is ``80;86;89;90;90a``. Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default``
 (the core tier), ``all``, or ``;``/``,``-separated wildcards on names (``!pat`` excludes).
 """
@@ -71,11 +71,15 @@ class Family:
 
 
 FAMILIES = {
-    "sm80": Family("sm80", "sm80_gemm.cuh", ("80", "86", "89", "90"), "80", True, (11, 0)),
+    # Turing; its SASS for sm_90 lets Hopper run these templates in tests. The sm80
+    # family's PTX, not this one's, serves GPUs newer than every SASS target.
+    "sm75": Family("sm75", "mma_gemm.cuh", ("75", "90"), "75", False, (11, 0)),
+    "sm80": Family("sm80", "mma_gemm.cuh", ("80", "86", "89", "90"), "80", True, (11, 0)),
     "sm90": Family("sm90", "tma_gemm.cuh", ("90a",), "90a", False, (12, 3)),
     "sm100": Family("sm100", "tma_gemm.cuh", ("100a",), "100a", False, (12, 8)),
 }
 TMA_FAMILIES = ("sm90", "sm100")  # CUTLASS 3.x families: tile, cluster and schedule
+MMA_FAMILIES = {"sm75": "Sm75", "sm80": "Sm80"}  # CUTLASS 2.x families: tile, warps, stages
 ALL_TOKENS = tuple(dict.fromkeys(t for f in FAMILIES.values() for t in f.tokens))
 DEFAULT_ARCHS = "80;86;89;90;90a"
 
@@ -149,6 +153,12 @@ SM100_CONFIGS = [
     ((256, 128, 64), (2, 1, 1), "2sm", "extended"),
     ((256, 256, 64), (2, 1, 1), "2sm", "extended"),
 ]
+#: sm75 (Turing, fp16 only): the 2-stage mainloop, also as the any-alignment fallback
+SM75_TYPES = [("f16", "f16"), ("f16", "f32")]
+SM75_CONFIGS = [
+    ((128, 128, 32), (2, 2, 1), 2, 8, "extended"),
+    ((64, 64, 32), (2, 2, 1), 2, 1, "extended"),
+]
 #: sm80-family configurations: (tile, warps, stages, alignment, tier)
 SM80_CONFIGS = [
     ((128, 128, 32), (2, 2, 1), 4, 8, "core"),
@@ -168,10 +178,12 @@ def catalogue() -> list[Kernel]:
             for tile, cluster, schedule, tier in configs:
                 out.append(Kernel(family, a, a, d, layout, tile, schedule, cluster=cluster,
                                   tier=tier))
-        for tile, warps, stages, align, tier in SM80_CONFIGS:
-            out.append(Kernel("sm80", a, a, d, layout, tile,
-                              "pipelined" if stages == 2 else "multistage",
-                              warps=warps, stages=stages, align=align, tier=tier))
+        mma = [("sm80", SM80_CONFIGS)] + ([("sm75", SM75_CONFIGS)] if (a, d) in SM75_TYPES else [])
+        for family, configs in mma:
+            for tile, warps, stages, align, tier in configs:
+                out.append(Kernel(family, a, a, d, layout, tile,
+                                  "pipelined" if stages == 2 else "multistage",
+                                  warps=warps, stages=stages, align=align, tier=tier))
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
     return out
@@ -297,8 +309,8 @@ def kernel_type(k: Kernel) -> str:
     tile = "cutlass::gemm::GemmShape<{}, {}, {}>".format(*k.tile)
     warp = "cutlass::gemm::GemmShape<{}, {}, {}>".format(
         k.tile[0] // k.warps[0], k.tile[1] // k.warps[1], k.tile[2] // k.warps[2])
-    return (f"pcr::sm80::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {tile}, {warp}, {k.stages}, "
-            f"{k.align}, {k.align_c}>")
+    return (f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
+            f"{tile}, {warp}, {k.stages}, {k.align}, {k.align_c}>")
 
 
 def kernel_info(k: Kernel) -> str:
@@ -390,6 +402,7 @@ def main(argv=None) -> int:
     codes, cuda = toolkit(args.nvcc) if args.emit else (None, None)
     per_family, notes = plan(archs, codes, cuda)
     kernels = [k for k in kernels if k.family in per_family]
+    per_family = {f: t for f, t in per_family.items() if any(k.family == f for k in kernels)}
 
     if args.list:
         print("\n".join(k.name for k in kernels))

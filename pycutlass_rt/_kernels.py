@@ -23,7 +23,7 @@ class KernelInfo:
 
     index: int
     name: str
-    family: int  # 80, 90 or 100: the arch family (sm80 SASS also serves 8.6/8.9/9.0)
+    family: int  # 75, 80, 90 or 100: the arch family (sm80 SASS also serves 8.6/8.9/9.0)
     dtype_a: str
     dtype_b: str
     dtype_acc: str
@@ -70,7 +70,7 @@ def kernels() -> list[KernelInfo]:
     Example:
         >>> import pycutlass_rt as pcr
         >>> names = [k.name for k in pcr.kernels()]
-        >>> all(n.startswith(("sm80_", "sm90_", "sm100_")) for n in names)
+        >>> all(n.startswith(("sm75_", "sm80_", "sm90_", "sm100_")) for n in names)
         True
     """
     return list(_all())

@@ -33,10 +33,12 @@ class Choice:
 
 def families_for(cc: int) -> list[int]:
     """Kernel families that run on compute capability ``cc``, preferred first."""
-    if cc in (90, 100):  # the arch-specific family first, then the portable one
-        return [cc, 80]
+    if cc in (90, 100):  # the arch-specific family first, then the portable ones
+        return [cc, 80, 75]
     if cc >= 80:
-        return [80]  # sm80-family SASS on 8.x, its PTX on later GPUs
+        return [80, 75]  # sm80-family SASS on 8.x, its PTX on later GPUs
+    if cc >= 75:
+        return [75]
     return []
 
 

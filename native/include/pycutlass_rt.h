@@ -85,7 +85,7 @@ typedef enum { PCR_ROW_MAJOR = 0, PCR_COL_MAJOR = 1 } pcr_layout;
 /* Mainloop schedules. */
 typedef enum {
   PCR_SCHED_MULTISTAGE = 0,  /* sm80 family: cp.async multistage */
-  PCR_SCHED_PIPELINED = 1,   /* sm80 family: 2-stage register-staged (any alignment) */
+  PCR_SCHED_PIPELINED = 1,   /* sm75/sm80 families: 2-stage register-staged (any alignment) */
   PCR_SCHED_COOPERATIVE = 2, /* sm90a: TMA warp-specialized cooperative */
   PCR_SCHED_PINGPONG = 3,    /* sm90a: TMA warp-specialized ping-pong */
   PCR_SCHED_SM100_1SM = 4,   /* sm100a: tcgen05 MMA on one SM */
@@ -98,7 +98,7 @@ typedef enum { PCR_SPLIT_NONE = 0, PCR_SPLIT_K = 1, PCR_STREAM_K = 2 } pcr_split
 /* Everything a kernel's name encodes. Names are stable identities across builds. */
 typedef struct {
   const char* name;
-  int32_t family;        /* 80, 90, 100: arch family (sm80 SASS also serves 86/89/90) */
+  int32_t family;        /* 75, 80, 90, 100: arch family (sm80 SASS also serves 86/89/90) */
   int32_t dtype_a, dtype_b, dtype_acc, dtype_d; /* pcr_dtype; C has D's dtype */
   int32_t layout_a, layout_b;                   /* pcr_layout; C and D are row-major */
   int32_t tile_m, tile_n, tile_k;

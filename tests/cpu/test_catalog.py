@@ -8,7 +8,7 @@ import pytest
 import catalog
 
 NAME = re.compile(
-    r"^(?P<fam>sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
+    r"^(?P<fam>sm75|sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
     r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))_a(?P<align>\d+)$")
 
@@ -35,6 +35,14 @@ def test_every_dtype_and_layout_combination_in_default_build():
         assert combos == {(a, d, l) for a, d in catalog.GEMM_TYPES for l in catalog.AB_LAYOUTS}
     fallback = {(k.a, k.d, k.layout) for k in core if k.align == 1}
     assert len(fallback) == len(catalog.GEMM_TYPES) * len(catalog.AB_LAYOUTS)
+
+
+def test_sm75_is_turing_fp16_and_testable_on_hopper():
+    sm75 = [k for k in catalog.catalogue() if k.family == "sm75"]
+    assert {k.a for k in sm75} == {"f16"} and {k.schedule for k in sm75} == {"pipelined"}
+    assert {k.align for k in sm75} == {8, 1}
+    per_family, _ = catalog.plan(["75", "90"], None, (13, 0))
+    assert per_family["sm75"] == ["75", "90"] and per_family["sm80"] == ["90"]
 
 
 def test_sm100_one_and_two_sm():
@@ -68,6 +76,7 @@ def test_filter(spec, check):
 
 def test_arch_plan():
     assert catalog.parse_archs("default") == ["80", "86", "89", "90", "90a"]
+    assert "75" in catalog.parse_archs("all") and "100a" in catalog.parse_archs("all")
     assert catalog.parse_archs("sm_80, 90a") == ["80", "90a"]
     with pytest.raises(SystemExit, match="unknown arch"):
         catalog.parse_archs("80;banana")

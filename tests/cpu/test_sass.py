@@ -54,6 +54,7 @@ def test_sass_for_every_requested_arch():
     ("sm90", "sm_90a", ["HGMMA", "UTMALDG"]),      # wgmma and TMA
     ("sm100", "sm_100a", ["UTCHMMA", "UTMALDG"]),  # tcgen05.mma and TMA
     ("sm80", "sm_80", ["HMMA.16816"]),             # mma.sync
+    ("sm75", "sm_75", ["HMMA.1688"]),              # Turing mma.sync
     ("sm80", "sm_86", ["HMMA.16816"]),
     ("sm80", "sm_89", ["HMMA.16816"]),
     ("sm80", "sm_90", ["HMMA.16816"]),

@@ -28,9 +28,9 @@ def prob(m, n, k, sms=132):
 
 
 def test_families_for():
-    assert _select.families_for(90) == [90, 80]
-    assert _select.families_for(86) == [80] and _select.families_for(120) == [80]
-    assert _select.families_for(75) == []
+    assert _select.families_for(90) == [90, 80, 75] and _select.families_for(100) == [100, 80, 75]
+    assert _select.families_for(86) == [80, 75] and _select.families_for(120) == [80, 75]
+    assert _select.families_for(75) == [75] and _select.families_for(70) == []
 
 
 def test_table_is_shipped_and_well_formed():
@@ -93,9 +93,9 @@ def test_select_memo_round_trip(lib):
 
 
 def test_no_kernel_for_this_arch_names_the_built_archs(lib):
-    p = _lib.Problem(m=64, n=64, k=64, dtype_a=2, dtype_b=2, dtype_d=2, cc=75, sm_count=40)
+    p = _lib.Problem(m=64, n=64, k=64, dtype_a=2, dtype_b=2, dtype_d=2, cc=70, sm_count=80)
     choice = _select.choose(lib, p, pcr.kernels())
     assert choice.ranked == []
     e = pcr._no_candidates(lib, p, choice)
-    assert isinstance(e, pcr.NoKernelForArchError) and "compute 7.5" in str(e)
+    assert isinstance(e, pcr.NoKernelForArchError) and "compute 7.0" in str(e)
     assert all(f"sm{k.family}" in str(e) for k in pcr.kernels())

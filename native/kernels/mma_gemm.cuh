@@ -1,6 +1,8 @@
-// sm80 family: CUTLASS 2.x mma.sync GEMMs. Multistage (cp.async, 16-byte alignment) and
-// the 2-stage pipelined mainloop, whose register-staged loads take any alignment.
-// One source serves sm_80/86/89/90 SASS and the PTX for later GPUs.
+// CUTLASS 2.x mma.sync GEMMs, one template for two arch families:
+//   sm80 family: m16n8k16, multistage (cp.async, 16-byte alignment) or the 2-stage
+//                pipelined mainloop, whose register-staged loads take any alignment; one
+//                source serves sm_80/86/89/90 SASS and the PTX for later GPUs;
+//   sm75 family: Turing m16n8k8 (fp16 only), 2-stage pipelined.
 #pragma once
 
 #include "cutlass/cutlass.h"
@@ -9,18 +11,27 @@
 
 #include "kernel.h"
 
-namespace pcr::sm80 {
+namespace pcr::mma {
 
-template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
-          class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC>
+struct Sm80 {
+  using Arch = cutlass::arch::Sm80;
+  using Instruction = cutlass::gemm::GemmShape<16, 8, 16>;
+};
+struct Sm75 {
+  using Arch = cutlass::arch::Sm75;
+  using Instruction = cutlass::gemm::GemmShape<16, 8, 8>;
+};
+
+template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
+          class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC>
 struct Gemm {
   using ElementAcc = float;
   using Epilogue =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
   using Device = cutlass::gemm::device::GemmUniversal<
       ElementA, LayoutA, ElementB, LayoutB, ElementD, cutlass::layout::RowMajor, ElementAcc,
-      cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80, TileShape, WarpShape,
-      cutlass::gemm::GemmShape<16, 8, 16>, Epilogue,
+      cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
+      typename Family::Instruction, Epilogue,
       cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>, Stages, AlignAB, AlignAB>;
   using GemmKernel = typename Device::GemmKernel;
   using Arguments = typename Device::Arguments;
@@ -63,4 +74,4 @@ struct Gemm {
   }
 };
 
-}  // namespace pcr::sm80
+}  // namespace pcr::mma
