@@ -25,7 +25,7 @@ _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
-KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST = 1, 2, 3
 
 # ---- strategies, chosen once per type ---------------------------------------------
 EXCHANGE, CAPSULE, DLPACK, CAI = "exchange", "capsule", "dlpack", "cai"
