@@ -52,6 +52,11 @@ SCHEDULES = {
 #: schedule -> the tag struct of native/kernels/tma_gemm.cuh
 TMA_SCHEDULES = {"coop": "Sm90Cooperative", "pingpong": "Sm90Pingpong",
                  "1sm": "Sm100OneSm", "2sm": "Sm100TwoSm"}
+#: work decomposition -> (pcr_split, CUTLASS 3.x tile scheduler, CUTLASS 2.x swizzle).
+#: "streamk": CUTLASS's stream-K, whose heuristic spreads the K loop of too few output
+#: tiles over every SM (stream-K or split-K), with a deterministic fp32 fix-up.
+SPLITS = {"none": ("PCR_SPLIT_NONE", "void", "pcr::mma::DataParallel"),
+          "streamk": ("PCR_STREAM_K", "cutlass::gemm::StreamKScheduler", "pcr::mma::StreamK")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,37 +141,44 @@ class Kernel:
 GEMM_TYPES = [("f16", "f16"), ("f16", "f32"), ("bf16", "bf16"), ("bf16", "f32")]
 AB_LAYOUTS = ["tn", "nn", "nt", "tt"]
 
-#: sm90a configurations: (tile, cluster, schedule, tier)
+#: sm90a configurations: (tile, cluster, schedule, split, tier). Large cooperative tiles
+#: for big problems; 64-row and 64-column ping-pong tiles for small M or N; stream-K
+#: (cooperative only, in CUTLASS) for problems with fewer tiles than SMs.
 SM90_CONFIGS = [
-    ((128, 256, 64), (2, 1, 1), "coop", "core"),
-    ((128, 128, 64), (1, 2, 1), "coop", "extended"),
-    ((256, 128, 64), (1, 2, 1), "coop", "extended"),
-    ((64, 128, 64), (1, 1, 1), "pingpong", "extended"),
-    ((128, 128, 64), (2, 1, 1), "pingpong", "extended"),
-    ((64, 256, 64), (1, 1, 1), "pingpong", "extended"),
+    ((128, 256, 64), (2, 1, 1), "coop", "none", "core"),
+    ((128, 128, 64), (1, 2, 1), "coop", "none", "extended"),
+    ((256, 128, 64), (1, 2, 1), "coop", "none", "extended"),
+    ((64, 128, 64), (1, 1, 1), "pingpong", "none", "extended"),
+    ((128, 128, 64), (2, 1, 1), "pingpong", "none", "extended"),
+    ((64, 256, 64), (1, 1, 1), "pingpong", "none", "extended"),
+    ((64, 64, 128), (1, 1, 1), "pingpong", "none", "extended"),
+    ((128, 64, 64), (1, 1, 1), "coop", "streamk", "extended"),
+    ((128, 128, 64), (1, 1, 1), "coop", "streamk", "extended"),
+    ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended"),
 ]
 #: sm100a configurations (compiled, not yet run on hardware here): 1-SM tiles, and 2-SM
 #: tiles whose M spans the CTA pair of an even cluster
 SM100_CONFIGS = [
-    ((128, 128, 64), (1, 1, 1), "1sm", "extended"),
-    ((128, 256, 64), (1, 1, 1), "1sm", "extended"),
-    ((256, 128, 64), (2, 1, 1), "2sm", "extended"),
-    ((256, 256, 64), (2, 1, 1), "2sm", "extended"),
+    ((128, 128, 64), (1, 1, 1), "1sm", "none", "extended"),
+    ((128, 256, 64), (1, 1, 1), "1sm", "none", "extended"),
+    ((256, 128, 64), (2, 1, 1), "2sm", "none", "extended"),
+    ((256, 256, 64), (2, 1, 1), "2sm", "none", "extended"),
 ]
 #: sm75 (Turing, fp16 only): the 2-stage mainloop, also as the any-alignment fallback
 SM75_TYPES = [("f16", "f16"), ("f16", "f32")]
 SM75_CONFIGS = [
-    ((128, 128, 32), (2, 2, 1), 2, 8, "extended"),
-    ((64, 64, 32), (2, 2, 1), 2, 1, "extended"),
+    ((128, 128, 32), (2, 2, 1), 2, 8, "none", "extended"),
+    ((64, 64, 32), (2, 2, 1), 2, 1, "none", "extended"),
 ]
-#: sm80-family configurations: (tile, warps, stages, alignment, tier)
+#: sm80-family configurations: (tile, warps, stages, alignment, split, tier)
 SM80_CONFIGS = [
-    ((128, 128, 32), (2, 2, 1), 4, 8, "core"),
-    ((128, 256, 32), (2, 4, 1), 3, 8, "extended"),
-    ((64, 64, 32), (2, 2, 1), 6, 8, "extended"),
-    ((256, 128, 32), (4, 2, 1), 3, 8, "extended"),
+    ((128, 128, 32), (2, 2, 1), 4, 8, "none", "core"),
+    ((128, 256, 32), (2, 4, 1), 3, 8, "none", "extended"),
+    ((64, 64, 32), (2, 2, 1), 6, 8, "none", "extended"),
+    ((256, 128, 32), (4, 2, 1), 3, 8, "none", "extended"),
+    ((128, 128, 32), (2, 2, 1), 4, 8, "streamk", "extended"),
     # alignment fallback: 2-stage register-staged loads accept any address and stride
-    ((64, 64, 32), (2, 2, 1), 2, 1, "core"),
+    ((64, 64, 32), (2, 2, 1), 2, 1, "none", "core"),
 ]
 
 
@@ -175,15 +187,16 @@ def catalogue() -> list[Kernel]:
     out: list[Kernel] = []
     for (a, d), layout in itertools.product(GEMM_TYPES, AB_LAYOUTS):
         for family, configs in (("sm90", SM90_CONFIGS), ("sm100", SM100_CONFIGS)):
-            for tile, cluster, schedule, tier in configs:
+            for tile, cluster, schedule, split, tier in configs:
                 out.append(Kernel(family, a, a, d, layout, tile, schedule, cluster=cluster,
-                                  tier=tier))
+                                  split=split, tier=tier))
         mma = [("sm80", SM80_CONFIGS)] + ([("sm75", SM75_CONFIGS)] if (a, d) in SM75_TYPES else [])
         for family, configs in mma:
-            for tile, warps, stages, align, tier in configs:
+            for tile, warps, stages, align, split, tier in configs:
                 out.append(Kernel(family, a, a, d, layout, tile,
                                   "pipelined" if stages == 2 else "multistage",
-                                  warps=warps, stages=stages, align=align, tier=tier))
+                                  warps=warps, stages=stages, align=align, split=split,
+                                  tier=tier))
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
     return out
@@ -305,12 +318,13 @@ def kernel_type(k: Kernel) -> str:
     la, lb = (LAYOUTS[x][0] for x in k.layout)
     if k.family in TMA_FAMILIES:
         return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(k.tile)}, "
-                f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}>")
+                f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
+                f"{SPLITS[k.split][1]}>")
     tile = "cutlass::gemm::GemmShape<{}, {}, {}>".format(*k.tile)
     warp = "cutlass::gemm::GemmShape<{}, {}, {}>".format(
         k.tile[0] // k.warps[0], k.tile[1] // k.warps[1], k.tile[2] // k.warps[2])
     return (f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
-            f"{tile}, {warp}, {k.stages}, {k.align}, {k.align_c}>")
+            f"{tile}, {warp}, {k.stages}, {k.align}, {k.align_c}, {SPLITS[k.split][2]}>")
 
 
 def kernel_info(k: Kernel) -> str:
@@ -319,7 +333,7 @@ def kernel_info(k: Kernel) -> str:
         DTYPES[k.a][1], DTYPES[k.b][1], DTYPES[k.acc][1], DTYPES[k.d][1],
         LAYOUTS[k.layout[0]][1], LAYOUTS[k.layout[1]][1],
         *k.tile, *k.cluster, *k.warps, k.stages, SCHEDULES[k.schedule],
-        "PCR_EPI_LINEAR", {"none": "PCR_SPLIT_NONE"}[k.split],
+        "PCR_EPI_LINEAR", SPLITS[k.split][0],
         k.align, k.align, k.align_c,
     ]
     return "{" + ", ".join(map(str, fields)) + "}"

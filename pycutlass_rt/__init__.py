@@ -10,65 +10,22 @@ from __future__ import annotations
 
 import ctypes
 import json
-import numbers
 from dataclasses import dataclass, field
 
-from . import _dlpack, _kernels, _lib, _select, errors
+from . import _call, _kernels, _lib, _select, errors
 from ._kernels import KernelInfo, kernels
+from ._plan import Gemm
 from .errors import (CudaError, DeviceMismatchError, DTypeError, Error, InvalidArgumentError,
                      KernelNotFoundError, LibraryError, MisalignedError, NoDeviceError,
                      NoKernelForArchError, OverlapError, ReadOnlyError, UnsupportedError)
 
 __version__ = "0.1.0"
 __all__ = [
-    "gemm", "explain", "kernels", "info", "KernelInfo", "Explanation",
+    "gemm", "Gemm", "explain", "kernels", "info", "KernelInfo", "Explanation",
     "Error", "InvalidArgumentError", "DTypeError", "UnsupportedError", "MisalignedError",
     "NoKernelForArchError", "NoDeviceError", "DeviceMismatchError", "ReadOnlyError",
     "OverlapError", "KernelNotFoundError", "CudaError", "LibraryError",
 ]
-
-_NAMES = ("a", "b", "c", "d")
-
-
-def _scalar(value, name: str) -> float:
-    if type(value) is float or type(value) is int:  # the common case, checked cheaply
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise DTypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    return float(value)
-
-
-def _kernel_index(kernel) -> int:
-    if kernel is None:
-        return -1
-    if isinstance(kernel, KernelInfo):
-        kernel = kernel.name
-    if not isinstance(kernel, str):
-        raise DTypeError(f"kernel must be a kernel name (str), got {type(kernel).__name__}")
-    return _kernels.by_name(kernel).index
-
-
-def _describe(lib, objs) -> _lib.Problem:
-    problem = _lib.Problem()
-    lib.check(lib.pcr_py_describe(*objs, ctypes.byref(problem)))
-    return problem
-
-
-def _no_candidates(lib, problem, choice) -> Error:
-    runs_here = [k for k in kernels() if k.family in _select.families_for(problem.cc)]
-    if not runs_here:
-        families = sorted({f"sm{k.family}" for k in kernels()})
-        return NoKernelForArchError(
-            f"this GPU is compute {problem.cc // 10}.{problem.cc % 10}, and the build holds "
-            f"kernels only for {', '.join(families) or 'no arch'}: rebuild with "
-            "PYCUTLASS_RT_ARCHS=native (or include this GPU's arch)")
-    reasons = "\n".join(f"  {k.name}: {why}" for k, why in choice.rejected
-                        if _select.static_match(k, problem) is None)
-    return UnsupportedError(
-        "no kernel of this build can run this problem "
-        f"({problem.m}x{problem.n}x{problem.k}); candidates and why they were rejected:\n"
-        + (reasons or "  (no kernel has these dtypes and layouts)"))
-
 
 def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
     """Computes ``d = alpha * a @ b + beta * c`` in place and returns ``d``.
@@ -106,33 +63,24 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
         >>> pcr.gemm(a, b, None, d)  # doctest: +SKIP
         array([[8., 8.], ...
     """
+    # The hot path: a few type checks here, everything else in one C call.
     lib = _lib.load()
-    alpha = _scalar(alpha, "alpha")
-    beta = _scalar(beta, "beta")
-    kidx = _kernel_index(kernel)
-    objs, handle, flags, keep = _dlpack.prepare((a, b, c, d), _NAMES, stream, _pointer_device)
+    if type(alpha) is not float:
+        alpha = _call.scalar(alpha, "alpha")
+    if type(beta) is not float:
+        beta = _call.scalar(beta, "beta")
+    kidx = -1 if kernel is None else _call.kernel_index(kernel)
+    objs, handle, flags, keep = _call.operands((a, b, c, d), stream)
     st = lib.pcr_py_gemm(*objs, alpha, beta, kidx, flags, handle, None)
-    if st == errors.NEED_SELECTION:
-        problem = _describe(lib, objs + [alpha, beta])
-        choice = _select.choose(lib, problem, kernels())
-        if not choice.ranked:
-            raise _no_candidates(lib, problem, choice)
-        ids = [k.index for k, _ in choice.ranked[:8]]
-        lib.check(lib.pcr_select_put(ctypes.byref(problem), (ctypes.c_int32 * len(ids))(*ids),
-                                     len(ids)))
-        st = lib.pcr_py_gemm(*objs, alpha, beta, kidx, flags, handle, None)
     if st:
-        raise lib.error(st)
+        if st == errors.NEED_SELECTION:
+            _call.remember(lib, objs, alpha, beta)
+            st = lib.pcr_py_gemm(*objs, alpha, beta, kidx, flags, handle, None)
+        if st:
+            raise lib.error(st)
     _lib.note_cuda_used()
     del keep
     return d
-
-
-def _pointer_device(ptr: int) -> int:
-    lib = _lib.load()
-    dev = ctypes.c_int32()
-    lib.check(lib.pcr_pointer_device(ptr, ctypes.byref(dev)))
-    return dev.value
 
 
 @dataclass
@@ -176,11 +124,11 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None) -> Explan
         kernel:  sm90_bf16_bf16_f32_bf16_tt_128x256x64_c2x1_coop_a8  (table rule ...)
     """
     lib = _lib.load()
-    alpha, beta = _scalar(alpha, "alpha"), _scalar(beta, "beta")
+    alpha, beta = _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta")
     if d is None:
         raise InvalidArgumentError("explain needs d (the output) to know its layout and dtype")
-    objs, _, _, keep = _dlpack.prepare((a, b, c, d), _NAMES, None, _pointer_device)
-    problem = _describe(lib, objs + [alpha, beta])
+    objs, _, _, keep = _call.operands((a, b, c, d), None)
+    problem = _call.describe(lib, objs, alpha, beta)
     del keep
     pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
     for x in ("a", "b", "c", "d"):
@@ -199,14 +147,14 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None) -> Explan
     ranked = [(k.name, why) for k, why in choice.ranked]
     rejected = [(k.name, why) for k, why in choice.rejected]
     if kernel is not None:
-        forced = kernels()[_kernel_index(kernel)]
+        forced = kernels()[_call.kernel_index(kernel)]
         st = lib.pcr_kernel_check(forced.index, ctypes.byref(problem))
         if st:
             return Explanation(None, f"forced kernel rejected: {lib.last_error()}", pdict,
                                ranked, rejected, notes)
         return Explanation(forced.name, "forced with kernel=", pdict, ranked, rejected, notes)
     if not ranked:
-        return Explanation(None, str(_no_candidates(lib, problem, choice)), pdict, ranked,
+        return Explanation(None, str(_call.no_candidates(problem, choice)), pdict, ranked,
                            rejected, notes)
     return Explanation(ranked[0][0], ranked[0][1], pdict, ranked, rejected, notes)
 

@@ -163,6 +163,14 @@ def prepare(operands, names, stream, device_of):
 
     ``operands`` may hold None (for c). Raises DTypeError for non-tensors.
     """
+    get = _strategy.get
+    a, b, c, d = operands
+    if (get(type(a)) is EXCHANGE and get(type(b)) is EXCHANGE and get(type(d)) is EXCHANGE
+            and (c is None or get(type(c)) is EXCHANGE)):
+        # The hot path (torch): C reads the tensors and the producer's stream itself.
+        if stream is None:
+            return operands, 0, STREAM_FROM_PRODUCER, None
+        return operands, stream_handle(stream), 0, None
     kinds = [None if x is None else strategy(type(x), n) for x, n in zip(operands, names)]
     if all(k in (None, EXCHANGE, CAPSULE) for k in kinds):
         # Fast path: C reads everything (and the producer's stream) itself.

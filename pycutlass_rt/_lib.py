@@ -99,10 +99,31 @@ _SIGNATURES = {
     "pcr_select_put": (False, c_int, [POINTER(Problem), POINTER(c_int32), c_int32]),
     # int pcr_select_clear(void);
     "pcr_select_clear": (False, c_int, []),
+    # int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+    #                     const DLTensor* d, double alpha, double beta, int32_t kernel,
+    #                     pcr_problem* problem, pcr_plan** plan);
+    "pcr_plan_create": (False, c_int, [POINTER(DLTensor)] * 4 + [
+        c_double, c_double, c_int32, POINTER(Problem), POINTER(c_void_p)]),
+    # int pcr_plan_run(pcr_plan* plan, void* stream);
+    "pcr_plan_run": (False, c_int, [c_void_p, c_void_p]),
+    # int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
+    #                       const DLTensor* c, const DLTensor* d, void* stream);
+    "pcr_plan_run_with": (False, c_int, [c_void_p] + [POINTER(DLTensor)] * 4 + [c_void_p]),
+    # int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
+    "pcr_plan_kernel": (False, c_int, [c_void_p, POINTER(c_int32)]),
+    # void pcr_plan_destroy(pcr_plan* plan);
+    "pcr_plan_destroy": (False, None, [c_void_p]),
     # int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
     #                 int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
     "pcr_py_gemm": (True, c_int, [py_object, py_object, py_object, py_object, c_double,
                                   c_double, c_int32, c_int32, c_void_p, POINTER(Problem)]),
+    # int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
+    #                        int32_t kernel, pcr_problem* problem, pcr_plan** plan);
+    "pcr_py_plan_create": (True, c_int, [py_object] * 4 + [
+        c_double, c_double, c_int32, POINTER(Problem), POINTER(c_void_p)]),
+    # int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, int32_t flags,
+    #                     void* stream);
+    "pcr_py_plan_run": (True, c_int, [c_void_p] + [py_object] * 4 + [c_int32, c_void_p]),
     # int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
     #                     pcr_problem* out);
     "pcr_py_describe": (True, c_int, [py_object, py_object, py_object, py_object, c_double,

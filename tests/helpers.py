@@ -13,3 +13,21 @@ def gpu_reason():
     if not info["devices"]:
         return f"no usable GPU: {info['device_error']}"
     return None
+
+
+def matrix(rows, cols, layout="t", dtype=None, *, integer=False, pad=0, offset=0):
+    """A rows x cols torch CUDA matrix: row-major for layout 't', column-major for 'n'.
+
+    Random in [-1, 1), or integers in [-4, 4] (exact products); ``pad`` widens the leading
+    dimension, ``offset`` shifts the start by that many elements.
+    """
+    import torch
+    dtype = dtype or torch.bfloat16
+    shape = (rows, cols + pad) if layout == "t" else (cols, rows + pad)
+    size = shape[0] * shape[1] + offset
+    if integer:
+        flat = torch.randint(-4, 5, (size,), device="cuda").to(dtype)
+    else:
+        flat = (torch.rand(size, device="cuda") * 2 - 1).to(dtype)
+    x = flat[offset:].view(shape)
+    return x[:, :cols] if layout == "t" else x[:, :rows].t()

@@ -167,6 +167,24 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
 
 /* Remembers candidate kernels, best first, for every later problem equal to *problem;
  * a call takes the first that can implement it (at most 8 are kept). */
+/* ---- bound plans ----------------------------------------------------------------
+ * A plan is one problem with its kernel chosen, its workspace allocated and its launch
+ * parameters built: running it is a launch and nothing else, so it is cheap and safe
+ * inside CUDA-graph capture. Create: like pcr_gemm (kernel -1 needs a remembered
+ * selection, else PCR_NEED_SELECTION with *problem filled). The tensors given at
+ * creation are bound (the caller keeps them alive); pcr_plan_run_with takes others that
+ * describe the same problem. Runs of one plan must not overlap on different streams
+ * (they share its workspace); destroy waits for its pending launches. */
+typedef struct pcr_plan pcr_plan;
+PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+                            const DLTensor* d, double alpha, double beta, int32_t kernel,
+                            pcr_problem* problem, pcr_plan** plan);
+PCR_API int pcr_plan_run(pcr_plan* plan, void* stream);
+PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
+                              const DLTensor* c, const DLTensor* d, void* stream);
+PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
+PCR_API void pcr_plan_destroy(pcr_plan* plan);
+
 PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
 PCR_API int pcr_select_clear(void);
 
@@ -179,6 +197,11 @@ PCR_API int pcr_select_clear(void);
 #define PCR_STREAM_FROM_PRODUCER 1
 PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
                         int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
+                               int32_t kernel, pcr_problem* problem, pcr_plan** plan);
+/* a, b, c, d: all None/NULL to run on the bound tensors. */
+PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, int32_t flags,
+                            void* stream);
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
                             pcr_problem* out);
 

@@ -33,12 +33,22 @@ struct GemmArgs {
   int sm_count;  // multiprocessors of that device
 };
 
+// Launch parameters a kernel builds from GemmArgs (CUTLASS's Params, TMA descriptors
+// included) live in an opaque, aligned blob of at most this many bytes, so that a
+// bound plan or a repeated call can launch without rebuilding them.
+constexpr size_t kMaxPrepared = 4096;
+constexpr size_t kPreparedAlign = 128;  // TMA descriptors need 64-byte alignment
+
 struct KernelOps {
   // PCR_OK, or PCR_ERR_UNSUPPORTED with the reason in the thread's error message.
   int (*can_implement)(const GemmArgs&);
   size_t (*workspace_size)(const GemmArgs&);
-  // Enqueues the kernel on `stream`; never allocates or synchronizes.
-  int (*run)(const GemmArgs&, void* workspace, cudaStream_t stream);
+  // Builds the launch parameters for `workspace` into `prepared` (kMaxPrepared bytes,
+  // kPreparedAlign-aligned). Host work only: no allocation, no GPU work.
+  int (*prepare)(const GemmArgs&, void* workspace, void* prepared);
+  // Resets the workspace's per-launch state (stream-K / split-K barriers) and enqueues
+  // the kernel on `stream`; never allocates or synchronizes.
+  int (*launch)(const void* prepared, void* workspace, int device, cudaStream_t stream);
   // The __global__ function, used to ask the driver whether an image runs on a device.
   const void* (*device_function)();
 };
@@ -46,7 +56,10 @@ struct KernelOps {
 // The KernelOps of a family template instantiation (static members of the same names).
 template <class Op>
 constexpr KernelOps ops_of() {
-  return {&Op::can_implement, &Op::workspace_size, &Op::run, &Op::device_function};
+  static_assert(sizeof(typename Op::Prepared) <= kMaxPrepared, "raise kMaxPrepared");
+  static_assert(alignof(typename Op::Prepared) <= kPreparedAlign, "raise kPreparedAlign");
+  return {&Op::can_implement, &Op::workspace_size, &Op::prepare, &Op::launch,
+          &Op::device_function};
 }
 
 struct KernelEntry {

@@ -3,11 +3,18 @@
 //                pipelined mainloop, whose register-staged loads take any alignment; one
 //                source serves sm_80/86/89/90 SASS and the PTX for later GPUs;
 //   sm75 family: Turing m16n8k8 (fp16 only), 2-stage pipelined.
+// The block swizzle is the data-parallel identity swizzle, or CUTLASS's stream-K swizzle,
+// which selects the stream-K kernel: its heuristic spreads the K loop of too few output
+// tiles over every SM (stream-K, or split-K when that balances better) and reduces the
+// fp32 partials in the workspace in a fixed order, so results stay deterministic.
 #pragma once
 
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/gemm/device/gemm_universal.h"
+#include "cutlass/gemm/threadblock/threadblock_swizzle_streamk.h"
+
+#include <new>
 
 #include "kernel.h"
 
@@ -17,13 +24,16 @@ struct Sm80 {
   using Arch = cutlass::arch::Sm80;
   using Instruction = cutlass::gemm::GemmShape<16, 8, 16>;
 };
+using DataParallel = cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>;
+using StreamK = cutlass::gemm::threadblock::ThreadblockSwizzleStreamK;
+
 struct Sm75 {
   using Arch = cutlass::arch::Sm75;
   using Instruction = cutlass::gemm::GemmShape<16, 8, 8>;
 };
 
 template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
-          class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC>
+          class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC, class Swizzle = DataParallel>
 struct Gemm {
   using ElementAcc = float;
   using Epilogue =
@@ -32,7 +42,7 @@ struct Gemm {
       ElementA, LayoutA, ElementB, LayoutB, ElementD, cutlass::layout::RowMajor, ElementAcc,
       cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
       typename Family::Instruction, Epilogue,
-      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>, Stages, AlignAB, AlignAB>;
+      Swizzle, Stages, AlignAB, AlignAB>;
   using GemmKernel = typename Device::GemmKernel;
   using Arguments = typename Device::Arguments;
 
@@ -57,14 +67,33 @@ struct Gemm {
     return reinterpret_cast<const void*>(cutlass::Kernel2<GemmKernel>);
   }
 
-  static int run(const GemmArgs& p, void* workspace, cudaStream_t stream) {
+  // The device-level operator holds the kernel's Params; this view of it builds them
+  // without touching the GPU, and re-arms the workspace (split-K semaphores, stream-K
+  // barriers) on the launch stream before each launch.
+  struct Prepared : Device {
+    cutlass::Status setup(const Arguments& args) { return this->init_params(args); }
+    cutlass::Status rearm(void* workspace, cudaStream_t stream) {
+      return this->params_.init_workspace(workspace, stream);
+    }
+  };
+
+  static int prepare(const GemmArgs& p, void*, void* out) {
+    cutlass::Status s = (new (out) Prepared())->setup(arguments(p));
+    if (s != cutlass::Status::kSuccess)
+      return set_error(PCR_ERR_INTERNAL, "CUTLASS parameter setup failed: %s",
+                       cutlassGetStatusString(s));
+    return PCR_OK;
+  }
+
+  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
     static std::atomic<uint64_t> smem_done{0};
-    int st = ensure_smem_limit(device_function(), p.device,
+    int st = ensure_smem_limit(device_function(), device,
                                int(sizeof(typename GemmKernel::SharedStorage)), &smem_done);
     if (st != PCR_OK) return st;
-    Device op;
-    cutlass::Status s = op.initialize(arguments(p), workspace, stream);
-    if (s == cutlass::Status::kSuccess) s = op.run(stream);
+    // re-arming stores the workspace pointers again (the same ones: they key the cache)
+    auto& prep = *const_cast<Prepared*>(static_cast<const Prepared*>(prepared));
+    cutlass::Status s = prep.rearm(workspace, stream);
+    if (s == cutlass::Status::kSuccess) s = prep.run(stream);
     if (s != cutlass::Status::kSuccess) {
       cudaError_t e = cudaGetLastError();
       return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s; %s)",

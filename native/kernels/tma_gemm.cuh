@@ -2,14 +2,20 @@
 //   sm90a  (wgmma): cooperative and ping-pong schedules;
 //   sm100a (tcgen05/UMMA): 1-SM and 2-SM schedules.
 // The collective builders pick the instructions from the arch tag and the schedule.
+// The tile scheduler is CUTLASS's persistent data-parallel one, or stream-K
+// (cutlass::gemm::StreamKScheduler; cooperative and sm100 schedules only), whose
+// heuristic decomposition spreads the K loop of too few output tiles over every SM
+// (stream-K or split-K) with a deterministic fp32 fix-up in the workspace.
 #pragma once
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"  // device_kernel
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+#include <new>
 
 #include "kernel.h"
 
@@ -51,7 +57,8 @@ Stride make_stride_ld(int64_t ld, int64_t batch_stride) {
 }
 
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
-          class TileShape, class ClusterShape, class Schedule, int AlignAB>
+          class TileShape, class ClusterShape, class Schedule, int AlignAB,
+          class TileScheduler = void>
 struct Gemm {
   using ElementAcc = float;
   static constexpr int kAlignD = 16 / sizeof(ElementD);
@@ -72,8 +79,7 @@ struct Gemm {
       typename Schedule::Mainloop>::CollectiveOp;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
-      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
-  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, TileScheduler>;
   using Arguments = typename GemmKernel::Arguments;
 
   static Arguments arguments(const GemmArgs& p) {
@@ -107,20 +113,52 @@ struct Gemm {
     return reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>);
   }
 
-  static int run(const GemmArgs& p, void* workspace, cudaStream_t stream) {
+  // Everything a launch needs, computed once: the arguments (for the per-launch
+  // workspace reset), CUTLASS's Params and the launch geometry. Launching directly
+  // (not through CUTLASS's ClusterLauncher, which sets a function attribute on every
+  // launch) keeps a repeated call to one cudaLaunchKernelExC.
+  struct Prepared {
+    Arguments args;
+    typename GemmKernel::Params params;
+    dim3 grid, block;
+  };
+
+  static int prepare(const GemmArgs& p, void* workspace, void* out) {
+    auto* prep = new (out) Prepared{arguments(p), {}, {}, {}};
+    prep->params = GemmKernel::to_underlying_arguments(prep->args, workspace);
+    prep->grid = GemmKernel::get_grid_shape(prep->params);
+    prep->block = GemmKernel::get_block_shape();
+    return PCR_OK;
+  }
+
+  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
     static std::atomic<uint64_t> smem_done{0};
-    int st = ensure_smem_limit(device_function(), p.device, GemmKernel::SharedStorageSize,
+    int st = ensure_smem_limit(device_function(), device, GemmKernel::SharedStorageSize,
                                &smem_done);
     if (st != PCR_OK) return st;
-    Arguments args = arguments(p);
-    if (GemmKernel::initialize_workspace(args, workspace, stream) != cutlass::Status::kSuccess)
-      return set_error(PCR_ERR_INTERNAL, "workspace initialization failed");
-    auto params = GemmKernel::to_underlying_arguments(args, workspace);
-    cutlass::Status s = Adapter::run(params, stream);
-    if (s != cutlass::Status::kSuccess) {
-      cudaError_t e = cudaGetLastError();
-      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s)",
-                       cudaGetErrorName(e), cudaGetErrorString(e));
+    auto& prep = *const_cast<Prepared*>(static_cast<const Prepared*>(prepared));
+    if (workspace &&
+        GemmKernel::initialize_workspace(prep.args, workspace, stream) != cutlass::Status::kSuccess)
+      return set_error(PCR_ERR_CUDA, "workspace initialization failed: %s",
+                       cudaGetErrorString(cudaGetLastError()));
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = cute::size<0>(ClusterShape{});
+    cluster.val.clusterDim.y = cute::size<1>(ClusterShape{});
+    cluster.val.clusterDim.z = cute::size<2>(ClusterShape{});
+    cudaLaunchConfig_t config{};
+    config.gridDim = prep.grid;
+    config.blockDim = prep.block;
+    config.dynamicSmemBytes = GemmKernel::SharedStorageSize;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = cute::size(ClusterShape{}) > 1 ? 1 : 0;
+    void* params[] = {&prep.params};
+    cudaError_t e = cudaLaunchKernelExC(&config, device_function(), params);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s)", cudaGetErrorName(e),
+                       cudaGetErrorString(e));
     }
     return PCR_OK;
   }

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +39,10 @@ constexpr int kMaxCandidates = 8;
 struct Candidates {
   int32_t count;
   int32_t kernel[kMaxCandidates];
+  // The first candidate that passed check_kernel: every input of that check (dtypes,
+  // layouts, alignments, extents, device arch) is part of the key, so later calls
+  // launch it without checking again.
+  int32_t resolved = -1;
 };
 struct Memo {
   uint64_t generation = 0;
@@ -104,20 +109,49 @@ int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out) {
   return PCR_OK;
 }
 
+// ---- prepared launches ---------------------------------------------------------
+// Launch parameters are a pure function of (kernel, GemmArgs, workspace). Each thread
+// keeps its last few, so a call repeating an earlier one (same tensors: the common
+// case in inference loops) skips CUTLASS's parameter setup and TMA descriptor encoding.
+constexpr int kPreparedSlots = 4;
+struct PreparedCache {
+  PreparedLaunch slot[kPreparedSlots];
+  int next = 0;
+
+  PreparedLaunch& find(int k, const GemmArgs& g) {
+    for (PreparedLaunch& s : slot)
+      if (s.matches(k, g)) return s;
+    PreparedLaunch& s = slot[next];
+    next = (next + 1) % kPreparedSlots;
+    s.kernel = -1;
+    return s;
+  }
+};
+thread_local PreparedCache t_prepared;
+
 int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
   GemmArgs g = gemm_args(p, bd);
-  const KernelOps& ops = kKernels[k]->ops;
-  int st = ops.can_implement(g);
-  if (st != PCR_OK) {
-    std::string why = pcr_last_error();
-    return set_error(st, "%s: %s", kKernels[k]->info.name, why.c_str());
-  }
+  PreparedLaunch& prep = t_prepared.find(k, g);
+  size_t bytes = prep.kernel == k ? prep.workspace_bytes : kKernels[k]->ops.workspace_size(g);
   void* ws = nullptr;
-  if ((st = workspace_for(p.device, stream, ops.workspace_size(g), &ws))) return st;
-  return ops.run(g, ws, stream);
+  if (bytes) {
+    int st = workspace_for(p.device, stream, bytes, &ws);
+    if (st != PCR_OK) return st;
+  }
+  return prep.launch(k, g, bytes, ws, stream);
 }
 
-int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
+// The kernel step of a launch: a plan's own workspace and prepared launch, or the
+// stream's workspace and the thread's prepared launches.
+int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
+               pcr_plan* plan) {
+  if (!plan) return run_kernel(p, bd, k, stream);
+  return plan->prepared.launch(k, gemm_args(p, bd), plan->workspace_bytes, plan->workspace,
+                               stream);
+}
+
+int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
+                  pcr_plan* plan = nullptr) {
   if (p.m == 0 || p.n == 0) return PCR_OK;
   int st;
   if (p.k == 0 || p.c_mode == 2) {
@@ -128,7 +162,7 @@ int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
       return st;
     if (p.k == 0) return PCR_OK;
   }
-  return run_kernel(p, bd, k, stream);
+  return run_kernel(p, bd, k, stream, plan);
 }
 
 // Host operands: copy each one's byte span to the GPU, run, copy D back, synchronize.
@@ -164,13 +198,64 @@ int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t strea
   return st;
 }
 
+bool same_problem(const pcr_problem& x, const pcr_problem& y) {
+  return key_of(x) == key_of(y) && x.transposed == y.transposed && x.host == y.host &&
+         x.device == y.device;
+}
+
 }  // namespace
+
+int PreparedLaunch::launch(int k, const GemmArgs& g, size_t bytes, void* ws,
+                           cudaStream_t stream) {
+  const KernelOps& ops = kKernels[k]->ops;
+  if (!matches(k, g) || workspace != ws) {
+    kernel = -1;
+    int st = ops.prepare(g, ws, blob);
+    if (st != PCR_OK) return st;
+    kernel = k;
+    args = g;
+    workspace_bytes = bytes;
+    workspace = ws;
+  }
+  return ops.launch(blob, ws, g.device, stream);
+}
 
 int launch(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
   DeviceGuard guard;
   int st = guard.set(p.device);
   if (st != PCR_OK) return st;
   return p.host ? launch_host(p, bd, k, stream) : launch_device(p, bd, k, stream);
+}
+
+int select(const pcr_problem& p, const Bound& bd, int* kernel) {
+  Memo& m = memo();
+  auto it = m.map.find(key_of(p));
+  if (it == m.map.end()) return PCR_NEED_SELECTION;
+  Candidates& cand = it->second;
+  if (cand.resolved >= 0) {
+    *kernel = cand.resolved;
+    return PCR_OK;
+  }
+  std::string reasons;
+  for (int i = 0; i < cand.count; ++i) {
+    if (check_kernel(cand.kernel[i], p, &bd) == PCR_OK) {
+      *kernel = cand.resolved = cand.kernel[i];
+      return PCR_OK;
+    }
+    reasons += std::string("\n  ") + pcr_last_error();
+  }
+  return set_error(PCR_ERR_UNSUPPORTED, "no candidate kernel can implement this problem:%s",
+                   reasons.c_str());
+}
+
+// A forced kernel (checked), or the selected one.
+int kernel_for(const pcr_problem& p, const Bound& bd, int32_t forced, int* kernel) {
+  if (forced == -1) return select(p, bd, kernel);
+  if (forced < 0)
+    return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d is not in this build", forced);
+  int st = check_kernel(forced, p, &bd);
+  if (st == PCR_OK) *kernel = forced;
+  return st;
 }
 
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
@@ -180,25 +265,76 @@ int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor
   Bound bd;
   int st = describe(a, b, c, d, alpha, beta, &p, &bd);
   if (st != PCR_OK) return st;
-  auto s = static_cast<cudaStream_t>(stream);
-  if (kernel >= 0) {
-    if ((st = check_kernel(kernel, p, &bd))) return st;
-    return launch(p, bd, kernel, s);
+  int k = -1;
+  if ((st = kernel_for(p, bd, kernel, &k))) return st;
+  return launch(p, bd, k, static_cast<cudaStream_t>(stream));
+}
+
+// ---- bound plans -----------------------------------------------------------------
+
+int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                double alpha, double beta, int32_t kernel, pcr_problem* out, pcr_plan** plan) {
+  *plan = nullptr;
+  pcr_problem local;
+  pcr_problem& p = out ? *out : local;
+  Bound bd;
+  int st = describe(a, b, c, d, alpha, beta, &p, &bd);
+  if (st != PCR_OK) return st;
+  if (p.host)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "a plan needs GPU tensors; host (numpy) operands are staged per call: "
+                     "use gemm() for them");
+  int k = -1;
+  if ((st = kernel_for(p, bd, kernel, &k))) return st;
+  auto* pl = new (std::nothrow) pcr_plan();
+  if (!pl) return set_error(PCR_ERR_INTERNAL, "out of host memory");
+  pl->problem = p;
+  pl->bound = bd;
+  pl->kernel = k;
+  if (p.m && p.n && p.k) {
+    DeviceGuard guard;
+    GemmArgs g = gemm_args(p, bd);
+    pl->workspace_bytes = kKernels[k]->ops.workspace_size(g);
+    st = guard.set(p.device);
+    if (st == PCR_OK && pl->workspace_bytes)
+      st = cuda_status(cudaMalloc(&pl->workspace, pl->workspace_bytes), "cudaMalloc(workspace)");
+    if (st == PCR_OK) st = kKernels[k]->ops.prepare(g, pl->workspace, pl->prepared.blob);
+    if (st != PCR_OK) {
+      pcr_plan_destroy(pl);
+      return st;
+    }
+    pl->prepared.kernel = k;
+    pl->prepared.args = g;
+    pl->prepared.workspace_bytes = pl->workspace_bytes;
+    pl->prepared.workspace = pl->workspace;
   }
-  if (kernel != -1)
-    return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d is not in this build", kernel);
-  Memo& m = memo();
-  auto it = m.map.find(key_of(p));
-  if (it == m.map.end()) return PCR_NEED_SELECTION;
-  const Candidates& cand = it->second;
-  std::string reasons;
-  for (int i = 0; i < cand.count; ++i) {
-    int k = cand.kernel[i];
-    if (check_kernel(k, p, &bd) == PCR_OK) return launch(p, bd, k, s);
-    reasons += std::string("\n  ") + pcr_last_error();
+  *plan = pl;
+  return PCR_OK;
+}
+
+int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor* c,
+             const DLTensor* d, cudaStream_t stream) {
+  if (!pl) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  const Bound* bd = &pl->bound;
+  Bound fresh;
+  if (a || b || c || d) {
+    if (!(a && b && d))
+      return set_error(PCR_ERR_INVALID_ARGUMENT, "a plan runs on a, b, (c,) d together");
+    pcr_problem p;
+    int st = describe(a, b, c, d, pl->bound.alpha, pl->bound.beta, &p, &fresh);
+    if (st != PCR_OK) return st;
+    if (!same_problem(p, pl->problem))
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "these tensors describe another problem than the plan's (%lldx%lldx%lld "
+                       "with its dtypes, layouts, alignments and device): build a plan for them",
+                       (long long)pl->problem.m, (long long)pl->problem.n,
+                       (long long)pl->problem.k);
+    bd = &fresh;
   }
-  return set_error(PCR_ERR_UNSUPPORTED, "no candidate kernel can implement this problem:%s",
-                   reasons.c_str());
+  DeviceGuard guard;
+  int st = guard.set(pl->problem.device);
+  if (st != PCR_OK) return st;
+  return launch_device(pl->problem, *bd, pl->kernel, stream, pl);
 }
 
 }  // namespace pcr
@@ -270,6 +406,39 @@ PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels,
   }
   memo().map[key_of(*problem)] = cand;
   return PCR_OK;
+}
+
+PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+                            const DLTensor* d, double alpha, double beta, int32_t kernel,
+                            pcr_problem* problem, pcr_plan** plan) {
+  clear_error();
+  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_plan_create: plan is NULL");
+  return plan_create(a, b, c, d, alpha, beta, kernel, problem, plan);
+}
+
+PCR_API int pcr_plan_run(pcr_plan* plan, void* stream) {
+  return plan_run(plan, nullptr, nullptr, nullptr, nullptr, static_cast<cudaStream_t>(stream));
+}
+
+PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
+                              const DLTensor* c, const DLTensor* d, void* stream) {
+  clear_error();
+  return plan_run(plan, a, b, c, d, static_cast<cudaStream_t>(stream));
+}
+
+PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel) {
+  if (!plan || !kernel) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_plan_kernel: NULL");
+  *kernel = plan->kernel;
+  return PCR_OK;
+}
+
+PCR_API void pcr_plan_destroy(pcr_plan* plan) {
+  if (!plan) return;
+  if (plan->workspace) {
+    DeviceGuard guard;  // cudaFree waits for the plan's pending launches
+    if (guard.set(plan->problem.device) == PCR_OK) cudaFree(plan->workspace);
+  }
+  delete plan;
 }
 
 PCR_API int pcr_select_clear(void) {

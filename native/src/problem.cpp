@@ -325,6 +325,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
 
 GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   GemmArgs g;
+  std::memset(&g, 0, sizeof g);  // padding too: prepared launches compare args bytewise
   g.m = int(p.m);
   g.n = int(p.n);
   g.k = int(p.k);

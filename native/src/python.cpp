@@ -82,7 +82,21 @@ const PyApi& py() {
 std::mutex g_types_mutex;
 std::vector<std::pair<PyObject*, const DLPackExchangeAPI*>> g_types;
 
+const DLPackExchangeAPI* exchange_api_locked(PyObject* type);
+
 const DLPackExchangeAPI* exchange_api(PyObject* type) {
+  // Most calls see the same few types: a per-thread memo of the last ones avoids the lock.
+  thread_local std::pair<PyObject*, const DLPackExchangeAPI*> recent[4];
+  thread_local int next = 0;
+  for (auto& e : recent)
+    if (e.first == type) return e.second;
+  const DLPackExchangeAPI* found = exchange_api_locked(type);
+  recent[next] = {type, found};
+  next = (next + 1) % 4;
+  return found;
+}
+
+const DLPackExchangeAPI* exchange_api_locked(PyObject* type) {
   {
     std::lock_guard<std::mutex> lock(g_types_mutex);
     for (auto& e : g_types)
@@ -172,6 +186,22 @@ int ingest_all(void* a, void* b, void* c, void* d, Operand ops[4]) {
   return PCR_OK;
 }
 
+// The producer's current work stream when flags ask for it and an operand's exchange API
+// offers one (d first: the output's stream orders the write); else `stream` unchanged.
+int producer_stream(const Operand* ops, int32_t flags, void** stream) {
+  if (!(flags & PCR_STREAM_FROM_PRODUCER)) return PCR_OK;
+  for (int i : {3, 0, 1, 2}) {
+    const Operand& op = ops[i];
+    if (op.api && op.api->current_work_stream && op.dl.device.device_type == kDLCUDA)
+      return op.api->current_work_stream(kDLCUDA, op.dl.device.device_id, stream) != 0
+                 ? PCR_ERR_PYTHON
+                 : PCR_OK;
+  }
+  return PCR_OK;
+}
+
+const DLTensor* dl_or_null(const Operand& op) { return op.present ? &op.dl : nullptr; }
+
 }  // namespace
 }  // namespace pcr
 
@@ -185,17 +215,48 @@ PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double
   Operand ops[4];
   int st = ingest_all(a, b, c, d, ops);
   if (st != PCR_OK) return st;
-  if (flags & PCR_STREAM_FROM_PRODUCER) {
-    for (const Operand* op : {&ops[3], &ops[0], &ops[1], &ops[2]}) {
-      if (op->api && op->api->current_work_stream && op->dl.device.device_type == kDLCUDA) {
-        if (op->api->current_work_stream(kDLCUDA, op->dl.device.device_id, &stream) != 0)
-          return PCR_ERR_PYTHON;
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta, kernel,
+              stream, problem);
+}
+
+PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
+                               int32_t kernel, pcr_problem* problem, pcr_plan** plan) {
+  clear_error();
+  Operand ops[4];
+  int st = ingest_all(a, b, c, d, ops);
+  if (st != PCR_OK) return st;
+  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_plan_create: plan is NULL");
+  st = plan_create(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+                   kernel, problem, plan);
+  if (st == PCR_OK)
+    for (int i : {3, 0, 1, 2})
+      if (ops[i].api && ops[i].dl.device.device_type == kDLCUDA) {
+        (*plan)->stream_api = ops[i].api;
         break;
       }
-    }
+  return st;
+}
+
+PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, int32_t flags,
+                            void* stream) {
+  clear_error();
+  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  const PyApi& P = py();
+  auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
+  if (none(a) && none(b) && none(c) && none(d)) {
+    auto* api = static_cast<const DLPackExchangeAPI*>(plan->stream_api);
+    if ((flags & PCR_STREAM_FROM_PRODUCER) && api && api->current_work_stream &&
+        api->current_work_stream(kDLCUDA, plan->problem.device, &stream) != 0)
+      return PCR_ERR_PYTHON;
+    return plan_run(plan, nullptr, nullptr, nullptr, nullptr, static_cast<cudaStream_t>(stream));
   }
-  return gemm(&ops[0].dl, &ops[1].dl, ops[2].present ? &ops[2].dl : nullptr, &ops[3].dl, alpha,
-              beta, kernel, stream, problem);
+  Operand ops[4];
+  int st = ingest_all(a, b, c, d, ops);
+  if (st != PCR_OK) return st;
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
+                  static_cast<cudaStream_t>(stream));
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
@@ -204,8 +265,8 @@ PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, do
   Operand ops[4];
   int st = ingest_all(a, b, c, d, ops);
   if (st != PCR_OK) return st;
-  return pcr_describe(&ops[0].dl, &ops[1].dl, ops[2].present ? &ops[2].dl : nullptr,
-                      &ops[3].dl, alpha, beta, out);
+  return pcr_describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+                      out);
 }
 
 }  // extern "C"

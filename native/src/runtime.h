@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernel.h"
 
@@ -62,11 +63,51 @@ GemmArgs gemm_args(const pcr_problem& problem, const Bound& bound);
 const char* dtype_name(int dtype);
 
 // ---- launches (dispatch.cpp, prefill.cu) ----
+// A kernel's launch parameters built for one GemmArgs and workspace (see KernelOps).
+struct PreparedLaunch {
+  int kernel = -1;  // -1: empty
+  GemmArgs args{};
+  size_t workspace_bytes = 0;
+  void* workspace = nullptr;
+  alignas(kPreparedAlign) unsigned char blob[kMaxPrepared];
+
+  bool matches(int k, const GemmArgs& g) const {
+    return kernel == k && std::memcmp(&args, &g, sizeof g) == 0;
+  }
+  // Launches kernel k for g on `stream`, building the parameters first unless they were
+  // built for the same kernel, args and workspace.
+  int launch(int k, const GemmArgs& g, size_t bytes, void* workspace, cudaStream_t stream);
+};
+
 int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream);
+// The kernel for a described problem: the memoized selection's first candidate that
+// accepts it, PCR_NEED_SELECTION when nothing is memoized, or the rejections.
+int select(const pcr_problem& problem, const Bound& bound, int* kernel);
 // describe + kernel choice (forced, or from the selection memo) + launch.
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
          double alpha, double beta, int32_t kernel, void* stream, pcr_problem* problem);
 // d = scale * src elementwise (src == nullptr: d = 0), any strides, converting dtypes.
 int launch_scale_copy(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream);
 
+}  // namespace pcr
+
+// A bound plan (pycutlass_rt.h): one problem, its kernel, workspace and prepared launch.
+struct pcr_plan {
+  pcr_problem problem;
+  pcr::Bound bound;           // the tensors given at creation
+  int kernel = -1;
+  void* workspace = nullptr;  // owned: runs never allocate, so capture always works
+  size_t workspace_bytes = 0;
+  const void* stream_api = nullptr;  // the producer's DLPack exchange API, for its stream
+  pcr::PreparedLaunch prepared;
+};
+
+namespace pcr {
+int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                double alpha, double beta, int32_t kernel, pcr_problem* problem,
+                pcr_plan** out);
+// Runs the plan on the tensors bound at creation, or on new ones (nullptr: bound ones)
+// that must describe the same problem.
+int plan_run(pcr_plan* plan, const DLTensor* a, const DLTensor* b, const DLTensor* c,
+             const DLTensor* d, cudaStream_t stream);
 }  // namespace pcr

@@ -10,7 +10,7 @@ import catalog
 NAME = re.compile(
     r"^(?P<fam>sm75|sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))_a(?P<align>\d+)$")
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<split>streamk))?_a(?P<align>\d+)$")
 
 
 def test_names_unique_and_encode_every_parameter():
@@ -22,6 +22,7 @@ def test_names_unique_and_encode_every_parameter():
         assert (m["fam"], m["a"], m["b"], m["d"], m["layout"]) == (k.family, k.a, k.b, k.d, k.layout)
         assert m["tile"] == "x".join(map(str, k.tile))
         assert int(m["align"]) == k.align
+        assert (m["split"] or "none") == k.split
         if k.family in ("sm90", "sm100"):
             assert m["cl"] == "{}x{}".format(*k.cluster[:2]) and m["sched"] == k.schedule
         else:
@@ -51,6 +52,15 @@ def test_sm100_one_and_two_sm():
     # a 2-SM MMA spans the CTA pair: even cluster M, tile M of 256
     assert all(k.cluster[0] % 2 == 0 and k.tile[0] == 256 for k in sm100 if k.schedule == "2sm")
     assert all(k.tier == "extended" for k in sm100)  # not in the default (2-core) build
+
+
+def test_stream_k_where_cutlass_supports_it():
+    """Stream-K needs CUTLASS's cooperative schedule on sm90 (ping-pong has none)."""
+    sk = [k for k in catalog.catalogue() if k.split == "streamk"]
+    assert {k.family for k in sk} == {"sm90", "sm80"}
+    assert all(k.schedule == "coop" for k in sk if k.family == "sm90")
+    src = catalog.kernel_source(sk[0])
+    assert "StreamK" in src
 
 
 def test_sm90_variety():

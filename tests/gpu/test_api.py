@@ -7,19 +7,13 @@ import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
+from helpers import matrix as mat
 
 torch = pytest.importorskip("torch")
 
 DTYPES = [(torch.float16, torch.float16), (torch.float16, torch.float32),
           (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32)]
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
-
-
-def mat(rows, cols, layout, dtype, pad=0, offset=0):
-    shape = (rows, cols + pad) if layout == "t" else (cols, rows + pad)
-    flat = (torch.rand(shape[0] * shape[1] + offset, device="cuda") * 2 - 1).to(dtype)
-    x = flat[offset:].view(shape)
-    return x[:, :cols] if layout == "t" else x[:, :rows].t()
 
 
 def ref(a, b, c=None, alpha=1.0, beta=0.0):

@@ -10,6 +10,7 @@ import math
 import pytest
 
 import pycutlass_rt as pcr
+from helpers import matrix as _matrix
 
 torch = pytest.importorskip("torch")
 
@@ -35,15 +36,8 @@ def runnable_kernels():
 KERNELS = runnable_kernels()
 
 
-def matrix(rows, cols, layout, dtype, integer, pad=0):
-    """rows x cols with the given layout ('t' row-major, 'n' column-major), optionally padded."""
-    shape = (rows, cols + pad) if layout == "t" else (cols, rows + pad)
-    if integer:
-        x = torch.randint(-4, 5, shape, device="cuda").to(dtype)
-    else:
-        x = (torch.rand(shape, device="cuda") * 2 - 1).to(dtype)
-    x = x[:, :cols] if layout == "t" else x[:, :rows].t()
-    return x
+def matrix(rows, cols, layout, dtype, integer):
+    return _matrix(rows, cols, layout, dtype, integer=integer)
 
 
 def shapes_for(k):
@@ -53,7 +47,9 @@ def shapes_for(k):
     side = int(math.sqrt(sms))
     raw = [(2, 8, 8), (tm + 1, tn - 1, tk + 1), (tm - 1, tn + 1, 2 * tk - 1),
            (tm * side // 2, tn * side, 3 * tk), (int(tm * side * 1.25), tn * side, tk),
-           (int(tm * side * 2.5), tn * side // 2, 2 * tk + 3)]
+           (int(tm * side * 2.5), tn * side // 2, 2 * tk + 3),
+           # few tiles, deep K: what stream-K / split-K kernels split across the SMs
+           (tm + 5, 2 * tn - 3, 48 * tk + 1)]
     a_al, b_al, d_al = k.align
     out = []
     for m, n, kk in raw:

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
+from helpers import matrix
 
 torch = pytest.importorskip("torch")
 
 
-def rand(*shape, dtype=torch.bfloat16):
-    return (torch.rand(*shape, device="cuda") * 2 - 1).to(dtype)
+def rand(rows, cols, dtype=torch.bfloat16):
+    return matrix(rows, cols, "t", dtype)
 
 
 SHAPES = [(512, 384, 256), (1, 4096, 1024), (127, 1000, 4097), (2048, 2048, 512), (96, 64, 8)]

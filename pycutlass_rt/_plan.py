@@ -1,0 +1,116 @@
+"""Bound plans: one problem, its kernel chosen and its launch prepared, run many times."""
+from __future__ import annotations
+
+import ctypes
+
+from . import _call, _dlpack, _kernels, _lib, errors
+from .errors import InvalidArgumentError
+
+
+class Gemm:
+    """A bound GEMM plan: ``d = alpha * a @ b + beta * c`` prepared once, launched cheaply.
+
+    Construction does everything :func:`pycutlass_rt.gemm` does per call: it validates the
+    operands, chooses the kernel, allocates the plan's own workspace and builds the
+    kernel's launch parameters (TMA descriptors included). Then:
+
+    * ``plan.run()`` launches on the tensors given at construction: one C call, no
+      argument parsing, no allocation, so it is the cheapest way to repeat a GEMM and
+      is safe inside CUDA-graph capture;
+    * ``plan(a, b, c, d)`` runs on other tensors that describe the same problem (shape,
+      dtypes, layouts, alignment, device); the launch parameters are rebuilt only when
+      the addresses change.
+
+    The plan keeps references to the tensors it was built with. Runs of one plan must not
+    overlap on two streams at once (they share its workspace): build one plan per stream.
+
+    Args:
+        a, b, c, d, alpha, beta: as for :func:`pycutlass_rt.gemm`; GPU tensors only.
+        kernel: force a kernel by name instead of the selection.
+
+    Raises:
+        The errors of :func:`pycutlass_rt.gemm`; InvalidArgumentError for host arrays.
+
+    Example:
+        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
+        >>> a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> d = torch.empty_like(a)  # doctest: +SKIP
+        >>> plan = pcr.Gemm(a, a, None, d)  # doctest: +SKIP
+        >>> plan.run()  # d = a @ a on torch's current stream  # doctest: +SKIP
+        >>> plan(a, a.clone(), None, d)  # same problem, other tensors  # doctest: +SKIP
+    """
+
+    _handle = None
+
+    def __init__(self, a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None):
+        if d is None:
+            raise InvalidArgumentError("Gemm needs d, the output tensor")
+        lib = self._lib = _lib.load()
+        self.alpha = _call.scalar(alpha, "alpha")
+        self.beta = _call.scalar(beta, "beta")
+        kidx = _call.kernel_index(kernel)
+        objs, _, flags, keep = _call.operands((a, b, c, d), None)
+        problem, handle = _lib.Problem(), ctypes.c_void_p()
+        args = (*objs, self.alpha, self.beta, kidx, ctypes.byref(problem), ctypes.byref(handle))
+        st = lib.pcr_py_plan_create(*args)
+        if st == errors.NEED_SELECTION:
+            _call.remember(lib, objs, self.alpha, self.beta)
+            st = lib.pcr_py_plan_create(*args)
+        lib.check(st)
+        _lib.note_cuda_used()
+        self._handle = handle.value
+        self._keep = (a, b, c, d, objs, keep)  # the plan holds their addresses
+        # Producers without the exchange API (cupy, numba) are asked for their current
+        # stream in Python at each run; with it (torch), C asks the producer itself.
+        self._stream_of = None if flags else (lambda: _dlpack._framework_stream(d) or 0)
+        index = ctypes.c_int32()
+        lib.check(lib.pcr_plan_kernel(self._handle, ctypes.byref(index)))
+        #: name of the kernel the plan launches
+        self.kernel: str = _kernels.kernels()[index.value].name
+        #: (M, N, K) of the problem as computed (after orienting d row-major)
+        self.shape = (problem.m, problem.n, problem.k)
+
+    def run(self, stream=None):
+        """Launches the plan on its bound tensors.
+
+        Args:
+            stream: a CUDA stream or handle; default: the producer framework's current
+                stream (read at each run, so graph capture sees its capture stream).
+        """
+        if self._handle is None:
+            raise InvalidArgumentError("this plan was closed")
+        if stream is None and self._stream_of is None:
+            st = self._lib.pcr_py_plan_run(self._handle, None, None, None, None,
+                                           _lib.STREAM_FROM_PRODUCER, None)
+        else:
+            handle = self._stream_of() if stream is None else _dlpack.stream_handle(stream)
+            st = self._lib.pcr_plan_run(self._handle, handle)
+        if st:
+            raise self._lib.error(st)
+
+    def __call__(self, a, b, c, d, *, stream=None):
+        """Runs the plan on other tensors of the same problem; returns ``d``."""
+        if self._handle is None:
+            raise InvalidArgumentError("this plan was closed")
+        objs, handle, flags, keep = _call.operands((a, b, c, d), stream)
+        st = self._lib.pcr_py_plan_run(self._handle, *objs, flags, handle)
+        if st:
+            raise self._lib.error(st)
+        del keep
+        return d
+
+    def close(self) -> None:
+        """Frees the plan's workspace (after its pending launches); later runs fail."""
+        handle, self._handle = self._handle, None
+        if handle:
+            self._lib.pcr_plan_destroy(handle)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+    def __repr__(self) -> str:
+        m, n, k = self.shape
+        return f"<pycutlass_rt.Gemm {m}x{n}x{k} kernel={self.kernel}>"
