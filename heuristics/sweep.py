@@ -19,16 +19,14 @@ import os
 import statistics
 import sys
 
-#: (N, K) pairs of BENCHMARKS.md groups B and C
-NK_PAIRS = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192),
-            (8192, 28672)]
-GRIDS = {
-    "decode": [(m, n, k) for m in (1, 8, 16, 32, 64, 128, 256) for n, k in NK_PAIRS],
-    "prefill": [(m, n, k) for m in (512, 2048, 8192) for n, k in NK_PAIRS],
-    "square": [(s, s, s) for s in (1024, 2048, 4096, 8192)],
-    "awkward": [(127, 1000, 4097), (8191, 8191, 8191), (4096, 1, 4096), (4096, 4096, 16),
-                (4096, 4096, 64), (256, 256, 65536)],
-}
+try:
+    from pycutlass_rt.bench.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: F401
+except ImportError:  # run from a checkout without the package installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from pycutlass_rt.bench.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: F401
+
+#: the shape lists of BENCHMARKS.md groups B, C, A and D (one copy, in pycutlass_rt.bench)
+GRIDS = {"decode": DECODE, "prefill": PREFILL, "square": SQUARE, "awkward": AWKWARD}
 COLUMNS = ["gpu", "sm_count", "library", "dtype", "dtype_d", "layout", "m", "n", "k",
            "kernel", "median_us", "tflops"]
 

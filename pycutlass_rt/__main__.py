@@ -1,4 +1,4 @@
-"""Command line: ``python -m pycutlass_rt info [--json]`` and ``python -m pycutlass_rt demo``."""
+"""Command line: ``python -m pycutlass_rt info [--json]``, ``demo`` and ``bench``."""
 from __future__ import annotations
 
 import argparse
@@ -140,6 +140,11 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_bench(args) -> int:
+    from .bench import cli
+    return cli.main(args)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pycutlass_rt", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -149,6 +154,11 @@ def main(argv=None) -> int:
     p = sub.add_parser("demo", help="run GEMMs on the GPU, check them, time them next to cuBLAS")
     p.add_argument("--size", type=int, default=4096, help="square size for torch/cupy runs")
     p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("bench", help="the benchmark suite (BENCHMARKS.md groups A-H) next to "
+                       "cuBLAS and the CUTLASS Python interface")
+    from .bench.cli import add_arguments
+    add_arguments(p)
+    p.set_defaults(fn=cmd_bench)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -1,0 +1,280 @@
+"""Running cases: operands, the correctness check, timing against the peers, one record each.
+
+A case never stops the run: whatever fails (a peer, a kernel, our own call) is written
+into its record and the next case starts.
+"""
+from __future__ import annotations
+
+import math
+
+from . import timing
+from .peers import Unsupported
+from .shapes import DTYPES, GROUPS
+from .timing import Contestant
+
+OURS = "pycutlass_rt"
+#: relative (Frobenius) error allowed against the fp32 reference, by output dtype: a few
+#: units of the output's rounding, which dominates at these K
+TOLERANCE = {"bfloat16": 1.6e-2, "float16": 2e-3, "float32": 1e-4, "int32": 0.0}
+TF32_TOLERANCE = 5e-3  # inputs rounded to 10 mantissa bits
+#: operand sets may use at most this fraction of the free GPU memory
+MEMORY_FRACTION = 0.5
+
+
+def tolerance(dtype_label: str) -> float:
+    spec = DTYPES[dtype_label]
+    return TF32_TOLERANCE if dtype_label == "tf32" else TOLERANCE[spec.torch_d]
+
+
+def set_bytes(case) -> int:
+    """Bytes of one operand set (a, b, c when beta != 0, d), padding included."""
+    spec, p = DTYPES[case.dtype], case.pad
+    ab = (case.m * (case.k + p) if case.layout[0] == "t" else case.k * (case.m + p)) + \
+         (case.k * (case.n + p) if case.layout[1] == "t" else case.n * (case.k + p))
+    cd = case.m * (case.n + p) * (2 if case.beta else 1)
+    return ab * spec.bytes_a + cd * spec.bytes_d
+
+
+def estimated_us(case) -> float:
+    spec = DTYPES[case.dtype]
+    return timing.estimated_us(case.m, case.n, case.k, spec.bytes_a, spec.bytes_d, case.beta)
+
+
+def base_record(case) -> dict:
+    rec = {"group": case.group, "dtype": case.dtype, "label": case.label, "m": case.m,
+           "n": case.n, "k": case.k, "layout": case.layout, "pad": case.pad,
+           "beta": case.beta, "epilogue": case.epilogue, "flops": case.flops}
+    if case.skip:
+        rec.update(status="skipped", reason=case.skip)
+    return rec
+
+
+def _err(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+class Bench:
+    """Runs cases on one GPU through a framework adapter (``device.Torch``/``Cupy``).
+
+    Args:
+        fw: the framework adapter.
+        pcr: the pycutlass_rt module.
+        peers: peer objects (``peers.TorchBlas``, ``peers.CutlassPython``, ...).
+        settings: a ``timing.Settings``.
+        l2_bytes: the GPU's L2 size (operand sets are rotated over ``l2_factor`` x it).
+        free_bytes: callable giving the free GPU memory, or None.
+    """
+
+    def __init__(self, fw, pcr, peers, settings, l2_bytes, free_bytes=None):
+        self.fw, self.pcr, self.peers, self.settings = fw, pcr, peers, settings
+        self.l2_bytes = l2_bytes
+        self.free_bytes = free_bytes
+
+    # -- operands ---------------------------------------------------------------------
+    def operands(self, case) -> list:
+        """Operand sets ``(a, b, c, d)`` covering ``l2_factor`` x L2 (c None at beta 0)."""
+        per_set = set_bytes(case)
+        count = timing.set_count(per_set, self.l2_bytes, self.settings)
+        if self.free_bytes is not None:
+            room = int(MEMORY_FRACTION * self.free_bytes() // max(per_set, 1))
+            if room < 1:
+                raise MemoryError(f"one operand set needs {per_set / 2**30:.1f} GiB")
+            count = min(count, max(room, 1))
+        fw, spec, lay, pad = self.fw, DTYPES[case.dtype], case.layout, case.pad
+        sets = []
+        for _ in range(count):
+            a = fw.operand(case.m, case.k, lay[0], spec.torch_a, pad)
+            b = fw.operand(case.k, case.n, lay[1], spec.torch_a, pad)
+            c = fw.operand(case.m, case.n, "t", spec.torch_d, pad) if case.beta else None
+            d = fw.operand(case.m, case.n, "t", spec.torch_d, pad, fill=False)
+            sets.append((a, b, c, d))
+        return sets
+
+    def check(self, case, fn, s) -> dict:
+        """Runs ``fn(*s)`` once on a NaN-filled ``d`` and compares with an fp32 reference."""
+        a, b, c, d = s
+        self.fw.poison(d)
+        fn(a, b, c, d)
+        self.fw.sync()
+        ref = self.fw.reference(a, b, c, 1.0, case.beta)
+        err = self.fw.rel_err(d, ref)
+        tol = tolerance(case.dtype)
+        finite = self.fw.is_finite(d)
+        return {"rel_err": err, "tol": tol, "finite": finite,
+                "ok": bool(finite and math.isfinite(err) and err <= tol)}
+
+    def _ours(self, case, kernel=None):
+        gemm, beta = self.pcr.gemm, case.beta
+        if kernel is None:
+            return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta)
+        return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, kernel=kernel)
+
+    @staticmethod
+    def _on_sets(fn, sets):
+        return lambda i: fn(*sets[i])
+
+    # -- one case ---------------------------------------------------------------------
+    def run(self, case) -> dict:
+        """The record of one case (never raises, except KeyboardInterrupt)."""
+        rec = base_record(case)
+        if case.skip:
+            return rec
+        rec["status"] = "ok"
+        sets = None
+        try:
+            sets = self.operands(case)
+            rec["operand_sets"] = len(sets)
+            kind = GROUPS[case.group].kind
+            {"compare": self._compare, "host": self._host, "regret": self._regret}[kind](
+                case, sets, rec)
+        except Exception as e:  # noqa: BLE001 - recorded; the run goes on
+            rec.update(status="error", reason=_err(e))
+        finally:
+            del sets
+            try:
+                self.fw.sync()
+                self.fw.free_memory()
+            except Exception as e:  # noqa: BLE001 - e.g. a sticky CUDA error
+                rec.setdefault("reason", _err(e))
+        return rec
+
+    def _peer_contestants(self, case, sets, rec, only=None) -> list:
+        out = []
+        for peer in self.peers:
+            if only and peer.name not in only:
+                continue
+            try:
+                fn = peer.make(case, self.fw)
+                if hasattr(peer, "first_call"):
+                    rec.setdefault("first_call_s", {})[peer.name] = peer.first_call(
+                        case, fn, sets[0], self.fw)
+                if peer.name == "cublas":
+                    rec["check"]["peer_rel_err"] = self.check(case, fn, sets[0])["rel_err"]
+            except Unsupported as e:
+                rec.setdefault("peer_skipped", {})[peer.name] = str(e)
+                continue
+            except Exception as e:  # noqa: BLE001 - a peer's failure is only recorded
+                rec.setdefault("peer_errors", {})[peer.name] = _err(e)
+                continue
+            out.append(Contestant(peer.name, self._on_sets(fn, sets), graphable=peer.graphable,
+                                  always_graph=peer.always_graph, drain=peer.drain))
+        return out
+
+    def _compare(self, case, sets, rec):
+        a, b, c, d = sets[0]
+        rec["kernel"] = self.pcr.explain(a, b, c, d, 1.0, case.beta).kernel
+        ours_fn = self._ours(case)
+        rec["check"] = self.check(case, ours_fn, sets[0])
+        contestants = [Contestant(OURS, self._on_sets(ours_fn, sets))]
+        contestants += self._peer_contestants(case, sets, rec)
+        alive = timing.warm_up(self.fw, contestants, len(sets), self.settings)
+        est = estimated_us(case)
+        graph = timing.use_graph(est)
+        rec.update(estimated_us=est, method="graph" if graph else "events")
+        dev = timing.device_times(self.fw, alive, len(sets), self.settings, graph)
+        self._note_errors(contestants, rec)
+        if OURS not in dev:
+            raise RuntimeError(rec.get("peer_errors", {}).get(OURS, "pycutlass_rt failed"))
+        rec["device_us"] = {name: s.as_dict() for name, s in dev.items()}
+        rec["tflops"] = {name: case.flops / s.median_us / 1e6 for name, s in dev.items()}
+        ours = dev[OURS]
+        rec["ratio"] = {}
+        for name, s in dev.items():
+            if name == OURS:
+                continue
+            if timing.comparable(ours.method, s.method, graph):
+                rec["ratio"][name] = s.median_us / ours.median_us
+            else:
+                rec.setdefault("ratio_skipped", {})[name] = (
+                    f"not comparable: ours timed by {ours.method}, {name} by {s.method}")
+        if graph:  # small problems: the host cost per call is what users feel
+            host = timing.host_times(self.fw, alive, len(sets), self.settings)
+            self._note_errors(contestants, rec)
+            rec["host_us"] = {name: s.as_dict() for name, s in host.items()}
+
+    @staticmethod
+    def _note_errors(contestants, rec):
+        for c in contestants:
+            if c.errors:
+                rec.setdefault("peer_errors", {})[c.name] = "; ".join(
+                    f"{k}: {v}" for k, v in c.errors.items())
+
+    def _host(self, case, sets, rec):
+        """Group G: per-call host time of each way to issue the same GEMM."""
+        fw, pcr = self.fw, self.pcr
+        a, b, c, d = sets[0]
+        rec["kernel"] = pcr.explain(a, b, c, d).kernel
+        ours_fn = self._ours(case)
+        rec["check"] = self.check(case, ours_fn, sets[0])
+        blas = next((p for p in self.peers if p.name == "cublas"), None)
+        blas_fn = blas.make(case, fw) if blas else None
+        blas_name = blas.via.split(" ")[0] if blas else None
+        eager = [Contestant("pcr.gemm", self._on_sets(ours_fn, sets))]
+        graphs = [("graph replay: pcr.gemm", lambda: ours_fn(a, b, c, d))]
+        if blas_fn:
+            eager.append(Contestant(blas_name, self._on_sets(blas_fn, sets)))
+            graphs.append(("graph replay: cublas", lambda: blas_fn(a, b, c, d)))
+        variants = list(eager)
+        if hasattr(pcr, "Gemm"):
+            plan = pcr.Gemm(a, b, c, d)
+            rec["plan_kernel"] = getattr(plan, "kernel", None)
+            variants += [Contestant("plan.run()", lambda i: plan.run()),
+                         Contestant("plan(a, b, c, d)", self._on_sets(plan, sets))]
+            graphs.append(("graph replay: plan.run()", lambda: plan.run()))
+        else:
+            rec["plan"] = "not available"
+        for name, fn in graphs:
+            try:
+                replay = fw.capture(fn)
+                variants.append(Contestant(name, lambda i, r=replay: r()))
+            except Exception as e:  # noqa: BLE001
+                rec.setdefault("peer_errors", {})[name] = _err(e)
+        for x in self._peer_contestants(case, sets, rec, only=("cutlass",)):
+            variants.append(Contestant("cutlass plan.run", x.fn, drain=x.drain))
+        variants = timing.warm_up(fw, variants, len(sets), self.settings)
+        host = timing.host_times(fw, variants, len(sets), self.settings)
+        self._note_errors(variants, rec)
+        rec["host_us"] = {name: s.as_dict() for name, s in host.items()}
+        eager_names = {c.name for c in eager}
+        dev = timing.device_times(fw, [v for v in variants if v.name in eager_names],
+                                  len(sets), self.settings,
+                                  timing.use_graph(estimated_us(case)))
+        rec["device_us"] = {name: s.as_dict() for name, s in dev.items()}
+        med = {name: s.median_us for name, s in host.items()}
+        pairs = {"cublas": ("pcr.gemm", blas_name),
+                 "cublas|plan.run()": ("plan.run()", blas_name),
+                 "cublas|graph": ("graph replay: pcr.gemm", "graph replay: cublas"),
+                 "cutlass": ("pcr.gemm", "cutlass plan.run")}
+        rec["ratio"] = {key: med[peer] / med[ours] for key, (ours, peer) in pairs.items()
+                        if ours in med and peer in med}
+
+    def _regret(self, case, sets, rec):
+        """Group H: every kernel that accepts the problem, forced, against the chosen one."""
+        a, b, c, d = sets[0]
+        ex = self.pcr.explain(a, b, c, d, 1.0, case.beta)
+        names = [name for name, _ in ex.ranked]
+        rec.update(chosen=ex.kernel, candidates=names)
+        if not names:
+            raise RuntimeError(f"no kernel accepts this problem: {ex.reason}")
+        contestants, checks = [], {}
+        for name in names:
+            fn = self._ours(case, kernel=name)
+            try:
+                checks[name] = self.check(case, fn, sets[0])
+            except Exception as e:  # noqa: BLE001
+                checks[name] = {"ok": False, "error": _err(e)}
+                continue
+            contestants.append(Contestant(name, self._on_sets(fn, sets)))
+        rec["check"] = checks.get(ex.kernel)
+        rec["kernel_checks"] = checks
+        alive = timing.warm_up(self.fw, contestants, len(sets), self.settings)
+        graph = timing.use_graph(estimated_us(case))
+        rec["method"] = "graph" if graph else "events"
+        dev = timing.device_times(self.fw, alive, len(sets), self.settings, graph)
+        self._note_errors(contestants, rec)
+        rec["kernels"] = {name: s.as_dict() for name, s in dev.items()}
+        if ex.kernel not in dev:
+            raise RuntimeError(f"the chosen kernel {ex.kernel} could not be timed")
+        best = min(dev, key=lambda name: dev[name].median_us)
+        rec.update(best=best, best_over_chosen=dev[best].median_us / dev[ex.kernel].median_us)
