@@ -143,6 +143,10 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None) -> Explan
         notes.append("K = 0: d = beta * c, no GEMM kernel is launched")
     if problem.host:
         notes.append("host operands: staged through GPU memory, the call synchronizes")
+    if problem.staged:
+        which = [x for bit, x in ((1, "a"), (2, "b"), (4, "d")) if problem.staged & bit]
+        notes.append(f"{', '.join(which)} not 16-byte aligned (leading dimension or address): "
+                     "copied through aligned scratch around the kernel, one extra pass each")
     choice = _select.choose(lib, problem, kernels())
     ranked = [(k.name, why) for k, why in choice.ranked]
     rejected = [(k.name, why) for k, why in choice.rejected]

@@ -53,7 +53,7 @@ class Problem(ctypes.Structure):
                 ("dtype_d", c_int32), ("layout_a", c_int32), ("layout_b", c_int32),
                 ("align_a", c_int32), ("align_b", c_int32), ("align_c", c_int32),
                 ("align_d", c_int32), ("c_mode", c_int32), ("transposed", c_int32),
-                ("host", c_int32), ("device", c_int32), ("cc", c_int32),
+                ("host", c_int32), ("staged", c_int32), ("device", c_int32), ("cc", c_int32),
                 ("sm_count", c_int32)]
 
 

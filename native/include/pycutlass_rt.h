@@ -122,6 +122,7 @@ typedef struct {
   int32_t c_mode;      /* 0 no C (beta = 0), 1 C read by the kernel, 2 C copied into D first */
   int32_t transposed;  /* 1: computed as D^T = B^T A^T */
   int32_t host;        /* 1: host (numpy) operands, staged through device memory */
+  int32_t staged;      /* bits 1 a, 2 b, 4 d: copied through 16-byte-aligned scratch */
   int32_t device;      /* CUDA ordinal */
   int32_t cc;          /* compute capability of that device, e.g. 90 */
   int32_t sm_count;

@@ -24,7 +24,7 @@ namespace {
 
 struct Key {
   int64_t m, n, k;
-  int32_t f[12];
+  int32_t f[13];
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
 struct KeyHash {
@@ -57,8 +57,8 @@ Key key_of(const pcr_problem& p) {
   key.m = p.m;
   key.n = p.n;
   key.k = p.k;
-  int32_t f[12] = {p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d, p.layout_a, p.layout_b,
-                   p.align_a, p.align_b, p.align_c, p.align_d, p.c_mode, p.cc};
+  int32_t f[13] = {p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d, p.layout_a, p.layout_b,
+                   p.align_a, p.align_b, p.align_c, p.align_d, p.c_mode, p.cc, p.staged};
   std::memcpy(key.f, f, sizeof f);
   return key;
 }
@@ -82,10 +82,13 @@ struct Workspace {
 std::mutex g_ws_mutex;
 std::unordered_map<uint64_t, Workspace> g_ws;
 
-int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out) {
+enum Pool { kKernelWorkspace = 0, kStagingScratch = 1 };
+
+int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out,
+                  Pool pool = kKernelWorkspace) {
   *out = nullptr;
   if (bytes == 0) return PCR_OK;
-  uint64_t key = (uint64_t(uintptr_t(stream)) << 8) ^ uint64_t(device);
+  uint64_t key = (uint64_t(uintptr_t(stream)) << 8) ^ (uint64_t(device) << 1) ^ uint64_t(pool);
   std::lock_guard<std::mutex> lock(g_ws_mutex);
   Workspace& ws = g_ws[key];
   if (ws.bytes < bytes) {
@@ -151,8 +154,28 @@ int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream
 }
 
 int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
-                  pcr_plan* plan = nullptr) {
+                  pcr_plan* plan = nullptr);
+
+// Copies the staged inputs into (zero-padded) scratch, runs the kernel's problem there,
+// and copies D back.
+int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
+                  pcr_plan* plan) {
+  void* scratch = plan ? plan->scratch : nullptr;
+  int st = plan ? PCR_OK
+                : workspace_for(p.device, stream, stage_layout(p, bd, nullptr).bytes, &scratch,
+                                kStagingScratch);
+  if (st != PCR_OK) return st;
+  Staging s = stage_layout(p, bd, static_cast<char*>(scratch));
+  if ((s.staged & 1) && (st = launch_scale_copy(&bd.a, s.bound.a, 1.0f, stream))) return st;
+  if ((s.staged & 2) && (st = launch_scale_copy(&bd.b, s.bound.b, 1.0f, stream))) return st;
+  if ((st = launch_device(s.problem, s.bound, k, stream, plan))) return st;
+  return (s.staged & 4) ? launch_scale_copy(&s.bound.d, bd.d, 1.0f, stream) : PCR_OK;
+}
+
+int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
+                  pcr_plan* plan) {
   if (p.m == 0 || p.n == 0) return PCR_OK;
+  if (p.staged) return launch_staged(p, bd, k, stream, plan);
   int st;
   if (p.k == 0 || p.c_mode == 2) {
     // d = beta * c first: the whole answer when K == 0, else C in D's form for the kernel.
@@ -293,9 +316,14 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
   pl->kernel = k;
   if (p.m && p.n && p.k) {
     DeviceGuard guard;
-    GemmArgs g = gemm_args(p, bd);
-    pl->workspace_bytes = kKernels[k]->ops.workspace_size(g);
     st = guard.set(p.device);
+    size_t scratch = stage_layout(p, bd, nullptr).bytes;
+    if (st == PCR_OK && scratch)
+      st = cuda_status(cudaMalloc(&pl->scratch, scratch), "cudaMalloc(staging scratch)");
+    // the kernel's own problem: staged operands live in the plan's scratch
+    Staging s = stage_layout(p, bd, static_cast<char*>(pl->scratch));
+    GemmArgs g = gemm_args(s.problem, s.bound);
+    pl->workspace_bytes = kKernels[k]->ops.workspace_size(g);
     if (st == PCR_OK && pl->workspace_bytes)
       st = cuda_status(cudaMalloc(&pl->workspace, pl->workspace_bytes), "cudaMalloc(workspace)");
     if (st == PCR_OK) st = kKernels[k]->ops.prepare(g, pl->workspace, pl->prepared.blob);
@@ -434,9 +462,12 @@ PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel) {
 
 PCR_API void pcr_plan_destroy(pcr_plan* plan) {
   if (!plan) return;
-  if (plan->workspace) {
+  if (plan->workspace || plan->scratch) {
     DeviceGuard guard;  // cudaFree waits for the plan's pending launches
-    if (guard.set(plan->problem.device) == PCR_OK) cudaFree(plan->workspace);
+    if (guard.set(plan->problem.device) == PCR_OK) {
+      cudaFree(plan->workspace);
+      cudaFree(plan->scratch);
+    }
   }
   delete plan;
 }

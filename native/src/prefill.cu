@@ -1,5 +1,6 @@
-// d = scale * src for strided matrices with dtype conversion: beta * C when K == 0, and
-// C brought into D's form (layout, dtype, broadcast strides) before a kernel reads it.
+// d = scale * src for strided matrices with dtype conversion: beta * C when K == 0, C
+// brought into D's form (layout, dtype, broadcast strides) before a kernel reads it, and
+// operands staged into (or out of) aligned scratch.
 #include <algorithm>
 
 #include <cuda_bf16.h>
@@ -17,26 +18,38 @@ template <class T> __device__ T from_float(float v) { return T(v); }
 template <> __device__ __half from_float(float v) { return __float2half_rn(v); }
 template <> __device__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
 
+// Columns are the destination's unit-stride dimension (see launch_typed), so neighbouring
+// threads write neighbouring elements; rows stride over the grid's y dimension. Elements
+// outside the source's extent (a padded destination) are written as zeros.
 template <class Src, class Dst>
-__global__ void scale_copy(const Src* src, int64_t ss0, int64_t ss1, Dst* dst, int64_t ds0,
-                           int64_t ds1, int64_t rows, int64_t cols, float scale) {
-  int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t r = i / cols, c = i % cols;
-    float v = src ? scale * to_float(src[r * ss0 + c * ss1]) : 0.0f;
-    dst[r * ds0 + c * ds1] = from_float<Dst>(v);
-  }
+__global__ void scale_copy(const Src* src, int64_t ss0, int64_t ss1, int64_t src_rows,
+                           int64_t src_cols, Dst* dst, int64_t ds0, int64_t ds1, int64_t rows,
+                           int64_t cols, float scale) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols;
+         c += int64_t(gridDim.x) * blockDim.x) {
+      bool inside = src && r < src_rows && c < src_cols;
+      float v = inside ? scale * to_float(src[r * ss0 + c * ss1]) : 0.0f;
+      dst[r * ds0 + c * ds1] = from_float<Dst>(v);
+    }
 }
 
 template <class Src, class Dst>
 int launch_typed(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream) {
-  int64_t n = dst.rows * dst.cols;
-  int blocks = int(std::min<int64_t>((n + 255) / 256, 65535));
-  scale_copy<Src, Dst><<<blocks, 256, 0, stream>>>(
-      src ? reinterpret_cast<const Src*>(src->ptr) : nullptr, src ? src->s0 : 0,
-      src ? src->s1 : 0, reinterpret_cast<Dst*>(dst.ptr), dst.s0, dst.s1, dst.rows, dst.cols,
-      scale);
+  int64_t rows = dst.rows, cols = dst.cols, ds0 = dst.s0, ds1 = dst.s1;
+  int64_t ss0 = src ? src->s0 : 0, ss1 = src ? src->s1 : 0;
+  int64_t src_rows = src ? src->rows : 0, src_cols = src ? src->cols : 0;
+  if (ds0 == 1 && ds1 != 1) {  // column-major destination: walk it column by column
+    std::swap(rows, cols);
+    std::swap(ds0, ds1);
+    std::swap(ss0, ss1);
+    std::swap(src_rows, src_cols);
+  }
+  dim3 grid(unsigned(std::min<int64_t>((cols + 255) / 256, 64)),
+            unsigned(std::min<int64_t>(rows, 16384)));
+  scale_copy<Src, Dst><<<grid, 256, 0, stream>>>(
+      src ? reinterpret_cast<const Src*>(src->ptr) : nullptr, ss0, ss1, src_rows, src_cols,
+      reinterpret_cast<Dst*>(dst.ptr), ds0, ds1, rows, cols, scale);
   return cuda_status(cudaGetLastError(), "scale_copy launch");
 }
 

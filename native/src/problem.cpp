@@ -154,6 +154,23 @@ bool overlaps(const Matrix& x, const Matrix& y) {
   return xl < xh && yl < yh && xl < yh && yl < xh;
 }
 
+// A problem this large (multiply-adds) runs its misaligned operands through aligned
+// scratch: a pass over each costs far less than the any-alignment kernels' slowness.
+constexpr double kStageMinMacs = double(1 << 27);
+
+// Marks the operands a large device problem copies into 16-byte-aligned scratch (odd
+// leading dimensions, offset views), so that the TMA / cp.async kernels can run it. A C
+// that D's kernel cannot read in place is copied into D (or D's scratch) first.
+void stage_misaligned(pcr_problem* p) {
+  if (p->host || p->k == 0 || double(p->m) * double(p->n) * double(p->k) < kStageMinMacs)
+    return;
+  if (p->align_a < 16) p->staged |= 1, p->align_a = 16;
+  if (p->align_b < 16) p->staged |= 2, p->align_b = 16;
+  if (p->align_d < 16) p->staged |= 4, p->align_d = 16;
+  if (p->c_mode == 1 && (p->align_c < 16 || (p->staged & 4))) p->c_mode = 2;
+  if (p->c_mode == 2) p->align_c = p->align_d;
+}
+
 }  // namespace
 
 void Matrix::transpose() {
@@ -292,6 +309,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     bound->c = Matrix{};
   }
 
+  stage_misaligned(p);
+
   // The build must know this dtype combination at all (before asking for a GPU).
   bool known = false;
   for (int i = 0; i < kKernelCount && !known; ++i) {
@@ -349,6 +368,55 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   return g;
 }
 
+Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {
+  Staging st{p, bd, 0};
+  st.problem.staged = 0;
+  if (!p.staged) return st;
+  Matrix* mats[] = {&st.bound.a, &st.bound.b, &st.bound.d};
+  int64_t* lds[] = {&st.bound.lda, &st.bound.ldb, &st.bound.ldd};
+  bool row[] = {p.layout_a == PCR_ROW_MAJOR, p.layout_b == PCR_ROW_MAJOR, true};
+  // Each operand's (rows, cols) as dimensions of the problem: 0 = M, 1 = N, 2 = K.
+  const int dims[3][2] = {{0, 2}, {2, 1}, {0, 1}};
+  int64_t ext[3] = {p.m, p.n, p.k};
+  int staged = p.staged;
+  // Pad the contiguous extent of every staged operand; an operand whose extent grew is
+  // staged too (zero-filled). Two rounds reach the fixed point: padding only grows.
+  for (int round = 0; round < 2; ++round)
+    for (int i = 0; i < 3; ++i) {
+      int64_t per16 = 16 / mats[i]->esize;
+      int inner = dims[i][row[i] ? 1 : 0];
+      if (staged & (1 << i)) ext[inner] = (ext[inner] + per16 - 1) / per16 * per16;
+      for (int j = 0; j < 3; ++j)
+        if (ext[dims[j][0]] != mats[j]->rows || ext[dims[j][1]] != mats[j]->cols)
+          staged |= 1 << j;
+    }
+  st.problem.m = ext[0];
+  st.problem.n = ext[1];
+  st.problem.k = ext[2];
+  for (int i = 0; i < 3; ++i) {
+    if (!(staged & (1 << i))) continue;
+    Matrix& m = *mats[i];
+    m.rows = ext[dims[i][0]];
+    m.cols = ext[dims[i][1]];
+    int64_t per16 = 16 / m.esize;
+    int64_t ld = ((row[i] ? m.cols : m.rows) + per16 - 1) / per16 * per16;
+    m.ptr = base ? base + st.bytes : nullptr;
+    m.s0 = row[i] ? ld : 1;
+    m.s1 = row[i] ? 1 : ld;
+    *lds[i] = ld;
+    st.bytes += (size_t((row[i] ? m.rows : m.cols) * ld * m.esize) + 255) / 256 * 256;
+  }
+  st.staged = staged;
+  int* aligns[] = {&st.problem.align_a, &st.problem.align_b, &st.problem.align_d};
+  for (int i = 0; i < 3; ++i)
+    if (staged & (1 << i)) *aligns[i] = 16;
+  if ((staged & 4) && st.problem.c_mode) {  // C is copied into D's scratch first
+    st.problem.c_mode = 2;
+    st.problem.align_c = 16;
+  }
+  return st;
+}
+
 int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
   if (k < 0 || k >= kKernelCount)
     return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d is not in this build", k);
@@ -390,7 +458,10 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
                        kd.name, p.cc / 10, p.cc % 10);
   }
   if (bound) {
-    GemmArgs g = gemm_args(p, *bound);
+    // CUTLASS judges the operands the kernel will read: staged ones at an aligned address
+    alignas(256) static char aligned_base[256];
+    Staging s = stage_layout(p, *bound, aligned_base);
+    GemmArgs g = gemm_args(s.problem, s.bound);
     int st = kKernels[k]->ops.can_implement(g);
     if (st != PCR_OK) {
       std::string why = pcr_last_error();

@@ -60,6 +60,17 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
 // Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, CUTLASS's checks).
 int check_kernel(int k, const pcr_problem& problem, const Bound* bound);
 GemmArgs gemm_args(const pcr_problem& problem, const Bound& bound);
+// A problem with `staged` operands as its kernel sees it: those operands copied into
+// scratch at `base` in their own layout, zero-padded so that every contiguous extent and
+// leading dimension is a multiple of 16 bytes (which may pad M, N or K, and stage more
+// operands); base == nullptr computes the layout and size only.
+struct Staging {
+  pcr_problem problem;  // the kernel's problem: padded extents, staged == 0
+  Bound bound;          // the kernel's operands
+  size_t bytes = 0;     // scratch needed
+  int staged = 0;       // operands in scratch (bits 1 a, 2 b, 4 d): p.staged and more
+};
+Staging stage_layout(const pcr_problem& problem, const Bound& bound, char* base);
 const char* dtype_name(int dtype);
 
 // ---- launches (dispatch.cpp, prefill.cu) ----
@@ -86,7 +97,8 @@ int select(const pcr_problem& problem, const Bound& bound, int* kernel);
 // describe + kernel choice (forced, or from the selection memo) + launch.
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
          double alpha, double beta, int32_t kernel, void* stream, pcr_problem* problem);
-// d = scale * src elementwise (src == nullptr: d = 0), any strides, converting dtypes.
+// d = scale * src elementwise over d's extent (src == nullptr: d = 0; elements past a
+// smaller src's extent are 0), any strides, converting dtypes.
 int launch_scale_copy(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream);
 
 }  // namespace pcr
@@ -98,6 +110,7 @@ struct pcr_plan {
   int kernel = -1;
   void* workspace = nullptr;  // owned: runs never allocate, so capture always works
   size_t workspace_bytes = 0;
+  void* scratch = nullptr;    // owned: staged operands (pcr_problem.staged)
   const void* stream_api = nullptr;  // the producer's DLPack exchange API, for its stream
   pcr::PreparedLaunch prepared;
 };

@@ -246,3 +246,26 @@ def test_demo_runs():
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all results match" in out.stdout
+
+
+@pytest.mark.parametrize("m,n,k,la,lb,ld", [(1000, 1000, 1001, "t", "t", "t"),
+                                            (517, 1030, 999, "n", "t", "n"),
+                                            (640, 2049, 513, "t", "n", "t")])
+@pytest.mark.parametrize("c_mode", ["none", "c", "c_is_d"])
+def test_large_misaligned_problems_are_staged(m, n, k, la, lb, ld, c_mode):
+    """Odd leading dimensions: the operands go through aligned scratch to a fast kernel."""
+    a, b = mat(m, k, la, torch.bfloat16), mat(k, n, lb, torch.bfloat16)
+    d = mat(m, n, ld, torch.bfloat16)
+    c = None if c_mode == "none" else (d if c_mode == "c_is_d" else mat(m, n, "t", torch.bfloat16))
+    beta = 0.0 if c is None else 0.75
+    want = ref(a, b, c.clone() if c is not None else None, 1.5, beta)
+    e = pcr.explain(a, b, c, d, 1.5, beta)
+    assert e.problem["staged"], e
+    assert any("aligned scratch" in n for n in e.notes), e
+    assert not e.kernel.endswith("_a1"), e  # a fast kernel, not the any-alignment fallback
+    pcr.gemm(a, b, c, d, 1.5, beta)
+    close(d, want, f"staged {m}x{n}x{k} {la}{lb}{ld} {c_mode}")
+    d2 = torch.empty_like(d) if c_mode != "c_is_d" else None
+    if d2 is not None:
+        pcr.Gemm(a, b, c, d2, 1.5, beta).run()
+        close(d2, want, "staged plan")
