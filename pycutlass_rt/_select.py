@@ -1,11 +1,13 @@
-"""Kernel choice: shipped table, then an analytic model (a tuned cache comes first later).
+"""Kernel choice: tuned cache, then the shipped table, then an analytic model.
 
 A problem arrives in canonical form (D row-major, see pcr_problem). Candidates are the
 build's kernels of the right dtypes and layouts that the C side accepts (alignment,
-image for this GPU); they are ordered by (1) the device's family preference (sm90a
-before the sm80 family on Hopper), (2) the first rule of the shipped table matching
-the shape, whose patterns name kernels best first, (3) the analytic model for the rest.
-The C side memoizes the ranked list per problem, so this runs once per distinct shape.
+image for this GPU). They are ordered by (1) the per-device tuned cache written by
+``pycutlass_rt.tune`` (an exact-problem dictionary look-up; a pinned entry admits its
+kernel only), (2) the device's family preference (sm90a before the sm80 family on
+Hopper), (3) the first rule of the shipped table matching the shape, whose patterns
+name kernels best first, (4) the analytic model for the rest. The C side memoizes the
+ranked list per problem, so this runs once per distinct shape.
 """
 from __future__ import annotations
 
@@ -13,13 +15,16 @@ import ctypes
 import fnmatch
 import functools
 import json
-import math
 import os
+import warnings
 from dataclasses import dataclass, field
 
+from . import _cache
 from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS, KernelInfo
+from .errors import UnsupportedError
 
 TABLE_FILE = "table_v1.json"
+TABLE_FORMATS = (1,)  # the "format" values of heuristics/*.json this module reads
 
 
 @dataclass
@@ -42,6 +47,8 @@ def families_for(cc: int) -> list[int]:
     return []
 
 
+# ---- the shipped table ----------------------------------------------------------------
+
 @functools.lru_cache(maxsize=None)
 def table() -> dict:
     """The shipped table: installed beside the package, or heuristics/ in a source tree."""
@@ -50,56 +57,180 @@ def table() -> dict:
                  os.path.join(os.path.dirname(here), "heuristics", TABLE_FILE)):
         if os.path.exists(path):
             with open(path) as f:
-                return json.load(f)
+                data = json.load(f)
+            if data.get("format") in TABLE_FORMATS:
+                return data
+            warnings.warn(f"{path} has table format {data.get('format')!r}, this version "
+                          f"reads {TABLE_FORMATS}: kernels are chosen by the analytic model",
+                          RuntimeWarning, stacklevel=2)
     return {"families": {}}
 
 
-def matching_rule(family: int, m: int, n: int, k: int) -> dict | None:
-    for rule in table()["families"].get(f"sm{family}", []):
+def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None) -> dict | None:
+    """The first rule of ``rules`` (default: the shipped table) whose bounds hold."""
+    rules = table() if rules is None else rules
+    for rule in rules["families"].get(f"sm{family}", []):
         if all(bound not in rule or value <= rule[bound]
                for bound, value in (("max_m", m), ("max_n", n), ("max_k", k))):
             return rule
     return None
 
 
-def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int) -> float:
-    """Relative time: waves of output tiles times the per-tile cost at the kernel's speed."""
-    tm, tn, _ = kern.tile
-    tiles = math.ceil(m / tm) * math.ceil(n / tn)
-    waves = math.ceil(tiles / max(sm_count, 1))
-    if kern.family >= 90:
-        speed = {"cooperative": 1.0, "pingpong": 0.95, "2sm": 1.0, "1sm": 0.95}.get(kern.schedule, 0.9)
-        speed *= min(1.0, (tm * tn) / (128 * 256)) ** 0.15  # small tiles reuse data less
-    else:
-        speed = 0.55 if kern.schedule == "multistage" else 0.25
-        speed *= min(1.0, (tm * tn) / (128 * 128)) ** 0.15
-    return waves * tm * tn * max(k, 1) / speed
+# ---- the analytic model ---------------------------------------------------------------
+#
+# Time in microseconds of one GEMM: max(compute, memory) + OVERLAP * min(compute, memory)
+# + split fix-up, where
+#   compute: the K-loop iterations the busiest SM runs (waves of output tiles, or its
+#            share of the split K loop) times one iteration's tensor-core time;
+#   memory:  bytes of A, B and D over the DRAM bandwidth the busy SMs can draw (too few
+#            busy SMs cannot saturate it);
+#   fix-up:  a split tile's fp32 partial sums, added by its peers one after another (the
+#            deterministic reduction): per peer, the partial's round trip through L2 and
+#            the wait on the previous peer's flag.
+# Constants are datasheet figures, with two calibrated on an H200 sweep (heuristics/
+# sweeps/h200_bf16.csv): ~2 us per split peer, and split kernels at 0.8-1.0x the speed
+# of their data-parallel twin. On that sweep the model alone picks a kernel within 5% of
+# the best for 76% of the sm90 samples (geomean best/chosen 0.97; 0.89 uncalibrated).
+# Measured sweeps (the table) and tune() override the model wherever they exist;
+# heuristics/fit.py --check reports its regret on any sweep.
+
+#: compute capability -> (dense fp16/bf16 tensor TFLOP/s per SM with fp32 accumulation,
+#: DRAM GB/s per SM): T4, A100, A10/A6000, L40S, H100/H200 SXM, B200
+DEVICES = {75: (1.6, 8.0), 80: (2.9, 18.5), 86: (1.8, 8.5), 89: (2.5, 6.0), 90: (7.5, 30.0),
+           100: (15.0, 54.0)}
+BW_SATURATION = 0.6  # fraction of the SMs that must stream to saturate DRAM
+OVERLAP = 0.1        # share of the shorter of compute and memory that does not overlap
+FIXUP_GBPS = 150.0   # per-SM L2 bandwidth for split partials
+FIXUP_SYNC_US = 2.0  # per peer: the wait on the previous peer's flag (H200 sweep)
+SPLIT_MIN_ITERS = 4  # serial split-K keeps >= 4 K tiles per split (the C side's rule)
+SPLIT_MAX = 16
+STREAMK_MIN_ITERS = 8  # CUTLASS's min_iters_per_sk_unit_
+#: mainloop efficiency at the kernel family's own arch, by schedule
+SCHEDULE_EFF = {"cooperative": 0.80, "pingpong": 0.78, "1sm": 0.80, "2sm": 0.85,
+                "multistage": 0.80, "pipelined": 0.35}
 
 
-def rank(problem, candidates: list[KernelInfo], family_order: list[int]) -> Choice:
-    """Orders the accepted candidates for ``problem`` (m, n, k, sm_count attributes)."""
+def device_params(cc: int) -> tuple[float, float]:
+    """(TFLOP/s per SM, DRAM GB/s per SM) of the nearest known compute capability below."""
+    known = [c for c in DEVICES if c <= cc]
+    return DEVICES[max(known) if known else min(DEVICES)]
+
+
+def efficiency(kern: KernelInfo, cc: int) -> float:
+    """Fraction of the SM's tensor peak that the kernel's K loop reaches."""
+    eff = SCHEDULE_EFF.get(kern.schedule, 0.5)
+    if kern.family < 90 <= cc:
+        eff *= 0.6  # mma.sync on Hopper/Blackwell: ~60% of the wgmma/tcgen05 peak
+    elif kern.family == 75 and cc >= 80:
+        eff *= 0.5  # m16n8k8 issues at half the m16n8k16 rate
+    # smaller tiles reuse each loaded byte for fewer MMAs (128x256 is CUTLASS's best)
+    eff *= min(1.0, kern.tile[0] * kern.tile[1] / (128 * 256)) ** 0.15
+    if kern.family >= 90 and kern.cluster[0] * kern.cluster[1] == 1:
+        eff *= 0.97  # no TMA multicast across a cluster
+    if kern.split != "none":
+        eff *= 0.93  # the split scheduler's bookkeeping (H200: 0.8-1.0 of a twin's speed)
+    return eff
+
+
+def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int) -> tuple[int, int, int]:
+    """(K iterations on the busiest SM, busy SMs, peers per split tile) for the split mode.
+
+    ``split_k``: serial split-K, factor min(ceil(SMs / tiles), iters / 4) in [1, 16].
+    ``stream_k``: CUTLASS 3.x's heuristic: data-parallel unless the last wave is less
+    than half full; then the last 1-2 waves' K loops are spread over at most one wave of
+    units of >= 8 iterations each (the sm80 family's CUTLASS 2.x stream-K is modelled
+    the same way).
+    """
+    waves = -(-tiles // sms)
+    if kern.split == "split_k":
+        s = max(1, min(-(-sms // tiles), iters // SPLIT_MIN_ITERS, SPLIT_MAX))
+        return -(-tiles * s // sms) * -(-iters // s), min(tiles * s, sms), s
+    full, rem = divmod(tiles, sms)
+    if kern.split != "stream_k" or rem == 0 or 2 * rem >= sms or iters <= STREAMK_MIN_ITERS:
+        return waves * iters, min(tiles, sms), 1
+    dp_waves = max(full - 1, 0)
+    sk_tiles = tiles - dp_waves * sms
+    units = max(1, min(sms, sk_tiles * iters // STREAMK_MIN_ITERS))
+    # unit boundaries fall inside tiles unless units divide evenly among them
+    peers = -(-units // sk_tiles) + (units % sk_tiles != 0)
+    busy = sms if dp_waves else units
+    return dp_waves * iters + -(-sk_tiles * iters // units), busy, max(peers, 1)
+
+
+_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "tfloat32": 4,
+          "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "int32": 4}
+
+
+def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
+               cc: int | None = None) -> float:
+    """Estimated microseconds for ``kern`` on an m x n x k problem (see the notes above)."""
+    cc = cc or kern.family
+    sms = max(sm_count, 1)
+    tflops_sm, gbps_sm = device_params(cc)
+    tm, tn, tk = kern.tile
+    tiles = -(-m // tm) * -(-n // tn)
+    iters = max(-(-k // tk), 1)
+    sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms)
+    compute_us = sm_iters * 2.0 * tm * tn * tk / (tflops_sm * 1e6 * efficiency(kern, cc))
+    nbytes = (m * k * _BYTES[kern.dtype_a] + k * n * _BYTES[kern.dtype_b]
+              + m * n * _BYTES[kern.dtype_d])
+    memory_us = nbytes / (gbps_sm * 1e3 * min(sms, busy / BW_SATURATION))
+    fixup_us = 0.0
+    if peers > 1:
+        fixup_us = peers * (tm * tn * 4 * 2 / (FIXUP_GBPS * 1e3) + FIXUP_SYNC_US)
+    return max(compute_us, memory_us) + OVERLAP * min(compute_us, memory_us) + fixup_us
+
+
+# ---- ordering -------------------------------------------------------------------------
+
+def rank(problem, candidates: list[KernelInfo], family_order: list[int],
+         rules: dict | None = None) -> Choice:
+    """Orders the accepted candidates for ``problem`` by family, table rule, then model.
+
+    ``problem`` needs m, n, k and sm_count (cc is used when present); ``rules`` replaces
+    the shipped table (heuristics/fit.py --check uses it).
+    """
     m, n, k, sms = problem.m, problem.n, problem.k, problem.sm_count
+    cc = getattr(problem, "cc", None)
     rule_used = None
     ranked = []
     for fam in family_order:
         group = [c for c in candidates if c.family == fam]
         if not group:
             continue
-        rule = matching_rule(fam, m, n, k)
+        rule = matching_rule(fam, m, n, k, rules)
         prefer = rule["prefer"] if rule else []
         rule_used = rule_used or (rule if prefer else None)
-
-        def key(c: KernelInfo):
+        keyed = []
+        for c in group:
             pos = next((i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(c.name, p)),
                        len(prefer))
-            return (pos, model_time(c, m, n, k, sms), c.name)
-
-        for c in sorted(group, key=key):
-            pos = key(c)[0]
+            keyed.append((pos, model_time(c, m, n, k, sms, cc), c.name, c))
+        for pos, us, _, c in sorted(keyed, key=lambda t: t[:3]):
             why = (f"table rule {prefer[pos]!r}" if pos < len(prefer)
-                   else "analytic model (waves x tile cost)")
+                   else f"analytic model (~{us:.3g} us)")
             ranked.append((c, why))
     return Choice(ranked=ranked, rule=rule_used)
+
+
+def apply_tuned(choice: Choice, hit: _cache.Hit | None) -> Choice:
+    """Puts the tuned kernel first; a pinned entry leaves it alone or raises."""
+    if hit is None:
+        return choice
+    name, where = hit.entry["kernel"], f"cache file {hit.path}"
+    tuned = next((c for c, _ in choice.ranked if c.name == name), None)
+    if tuned is None:
+        if hit.pinned:
+            reason = next((why for c, why in choice.rejected if c.name == name),
+                          "the kernel is missing from this build")
+            raise UnsupportedError(
+                f"kernel {name} is pinned for this problem ({where}, tune(strict=True)) but "
+                f"cannot run it: {reason}. Re-run pycutlass_rt.tune(..., strict=True) with "
+                f"this build and device, or remove the entry from the cache file")
+        return choice  # a stale suggestion: the table and model decide
+    why = ("pinned by tune(strict=True)" if hit.pinned else "tuned") + f" on this device ({where})"
+    rest = [] if hit.pinned else [(c, w) for c, w in choice.ranked if c is not tuned]
+    return Choice(ranked=[(tuned, why)] + rest, rejected=choice.rejected, rule=choice.rule)
 
 
 def static_match(kern: KernelInfo, problem) -> str | None:
@@ -114,21 +245,38 @@ def static_match(kern: KernelInfo, problem) -> str | None:
     return None
 
 
-def choose(lib, problem, all_kernels: list[KernelInfo]) -> Choice:
-    """Checks every kernel against ``problem`` through the C side and ranks the survivors."""
+def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
+    """(accepted kernels, [(kernel, why rejected)]): static checks, then the C side's."""
     accepted, rejected = [], []
     order = families_for(problem.cc)
     pref = ctypes.byref(problem)
     for kern in all_kernels:
         reason = static_match(kern, problem)
         if reason is None and kern.family not in order:
-            reason = f"sm{kern.family} kernels do not run on compute {problem.cc // 10}.{problem.cc % 10}"
+            reason = (f"sm{kern.family} kernels do not run on compute "
+                      f"{problem.cc // 10}.{problem.cc % 10}")
         if reason is None and lib.pcr_kernel_check(kern.index, pref) != 0:
             reason = lib.last_error()
         if reason is None:
             accepted.append(kern)
         else:
             rejected.append((kern, reason))
-    choice = rank(problem, accepted, order)
+    return accepted, rejected
+
+
+def choose(lib, problem, all_kernels: list[KernelInfo], *, use_cache: bool = True) -> Choice:
+    """Checks every kernel against ``problem`` and ranks the survivors.
+
+    With ``use_cache`` (the default) the device's tuned cache comes first; tune() and the
+    sweep pass False to see every candidate in table/model order.
+
+    Raises:
+        UnsupportedError: a pinned kernel cannot run the problem, or PYCUTLASS_RT_STRICT=1
+            and the device has no current tuned cache (see pycutlass_rt.tune).
+    """
+    accepted, rejected = screen(lib, problem, all_kernels)
+    choice = rank(problem, accepted, families_for(problem.cc))
     choice.rejected = rejected
-    return choice
+    if not use_cache:
+        return choice
+    return apply_tuned(choice, _cache.lookup(lib, problem, [k.name for k in all_kernels]))

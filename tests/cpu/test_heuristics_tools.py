@@ -1,8 +1,10 @@
 """The sweep -> fit -> table pipeline of heuristics/, on synthetic sweep data."""
 import csv
 import json
+import math
 import os
 import sys
+import types
 
 import pytest
 
@@ -13,70 +15,199 @@ import fit  # noqa: E402
 import sweep  # noqa: E402
 
 from pycutlass_rt import _select  # noqa: E402
-from pycutlass_rt._kernels import KernelInfo  # noqa: E402
 
 SMALL = "sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8"
 BIG = "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8"
+SK = "sm90_bf16_bf16_f32_bf16_tn_128x64x64_c1x1_coop_streamk_a8"
+A100 = "sm80_bf16_bf16_f32_bf16_tn_128x128x32_w2x2_s4_a8"
 
 
-def write_sweep(path):
-    """Small tiles win at M <= 64, big tiles win above."""
+def write_sweep(path, times, cc=90):
+    """times: {(m, n, k): {kernel: us}}; rows in the given kernel order (their rank)."""
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, sweep.COLUMNS)
         w.writeheader()
-        for m in (1, 16, 64, 512, 4096):
-            for name in (SMALL, BIG):
-                small_wins = m <= 64
-                us = 10.0 if (name == SMALL) == small_wins else 13.0
-                w.writerow({"gpu": "H200", "sm_count": 132, "library": "x", "dtype": "bfloat16",
-                            "dtype_d": "bfloat16", "layout": "tn", "m": m, "n": 4096, "k": 4096,
-                            "kernel": name, "median_us": us, "tflops": 1.0})
+        for (m, n, k), per_kernel in times.items():
+            for rank, (name, us) in enumerate(per_kernel.items()):
+                w.writerow({"gpu": "NVIDIA H200", "sm_count": 132, "cc": cc, "driver": 12080,
+                            "library": "x", "dtype": "bfloat16", "dtype_d": "bfloat16",
+                            "layout": "tn", "m": m, "n": n, "k": k, "kernel": name,
+                            "rank": rank, "median_us": us, "tflops": 1.0})
+    return str(path)
+
+
+def small_vs_big(ms=(1, 16, 64, 512, 4096), n=4096):
+    """Small tiles win (10 vs 13 us) at M <= 64, big tiles above."""
+    return {(m, n, 4096): {SMALL: 10.0 if m <= 64 else 13.0, BIG: 13.0 if m <= 64 else 10.0}
+            for m in ms}
+
+
+def fitted(tmp_path, *sweeps, base=None):
+    paths = [write_sweep(tmp_path / f"h200_{i}.csv", t) for i, t in enumerate(sweeps)]
+    samples, sources, _ = fit.read_samples(paths)
+    return fit.fit(samples, sources, base), samples, paths
 
 
 def test_config_of():
     assert fit.config_of(BIG) == "sm90_*_128x256x64_c2x1_coop_a8"
-    assert fit.config_of("sm80_f16_f16_f32_f32_nt_64x64x32_w2x2_s2_a1") == "sm80_*_64x64x32_w2x2_s2_a1"
+    assert fit.config_of(SK) == "sm90_*_128x64x64_c1x1_coop_streamk_a8"
+    assert (fit.config_of("sm80_f16_f16_f32_f32_nt_64x64x32_w2x2_s2_a1")
+            == "sm80_*_64x64x32_w2x2_s2_a1")
     with pytest.raises(ValueError):
         fit.config_of("cublas")
 
 
-def test_fit_orders_by_measured_time_and_traces_sources(tmp_path):
-    path = tmp_path / "h200_bf16.csv"
-    write_sweep(path)
-    out = tmp_path / "table.json"
-    assert fit.main([str(path), "--out", str(out)]) == 0
-    table = json.loads(out.read_text())
+@pytest.mark.parametrize("name, fields", [
+    (SK, dict(family=90, tile=(128, 64, 64), cluster=(1, 1, 1), schedule="cooperative",
+              split="stream_k", align=(8, 8, 8))),
+    (BIG, dict(cluster=(2, 1, 1), schedule="cooperative", split="none")),
+    ("sm80_bf16_bf16_f32_f32_tt_128x128x32_w2x2_s4_splitk_a8",
+     dict(family=80, warps=(2, 2, 1), stages=4, schedule="multistage", split="split_k",
+          dtype_d="float32", layout="tt")),
+    ("sm80_f16_f16_f32_f16_nn_64x64x32_w2x2_s2_a1", dict(schedule="pipelined", align=(1, 1, 1),
+                                                         dtype_a="float16")),
+    ("sm100_bf16_bf16_f32_bf16_tn_256x128x64_c2x1_2sm_a8", dict(family=100, schedule="2sm")),
+])
+def test_kernel_names_decode_for_the_model(name, fields):
+    k = fit.kernel_info(name)
+    assert k.name == name and all(getattr(k, f) == v for f, v in fields.items())
+
+
+def test_fit_splits_where_the_winner_changes_and_traces_sources(tmp_path):
+    table, _, (path,) = fitted(tmp_path, small_vs_big())
     rules = table["families"]["sm90"]
-    small_rule = next(r for r in rules if r.get("max_m") == 16)
-    big_rule = next(r for r in rules if r.get("max_m") is None)
-    assert small_rule["prefer"][0] == fit.config_of(SMALL)
-    assert big_rule["prefer"][0] == fit.config_of(BIG)
-    assert big_rule["geomean_vs_best"] == [1.0, 1.3]
-    assert all(r["source"][0]["file"] == "h200_bf16.csv" and len(r["source"][0]["sha256"]) == 64
-               for r in rules)
-    assert "max_m" not in rules[-1]
+    assert [r.get("max_m") for r in rules] == [64, None]
+    assert rules[0]["prefer"] == [fit.config_of(SMALL), fit.config_of(BIG)]
+    assert rules[1]["prefer"] == [fit.config_of(BIG), fit.config_of(SMALL)]
+    assert rules[1]["geomean_vs_best"] == [1.0, 1.3] and rules[1]["regret"] == 1.0
+    assert (rules[0]["shapes"], rules[1]["shapes"]) == (3, 2)
+    digest = table["sources"][0]["sha256"]
+    assert len(digest) == 64 and table["sources"][0]["rows"] == 10
+    assert all(r["source"] == [f"{path}@{digest[:16]}"] for r in rules)
+    assert table["format"] in _select.TABLE_FORMATS
+    assert not {"max_m", "max_n", "max_k"} & rules[-1].keys()
+
+
+def test_each_rule_names_only_the_sweeps_it_came_from(tmp_path):
+    table, _, paths = fitted(tmp_path, small_vs_big(ms=(1, 16, 64)), small_vs_big(ms=(512, 4096)))
+    small_rule, big_rule = table["families"]["sm90"]
+    assert [s.split("@")[0] for s in small_rule["source"]] == [paths[0]]
+    assert [s.split("@")[0] for s in big_rule["source"]] == [paths[1]]
+
+
+def test_source_paths_are_relative_to_the_repository():
+    assert fit.file_label(os.path.join(ROOT, "heuristics", "sweeps", "h200.csv"), "ab" * 32) == \
+        "heuristics/sweeps/h200.csv@" + "ab" * 8
+
+
+def test_fit_splits_on_n_when_n_decides(tmp_path):
+    """Few tiles (N = 4096): stream-K wins; many (N = 28672): the data-parallel tile."""
+    times = {(m, n, 4096): {SK: 8.0 if n == 4096 else 30.0, SMALL: 10.0 if n == 4096 else 25.0}
+             for m in (1, 16, 64) for n in (4096, 28672)}
+    rules = fitted(tmp_path, times)[0]["families"]["sm90"]
+    assert rules[0]["max_n"] == 4096 and rules[0]["prefer"][0] == fit.config_of(SK)
+    assert rules[1]["prefer"][0] == fit.config_of(SMALL)
+
+
+def test_small_differences_make_no_rule(tmp_path):
+    times = {(m, 4096, 4096): {SMALL: 10.0, BIG: 10.0 + (0.05 if m <= 64 else -0.05)}
+             for m in (1, 16, 64, 512, 4096)}
+    rules = fitted(tmp_path, times)[0]["families"]["sm90"]
+    assert len(rules) == 1 and rules[0]["regret"] < 1.01
 
 
 def test_fitted_table_drives_selection(tmp_path, monkeypatch):
-    path = tmp_path / "s.csv"
-    write_sweep(path)
-    table = fit.fit(*fit.read_rows([str(path)]))
+    table, samples, _ = fitted(tmp_path, small_vs_big())
     monkeypatch.setattr(_select, "table", lambda: table)
-
-    def kern(i, name, tile, sched):
-        return KernelInfo(i, name, 90, "bfloat16", "bfloat16", "float32", "bfloat16", "tn", tile,
-                          (1, 1, 1), (0, 0, 0), 0, sched, "linear", "none", (8, 8, 8))
-
-    ks = [kern(0, BIG, (128, 256, 64), "cooperative"), kern(1, SMALL, (64, 128, 64), "pingpong")]
-    prob = lambda m: type("P", (), {"m": m, "n": 4096, "k": 4096, "sm_count": 132})  # noqa: E731
+    ks = [fit.kernel_info(BIG, 0), fit.kernel_info(SMALL, 1)]
+    prob = lambda m: types.SimpleNamespace(m=m, n=4096, k=4096, sm_count=132)  # noqa: E731
     assert _select.rank(prob(8), ks, [90]).ranked[0][0].name == SMALL
     assert _select.rank(prob(8192), ks, [90]).ranked[0][0].name == BIG
+    # the rule _select.py matches for each sample puts its fastest kernel first
+    for s in samples:
+        rule = _select.matching_rule(90, s.m, s.n, s.k, table)
+        assert rule["prefer"][0] == fit.config_of(min(s.times, key=s.times.get))
+
+
+def test_only_a_gpus_preferred_family_is_fitted_and_base_rules_stay(tmp_path):
+    times = {k: {**v, A100: 5.0} for k, v in small_vs_big().items()}  # sm80 runs on H200 too
+    path = write_sweep(tmp_path / "h200.csv", times)
+    samples, sources, skipped = fit.read_samples([path])
+    assert skipped == 5 and {s.family for s in samples} == {90}
+    base = {"format": 1, "families": {"sm80": [{"prefer": ["sm80_*_hand"]}], "sm90": []}}
+    table = fit.fit(samples, sources, base)
+    assert table["families"]["sm80"] == [{"prefer": ["sm80_*_hand"]}]
+    assert len(table["families"]["sm90"]) == 2
+
+
+def test_check_reports_regret_per_selector(tmp_path):
+    """Four shapes: the table picks BIG everywhere, the sweep's rank 0 was SMALL."""
+    times = {(m, 4096, 4096): {SMALL: 10.0, BIG: us} for m, us in
+             ((1, 20.0), (16, 10.4), (512, 8.0), (4096, 5.0))}
+    samples, _, _ = fit.read_samples([write_sweep(tmp_path / "s.csv", times)])
+    table = {"format": 1, "families": {"sm90": [{"prefer": ["sm90_*_128x256x64_c2x1_coop_a8"]}]}}
+    report = fit.check(table, samples)["sm90"]
+    ratios = [10 / 20, 10 / 10.4, 1.0, 1.0]
+    assert report["table"]["geomean"] == round(math.prod(ratios) ** 0.25, 4)
+    assert report["table"]["within_5pct"] == 75.0
+    assert report["table"]["worst"][0] == "1x4096x4096 0.500"
+    swept = [1.0, 1.0, 8 / 10, 5 / 10]
+    assert report["when swept"]["geomean"] == round(math.prod(swept) ** 0.25, 4)
+    assert report["when swept"]["within_5pct"] == 50.0
+    assert 0 < report["model only"]["geomean"] <= 1 and report["model only"]["samples"] == 4
+
+
+def test_cli_fits_then_checks(tmp_path, capsys):
+    path = write_sweep(tmp_path / "h200.csv", small_vs_big())
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"format": 1, "families": {"sm75": [{"prefer": ["x"]}]}}))
+    out = tmp_path / "table.json"
+    assert fit.main([path, "--base", str(base), "--out", str(out)]) == 0
+    out_text = capsys.readouterr().out
+    assert "sm90   table       best/chosen geomean 1.000, 100.0% within 5%" in out_text
+    assert set(json.loads(out.read_text())["families"]) == {"sm75", "sm90"}
+    assert fit.main([path, "--check", str(out)]) == 0
+    assert "sm90   when swept" in capsys.readouterr().out
 
 
 def test_sweep_grids_follow_the_benchmark_groups():
     decode = sweep.shapes(["decode"])
     assert len(decode) == 7 * 6 and (1, 14336, 4096) in decode
     assert sweep.shapes(["square", "square"]) == [(s, s, s) for s in (1024, 2048, 4096, 8192)]
+    assert {"cc", "rank", "median_us", "kernel"} <= set(sweep.COLUMNS)
+
+
+def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
+    """sweep.main on fakes: candidates in selection order, a failing kernel skipped."""
+    import contextlib
+
+    import pycutlass_rt as pcr
+    from pycutlass_rt import _cache, _tune
+    times = {SMALL: 10.0, BIG: 13.0, SK: None}
+    monkeypatch.setattr(pcr._lib, "load", lambda: types.SimpleNamespace(last_error=str))
+    monkeypatch.setattr(pcr, "kernels", lambda: [])
+    monkeypatch.setattr(_cache, "device_key", lambda lib, dev, names: {
+        "gpu": "NVIDIA H200", "sm_count": 132, "driver": 12080, "build": "b1"})
+    monkeypatch.setattr(_tune, "backend", lambda: types.SimpleNamespace(
+        device=lambda i: contextlib.nullcontext()))
+    monkeypatch.setattr(_tune, "make_operands", lambda bk, spec: types.SimpleNamespace(
+        call=lambda name: name))
+    monkeypatch.setattr(_tune, "describe", lambda lib, ops: types.SimpleNamespace(cc=90))
+    monkeypatch.setattr(_tune, "candidates", lambda lib, p: [fit.kernel_info(n) for n in times])
+
+    def time_us(bk, name, reps):
+        if times[name] is None:
+            raise pcr.CudaError("cudaErrorLaunchFailure")
+        return times[name]
+    monkeypatch.setattr(_tune, "time_us", time_us)
+    out = tmp_path / "sweeps" / "h200.csv"
+    assert sweep.main(["--out", str(out), "--grid", "square", "--layouts", "tn"]) == 0
+    rows = list(csv.DictReader(open(out)))
+    assert len(rows) == 4 * 2 and {r["rank"] for r in rows} == {"0", "1"}
+    assert rows[0]["cc"] == "90" and rows[0]["library"] == "b1"
+    assert "cudaErrorLaunchFailure" in capsys.readouterr().err
+    samples, _, _ = fit.read_samples([str(out)])
+    assert len(samples) == 4 and all(s.order == [SMALL, BIG] for s in samples)
 
 
 def test_fit_rejects_files_without_the_columns(tmp_path):

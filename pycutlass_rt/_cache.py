@@ -1,0 +1,278 @@
+"""The per-device tuned cache that pycutlass_rt.tune writes and kernel selection reads.
+
+One JSON file per device key (GPU name, SM count, driver version, library build) in
+``$PYCUTLASS_RT_CACHE_DIR``, else ``$XDG_CACHE_HOME/pycutlass_rt``, else
+``~/.cache/pycutlass_rt``. Entries map a canonical problem (the fields of the C side's
+selection memo key) to the kernel measured fastest. A file is read once per process,
+lazily, at the first selection on its device; a corrupt or foreign file is ignored with a
+warning. Writes go to a temporary file renamed over the old one, so readers never see
+half a file.
+
+With ``PYCUTLASS_RT_STRICT=1`` a device without a current cache (none, or only caches
+made on another GPU, driver or library build) is an error at selection. Entries that
+tune(strict=True) wrote are pinned: selection then offers that kernel alone, or raises
+(see _select.apply_tuned).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime
+import glob
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
+
+from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS
+from .errors import UnsupportedError
+
+DIR_ENV = "PYCUTLASS_RT_CACHE_DIR"
+STRICT_ENV = "PYCUTLASS_RT_STRICT"
+KIND = "pycutlass_rt tuned kernels"
+FORMAT = 1
+
+
+@dataclass
+class Hit:
+    """A cache entry for one problem, and the file it came from."""
+
+    entry: dict
+    path: str
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.entry.get("pinned"))
+
+
+@dataclass
+class CacheFile:
+    """One device key's file, as read (or last written) by this process."""
+
+    path: str
+    device: dict
+    entries: dict  # problem key -> {"kernel", "us", "date", "pinned", ...}
+
+
+class _State:
+    """What this process has loaded; one lock guards it (selection may run in threads)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.devices: dict = {}  # CUDA ordinal -> device key dict, or None (no device)
+        self.files: dict = {}    # file path -> CacheFile, or None (absent or ignored)
+        self.bypass = 0          # > 0 while tune() records a callable: cache not consulted
+
+
+_state = _State()
+
+
+def reset() -> None:
+    """Forgets every loaded file and device key (tests; tune() after writing)."""
+    with _state.lock:
+        _state.devices.clear()
+        _state.files.clear()
+
+
+def cache_dir() -> str:
+    """$PYCUTLASS_RT_CACHE_DIR, else $XDG_CACHE_HOME/pycutlass_rt, else ~/.cache/pycutlass_rt."""
+    explicit = os.environ.get(DIR_ENV)
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "pycutlass_rt")
+
+
+def strict() -> bool:
+    """Whether PYCUTLASS_RT_STRICT asks for a current tuned cache on every device."""
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextlib.contextmanager
+def bypassed():
+    """Selection ignores the cache inside, strict mode and pins included: tune() runs the
+    user's callable so to record its problems even where the cache is stale or broken."""
+    with _state.lock:
+        _state.bypass += 1
+    try:
+        yield
+    finally:
+        with _state.lock:
+            _state.bypass -= 1
+
+
+def problem_key(p) -> str:
+    """The canonical problem as a string: the fields of the C side's selection memo key.
+
+    Example:
+        >>> from pycutlass_rt._lib import Problem
+        >>> problem_key(Problem(m=16, n=4096, k=4096, dtype_a=2, dtype_b=2, dtype_d=2,
+        ...                     layout_b=1, align_a=16, align_b=16, align_d=16, cc=90))
+        '16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 c_mode=0 sm90'
+    """
+    dt = [DTYPE_NAMES.get(x, "-") for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
+    return (f"{p.m}x{p.n}x{p.k} {','.join(dt)} "
+            f"{LAYOUT_LETTERS[p.layout_a]}{LAYOUT_LETTERS[p.layout_b]} "
+            f"align={p.align_a},{p.align_b},{p.align_c},{p.align_d} c_mode={p.c_mode} sm{p.cc}")
+
+
+def build_id(lib, kernel_names) -> str:
+    """A hash of the library's build info and kernel list: changes with every rebuild
+    that could change what a kernel name runs."""
+    text = lib.pcr_build_info().decode() + "\n" + "\n".join(kernel_names)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _query_device(lib, device: int, kernel_names) -> dict | None:
+    name, cc, sms = ctypes.create_string_buffer(256), ctypes.c_int32(), ctypes.c_int32()
+    drv = ctypes.c_int32()
+    if device < 0 or lib.pcr_device_name(device, name, 256) != 0 or \
+            lib.pcr_device_cc(device, ctypes.byref(cc), ctypes.byref(sms)) != 0:
+        return None  # no such device here: nothing to look up
+    lib.pcr_driver_version(ctypes.byref(drv))
+    return {"gpu": name.value.decode(errors="replace"), "sm_count": sms.value,
+            "driver": drv.value, "build": build_id(lib, kernel_names)}
+
+
+def device_key(lib, device: int, kernel_names) -> dict | None:
+    """{"gpu", "sm_count", "driver", "build"} of CUDA device ``device``, queried once."""
+    with _state.lock:
+        if device in _state.devices:
+            return _state.devices[device]
+    key = _query_device(lib, device, kernel_names)
+    with _state.lock:
+        _state.devices[device] = key
+    return key
+
+
+def file_name(dev: dict) -> str:
+    """``<gpu>-<SMs>sm-<hash of the whole key>.json``: readable, and one per device key."""
+    digest = hashlib.sha256(json.dumps(dev, sort_keys=True).encode()).hexdigest()[:16]
+    slug = re.sub(r"[^a-z0-9]+", "-", dev["gpu"].lower()).strip("-") or "gpu"
+    return f"{slug}-{dev['sm_count']}sm-{digest}.json"
+
+
+def path_for(dev: dict) -> str:
+    return os.path.join(cache_dir(), file_name(dev))
+
+
+def _problem_of(doc) -> str | None:
+    """Why ``doc`` is not a usable cache file, or None."""
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        return "not a pycutlass_rt tuned cache"
+    if doc.get("format") != FORMAT:
+        return f"format {doc.get('format')!r}, this version reads {FORMAT}"
+    entries = doc.get("entries")
+    if not isinstance(entries, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("kernel"), str) for e in entries.values()):
+        return "malformed entries"
+    if not isinstance(doc.get("device"), dict):
+        return "no device key"
+    return None
+
+
+def read(path: str, dev: dict | None = None, verb: str = "ignoring") -> CacheFile | None:
+    """The file at ``path``, or None when absent; a corrupt file, or one made for another
+    device key than ``dev``, is ignored with a RuntimeWarning ("<verb> tuned cache ...")."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        warnings.warn(f"{verb} tuned cache {path}: unreadable ({e})", RuntimeWarning,
+                      stacklevel=2)
+        return None
+    why = _problem_of(doc)
+    if why is None and dev is not None and doc["device"] != dev:
+        why = f"made for {describe(doc['device'])}, this is {describe(dev)}"
+    if why:
+        warnings.warn(f"{verb} tuned cache {path}: {why}", RuntimeWarning, stacklevel=2)
+        return None
+    return CacheFile(path, doc["device"], doc["entries"])
+
+
+def describe(dev: dict) -> str:
+    return (f"{dev.get('gpu')} ({dev.get('sm_count')} SMs), driver {dev.get('driver')}, "
+            f"library build {dev.get('build')}")
+
+
+def loaded(dev: dict) -> CacheFile | None:
+    """The cache file of device key ``dev``, read from disk on first use only."""
+    path = path_for(dev)
+    with _state.lock:
+        if path in _state.files:
+            return _state.files[path]
+    cf = read(path, dev)
+    with _state.lock:
+        _state.files.setdefault(path, cf)
+        return _state.files[path]
+
+
+def _stale_error(dev: dict) -> UnsupportedError:
+    others = []
+    for path in sorted(glob.glob(os.path.join(cache_dir(), "*.json"))):
+        with contextlib.suppress(OSError, ValueError), open(path) as f:
+            doc = json.load(f)
+            if isinstance(doc, dict) and isinstance(doc.get("device"), dict):
+                others.append(f"  {path}: {describe(doc['device'])}")
+    found = ("only caches made elsewhere:\n" + "\n".join(others)) if others else \
+        "no tuned cache at all"
+    return UnsupportedError(
+        f"{STRICT_ENV}=1 requires a tuned cache made on this device, driver and library "
+        f"build ({describe(dev)}: {path_for(dev)}), and {cache_dir()} holds {found}\n"
+        f"Run pycutlass_rt.tune(..., strict=True) here, or unset {STRICT_ENV} to let the "
+        "shipped table choose")
+
+
+def lookup(lib, problem, kernel_names) -> Hit | None:
+    """The tuned entry for ``problem`` on its device, or None.
+
+    Raises:
+        UnsupportedError: strict mode, and the device has no current cache file.
+    """
+    if _state.bypass:
+        return None
+    dev = device_key(lib, problem.device, kernel_names)
+    if dev is None:
+        return None
+    cf = loaded(dev)
+    if cf is None:
+        if strict():
+            raise _stale_error(dev)
+        return None
+    entry = cf.entries.get(problem_key(problem))
+    return Hit(entry, cf.path) if entry is not None else None
+
+
+def store(dev: dict, entries: dict) -> str:
+    """Merges ``entries`` (problem key -> entry) into the device's file, atomically.
+
+    The file is re-read first, so entries that another process wrote meanwhile survive;
+    for the same problem the newer entry wins. Returns the file's path.
+    """
+    path = path_for(dev)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    current = read(path, dev, "replacing")
+    merged = {**(current.entries if current else {}), **entries}
+    doc = {"kind": KIND, "format": FORMAT, "device": dev, "entries": merged,
+           "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with _state.lock:
+        _state.files[path] = CacheFile(path, dev, merged)
+    return path

@@ -1,0 +1,475 @@
+"""pycutlass_rt.tune: time the candidate kernels on this GPU and remember the fastest.
+
+Also the measuring half of heuristics/sweep.py: operands in the problem's exact layout
+and alignment (torch, else cupy), and CUDA-graph timing, so that small kernels are timed
+without the host's per-call cost in between.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import itertools
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from . import _cache, _kernels, _lib, _select, errors
+from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS
+
+DEFAULT_REPEATS = 10
+INPUT_DTYPES = ("float16", "bfloat16")
+LAYOUTS = ("tn", "nn", "nt", "tt")
+ROTATE_BYTES = 256 << 20  # cycle operand copies until this many bytes: L2 cannot hold them
+MAX_COPIES = 8
+GRAPH_TARGET_US = 1000.0  # one timed graph replay lasts about this long
+MAX_INNER = 200
+_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+# ---- what is tuned ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spec:
+    """Operands to build for one problem (canonical: D row-major)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "bfloat16"
+    out_dtype: str = "bfloat16"
+    layout: str = "tn"  # A then B: t = row-major, n = column-major
+    c_dtype: str | None = None  # None: no C (beta = 0)
+    c_layout: str = "t"
+    offsets: tuple = (0, 0, 0, 0)  # elements by which a, b, c, d start past an aligned base
+
+    def bytes(self) -> int:
+        i, o = _ELEMENT_BYTES[self.dtype], _ELEMENT_BYTES[self.out_dtype]
+        c = _ELEMENT_BYTES[self.c_dtype] if self.c_dtype else 0
+        return (self.m * self.k + self.k * self.n) * i + self.m * self.n * (o + c)
+
+
+def spec_of(item, dtype: str = "bfloat16", out_dtype: str | None = None,
+            layout: str = "tn") -> Spec:
+    """A Spec from (m, n, k) or {"m", "n", "k"[, "dtype", "out_dtype", "layout"]}.
+
+    Example:
+        >>> spec_of((16, 4096, 4096)).out_dtype
+        'bfloat16'
+        >>> spec_of({"m": 8, "n": 8, "k": 8, "dtype": "float16", "out_dtype": "float32"}).layout
+        'tn'
+    """
+    if isinstance(item, dict):
+        unknown = set(item) - {"m", "n", "k", "dtype", "out_dtype", "layout"}
+        if unknown:
+            raise errors.InvalidArgumentError(f"tune: unknown keys {sorted(unknown)} in {item!r}")
+        dtype = item.get("dtype", dtype)
+        out_dtype = item.get("out_dtype", out_dtype if "dtype" not in item else None)
+        layout = item.get("layout", layout)
+        item = tuple(item.get(x) for x in "mnk")
+    try:
+        m, n, k = (int(x) for x in item)
+        if (m, n, k) != tuple(item) or min(m, n, k) < 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise errors.InvalidArgumentError(
+            f"tune: a shape is (m, n, k) of positive integers or a dict with m, n, k; got "
+            f"{item!r}") from None
+    out_dtype = out_dtype or dtype
+    if dtype not in INPUT_DTYPES or out_dtype not in (dtype, "float32"):
+        raise errors.DTypeError(f"tune: inputs are one of {INPUT_DTYPES} and the output is "
+                                f"the input dtype or float32; got {dtype} -> {out_dtype}")
+    if layout not in LAYOUTS:
+        raise errors.InvalidArgumentError(f"tune: layout is one of {LAYOUTS}, got {layout!r}")
+    return Spec(m, n, k, dtype, out_dtype, layout)
+
+
+def spec_from_problem(p) -> Spec:
+    """Operands that reproduce a recorded canonical problem, alignments included."""
+    names = [DTYPE_NAMES[x] if x else None for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
+    aligns = (p.align_a, p.align_b, p.align_c, p.align_d)
+    offsets = tuple(a // _ELEMENT_BYTES[t] if t and 0 < a < 16 else 0
+                    for a, t in zip(aligns, names))
+    c_dtype = names[2] if p.c_mode else None
+    # c_mode 2 means C was copied into D first: a column-major C makes that happen again
+    return Spec(p.m, p.n, p.k, names[0], names[3],
+                LAYOUT_LETTERS[p.layout_a] + LAYOUT_LETTERS[p.layout_b], c_dtype,
+                "n" if p.c_mode == 2 else "t", offsets)
+
+
+# ---- operands and timing, per framework ---------------------------------------------
+
+class _Torch:
+    name = "torch"
+
+    def __init__(self):
+        import torch
+        self.t = torch
+
+    def device(self, index: int):
+        return self.t.cuda.device(index)
+
+    def matrix(self, rows: int, cols: int, layout: str, dtype: str, offset: int = 0):
+        """rows x cols, random in [-1, 1), starting ``offset`` elements into its buffer."""
+        shape = (rows, cols) if layout == "t" else (cols, rows)
+        flat = self.t.empty(shape[0] * shape[1] + offset, device="cuda",
+                            dtype=getattr(self.t, dtype)).uniform_(-1, 1)
+        x = flat[offset:].view(shape)
+        return x if layout == "t" else x.t()
+
+    def _elapsed(self, run) -> float:
+        """Microseconds that ``run()``'s work takes on the current stream."""
+        start, end = (self.t.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    def graph_us(self, fn, inner: int, repeats: int) -> list[float]:
+        t = self.t
+        stream = t.cuda.Stream()
+        stream.wait_stream(t.cuda.current_stream())  # the operands are ready
+        with t.cuda.stream(stream):
+            fn()  # grows the stream's workspace outside capture
+        graph = t.cuda.CUDAGraph()
+        with t.cuda.graph(graph, stream=stream):
+            for _ in range(inner):
+                fn()
+        with t.cuda.stream(stream):
+            return [self._elapsed(graph.replay) / inner for _ in range(repeats)]
+
+    def loop_us(self, fn, inner: int) -> float:
+        return self._elapsed(lambda: [fn() for _ in range(inner)]) / inner
+
+
+class _Cupy:
+    name = "cupy"
+
+    def __init__(self):
+        import cupy
+        self.cp = cupy
+
+    def device(self, index: int):
+        return self.cp.cuda.Device(index)
+
+    def _dtype(self, name: str):
+        try:
+            return self.cp.dtype(name)
+        except TypeError:
+            raise errors.DTypeError(f"cupy has no {name} dtype here: install torch to tune "
+                                    f"{name} problems") from None
+
+    def matrix(self, rows: int, cols: int, layout: str, dtype: str, offset: int = 0):
+        shape = (rows, cols) if layout == "t" else (cols, rows)
+        flat = self.cp.random.uniform(-1, 1, shape[0] * shape[1] + offset,
+                                      dtype=self.cp.float32).astype(self._dtype(dtype))
+        x = flat[offset:].reshape(shape)
+        return x if layout == "t" else x.T
+
+    def _elapsed(self, stream, run) -> float:
+        start, end = self.cp.cuda.Event(), self.cp.cuda.Event()
+        start.record(stream)
+        run()
+        end.record(stream)
+        end.synchronize()
+        return self.cp.cuda.get_elapsed_time(start, end) * 1e3
+
+    def graph_us(self, fn, inner: int, repeats: int) -> list[float]:
+        stream = self.cp.cuda.Stream(non_blocking=True)
+        stream.wait_event(self.cp.cuda.get_current_stream().record())  # the operands are ready
+        with stream:
+            fn()  # grows the stream's workspace outside capture
+            stream.begin_capture()
+            try:
+                for _ in range(inner):
+                    fn()
+            finally:
+                graph = stream.end_capture()
+            return [self._elapsed(stream, lambda: graph.launch(stream)) / inner
+                    for _ in range(repeats)]
+
+    def loop_us(self, fn, inner: int) -> float:
+        stream = self.cp.cuda.get_current_stream()
+        return self._elapsed(stream, lambda: [fn() for _ in range(inner)]) / inner
+
+
+def backend():
+    """torch if importable, else cupy; NoDeviceError naming both otherwise."""
+    for cls in (_Torch, _Cupy):
+        with contextlib.suppress(ImportError):
+            return cls()
+    raise errors.NoDeviceError("tune() makes its operands with torch or cupy; neither imports")
+
+
+@dataclass
+class Operands:
+    """Copies of one problem's operands, cycled so that L2 does not hold them all."""
+
+    sets: list  # [(a, b, c, d)]
+    beta: float
+
+    def call(self, kernel: str):
+        from . import gemm
+        turn = itertools.cycle(self.sets)
+
+        def run():
+            a, b, c, d = next(turn)
+            gemm(a, b, c, d, 1.0, self.beta, kernel=kernel)
+        return run
+
+
+def make_operands(bk, spec: Spec) -> Operands:
+    copies = max(1, min(MAX_COPIES, math.ceil(ROTATE_BYTES / max(spec.bytes(), 1))))
+    oa, ob, oc, od = spec.offsets
+    sets = []
+    for _ in range(copies):
+        a = bk.matrix(spec.m, spec.k, spec.layout[0], spec.dtype, oa)
+        b = bk.matrix(spec.k, spec.n, spec.layout[1], spec.dtype, ob)
+        c = bk.matrix(spec.m, spec.n, spec.c_layout, spec.c_dtype, oc) if spec.c_dtype else None
+        d = bk.matrix(spec.m, spec.n, "t", spec.out_dtype, od)
+        sets.append((a, b, c, d))
+    return Operands(sets, 1.0 if spec.c_dtype else 0.0)
+
+
+def describe(lib, ops: Operands) -> _lib.Problem:
+    """The canonical problem the C side makes of the first operand set."""
+    from . import _call
+    objs, _, _, keep = _call.operands(ops.sets[0], None)
+    problem = _call.describe(lib, objs, 1.0, ops.beta)
+    del keep
+    return problem
+
+
+def time_us(bk, run, repeats: int = DEFAULT_REPEATS) -> float:
+    """Median microseconds per call of ``run``: CUDA-graph replays of back-to-back calls
+    (the host's cost per call stays out), or a plain loop where capture fails."""
+    run()
+    rough = bk.loop_us(run, 3)  # host-bound: an upper bound of the kernel's time
+    inner = max(2, min(MAX_INNER, math.ceil(GRAPH_TARGET_US / max(rough, 1e-3))))
+    try:
+        return statistics.median(bk.graph_us(run, inner, repeats))
+    except errors.Error:
+        raise
+    except Exception:  # capture unsupported here: time a loop instead
+        return statistics.median(bk.loop_us(run, inner) for _ in range(repeats))
+
+
+# ---- results ----------------------------------------------------------------------------
+
+@dataclass
+class Tuned:
+    """One problem's measurement: the best kernel and what the table would have taken."""
+
+    problem: str  # the canonical problem key (see _cache.problem_key)
+    kernel: str | None
+    us: float | None
+    table_kernel: str | None
+    table_us: float | None
+    timings: dict = field(default_factory=dict)  # kernel name -> us
+    failed: dict = field(default_factory=dict)   # kernel name -> error message
+    pinned: bool = False
+    note: str = ""
+
+    @property
+    def gain(self) -> float | None:
+        """How many times faster the tuned kernel is than the table's choice."""
+        if self.us and self.table_us:
+            return self.table_us / self.us
+        return None
+
+    def entry(self) -> dict:
+        """The cache entry for this problem."""
+        return {"kernel": self.kernel, "us": round(self.us, 3), "table_kernel": self.table_kernel,
+                "table_us": None if self.table_us is None else round(self.table_us, 3),
+                "candidates": len(self.timings), "pinned": self.pinned,
+                "date": datetime.date.today().isoformat()}
+
+
+@dataclass
+class TuneResult:
+    """What tune() measured, per problem, and where it was written."""
+
+    problems: list  # [Tuned]
+    cache_files: list = field(default_factory=list)
+
+    def __iter__(self):
+        return iter(self.problems)
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __getitem__(self, i) -> Tuned:
+        return self.problems[i]
+
+    def __str__(self) -> str:
+        lines = []
+        for t in self.problems:
+            if t.kernel is None:
+                lines.append(f"{t.problem}: not tuned ({t.note})")
+                continue
+            gain = f"{t.gain:.2f}x" if t.gain else "n/a"
+            lines.append(f"{t.problem}\n  best  {t.kernel}  {t.us:.2f} us"
+                         f"{'  (pinned)' if t.pinned else ''}\n"
+                         f"  table {t.table_kernel}  "
+                         f"{'n/a' if t.table_us is None else f'{t.table_us:.2f} us'}  "
+                         f"gain {gain}" + (f"\n  note  {t.note}" if t.note else ""))
+        lines += [f"cache: {p}" for p in self.cache_files]
+        return "\n".join(lines)
+
+
+# ---- recording a callable ---------------------------------------------------------------
+
+@contextlib.contextmanager
+def recording(lib):
+    """Collects every problem that reaches selection inside the block (key -> Problem).
+
+    The C side's memo is cleared first, so problems seen before reach selection again;
+    the cache is bypassed meanwhile (a stale cache must not stop a re-tune).
+    """
+    from . import _call
+    seen: dict = {}
+
+    def hook(problem):
+        seen.setdefault(_cache.problem_key(problem), _lib.Problem.from_buffer_copy(problem))
+
+    lib.pcr_select_clear()
+    _call.selection_hooks.append(hook)
+    try:
+        with _cache.bypassed():
+            yield seen
+    finally:
+        _call.selection_hooks.remove(hook)
+        lib.pcr_select_clear()
+
+
+def record(lib, fn) -> list:
+    """Runs ``fn()`` once and returns the problems its GEMM calls selected kernels for."""
+    with recording(lib) as seen:
+        fn()
+    return list(seen.values())
+
+
+# ---- tuning -----------------------------------------------------------------------------
+
+def candidates(lib, problem) -> list:
+    """Every kernel that runs ``problem`` here, in the table/model order (cache ignored)."""
+    return [k for k, _ in _select.choose(lib, problem, _kernels.kernels(), use_cache=False).ranked]
+
+
+def tune_one(lib, bk, spec: Spec, recorded=None, *, repeats: int = DEFAULT_REPEATS,
+             pin: bool = False) -> tuple[Tuned, _lib.Problem]:
+    """Times every candidate for one problem; returns the result and the problem tuned."""
+    ops = make_operands(bk, spec)
+    problem = describe(lib, ops)
+    target = recorded if recorded is not None else problem
+    key = _cache.problem_key(target)
+    note = ""
+    if _cache.problem_key(problem) != key:
+        note = f"timed on {_cache.problem_key(problem)} (operands as close as could be made)"
+    ranked = candidates(lib, target)
+    if not ranked:
+        return Tuned(key, None, None, None, None, note="no kernel of this build runs it"), target
+    timings, failed = {}, {}
+    for kern in ranked:
+        try:
+            timings[kern.name] = time_us(bk, ops.call(kern.name), repeats)
+        except errors.Error as e:
+            failed[kern.name] = str(e)
+    if not timings:
+        return Tuned(key, None, None, ranked[0].name, None, failed=failed,
+                     note="every candidate failed to run"), target
+    best = min(timings, key=timings.get)
+    return Tuned(key, best, timings[best], ranked[0].name, timings.get(ranked[0].name),
+                 timings, failed, pin, note), target
+
+
+def _problems(lib, shapes_or_callable, dtype, out_dtype, layout):
+    """[(Spec, recorded Problem or None)] for the shapes, or for the callable's calls."""
+    if callable(shapes_or_callable):
+        return [(spec_from_problem(p), p) for p in record(lib, shapes_or_callable)]
+    if isinstance(shapes_or_callable, (dict, str)) or not hasattr(shapes_or_callable, "__iter__"):
+        raise errors.InvalidArgumentError(
+            "tune takes a list of (m, n, k) shapes (or dicts), or a callable that runs GEMMs")
+    items = list(shapes_or_callable)
+    if items and all(isinstance(x, int) for x in items):
+        items = [tuple(items)]  # a single (m, n, k)
+    return [(spec_of(x, dtype, out_dtype, layout), None) for x in items]
+
+
+def tune(shapes_or_callable, *, dtype: str = "bfloat16", out_dtype: str | None = None,
+         layout: str = "tn", device: int = 0, repeats: int = DEFAULT_REPEATS,
+         cache: bool = True, strict: bool = False) -> TuneResult:
+    """Times every candidate kernel on this GPU and remembers the fastest per problem.
+
+    For each problem, the kernels of this build that can run it are timed, each forced
+    with ``kernel=``: random operands (torch if it imports, else cupy) in the problem's
+    layout and alignment, copies cycled so L2 cannot hold them, back-to-back calls
+    replayed from a CUDA graph, median of ``repeats`` replays. The fastest kernel goes
+    into the per-device cache, which selection consults before the shipped table: later
+    ``gemm`` calls of the same problem take it with no further cost.
+
+    The cache is one JSON file per device key (GPU name, SM count, driver version,
+    library build) in ``$PYCUTLASS_RT_CACHE_DIR``, else ``$XDG_CACHE_HOME/pycutlass_rt``,
+    else ``~/.cache/pycutlass_rt``. Another GPU, driver or build of the library finds no
+    file of its key and selects from the table again. A corrupt or foreign file is
+    ignored with a warning; writes are atomic (a temporary file renamed into place).
+
+    Strict mode, for deployments that must run exactly the kernels they were validated
+    with: ``strict=True`` pins the entries it writes, so selection for those problems
+    never falls back; if the pinned kernel is missing from the build, has no image for
+    the device, or cannot implement the problem, the call raises UnsupportedError
+    naming the kernel and the cache file. Setting ``PYCUTLASS_RT_STRICT=1`` in the
+    environment further makes selection on a device without a current cache (none, or
+    only files of another GPU, driver or library build) raise UnsupportedError instead
+    of silently re-selecting.
+
+    Args:
+        shapes_or_callable: (m, n, k) tuples, or dicts with ``m``, ``n``, ``k`` and
+            optionally ``dtype``, ``out_dtype``, ``layout``; or a callable, run once
+            while every problem that reaches kernel selection (gemm calls, Gemm plans)
+            is recorded, then each recorded problem (dtypes, layouts, alignments, C) is
+            tuned on its own device.
+        dtype: "bfloat16" or "float16", for shapes without their own.
+        out_dtype: D's dtype: ``dtype`` (default) or "float32".
+        layout: A then B, "t" row-major, "n" column-major: "tn" is ``a @ w.T`` with
+            row-major weights w.
+        device: CUDA ordinal the shapes are tuned on.
+        repeats: timed graph replays per kernel (the median is kept).
+        cache: write the results to the device's cache (False: only measure).
+        strict: pin the written entries (see strict mode above).
+
+    Returns:
+        TuneResult: per problem (iterate it), the best kernel and its time, the table's
+        choice and its time, and ``gain`` (table time / best time); ``cache_files``.
+
+    Raises:
+        InvalidArgumentError, DTypeError: a bad shape, dtype or layout.
+        NoDeviceError: no GPU, or neither torch nor cupy.
+
+    Example:
+        >>> import pycutlass_rt as pcr
+        >>> r = pcr.tune([(16, 4096, 4096), (8192, 8192, 8192)])  # doctest: +SKIP
+        >>> print(r)  # doctest: +SKIP
+        16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 c_mode=0 sm90
+          best  sm90_bf16_bf16_f32_bf16_tn_128x64x64_c1x1_coop_streamk_a8  9.71 us
+          table sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8  12.02 us  gain 1.24x
+        ...
+        >>> pcr.tune(lambda: model(x), strict=True)  # doctest: +SKIP
+    """
+    if not isinstance(repeats, int) or repeats < 1:
+        raise errors.InvalidArgumentError(f"tune: repeats must be a positive int, got {repeats!r}")
+    lib = _lib.load()
+    items = _problems(lib, shapes_or_callable, dtype, out_dtype, layout)
+    bk = backend()
+    names = [k.name for k in _kernels.kernels()]
+    results, per_device = [], {}
+    for spec, recorded in items:
+        with bk.device(recorded.device if recorded is not None else device):
+            tuned, problem = tune_one(lib, bk, spec, recorded, repeats=repeats, pin=strict)
+        results.append(tuned)
+        dev = _cache.device_key(lib, problem.device, names)
+        if cache and tuned.kernel and dev is not None:
+            per_device.setdefault(_cache.path_for(dev), (dev, {}))[1][tuned.problem] = tuned.entry()
+    files = [_cache.store(dev, entries) for dev, entries in per_device.values()]
+    lib.pcr_select_clear()  # memoized rankings were made without these entries
+    return TuneResult(results, files)

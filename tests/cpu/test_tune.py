@@ -1,0 +1,403 @@
+"""pycutlass_rt.tune and its per-device cache, on CPU: fake library, kernels and timings."""
+import contextlib
+import ctypes
+import json
+import os
+import warnings
+
+import pytest
+
+from pycutlass_rt import _cache, _kernels, _select, _tune, errors
+from pycutlass_rt._kernels import KernelInfo
+from pycutlass_rt._lib import Problem
+
+BF16 = 2
+
+
+def kern(i, name, tile=(128, 128, 64), family=90, split="none"):
+    return KernelInfo(i, name, family, "bfloat16", "bfloat16", "float32", "bfloat16", "tn", tile,
+                      (1, 1, 1), (0, 0, 0), 0, "cooperative", "linear", split, (8, 8, 8))
+
+
+BIG = kern(0, "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8", (128, 256, 64))
+SMALL = kern(1, "sm90_bf16_bf16_f32_bf16_tn_64x64x128_c1x1_pingpong_a8", (64, 64, 128))
+SK = kern(2, "sm90_bf16_bf16_f32_bf16_tn_128x64x64_c1x1_coop_streamk_a8", (128, 64, 64),
+          split="stream_k")
+B100 = kern(3, "sm100_bf16_bf16_f32_bf16_tn_128x128x64_c1x1_1sm_a8", family=100)
+KERNELS = [BIG, SMALL, SK, B100]
+NAMES = [k.name for k in KERNELS]
+#: the table prefers BIG everywhere; for 16x4096x4096 the model prefers SMALL, then SK
+RULES = {"format": 1, "families": {"sm90": [{"prefer": ["sm90_*_128x256x64_c2x1_coop_a8"]}]}}
+
+
+class FakeLib:
+    """The library functions selection and the cache use, with one device."""
+
+    def __init__(self, gpu="NVIDIA H200", sms=132, driver=12080, build=b'{"abi": 1}',
+                 reject=None):
+        self.gpu, self.sms, self.driver, self.build = gpu, sms, driver, build
+        self.reject = reject or {}  # kernel index -> reason
+        self.error = ""
+        self.clears = 0
+        self.described = []
+
+    def pcr_device_name(self, dev, buf, size):
+        if dev != 0:
+            return errors.ERR_NO_DEVICE
+        buf.value = self.gpu.encode()
+        return 0
+
+    def pcr_device_cc(self, dev, cc, sms):
+        cc._obj.value, sms._obj.value = 90, self.sms
+        return 0 if dev == 0 else errors.ERR_NO_DEVICE
+
+    def pcr_driver_version(self, out):
+        out._obj.value = self.driver
+        return 0
+
+    def pcr_build_info(self):
+        return self.build
+
+    def pcr_kernel_check(self, index, problem):
+        self.error = self.reject.get(index, "")
+        return errors.ERR_MISALIGNED if self.error else 0
+
+    def last_error(self):
+        return self.error
+
+    def pcr_select_clear(self):
+        self.clears += 1
+        return 0
+
+    def pcr_select_put(self, problem, ids, count):
+        return 0
+
+    def pcr_py_describe(self, a, b, c, d, alpha, beta, out):
+        ctypes.pointer(out._obj)[0] = problem(a)  # "a" carries the problem's m
+        self.described.append(a)
+        return 0
+
+    def check(self, status):
+        if status:
+            raise errors.from_status(status, self.error)
+
+
+def problem(m=16, n=4096, k=4096, device=0, **kw):
+    fields = dict(dtype_a=BF16, dtype_b=BF16, dtype_d=BF16, layout_b=1, align_a=16, align_b=16,
+                  align_d=16, cc=90, sm_count=132)
+    return Problem(m=m, n=n, k=k, device=device, **{**fields, **kw})
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv(_cache.DIR_ENV, str(d))
+    monkeypatch.delenv(_cache.STRICT_ENV, raising=False)
+    monkeypatch.setattr(_select, "table", lambda: RULES)
+    _cache.reset()
+    yield d
+    _cache.reset()
+
+
+def dev_of(lib):
+    return _cache.device_key(lib, 0, NAMES)
+
+
+def pin(lib, kernel, pinned=True, p=None):
+    return _cache.store(dev_of(lib), {_cache.problem_key(p or problem()): {
+        "kernel": kernel.name, "us": 1.0, "pinned": pinned}})
+
+
+def ranked(lib, p=None, kernels=KERNELS):
+    return [(k.name, why) for k, why in _select.choose(lib, p or problem(), kernels).ranked]
+
+
+# ---- where the cache lives, and its key ---------------------------------------------------
+
+@pytest.mark.parametrize("env, expect", [
+    ({"PYCUTLASS_RT_CACHE_DIR": "/x/pcr", "XDG_CACHE_HOME": "/xdg"}, "/x/pcr"),
+    ({"XDG_CACHE_HOME": "/xdg"}, "/xdg/pycutlass_rt"),
+    ({}, "HOME/.cache/pycutlass_rt"),
+])
+def test_cache_dir_resolution(env, expect, monkeypatch, tmp_path):
+    for var in ("PYCUTLASS_RT_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert _cache.cache_dir() == expect.replace("HOME", str(tmp_path))
+
+
+@pytest.mark.parametrize("change", [{"gpu": "NVIDIA H100 80GB HBM3"}, {"sms": 114},
+                                    {"driver": 13000}, {"build": b'{"abi": 2}'}])
+def test_each_part_of_the_device_key_selects_another_file(change, cache_dir):
+    here = dev_of(FakeLib())
+    _cache.reset()
+    other = dev_of(FakeLib(**change))
+    assert here != other and _cache.path_for(here) != _cache.path_for(other)
+    assert os.path.basename(_cache.path_for(here)).startswith("nvidia-h200-132sm-")
+
+
+def test_build_id_covers_the_kernel_list():
+    lib = FakeLib()
+    assert _cache.build_id(lib, NAMES) != _cache.build_id(lib, NAMES[:-1])
+
+
+def test_no_device_means_no_cache(cache_dir):
+    lib = FakeLib()
+    pin(lib, SK)
+    assert _cache.lookup(lib, problem(device=-1), NAMES) is None
+    assert _cache.lookup(lib, problem(device=3), NAMES) is None
+
+
+# ---- writing and reading ------------------------------------------------------------------
+
+def test_store_merges_atomically_and_leaves_no_temporary(cache_dir):
+    lib = FakeLib()
+    path = pin(lib, SK, pinned=False)
+    pin(lib, SMALL, pinned=False, p=problem(m=64))
+    doc = json.loads(open(path).read())
+    assert doc["kind"] == _cache.KIND and doc["device"] == dev_of(lib)
+    assert {e["kernel"] for e in doc["entries"].values()} == {SK.name, SMALL.name}
+    assert os.listdir(cache_dir) == [os.path.basename(path)]
+
+
+def test_a_failed_write_keeps_the_old_file(cache_dir, monkeypatch):
+    lib = FakeLib()
+    path = pin(lib, SK)
+    before = open(path).read()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+    monkeypatch.setattr(_cache.json, "dump", broken)
+    with pytest.raises(OSError, match="disk full"):
+        pin(lib, SMALL, p=problem(m=64))
+    assert open(path).read() == before and os.listdir(cache_dir) == [os.path.basename(path)]
+
+
+@pytest.mark.parametrize("content, why", [
+    ("{not json", "unreadable"),
+    ('["a list"]', "not a pycutlass_rt tuned cache"),
+    ('{"kind": "pycutlass_rt tuned kernels", "format": 99, "device": {}, "entries": {}}',
+     "format 99"),
+    ('{"kind": "pycutlass_rt tuned kernels", "format": 1, "device": {}, "entries": {"p": 3}}',
+     "malformed entries"),
+    ("FOREIGN", "made for NVIDIA A100"),
+])
+def test_corrupt_or_foreign_files_are_ignored_with_a_warning(content, why, cache_dir):
+    lib = FakeLib()
+    path = _cache.path_for(dev_of(lib))
+    os.makedirs(cache_dir)
+    if content == "FOREIGN":  # a valid file of another device key, under this key's name
+        content = json.dumps({"kind": _cache.KIND, "format": 1, "entries": {},
+                              "device": {**dev_of(lib), "gpu": "NVIDIA A100"}})
+    with open(path, "w") as f:
+        f.write(content)
+    with pytest.warns(RuntimeWarning, match=why):
+        order = ranked(lib)
+    assert order[0][0] == BIG.name  # the table decides, nothing crashed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ranked(lib, problem(m=32))  # read once: no second warning
+    with pytest.warns(RuntimeWarning, match="replacing"):
+        pin(lib, SK)  # a write replaces the broken file
+    _cache.reset()
+    assert ranked(lib)[0][0] == SK.name
+
+
+def test_files_are_read_once(cache_dir):
+    lib = FakeLib()
+    path = pin(lib, SK, pinned=False)
+    _cache.reset()
+    assert ranked(lib)[0][0] == SK.name
+    os.unlink(path)
+    assert ranked(lib)[0][0] == SK.name  # the loaded copy serves this process
+
+
+# ---- selection order ----------------------------------------------------------------------
+
+def test_cache_then_table_then_model(cache_dir, monkeypatch):
+    lib = FakeLib()
+    order = ranked(lib)
+    assert order[0] == (BIG.name, "table rule 'sm90_*_128x256x64_c2x1_coop_a8'")
+    assert [n for n, _ in order[1:]] == [SMALL.name, SK.name]  # the model orders the rest
+    assert all("analytic model" in why for _, why in order[1:])
+
+    monkeypatch.setattr(_select, "table", lambda: {"families": {}})
+    assert [n for n, _ in ranked(lib)] == [SMALL.name, SK.name, BIG.name]
+
+    path = pin(lib, SK, pinned=False)
+    order = ranked(lib)
+    assert order[0] == (SK.name, f"tuned on this device (cache file {path})")
+    assert [n for n, _ in order[1:]] == [SMALL.name, BIG.name]
+    assert ranked(lib, problem(m=17))[0][0] == SMALL.name  # another problem: no entry
+
+
+def test_cache_ignored_when_asked(cache_dir):
+    lib = FakeLib()
+    pin(lib, SMALL)
+    choice = _select.choose(lib, problem(), KERNELS, use_cache=False)
+    assert choice.ranked[0][0].name == BIG.name and len(choice.ranked) == 3
+
+
+def test_unpinned_entry_for_a_kernel_that_cannot_run_is_skipped(cache_dir):
+    lib = FakeLib(reject={SMALL.index: "A needs 16-byte alignment"})
+    pin(lib, SMALL, pinned=False)
+    assert ranked(lib)[0][0] == BIG.name
+
+
+def test_pinned_kernel_admits_no_other(cache_dir):
+    lib = FakeLib()
+    path = pin(lib, SMALL)
+    assert ranked(lib) == [(SMALL.name, f"pinned by tune(strict=True) on this device "
+                                        f"(cache file {path})")]
+
+
+@pytest.mark.parametrize("case, kernels, reject, reason", [
+    ("missing", [BIG, SK], {}, "missing from this build"),
+    ("rejected", KERNELS, {SMALL.index: "A needs 16-byte alignment"}, "16-byte alignment"),
+    ("other arch", KERNELS, {}, "do not run on compute 9.0"),
+])
+def test_pinned_kernel_that_cannot_run_is_an_error(case, kernels, reject, reason, cache_dir):
+    lib = FakeLib(reject=reject)
+    pinned = B100 if case == "other arch" else SMALL
+    path = pin(lib, pinned)
+    with pytest.raises(errors.UnsupportedError) as e:
+        ranked(lib, kernels=kernels)
+    assert pinned.name in str(e.value) and path in str(e.value) and reason in str(e.value)
+
+
+# ---- strict mode --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("made_on", [None, {"gpu": "NVIDIA H100 80GB HBM3"}, {"driver": 12040},
+                                     {"build": b'{"abi": 0}'}])
+def test_strict_mode_refuses_a_stale_or_missing_cache(made_on, cache_dir, monkeypatch):
+    if made_on is not None:
+        pin(FakeLib(**made_on), SK)
+        _cache.reset()
+    lib = FakeLib()
+    assert ranked(lib)[0][0] == BIG.name  # lenient: the table chooses again
+    _cache.reset()
+    monkeypatch.setenv(_cache.STRICT_ENV, "1")
+    with pytest.raises(errors.UnsupportedError, match="PYCUTLASS_RT_STRICT=1") as e:
+        ranked(lib)
+    expect = "only caches made elsewhere" if made_on else "no tuned cache at all"
+    assert expect in str(e.value) and "NVIDIA H200" in str(e.value)
+    with _cache.bypassed():  # tune() recording a callable
+        assert ranked(lib)[0][0] == BIG.name
+    pin(lib, SK, pinned=False)  # a current cache: fine, for tuned and untuned problems
+    assert ranked(lib)[0][0] == SK.name and ranked(lib, problem(m=8))[0][0] == BIG.name
+
+
+# ---- tune() -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("item, expect", [
+    ((16, 4096, 4096), _tune.Spec(16, 4096, 4096)),
+    ([1, 2, 3], _tune.Spec(1, 2, 3)),
+    ({"m": 8, "n": 16, "k": 32, "dtype": "float16"}, _tune.Spec(8, 16, 32, "float16", "float16")),
+    ({"m": 8, "n": 16, "k": 32, "out_dtype": "float32", "layout": "nt"},
+     _tune.Spec(8, 16, 32, "bfloat16", "float32", "nt")),
+])
+def test_spec_of(item, expect):
+    assert _tune.spec_of(item) == expect
+
+
+@pytest.mark.parametrize("item, error", [
+    ((0, 1, 1), errors.InvalidArgumentError), ((1.5, 2, 3), errors.InvalidArgumentError),
+    ((1, 2), errors.InvalidArgumentError),
+    ({"m": 1, "n": 1, "k": 1, "x": 2}, errors.InvalidArgumentError),
+    ({"m": 1, "n": 1, "k": 1, "dtype": "float32"}, errors.DTypeError),
+    ({"m": 1, "n": 1, "k": 1, "layout": "tx"}, errors.InvalidArgumentError),
+])
+def test_spec_of_rejects(item, error):
+    with pytest.raises(error):
+        _tune.spec_of(item)
+
+
+@pytest.mark.parametrize("fields, spec", [
+    ({}, dict(offsets=(0, 0, 0, 0), c_dtype=None)),
+    ({"align_a": 2, "align_d": 4}, dict(offsets=(1, 0, 0, 2), c_dtype=None)),
+    ({"c_mode": 1, "dtype_c": BF16, "align_c": 16}, dict(c_dtype="bfloat16", c_layout="t")),
+    ({"c_mode": 2, "dtype_c": 3, "align_c": 8}, dict(c_dtype="float32", c_layout="n",
+                                                     offsets=(0, 0, 2, 0))),
+])
+def test_recorded_problems_are_rebuilt_exactly(fields, spec):
+    s = _tune.spec_from_problem(problem(**fields))
+    assert (s.m, s.n, s.k, s.dtype, s.layout) == (16, 4096, 4096, "bfloat16", "tn")
+    assert all(getattr(s, f) == v for f, v in spec.items())
+
+
+def test_recording_collects_each_problem_once(cache_dir, monkeypatch):
+    _call = pytest.importorskip("pycutlass_rt._call")
+    lib = FakeLib()
+    monkeypatch.setattr(_kernels, "kernels", lambda: KERNELS)
+    monkeypatch.setenv(_cache.STRICT_ENV, "1")  # no cache: would refuse outside recording
+
+    def model():
+        for m in (16, 64, 16):
+            _call.remember(lib, [m, None, None, None], 1.0, 0.0)  # what gemm does on a miss
+
+    problems = _tune.record(lib, model)
+    assert [p.m for p in problems] == [16, 64] and lib.clears == 2
+    assert not _call.selection_hooks
+    with pytest.raises(RuntimeError), _tune.recording(lib):
+        raise RuntimeError("the model failed")
+    assert not _call.selection_hooks
+
+
+class FakeBackend:
+    name = "fake"
+
+    def device(self, index):
+        return contextlib.nullcontext()
+
+    def matrix(self, rows, cols, layout, dtype, offset=0):
+        return rows
+
+
+def fake_tuning(monkeypatch, lib, times):
+    """tune() on fakes: operands carry m, timing is ``times[kernel]``."""
+    monkeypatch.setattr(_tune._lib, "load", lambda: lib)
+    monkeypatch.setattr(_tune, "backend", FakeBackend)
+    monkeypatch.setattr(_kernels, "kernels", lambda: KERNELS)
+    monkeypatch.setattr(_tune, "describe", lambda lib_, ops: problem(m=ops.sets[0][0]))
+    monkeypatch.setattr(_tune.Operands, "call", lambda self, name: name)
+
+    def time_us(bk, name, repeats):
+        if times[name] is None:
+            raise errors.CudaError("cudaErrorLaunchFailure")
+        return times[name]
+    monkeypatch.setattr(_tune, "time_us", time_us)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_tune_measures_persists_and_selection_follows(strict, cache_dir, monkeypatch):
+    lib = FakeLib()
+    fake_tuning(monkeypatch, lib, {BIG.name: 20.0, SK.name: 8.0, SMALL.name: None})
+    result = _tune.tune([(16, 4096, 4096)], strict=strict)
+    (t,) = result
+    assert (t.kernel, t.us, t.table_kernel, t.table_us) == (SK.name, 8.0, BIG.name, 20.0)
+    assert t.gain == pytest.approx(2.5) and t.pinned == strict
+    assert "cudaErrorLaunchFailure" in t.failed[SMALL.name]
+    assert result.cache_files == [_cache.path_for(dev_of(lib))] and lib.clears == 1
+    assert "gain 2.50x" in str(result)
+    entry = json.load(open(result.cache_files[0]))["entries"][t.problem]
+    assert entry["kernel"] == SK.name and entry["pinned"] is strict
+    _cache.reset()  # a new process reads the file
+    assert [n for n, _ in ranked(lib)][:1] == [SK.name]
+    assert len(ranked(lib)) == (1 if strict else 3)
+
+
+def test_tune_without_cache_only_measures(cache_dir, monkeypatch):
+    lib = FakeLib()
+    fake_tuning(monkeypatch, lib, {BIG.name: 5.0, SK.name: 8.0, SMALL.name: 9.0})
+    (t,) = _tune.tune([16, 4096, 4096], cache=False)
+    assert t.kernel == BIG.name and t.gain == 1.0 and not os.path.exists(cache_dir)
+
+
+def test_tune_rejects_bad_input_before_measuring(monkeypatch):
+    monkeypatch.setattr(_tune._lib, "load", lambda: FakeLib())
+    with pytest.raises(errors.InvalidArgumentError):
+        _tune.tune({"m": 1, "n": 1, "k": 1})
+    with pytest.raises(errors.DTypeError):
+        _tune.tune([(1, 1, 1)], dtype="float64")
