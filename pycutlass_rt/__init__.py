@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from . import _call, _kernels, _lib, _select, errors
 from ._kernels import KernelInfo, kernels
 from ._plan import Gemm
+from ._tune import TuneResult, Tuned, tune
 from .errors import (CudaError, DeviceMismatchError, DTypeError, Error, InvalidArgumentError,
                      KernelNotFoundError, LibraryError, MisalignedError, NoDeviceError,
                      NoKernelForArchError, OverlapError, ReadOnlyError, UnsupportedError)
 
 __version__ = "0.1.0"
 __all__ = [
-    "gemm", "Gemm", "explain", "kernels", "info", "KernelInfo", "Explanation",
+    "gemm", "Gemm", "explain", "tune", "kernels", "info", "KernelInfo", "Explanation",
+    "TuneResult", "Tuned",
     "Error", "InvalidArgumentError", "DTypeError", "UnsupportedError", "MisalignedError",
     "NoKernelForArchError", "NoDeviceError", "DeviceMismatchError", "ReadOnlyError",
     "OverlapError", "KernelNotFoundError", "CudaError", "LibraryError",
