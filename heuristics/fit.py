@@ -236,13 +236,23 @@ def grow(samples: list[Sample], bounds: dict, depth: int = 0) -> list[dict]:
              "source": sorted({s.source for s in samples})}]
 
 
+def is_hand_rule(rule: dict) -> bool:
+    """A rule written by a person (its source says ``hand: why``), not fitted."""
+    return any(str(src).startswith("hand:") for src in rule.get("source", []))
+
+
 def fit(samples: list[Sample], sources: list[dict], base: dict | None = None) -> dict:
-    """The table: fitted rules for the families the samples cover, ``base``'s for the rest."""
+    """The table: fitted rules for the families the samples cover, ``base``'s for the rest.
+
+    ``base``'s hand rules stay first in their family: they cover what sweeps do not see
+    (e.g. launch-bound sizes, where host cost matters more than device time).
+    """
     by_family = collections.defaultdict(list)
     for s in samples:
         by_family[f"sm{s.family}"].append(s)
     families = dict((base or {}).get("families", {}))
-    families.update({fam: grow(ss, {}) for fam, ss in sorted(by_family.items())})
+    families.update({fam: [r for r in families.get(fam, []) if is_hand_rule(r)] + grow(ss, {})
+                     for fam, ss in sorted(by_family.items())})
     fitted = ", ".join(sorted(by_family)) or "none"
     return {"format": TABLE_FORMAT,
             "about": f"Families {fitted} fitted by heuristics/fit.py from the sweeps in "

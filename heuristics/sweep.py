@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import itertools
 import os
 import sys
@@ -55,6 +56,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=_tune.DEFAULT_REPEATS,
                     help="timed graph replays per kernel (median kept)")
     ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--max-m", type=int, help="only shapes with M <= this")
+    ap.add_argument("--kernels", help="time only candidates matching these ';'-separated "
+                    "name patterns (to add new kernels to an earlier sweep)")
     args = ap.parse_args(argv)
 
     lib = pcr._lib.load()
@@ -63,7 +67,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"no CUDA device {args.device}: {lib.last_error()}")
     bk = _tune.backend()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    grid = shapes(args.grid)
+    grid = [s for s in shapes(args.grid) if args.max_m is None or s[0] <= args.max_m]
+    patterns = args.kernels.split(";") if args.kernels else ["*"]
     with open(args.out, "w", newline="") as f, bk.device(args.device):
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
@@ -73,6 +78,8 @@ def main(argv=None) -> int:
                 ops = _tune.make_operands(bk, spec)
                 problem = _tune.describe(lib, ops)
                 for rank, kern in enumerate(_tune.candidates(lib, problem)):
+                    if not any(fnmatch.fnmatchcase(kern.name, p) for p in patterns):
+                        continue
                     try:
                         us = _tune.time_us(bk, ops.call(kern.name), args.reps)
                     except pcr.Error as e:  # one kernel failing must not end the sweep

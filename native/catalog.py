@@ -152,6 +152,9 @@ SM90_CONFIGS = [
     ((128, 128, 64), (2, 1, 1), "pingpong", "none", "extended"),
     ((64, 256, 64), (1, 1, 1), "pingpong", "none", "extended"),
     ((64, 64, 128), (1, 1, 1), "pingpong", "none", "extended"),
+    # decode (M <= 64, large N and K): narrow tiles put a CTA on every SM
+    ((64, 32, 128), (1, 1, 1), "pingpong", "none", "extended"),
+    ((64, 16, 256), (1, 1, 1), "pingpong", "none", "extended"),
     ((128, 64, 64), (1, 1, 1), "coop", "streamk", "extended"),
     ((128, 128, 64), (1, 1, 1), "coop", "streamk", "extended"),
     ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended"),

@@ -140,6 +140,15 @@ def test_only_a_gpus_preferred_family_is_fitted_and_base_rules_stay(tmp_path):
     assert len(table["families"]["sm90"]) == 2
 
 
+def test_hand_rules_of_a_fitted_family_stay_first(tmp_path):
+    hand = {"max_m": 64, "max_n": 64, "prefer": [SMALL], "source": ["hand: launch-bound"]}
+    old_fit = {"max_m": 9, "prefer": [BIG], "source": ["old.csv@0"]}
+    base = {"format": 1, "families": {"sm90": [hand, old_fit]}}
+    table, _, _ = fitted(tmp_path, small_vs_big(), base=base)
+    rules = table["families"]["sm90"]
+    assert rules[0] == hand and old_fit not in rules and len(rules) == 3
+
+
 def test_check_reports_regret_per_selector(tmp_path):
     """Four shapes: the table picks BIG everywhere, the sweep's rank 0 was SMALL."""
     times = {(m, 4096, 4096): {SMALL: 10.0, BIG: us} for m, us in
