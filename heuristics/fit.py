@@ -46,8 +46,8 @@ from pycutlass_rt._kernels import KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
 TABLE_FORMAT = 1  # what _select.TABLE_FORMATS reads
-MAX_DEPTH = 6
-MIN_GAIN = 0.01   # a split must cut its cell's geomean regret by at least 1%
+MAX_DEPTH = 8
+MIN_GAIN = 0.005  # a split must cut its cell's geomean regret by at least 0.5%
 MIN_SHAPES = 2    # distinct shapes on each side of a split
 WITHIN = 1.05     # "close to the best" in --check
 
