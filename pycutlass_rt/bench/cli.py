@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from . import shapes
@@ -59,6 +60,10 @@ def _fail(msg: str) -> int:
     return 1
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(args) -> int:
     """Runs the benchmark for parsed ``args``; the exit status."""
     import pycutlass_rt as pcr
@@ -86,6 +91,7 @@ def main(args) -> int:
     fw, why = device.load(args.framework)
     if fw is None:
         return _fail(f"needs torch or cupy with CUDA to make tensors and time them ({why})")
+    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job schedulers: keep the results
     try:
         result, path = suite.run(pcr, info, fw, case_list, settings=Settings.make(args.quick),
                                  out_dir=args.out, use_cutlass=not args.no_cutlass,

@@ -79,15 +79,12 @@ def run(pcr, info, fw, case_list, *, settings, out_dir=None, use_cutlass=True,
     bench = Bench(fw, pcr, peer_list, settings, mach.get("l2_bytes") or DEFAULT_L2,
                   getattr(fw, "free_bytes", None))
     progress = Progress(len(case_list), stream=stream)
-    group = None
     interrupted = False
     try:
         for case in case_list:
-            if case.group != group and group is not None:
-                _save(result, peer_list, path)
-            group = case.group
             progress.show(f"{case.group} {GROUPS[case.group].title} {case.dtype} {case.label}")
             result["records"].append(bench.run(case))
+            _save(result, peer_list, path)  # a run cut short (timeout, kill) keeps its cases
             progress.step()
     except KeyboardInterrupt:
         interrupted = True

@@ -609,3 +609,27 @@ def test_suite_writes_json_and_prints_a_summary(tmp_path, monkeypatch):
     text = out.getvalue()
     assert "A square" in text and "best/chosen" in text and "peer cutlass: not run" in text
     assert json.loads(open(path).read())["command"] == "test"
+
+
+def test_a_run_cut_short_keeps_the_cases_done(tmp_path, monkeypatch):
+    """A kill between cases (timeout's SIGTERM becomes KeyboardInterrupt) loses nothing run."""
+    monkeypatch.setattr(device, "nvidia_smi", lambda *a: {"raw": "", "gpus": []})
+    mod = fake_pcr(kernels=("k_chosen", "k_fast"), slow=("k_chosen",))
+    info = {"library": "fake.so", "abi": 1, "build": {}, "driver_version": "13.0"}
+    cases = [shapes.Case("A", "bf16", 32, 32, 32, "tt"), shapes.Case("A", "bf16", 64, 64, 64, "tt")]
+    real_run = suite.Bench.run
+    calls = []
+
+    def run_then_die(self, case):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(case)
+        return real_run(self, case)
+
+    monkeypatch.setattr(suite.Bench, "run", run_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        suite.run(mod, info, NumpyFw(), cases, settings=SMALL, out_dir=str(tmp_path),
+                  use_cutlass=False, command="test", stream=io.StringIO())
+    back = report.read_json(str(tmp_path / "bench.json"))
+    assert back["interrupted"] and [r["label"] for r in back["records"]] == ["32x32x32 tt"]
+    assert back["summary"]
