@@ -1,4 +1,4 @@
-"""Command line: ``python -m pycutlass_rt info [--json]``, ``demo`` and ``bench``."""
+"""Command line: ``python -m pycutlass_rt info [--json] | demo | tune MxNxK ... | bench``."""
 from __future__ import annotations
 
 import argparse
@@ -140,6 +140,34 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+def _shape(text: str) -> tuple:
+    try:
+        m, n, k = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: write MxNxK, e.g. 16x4096x4096") \
+            from None
+    return m, n, k
+
+
+def cmd_tune(args) -> int:
+    info = _info_or_none("tune")
+    if info is None:
+        return 1
+    if not info["devices"]:
+        print(f"tune: needs an NVIDIA GPU; none is usable here ({info['device_error']})",
+              file=sys.stderr)
+        return 1
+    try:
+        result = pcr.tune(args.shapes, dtype=args.dtype, out_dtype=args.out_dtype,
+                          layout=args.layout, device=args.device, cache=not args.no_cache,
+                          strict=args.strict)
+    except pcr.Error as e:
+        print(f"tune: {e}", file=sys.stderr)
+        return 1
+    print(result)
+    return 0
+
+
 def cmd_bench(args) -> int:
     from .bench import cli
     return cli.main(args)
@@ -154,6 +182,16 @@ def main(argv=None) -> int:
     p = sub.add_parser("demo", help="run GEMMs on the GPU, check them, time them next to cuBLAS")
     p.add_argument("--size", type=int, default=4096, help="square size for torch/cupy runs")
     p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("tune", help="time every candidate kernel for shapes on this GPU and "
+                       "cache the fastest (pycutlass_rt.tune)")
+    p.add_argument("shapes", nargs="+", type=_shape, metavar="MxNxK")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    p.add_argument("--out-dtype", help="D's dtype: the input dtype (default) or float32")
+    p.add_argument("--layout", default="tn", help="A then B: t row-major, n column-major")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--strict", action="store_true", help="pin the kernels (see tune())")
+    p.add_argument("--no-cache", action="store_true", help="measure only, write nothing")
+    p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("bench", help="the benchmark suite (BENCHMARKS.md groups A-H) next to "
                        "cuBLAS and the CUTLASS Python interface")
     from .bench.cli import add_arguments

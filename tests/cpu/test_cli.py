@@ -29,3 +29,15 @@ def test_demo_without_gpu_says_what_is_missing(has_gpu):
         pytest.skip("GPU present: demo runs for real (tests/gpu)")
     r = run("demo")
     assert r.returncode != 0 and "needs an NVIDIA GPU" in r.stderr
+
+
+def test_tune_without_gpu_says_what_is_missing(has_gpu):
+    if has_gpu:
+        pytest.skip("GPU present: tune runs for real (tests/gpu)")
+    r = run("tune", "16x4096x4096", "1x8x8")
+    assert r.returncode == 1 and "needs an NVIDIA GPU" in r.stderr
+
+
+def test_tune_rejects_a_malformed_shape():
+    r = run("tune", "16x4096")
+    assert r.returncode == 2 and "write MxNxK" in r.stderr
