@@ -15,8 +15,10 @@ regret (time of the cell's first configuration over the best) while that cuts th
 regret by at least 1%. The leaves, left (<= bound) before right, become the family's
 rules, read first-match by pycutlass_rt/_select.py: max_m/max_n/max_k bounds, kernel-name
 patterns best first, and in ``source`` the sweep files (path@sha256 prefix) they came
-from. A family is fitted only from sweeps on GPUs where it is the preferred family
-(sm90 from H100/H200 sweeps, not the sm80 kernels an H200 also runs).
+from. Rules belong to the device's preferred family (sm90 from H100/H200 sweeps) and may
+name kernels of every family that runs there: an H200 sweep of sm80 kernels competes
+with the sm90 ones. Alignment-fallback kernels (``_a1``) are never a rule's choice: they
+serve the problems nothing else accepts.
 
 --check reports, per family, the geomean of best/chosen and the share of samples within
 5% of the best, for the table, for the analytic model alone, and for the choice in effect
@@ -133,7 +135,7 @@ def file_label(path: str, digest: str) -> str:
 
 
 def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
-    """(samples, sources, rows skipped as non-native families)."""
+    """(samples, sources, rows skipped: alignment fallbacks, families foreign to the GPU)."""
     samples: dict = {}
     sources, skipped = [], 0
     for path in paths:
@@ -152,9 +154,10 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
                 if family is None:
                     raise SystemExit(f"{path}: row {i + 2}: not a kernel name: {row['kernel']!r}")
                 cc = int(row.get("cc") or family)
-                if _select.families_for(cc)[:1] != [family]:
-                    skipped += 1  # e.g. sm80 kernels swept on an H200: not what an A100 runs
+                if family not in _select.families_for(cc) or row["kernel"].endswith("_a1"):
+                    skipped += 1
                     continue
+                family = _select.families_for(cc)[0]  # the rules' family on this GPU
                 key = (label, row.get("gpu"), row.get("dtype"), row.get("dtype_d"),
                        row.get("layout") or row["kernel"].split("_")[5], family,
                        int(row["m"]), int(row["n"]), int(row["k"]))
@@ -268,7 +271,8 @@ def fit(samples: list[Sample], sources: list[dict], base: dict | None = None) ->
 def _model_choice(s: Sample, rules: dict) -> float:
     cands = [kernel_info(name, i) for i, name in enumerate(sorted(s.times))]
     problem = types.SimpleNamespace(m=s.m, n=s.n, k=s.k, sm_count=s.sm_count, cc=s.cc)
-    return s.times[_select.rank(problem, cands, [s.family], rules).ranked[0][0].name]
+    order = _select.families_for(s.cc)
+    return s.times[_select.rank(problem, cands, order, rules).ranked[0][0].name]
 
 
 SELECTORS = {
@@ -318,10 +322,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     samples, sources, skipped = read_samples(args.csv)
     if not samples:
-        raise SystemExit("no rows of a GPU's preferred family in the sweep files")
+        raise SystemExit("no usable rows in the sweep files")
     if skipped:
-        print(f"skipped {skipped} rows of families that are not their GPU's preferred one",
-              file=sys.stderr)
+        print(f"skipped {skipped} rows (alignment-fallback kernels, or families that do not "
+              "run on their GPU)", file=sys.stderr)
     if args.check:
         with open(args.check) as f:
             table = json.load(f)

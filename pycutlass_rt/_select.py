@@ -185,31 +185,40 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
 
 def rank(problem, candidates: list[KernelInfo], family_order: list[int],
          rules: dict | None = None) -> Choice:
-    """Orders the accepted candidates for ``problem`` by family, table rule, then model.
+    """Orders the accepted candidates for ``problem`` by table rule, family, then model.
 
-    ``problem`` needs m, n, k and sm_count (cc is used when present); ``rules`` replaces
-    the shipped table (heuristics/fit.py --check uses it).
+    The rule of the device's own family (``family_order[0]``) may name kernels of any
+    family that runs here (on an H200 an sm80 stream-K kernel wins a few shapes): those
+    come first, in the rule's order. The rest follow family by family, each ordered by
+    its family's rule, then by the model. ``problem`` needs m, n, k and sm_count (cc is
+    used when present); ``rules`` replaces the shipped table (heuristics/fit.py --check).
     """
     m, n, k, sms = problem.m, problem.n, problem.k, problem.sm_count
     cc = getattr(problem, "cc", None)
-    rule_used = None
-    ranked = []
-    for fam in family_order:
-        group = [c for c in candidates if c.family == fam]
-        if not group:
-            continue
-        rule = matching_rule(fam, m, n, k, rules)
+
+    def ordered(group, rule):
         prefer = rule["prefer"] if rule else []
-        rule_used = rule_used or (rule if prefer else None)
         keyed = []
         for c in group:
             pos = next((i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(c.name, p)),
                        len(prefer))
             keyed.append((pos, model_time(c, m, n, k, sms, cc), c.name, c))
-        for pos, us, _, c in sorted(keyed, key=lambda t: t[:3]):
-            why = (f"table rule {prefer[pos]!r}" if pos < len(prefer)
-                   else f"analytic model (~{us:.3g} us)")
-            ranked.append((c, why))
+        return [(c, f"table rule {prefer[pos]!r}" if pos < len(prefer)
+                 else f"analytic model (~{us:.3g} us)")
+                for pos, us, _, c in sorted(keyed, key=lambda t: t[:3])]
+
+    lead = matching_rule(family_order[0], m, n, k, rules) if family_order else None
+    runs_here = [c for c in candidates if c.family in family_order]
+    ranked = [(c, why) for c, why in ordered(runs_here, lead) if why.startswith("table")]
+    rule_used = lead if ranked else None
+    named = {c.name for c, _ in ranked}
+    for fam in family_order:
+        group = [c for c in candidates if c.family == fam and c.name not in named]
+        if not group:
+            continue
+        rule = lead if fam == family_order[0] else matching_rule(fam, m, n, k, rules)
+        rule_used = rule_used or (rule if rule and rule.get("prefer") else None)
+        ranked += ordered(group, rule)
     return Choice(ranked=ranked, rule=rule_used)
 
 

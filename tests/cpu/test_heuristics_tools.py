@@ -129,15 +129,23 @@ def test_fitted_table_drives_selection(tmp_path, monkeypatch):
         assert rule["prefer"][0] == fit.config_of(min(s.times, key=s.times.get))
 
 
-def test_only_a_gpus_preferred_family_is_fitted_and_base_rules_stay(tmp_path):
-    times = {k: {**v, A100: 5.0} for k, v in small_vs_big().items()}  # sm80 runs on H200 too
+def test_rules_of_the_gpus_family_may_name_every_family_that_runs_there(tmp_path):
+    """On an H200 an sm80 kernel competes with the sm90 ones; an A100 table stays as is."""
+    times = {k: {**v, A100: 5.0} for k, v in small_vs_big().items()}  # sm80 wins everywhere
+    fallback = "sm80_bf16_bf16_f32_bf16_tn_64x64x32_w2x2_s2_a1"
+    times[(1, 4096, 4096)][fallback] = 1.0  # fastest, but a fallback is never a rule's pick
     path = write_sweep(tmp_path / "h200.csv", times)
     samples, sources, skipped = fit.read_samples([path])
-    assert skipped == 5 and {s.family for s in samples} == {90}
+    assert skipped == 1 and {s.family for s in samples} == {90}
     base = {"format": 1, "families": {"sm80": [{"prefer": ["sm80_*_hand"]}], "sm90": []}}
     table = fit.fit(samples, sources, base)
     assert table["families"]["sm80"] == [{"prefer": ["sm80_*_hand"]}]
-    assert len(table["families"]["sm90"]) == 2
+    (rule,) = table["families"]["sm90"]
+    assert rule["prefer"][0] == "sm80_*_128x128x32_w2x2_s4_a8"
+    p = types.SimpleNamespace(m=16, n=4096, k=4096, sm_count=132, cc=90)
+    cands = [fit.kernel_info(name, i) for i, name in enumerate([SMALL, BIG, A100])]
+    ranked = _select.rank(p, cands, [90, 80, 75], table).ranked
+    assert ranked[0][0].name == A100 and ranked[0][1].startswith("table rule")
 
 
 def test_hand_rules_of_a_fitted_family_stay_first(tmp_path):
