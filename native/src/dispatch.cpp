@@ -228,19 +228,24 @@ bool same_problem(const pcr_problem& x, const pcr_problem& y) {
 
 }  // namespace
 
+int PreparedLaunch::prepare(int k, const GemmArgs& g, size_t bytes, void* ws) {
+  kernel = -1;  // empty until the parameters are complete
+  int st = kKernels[k]->ops.prepare(g, ws, blob);
+  if (st != PCR_OK) return st;
+  kernel = k;
+  args = g;
+  workspace_bytes = bytes;
+  workspace = ws;
+  return PCR_OK;
+}
+
 int PreparedLaunch::launch(int k, const GemmArgs& g, size_t bytes, void* ws,
                            cudaStream_t stream) {
-  const KernelOps& ops = kKernels[k]->ops;
   if (!matches(k, g) || workspace != ws) {
-    kernel = -1;
-    int st = ops.prepare(g, ws, blob);
+    int st = prepare(k, g, bytes, ws);
     if (st != PCR_OK) return st;
-    kernel = k;
-    args = g;
-    workspace_bytes = bytes;
-    workspace = ws;
   }
-  return ops.launch(blob, ws, g.device, stream);
+  return kKernels[k]->ops.launch(blob, ws, g.device, stream);
 }
 
 int launch(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
@@ -326,15 +331,11 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
     pl->workspace_bytes = kKernels[k]->ops.workspace_size(g);
     if (st == PCR_OK && pl->workspace_bytes)
       st = cuda_status(cudaMalloc(&pl->workspace, pl->workspace_bytes), "cudaMalloc(workspace)");
-    if (st == PCR_OK) st = kKernels[k]->ops.prepare(g, pl->workspace, pl->prepared.blob);
+    if (st == PCR_OK) st = pl->prepared.prepare(k, g, pl->workspace_bytes, pl->workspace);
     if (st != PCR_OK) {
       pcr_plan_destroy(pl);
       return st;
     }
-    pl->prepared.kernel = k;
-    pl->prepared.args = g;
-    pl->prepared.workspace_bytes = pl->workspace_bytes;
-    pl->prepared.workspace = pl->workspace;
   }
   *plan = pl;
   return PCR_OK;

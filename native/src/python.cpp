@@ -186,18 +186,25 @@ int ingest_all(void* a, void* b, void* c, void* d, Operand ops[4]) {
   return PCR_OK;
 }
 
-// The producer's current work stream when flags ask for it and an operand's exchange API
-// offers one (d first: the output's stream orders the write); else `stream` unchanged.
+// The operand whose producer names the work stream: the first GPU operand (d first: the
+// output's stream orders the write) whose exchange API offers a current stream.
+const Operand* stream_source(const Operand* ops) {
+  for (int i : {3, 0, 1, 2})
+    if (ops[i].api && ops[i].api->current_work_stream &&
+        ops[i].dl.device.device_type == kDLCUDA)
+      return &ops[i];
+  return nullptr;
+}
+
+// `api`'s current work stream on `device` when flags ask for it; else `stream` unchanged.
+int api_stream(const DLPackExchangeAPI* api, int device, int32_t flags, void** stream) {
+  if (!(flags & PCR_STREAM_FROM_PRODUCER) || !api) return PCR_OK;
+  return api->current_work_stream(kDLCUDA, device, stream) != 0 ? PCR_ERR_PYTHON : PCR_OK;
+}
+
 int producer_stream(const Operand* ops, int32_t flags, void** stream) {
-  if (!(flags & PCR_STREAM_FROM_PRODUCER)) return PCR_OK;
-  for (int i : {3, 0, 1, 2}) {
-    const Operand& op = ops[i];
-    if (op.api && op.api->current_work_stream && op.dl.device.device_type == kDLCUDA)
-      return op.api->current_work_stream(kDLCUDA, op.dl.device.device_id, stream) != 0
-                 ? PCR_ERR_PYTHON
-                 : PCR_OK;
-  }
-  return PCR_OK;
+  const Operand* src = stream_source(ops);
+  return src ? api_stream(src->api, src->dl.device.device_id, flags, stream) : PCR_OK;
 }
 
 const DLTensor* dl_or_null(const Operand& op) { return op.present ? &op.dl : nullptr; }
@@ -229,12 +236,10 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_plan_create: plan is NULL");
   st = plan_create(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
                    kernel, problem, plan);
-  if (st == PCR_OK)
-    for (int i : {3, 0, 1, 2})
-      if (ops[i].api && ops[i].dl.device.device_type == kDLCUDA) {
-        (*plan)->stream_api = ops[i].api;
-        break;
-      }
+  if (st == PCR_OK) {
+    const Operand* src = stream_source(ops);
+    (*plan)->stream_api = src ? src->api : nullptr;
+  }
   return st;
 }
 
@@ -246,9 +251,7 @@ PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, 
   auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
   if (none(a) && none(b) && none(c) && none(d)) {
     auto* api = static_cast<const DLPackExchangeAPI*>(plan->stream_api);
-    if ((flags & PCR_STREAM_FROM_PRODUCER) && api && api->current_work_stream &&
-        api->current_work_stream(kDLCUDA, plan->problem.device, &stream) != 0)
-      return PCR_ERR_PYTHON;
+    if (int st = api_stream(api, plan->problem.device, flags, &stream)) return st;
     return plan_run(plan, nullptr, nullptr, nullptr, nullptr, static_cast<cudaStream_t>(stream));
   }
   Operand ops[4];

@@ -85,7 +85,9 @@ struct PreparedLaunch {
   bool matches(int k, const GemmArgs& g) const {
     return kernel == k && std::memcmp(&args, &g, sizeof g) == 0;
   }
-  // Launches kernel k for g on `stream`, building the parameters first unless they were
+  // Builds kernel k's parameters for g and `workspace` (of `bytes`) and records them.
+  int prepare(int k, const GemmArgs& g, size_t bytes, void* workspace);
+  // Launches kernel k for g on `stream`, preparing first unless the parameters were
   // built for the same kernel, args and workspace.
   int launch(int k, const GemmArgs& g, size_t bytes, void* workspace, cudaStream_t stream);
 };
