@@ -1,8 +1,9 @@
 """pycutlass_rt.tune: time the candidate kernels on this GPU and remember the fastest.
 
 Also the measuring half of heuristics/sweep.py: operands in the problem's exact layout
-and alignment (torch, else cupy), and CUDA-graph timing, so that small kernels are timed
-without the host's per-call cost in between.
+and alignment, and CUDA-graph timing, so that small kernels are timed without the host's
+per-call cost in between. The framework that makes and times them (torch, else cupy) is
+an adapter of ``_backends``, shared with the benchmark.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from . import _cache, _kernels, _lib, _select, errors
+from . import _backends, _cache, _kernels, _lib, _select, errors
 from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS
 
 DEFAULT_REPEATS = 10
@@ -96,109 +97,22 @@ def spec_from_problem(p) -> Spec:
                 "n" if p.c_mode == 2 else "t", offsets)
 
 
-# ---- operands and timing, per framework ---------------------------------------------
+# ---- operands and timing ----------------------------------------------------------------
 
-class _Torch:
-    name = "torch"
-
-    def __init__(self):
-        import torch
-        self.t = torch
-
-    def device(self, index: int):
-        return self.t.cuda.device(index)
-
-    def matrix(self, rows: int, cols: int, layout: str, dtype: str, offset: int = 0):
-        """rows x cols, random in [-1, 1), starting ``offset`` elements into its buffer."""
-        shape = (rows, cols) if layout == "t" else (cols, rows)
-        flat = self.t.empty(shape[0] * shape[1] + offset, device="cuda",
-                            dtype=getattr(self.t, dtype)).uniform_(-1, 1)
-        x = flat[offset:].view(shape)
-        return x if layout == "t" else x.t()
-
-    def _elapsed(self, run) -> float:
-        """Microseconds that ``run()``'s work takes on the current stream."""
-        start, end = (self.t.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3
-
-    def graph_us(self, fn, inner: int, repeats: int) -> list[float]:
-        t = self.t
-        stream = t.cuda.Stream()
-        stream.wait_stream(t.cuda.current_stream())  # the operands are ready
-        with t.cuda.stream(stream):
-            fn()  # grows the stream's workspace outside capture
-        graph = t.cuda.CUDAGraph()
-        with t.cuda.graph(graph, stream=stream):
-            for _ in range(inner):
-                fn()
-        with t.cuda.stream(stream):
-            return [self._elapsed(graph.replay) / inner for _ in range(repeats)]
-
-    def loop_us(self, fn, inner: int) -> float:
-        return self._elapsed(lambda: [fn() for _ in range(inner)]) / inner
-
-
-class _Cupy:
-    name = "cupy"
-
-    def __init__(self):
-        import cupy
-        self.cp = cupy
-
-    def device(self, index: int):
-        return self.cp.cuda.Device(index)
-
-    def _dtype(self, name: str):
-        try:
-            return self.cp.dtype(name)
-        except TypeError:
-            raise errors.DTypeError(f"cupy has no {name} dtype here: install torch to tune "
-                                    f"{name} problems") from None
-
-    def matrix(self, rows: int, cols: int, layout: str, dtype: str, offset: int = 0):
-        shape = (rows, cols) if layout == "t" else (cols, rows)
-        flat = self.cp.random.uniform(-1, 1, shape[0] * shape[1] + offset,
-                                      dtype=self.cp.float32).astype(self._dtype(dtype))
-        x = flat[offset:].reshape(shape)
-        return x if layout == "t" else x.T
-
-    def _elapsed(self, stream, run) -> float:
-        start, end = self.cp.cuda.Event(), self.cp.cuda.Event()
-        start.record(stream)
-        run()
-        end.record(stream)
-        end.synchronize()
-        return self.cp.cuda.get_elapsed_time(start, end) * 1e3
-
-    def graph_us(self, fn, inner: int, repeats: int) -> list[float]:
-        stream = self.cp.cuda.Stream(non_blocking=True)
-        stream.wait_event(self.cp.cuda.get_current_stream().record())  # the operands are ready
-        with stream:
-            fn()  # grows the stream's workspace outside capture
-            stream.begin_capture()
-            try:
-                for _ in range(inner):
-                    fn()
-            finally:
-                graph = stream.end_capture()
-            return [self._elapsed(stream, lambda: graph.launch(stream)) / inner
-                    for _ in range(repeats)]
-
-    def loop_us(self, fn, inner: int) -> float:
-        stream = self.cp.cuda.get_current_stream()
-        return self._elapsed(stream, lambda: [fn() for _ in range(inner)]) / inner
+_Torch, _Cupy = _backends.Torch, _backends.Cupy  # tests force a framework with these
 
 
 def backend():
-    """torch if importable, else cupy; NoDeviceError naming both otherwise."""
-    for cls in (_Torch, _Cupy):
-        with contextlib.suppress(ImportError):
-            return cls()
-    raise errors.NoDeviceError("tune() makes its operands with torch or cupy; neither imports")
+    """The framework adapter operands are made and timed with: torch, else cupy.
+
+    Raises:
+        NoDeviceError: neither imports with a usable GPU (each one's reason is named).
+    """
+    bk, why = _backends.load()
+    if bk is None:
+        raise errors.NoDeviceError(f"tune() makes its operands with torch or cupy; neither is "
+                                   f"usable ({why})")
+    return bk
 
 
 @dataclass
@@ -223,10 +137,11 @@ def make_operands(bk, spec: Spec) -> Operands:
     oa, ob, oc, od = spec.offsets
     sets = []
     for _ in range(copies):
-        a = bk.matrix(spec.m, spec.k, spec.layout[0], spec.dtype, oa)
-        b = bk.matrix(spec.k, spec.n, spec.layout[1], spec.dtype, ob)
-        c = bk.matrix(spec.m, spec.n, spec.c_layout, spec.c_dtype, oc) if spec.c_dtype else None
-        d = bk.matrix(spec.m, spec.n, "t", spec.out_dtype, od)
+        a = bk.operand(spec.m, spec.k, spec.layout[0], spec.dtype, offset=oa)
+        b = bk.operand(spec.k, spec.n, spec.layout[1], spec.dtype, offset=ob)
+        c = (bk.operand(spec.m, spec.n, spec.c_layout, spec.c_dtype, offset=oc)
+             if spec.c_dtype else None)
+        d = bk.operand(spec.m, spec.n, "t", spec.out_dtype, offset=od)
         sets.append((a, b, c, d))
     return Operands(sets, 1.0 if spec.c_dtype else 0.0)
 

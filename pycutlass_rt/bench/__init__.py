@@ -4,7 +4,8 @@ Run it with ``python -m pycutlass_rt bench [--group B] [--dtype bf16] [--out DIR
 Modules, each with one job:
 
 - ``shapes``: groups A-H and the dtypes, as data (the one copy of the shape lists);
-- ``device``: the framework that makes tensors and times them (torch, else cupy);
+- ``device``: nvidia-smi readings around a run (tensors and timing come from the
+  framework adapters of ``pycutlass_rt._backends``: torch, else cupy);
 - ``timing``: interleaved device time (events or graph replay) and host time;
 - ``peers``: cuBLAS through torch or cupy, and the CUTLASS Python interface;
 - ``run``: one case: operands, correctness check, timing, its record;

@@ -86,9 +86,10 @@ def main(args) -> int:
     if not info["devices"]:
         why = " ".join(str(info["device_error"]).split())
         return _fail(f"needs an NVIDIA GPU, and none is usable here ({why})")
-    from . import device, suite
+    from .. import _backends
+    from . import suite
     from .timing import Settings
-    fw, why = device.load(args.framework)
+    fw, why = _backends.load(args.framework)
     if fw is None:
         return _fail(f"needs torch or cupy with CUDA to make tensors and time them ({why})")
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job schedulers: keep the results

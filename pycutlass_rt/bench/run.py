@@ -55,7 +55,7 @@ def _err(e: BaseException) -> str:
 
 
 class Bench:
-    """Runs cases on one GPU through a framework adapter (``device.Torch``/``Cupy``).
+    """Runs cases on one GPU through a framework adapter (``_backends.Torch``/``Cupy``).
 
     Args:
         fw: the framework adapter.

@@ -360,7 +360,7 @@ def test_cutlass_plan_keys_follow_alignment():
 
 
 class NumpyFw:
-    """A CPU stand-in for device.Torch: numpy arrays, wall-clock 'events', eager 'graphs'."""
+    """A CPU stand-in for _backends.Torch: numpy arrays, wall-clock 'events', eager 'graphs'."""
 
     name = "torch"  # so that blas_peer() picks TorchBlas, driven through self.torch below
 

@@ -351,7 +351,7 @@ class FakeBackend:
     def device(self, index):
         return contextlib.nullcontext()
 
-    def matrix(self, rows, cols, layout, dtype, offset=0):
+    def operand(self, rows, cols, layout, dtype, pad=0, *, offset=0, fill=True):
         return rows
 
 
