@@ -31,6 +31,17 @@ int cuda_status(cudaError_t e, const char* what) {
                      "%s: no NVIDIA driver found (libcuda.so.1 could not be loaded); "
                      "pycutlass_rt needs an NVIDIA GPU with its driver",
                      what);
+  if (e == cudaErrorInsufficientDriver && driver > 0) {
+    // The runtime is linked statically, so the driver must know its major version;
+    // CUDA's minor-version compatibility makes any driver of that major enough.
+    int runtime = CUDART_VERSION;
+    return set_error(PCR_ERR_NO_DEVICE,
+                     "%s: the NVIDIA driver supports CUDA %d.%d, but this build of "
+                     "pycutlass_rt uses the CUDA %d.%d runtime and needs a driver for CUDA "
+                     "%d.0 or newer; update the driver (or use a build made with CUDA %d.x)",
+                     what, driver / 1000, driver % 1000 / 10, runtime / 1000,
+                     runtime % 1000 / 10, runtime / 1000, driver / 1000);
+  }
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
       e == cudaErrorInitializationError || e == cudaErrorCompatNotSupportedOnDevice ||
       e == cudaErrorStubLibrary || e == cudaErrorDevicesUnavailable) {
@@ -73,20 +84,26 @@ int device_info(int device, DeviceInfo* out) {
   return PCR_OK;
 }
 
+// The device whose primary context this thread made current through cudaSetDevice. A
+// fresh thread reports device 0 from cudaGetDevice before any context is current there,
+// and driver calls made for a launch (TMA descriptor encoding) then fail.
+static thread_local int t_context_device = -1;
+
 int DeviceGuard::set(int device) {
   int current = -1;
   int st = cuda_status(cudaGetDevice(&current), "cudaGetDevice");
   if (st != PCR_OK) return st;
-  if (current != device) {
+  if (current != device || t_context_device != device) {
     st = cuda_status(cudaSetDevice(device), "cudaSetDevice");
     if (st != PCR_OK) return st;
-    previous_ = current;
+    t_context_device = device;
+    if (current != device) previous_ = current;
   }
   return PCR_OK;
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
+  if (previous_ >= 0 && cudaSetDevice(previous_) == cudaSuccess) t_context_device = previous_;
 }
 
 int ensure_smem_limit(const void* func, int device, int bytes, std::atomic<uint64_t>* done) {

@@ -127,3 +127,34 @@ def test_abi_mismatch_is_a_clear_error(lib):
 def test_import_never_needs_the_library():
     r = run_py("import pycutlass_rt; print('imported')", PYCUTLASS_RT_LIBRARY="/nonexistent.so")
     assert r.returncode == 0 and "imported" in r.stdout
+
+
+OLD_DRIVER = """
+/* libcuda.so.1 of a driver that supports CUDA 12.4 only: the runtime asks its version */
+int cuDriverGetVersion(int* version) { *version = 12040; return 0; }
+int cuInit(unsigned flags) { (void)flags; return 0; }
+"""
+
+
+def test_driver_older_than_the_build_is_a_clear_error(lib, tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in driver")
+    runtime = ctypes.c_int32()
+    assert lib.pcr_runtime_version(ctypes.byref(runtime)) == 0
+    if runtime.value < 13000:
+        pytest.skip("this build's runtime runs on a CUDA 12.4 driver")
+    (tmp_path / "fake.c").write_text(OLD_DRIVER)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(tmp_path / "fake.c")], check=True)
+    code = ("import numpy as np, pycutlass_rt as p\n"
+            "a = np.ones((4, 8), np.float16); b = np.ones((8, 6), np.float16)\n"
+            "try:\n p.gemm(a, b, None, np.zeros((4, 6), np.float16))\n"
+            "except p.NoDeviceError as e: print('ERR', e)\n")
+    # The stand-in comes first on the search path, ahead of a real driver if there is one.
+    path = os.pathsep.join([str(tmp_path), os.environ.get("LD_LIBRARY_PATH", "")])
+    r = run_py(code, PYCUTLASS_RT_LIBRARY=lib.path, LD_LIBRARY_PATH=path)
+    major = runtime.value // 1000
+    assert "ERR" in r.stdout, r.stdout + r.stderr
+    assert "driver supports CUDA 12.4" in r.stdout
+    assert f"needs a driver for CUDA {major}.0 or newer" in r.stdout

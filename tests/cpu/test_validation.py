@@ -120,6 +120,17 @@ def test_shape_and_rank_errors():
     err(pcr.InvalidArgumentError, "2-D matrix", a, b, None, np.zeros(24, F16))
 
 
+def test_dimensions_past_int32_are_refused():
+    # 32-bit problem coordinates in every kernel: refuse rather than wrap around
+    huge = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2 ** 31, 8), (0, 2))
+    a, b, d = mats(k=8)
+    err(pcr.UnsupportedError, "a has a dimension of 2\\^31 or more", huge, b, None, d)
+    err(pcr.UnsupportedError, "b has a dimension of 2\\^31 or more", a, huge.T, None, d)
+    # element counts past 2^31 with 32-bit dimensions are fine (64-bit offsets; tests/gpu)
+    tall = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2 ** 31 - 1, 8), (0, 2))
+    err(pcr.InvalidArgumentError, "zero stride", tall, b, None, d)
+
+
 def test_stride_errors():
     a, b, d = mats()
     err(pcr.InvalidArgumentError, "negative stride", a[:, ::-1], b, None, d)

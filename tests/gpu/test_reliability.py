@@ -77,6 +77,34 @@ def test_threads_and_streams_match_a_serial_run():
         assert torch.equal(got, want), j
 
 
+def test_first_cuda_call_of_a_fresh_thread():
+    """A thread whose first CUDA work is ours has no current context yet: the call must
+    make one current before it encodes TMA descriptors or launches."""
+    a, b = rand(384, 512), rand(512, 256)
+    want = torch.empty(384, 256, device="cuda", dtype=torch.bfloat16)
+    pcr.gemm(a, b, None, want)
+    torch.cuda.synchronize()
+    outs = [torch.full_like(want, float("nan")) for _ in range(3)]
+    errors = []
+
+    def fresh(d, plan):  # no torch work in the thread: it would make a context current
+        try:
+            if plan:
+                pcr.Gemm(a, b, None, d).run()
+            else:
+                pcr.gemm(a, b, None, d)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    for d, plan in zip(outs, (False, True, False)):
+        t = threading.Thread(target=fresh, args=(d, plan))
+        t.start()
+        t.join(timeout=60)
+    torch.cuda.synchronize()
+    assert not errors, errors
+    assert all(torch.equal(o, want) for o in outs)
+
+
 def test_many_calls_keep_memory_flat():
     a, b = rand(64, 64), rand(64, 64)
     d = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)

@@ -1,0 +1,96 @@
+"""The calls tests/gpu/test_sanitizer.py runs under compute-sanitizer.
+
+One kernel of every family, split kind and alignment class the build runs here, at sizes
+that end inside a tile, plus the runtime's own paths: C forms, K = 0, a shifted view, a
+staged (aligned-scratch) problem and a bound plan. Exits 1 if a result is wrong, so the
+sanitizer run also checks the answers.
+
+    python tests/gpu/sanitize_cases.py   # what the test runs, without the sanitizer
+"""
+import ctypes
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def kernel_sample(pcr):
+    """The first runnable kernel of each (family, schedule, split, alignment class)."""
+    lib = pcr._lib.load()
+    seen, names = set(), []
+    for k in pcr.kernels():
+        runs = ctypes.c_int32()
+        if lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) != 0 or not runs.value:
+            continue
+        kind = (k.family, k.schedule, k.split, k.align[0] == 1)
+        if kind not in seen:
+            seen.add(kind)
+            names.append(k)
+    return names
+
+
+def main():
+    import torch
+
+    import pycutlass_rt as pcr
+    from helpers import matrix
+
+    failures = []
+    # Outputs start as NaN: an element a kernel leaves unwritten fails the check, and
+    # initcheck, which does not count TMA (bulk tensor) stores as writes, sees D written.
+
+    def check(what, a, b, c, d, alpha=1.0, beta=0.0, plan=False, **kw):
+        want = alpha * (a.double() @ b.double())  # before the call: c may be d
+        if c is not None and beta:
+            want += beta * c.double()
+        if plan:
+            pcr.Gemm(a, b, c, d, alpha, beta, **kw).run()
+        else:
+            pcr.gemm(a, b, c, d, alpha, beta, **kw)
+        torch.cuda.synchronize()
+        err = ((d.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
+        print(f"{what}: relative error {err:.1e}", flush=True)
+        if not err < 1.6e-2:
+            failures.append(what)
+
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+    for k in kernel_sample(pcr):
+        tm, tn, tk = k.tile
+        al = k.align[0]
+        m, n, kk = tm + 3, -(-(tn + 5) // al) * al, -(-(2 * tk + 1) // al) * al
+        if k.split != "none":  # few tiles and deep K: the split and its fix-up run
+            kk = 8 * tk
+        a = matrix(m, kk, k.layout[0], dt[k.dtype_a])
+        b = matrix(kk, n, k.layout[1], dt[k.dtype_b])
+        c = matrix(m, n, "t", dt[k.dtype_d])
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=dt[k.dtype_d])
+        check(k.name, a, b, c, d, 1.5, -0.5, kernel=k.name)
+
+    bf = torch.bfloat16
+
+    def empty(m, n):
+        return torch.full((m, n), float("nan"), device="cuda", dtype=bf)
+
+    check("odd sizes (alignment 1)", matrix(67, 129, "t", bf), matrix(129, 65, "n", bf), None,
+          empty(67, 65))
+    check("shifted view", matrix(96, 72, "t", bf, offset=1), matrix(72, 40, "t", bf), None,
+          empty(96, 40))
+    check("k = 0", matrix(80, 0, "t", bf), matrix(0, 48, "t", bf), matrix(80, 48, "n", bf),
+          empty(80, 48), 1.0, 2.0)
+    d = matrix(130, 136, "t", bf)
+    check("c is d", matrix(130, 264, "t", bf), matrix(264, 136, "t", bf), d, d, 1.0, 1.0)
+    a, b = matrix(257, 1025, "t", bf), matrix(1025, 520, "n", bf)  # 2^27 MACs, odd K
+    assert pcr.explain(a, b, None, empty(257, 520)).problem["staged"], "not staged"
+    check("staged", a, b, None, empty(257, 520))
+    check("plan", matrix(200, 136, "n", bf), matrix(136, 264, "t", bf), None, empty(200, 264),
+          plan=True)
+
+    if failures:
+        print("wrong results:", ", ".join(failures))
+        return 1
+    print("all results match")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Problems past 2^31 elements: every kernel family and the staging copy index with 64 bits.
+
+Rows on either side of the 2^31-element offset are checked against an fp64 reference: a
+32-bit offset would wrap there and read (or write) another row.
+"""
+import ctypes
+
+import pytest
+
+import pycutlass_rt as pcr
+
+torch = pytest.importorskip("torch")
+
+M, N, K = 2 ** 21 + 37, 1024, 1024  # a and d hold 2^31 + 37 * 1024 elements each
+
+
+def one_per_family():
+    """The first runnable bf16 tn kernel of each (family, split, alignment) kind."""
+    try:
+        lib = pcr._lib.load()
+        if not pcr.info()["devices"]:
+            return []
+    except pcr.Error:
+        return []
+    seen, names = set(), []
+    for k in pcr.kernels():
+        runs = ctypes.c_int32()
+        if (k.dtype_a != "bfloat16" or k.dtype_d != "bfloat16" or k.layout != "tn"
+                or lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) != 0 or not runs.value):
+            continue
+        kind = (k.family, k.split, k.align[0] == 1)
+        if kind not in seen:
+            seen.add(kind)
+            names.append(k.name)
+    return names
+
+
+def rows_to_check(rows, ld):
+    """Rows at the start, the end, and around the row that crosses 2^31 elements."""
+    cross = 2 ** 31 // ld
+    return torch.tensor(sorted({0, 1, cross - 1, cross, cross + 1, rows - 2, rows - 1}),
+                        device="cuda")
+
+
+def check_rows(a, b, d, what):
+    torch.cuda.synchronize()
+    idx = torch.cat([rows_to_check(a.shape[0], a.stride(0)), rows_to_check(d.shape[0], d.stride(0))])
+    want = a[idx].double() @ b.double()
+    got = d[idx].double()
+    err = ((got - want).norm() / want.norm()).item()
+    assert err < 1.6e-2, f"{what}: relative error {err:.2e} on rows {idx.tolist()}"
+
+
+@pytest.fixture(scope="module")
+def operands():
+    torch.manual_seed(0)
+    a = torch.empty(M, K, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    b = torch.empty(N, K, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1).t()
+    d = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    yield a, b, d
+    del a, b, d
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("kernel", [None] + one_per_family())
+def test_past_2_31_elements(operands, kernel):
+    a, b, d = operands
+    assert a.numel() > 2 ** 31 and d.numel() > 2 ** 31
+    d.fill_(float("nan"))
+    pcr.gemm(a, b, None, d, kernel=kernel)
+    check_rows(a, b, d, kernel or pcr.explain(a, b, None, d).kernel)
+
+
+def test_past_2_31_elements_staged(operands):
+    """An odd K: a (past 2^31 elements) is copied into aligned scratch, a fast kernel runs."""
+    _, b, _ = operands
+    rows = 2 ** 31 // (K - 1) + 37
+    a = torch.empty(rows, K - 1, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    b = b[:K - 1]
+    d = torch.empty(rows, N, device="cuda", dtype=torch.bfloat16).fill_(float("nan"))
+    assert a.numel() > 2 ** 31
+    e = pcr.explain(a, b, None, d)
+    assert e.problem["staged"] & 1, e  # a
+    pcr.gemm(a, b, None, d)
+    check_rows(a, b, d, f"staged, {e.kernel}")
