@@ -12,7 +12,7 @@ dtype and layout. Per arch family, a small decision tree over M, N and K bounds 
 greedily: a cell's configurations are ranked by the geometric mean of their time relative
 to the best at each sample; a cell is split at the M, N or K bound that most reduces the
 regret (time of the cell's first configuration over the best) while that cuts the geomean
-regret by at least 1%. The leaves, left (<= bound) before right, become the family's
+regret by at least MIN_GAIN (0.2%). The leaves, left (<= bound) before right, become the family's
 rules, read first-match by pycutlass_rt/_select.py: max_m/max_n/max_k bounds, kernel-name
 patterns best first, and in ``source`` the sweep files (path@sha256 prefix) they came
 from. Rules belong to the device's preferred family (sm90 from H100/H200 sweeps) and may
@@ -49,7 +49,7 @@ from pycutlass_rt._kernels import KernelInfo  # noqa: E402
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
 TABLE_FORMAT = 1  # what _select.TABLE_FORMATS reads
 MAX_DEPTH = 8
-MIN_GAIN = 0.005  # a split must cut its cell's geomean regret by at least 0.5%
+MIN_GAIN = 0.002  # a split must cut its cell's geomean regret by at least 0.2%
 MIN_SHAPES = 2    # distinct shapes on each side of a split
 WITHIN = 1.05     # "close to the best" in --check
 
@@ -87,7 +87,7 @@ def kernel_info(name: str, index: int = 0) -> KernelInfo:
     return KernelInfo(index, name, int(m["family"]), _DTYPES[m["a"]], _DTYPES[m["b"]],
                       _DTYPES[m["acc"]], _DTYPES[m["d"]], m["layout"],
                       tuple(int(v) for v in m["tile"].split("x")), cluster, warps, stages,
-                      schedule, "linear", split, (align, align, align))
+                      schedule, "linear", split, (align, align, align), "swapab" in rest)
 
 
 # ---- reading sweeps -----------------------------------------------------------------------

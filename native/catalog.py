@@ -107,6 +107,9 @@ class Kernel:
     acc: str = "f32"
     epilogue: str = "linear"
     split: str = "none"
+    #: computes D^T = B^T A^T (a column-major D' of the swapped problem): the problem's
+    #: small M lands on the MMA's N side. Tile and cluster stay in problem terms.
+    swap: bool = False
     tier: str = "extended"  # "core" kernels make up the default build
 
     @property
@@ -121,6 +124,8 @@ class Kernel:
             parts.append(self.epilogue)
         if self.split != "none":
             parts.append(self.split)
+        if self.swap:
+            parts.append("swapab")
         parts.append(f"a{self.align}")
         return "_".join(parts)
 
@@ -159,6 +164,17 @@ SM90_CONFIGS = [
     ((128, 128, 64), (1, 1, 1), "coop", "streamk", "extended"),
     ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended"),
 ]
+#: sm90a swap-AB configurations for decode (M <= 64 against large weights), in problem
+#: terms: the weights' N takes the cooperative kernel's 128 rows, M the MMA's narrow N
+#: side, and stream-K spreads the long K loop of few output tiles over every SM.
+SM90_SWAP_CONFIGS = [
+    ((16, 128, 128), (1, 1, 1), "coop", "streamk", "extended"),
+    ((32, 128, 128), (1, 1, 1), "coop", "streamk", "extended"),
+    ((64, 128, 128), (1, 1, 1), "coop", "streamk", "extended"),
+]
+#: the layouts swap-AB kernels are built for: activations row-major, weights K-major
+#: (a torch Linear's weight.t())
+SWAP_LAYOUTS = ["tn"]
 #: sm100a configurations (compiled, not yet run on hardware here): 1-SM tiles, and 2-SM
 #: tiles whose M spans the CTA pair of an even cluster
 SM100_CONFIGS = [
@@ -193,6 +209,10 @@ def catalogue() -> list[Kernel]:
             for tile, cluster, schedule, split, tier in configs:
                 out.append(Kernel(family, a, a, d, layout, tile, schedule, cluster=cluster,
                                   split=split, tier=tier))
+        if layout in SWAP_LAYOUTS:
+            for tile, cluster, schedule, split, tier in SM90_SWAP_CONFIGS:
+                out.append(Kernel("sm90", a, a, d, layout, tile, schedule, cluster=cluster,
+                                  split=split, swap=True, tier=tier))
         mma = [("sm80", SM80_CONFIGS)] + ([("sm75", SM75_CONFIGS)] if (a, d) in SM75_TYPES else [])
         for family, configs in mma:
             for tile, warps, stages, align, split, tier in configs:
@@ -320,9 +340,16 @@ def kernel_type(k: Kernel) -> str:
     ea, eb, ed = (DTYPES[x][0] for x in (k.a, k.b, k.d))
     la, lb = (LAYOUTS[x][0] for x in k.layout)
     if k.family in TMA_FAMILIES:
-        return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(k.tile)}, "
-                f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
-                f"{SPLITS[k.split][1]}>")
+        tile, cluster = k.tile, k.cluster
+        if k.swap:  # CUTLASS sees A' = B^T (layout flipped) and B' = A^T, M' = N, N' = M
+            flip = {"t": "n", "n": "t"}
+            la, lb = LAYOUTS[flip[k.layout[1]]][0], LAYOUTS[flip[k.layout[0]]][0]
+            ea, eb = eb, ea
+            tile = (k.tile[1], k.tile[0], k.tile[2])
+            cluster = (k.cluster[1], k.cluster[0], k.cluster[2])
+        return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
+                f"{_cute_shape(cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
+                f"{SPLITS[k.split][1]}, {'true' if k.swap else 'false'}>")
     tile = "cutlass::gemm::GemmShape<{}, {}, {}>".format(*k.tile)
     warp = "cutlass::gemm::GemmShape<{}, {}, {}>".format(
         k.tile[0] // k.warps[0], k.tile[1] // k.warps[1], k.tile[2] // k.warps[2])
@@ -337,7 +364,7 @@ def kernel_info(k: Kernel) -> str:
         LAYOUTS[k.layout[0]][1], LAYOUTS[k.layout[1]][1],
         *k.tile, *k.cluster, *k.warps, k.stages, SCHEDULES[k.schedule],
         "PCR_EPI_LINEAR", SPLITS[k.split][0],
-        k.align, k.align, k.align_c,
+        k.align, k.align, k.align_c, int(k.swap),
     ]
     return "{" + ", ".join(map(str, fields)) + "}"
 

@@ -37,6 +37,7 @@ class KernelInfo:
     epilogue: str
     split: str
     align: tuple  # required alignment of A, B, C/D in elements
+    swap_ab: bool = False  # runs as D^T = B^T A^T; tile and cluster are in problem terms
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,7 +56,8 @@ def _all() -> tuple:
             cluster=(desc.cluster_m, desc.cluster_n, desc.cluster_k),
             warps=(desc.warps_m, desc.warps_n, desc.warps_k), stages=desc.stages,
             schedule=SCHEDULES[desc.schedule], epilogue=EPILOGUES[desc.epilogue],
-            split=SPLITS[desc.split], align=(desc.align_a, desc.align_b, desc.align_c)))
+            split=SPLITS[desc.split], align=(desc.align_a, desc.align_b, desc.align_c),
+            swap_ab=bool(desc.swap_ab)))
     return tuple(out)
 
 

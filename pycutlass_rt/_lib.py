@@ -42,7 +42,7 @@ class KernelDesc(ctypes.Structure):
                 ("warps_m", c_int32), ("warps_n", c_int32), ("warps_k", c_int32),
                 ("stages", c_int32), ("schedule", c_int32), ("epilogue", c_int32),
                 ("split", c_int32), ("align_a", c_int32), ("align_b", c_int32),
-                ("align_c", c_int32)]
+                ("align_c", c_int32), ("swap_ab", c_int32)]
 
 
 class Problem(ctypes.Structure):

@@ -15,6 +15,30 @@ def gpu_reason():
     return None
 
 
+def runnable_kernels(kind=None):
+    """The build's kernels that run on GPU 0 ([] without a GPU), in registry order.
+
+    ``kind``: a function of a KernelInfo; only the first kernel of each kind is kept
+    (one per family and split, say).
+    """
+    import ctypes
+
+    import pycutlass_rt as pcr
+    if gpu_reason() is not None:
+        return []
+    lib, seen, out = pcr._lib.load(), set(), []
+    for k in pcr.kernels():
+        runs = ctypes.c_int32()
+        if lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) != 0 or not runs.value:
+            continue
+        if kind is not None:
+            if kind(k) in seen:
+                continue
+            seen.add(kind(k))
+        out.append(k)
+    return out
+
+
 def matrix(rows, cols, layout="t", dtype=None, *, integer=False, pad=0, offset=0):
     """A rows x cols torch CUDA matrix: row-major for layout 't', column-major for 'n'.
 

@@ -109,6 +109,8 @@ typedef struct {
   int32_t epilogue;                             /* pcr_epilogue */
   int32_t split;                                /* pcr_split */
   int32_t align_a, align_b, align_c;            /* required alignment, in elements */
+  int32_t swap_ab;  /* 1: runs as D^T = B^T A^T (small M on the MMA's N side); the fields
+                       above describe the problem the caller sees, not the swapped one */
 } pcr_kernel_desc;
 
 /* A validated problem in canonical form (D row-major; see `transposed`). Filled by

@@ -56,18 +56,23 @@ Stride make_stride_ld(int64_t ld, int64_t batch_stride) {
   return s;
 }
 
+// SwapAB: the kernel computes D^T = B^T A^T, so its operands are (b, a), its problem
+// (n, m, k) and its C/D column-major: a small M then sits on the MMA's N side. The
+// generator passes A/B element types, layouts, tile and cluster already swapped.
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
           class TileShape, class ClusterShape, class Schedule, int AlignAB,
-          class TileScheduler = void>
+          class TileScheduler = void, bool SwapAB = false>
 struct Gemm {
   using ElementAcc = float;
   static constexpr int kAlignD = 16 / sizeof(ElementD);
+  using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
+                                      cutlass::layout::RowMajor>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
-      ElementD, cutlass::layout::RowMajor, kAlignD,
-      ElementD, cutlass::layout::RowMajor, kAlignD,
+      ElementD, LayoutD, kAlignD,
+      ElementD, LayoutD, kAlignD,
       typename Schedule::Epilogue>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -87,11 +92,13 @@ struct Gemm {
     using StrideB = typename GemmKernel::StrideB;
     using StrideC = typename GemmKernel::StrideC;
     using StrideD = typename GemmKernel::StrideD;
+    const void* a = SwapAB ? p.b : p.a;
+    const void* b = SwapAB ? p.a : p.b;
     Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {p.m, p.n, p.k, 1},
-        {static_cast<const ElementA*>(p.a), make_stride_ld<StrideA>(p.lda, 0),
-         static_cast<const ElementB*>(p.b), make_stride_ld<StrideB>(p.ldb, 0)},
+        {SwapAB ? p.n : p.m, SwapAB ? p.m : p.n, p.k, 1},
+        {static_cast<const ElementA*>(a), make_stride_ld<StrideA>(SwapAB ? p.ldb : p.lda, 0),
+         static_cast<const ElementB*>(b), make_stride_ld<StrideB>(SwapAB ? p.lda : p.ldb, 0)},
         {{p.alpha, p.beta},
          static_cast<const ElementD*>(p.c), make_stride_ld<StrideC>(p.ldc, 0),
          static_cast<ElementD*>(p.d), make_stride_ld<StrideD>(p.ldd, 0)}};

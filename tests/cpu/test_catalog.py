@@ -10,7 +10,7 @@ import catalog
 NAME = re.compile(
     r"^(?P<fam>sm75|sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<split>streamk))?_a(?P<align>\d+)$")
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<split>streamk))?(?P<swap>_swapab)?_a(?P<align>\d+)$")
 
 
 def test_names_unique_and_encode_every_parameter():
@@ -23,6 +23,7 @@ def test_names_unique_and_encode_every_parameter():
         assert m["tile"] == "x".join(map(str, k.tile))
         assert int(m["align"]) == k.align
         assert (m["split"] or "none") == k.split
+        assert bool(m["swap"]) == k.swap
         if k.family in ("sm90", "sm100"):
             assert m["cl"] == "{}x{}".format(*k.cluster[:2]) and m["sched"] == k.schedule
         else:
@@ -61,6 +62,22 @@ def test_stream_k_where_cutlass_supports_it():
     assert all(k.schedule == "coop" for k in sk if k.family == "sm90")
     src = catalog.kernel_source(sk[0])
     assert "StreamK" in src
+
+
+def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
+    swapped = [k for k in catalog.catalogue() if k.swap]
+    assert swapped and all(k.family == "sm90" and k.split == "streamk" for k in swapped)
+    assert {k.tile[0] for k in swapped} == {16, 32, 64}  # problem terms: M is the narrow side
+    k = next(k for k in swapped if k.tile == (16, 128, 128) and k.layout == "tn")
+    t = catalog.kernel_type(k)
+    # CUTLASS sees M' = N on the 128-row side: tile 128x16, A' = B^T and B' = A^T, both
+    # still K-major for a tn problem, and C/D column-major (the SwapAB flag)
+    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true>")
+    assert "RowMajor, cutlass::layout::ColumnMajor" in t
+    info = catalog.kernel_info(k)
+    assert info.endswith(", 1}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info
+    plain = catalog.Kernel("sm90", "bf16", "bf16", "bf16", "tt", (128, 128, 64), "coop")
+    assert catalog.kernel_type(plain).endswith("false>") and catalog.kernel_info(plain).endswith(", 0}")
 
 
 def test_sm90_variety():

@@ -110,7 +110,7 @@ def test_fit_splits_on_n_when_n_decides(tmp_path):
 
 
 def test_small_differences_make_no_rule(tmp_path):
-    times = {(m, 4096, 4096): {SMALL: 10.0, BIG: 10.0 + (0.05 if m <= 64 else -0.05)}
+    times = {(m, 4096, 4096): {SMALL: 10.0, BIG: 10.0 + (0.01 if m <= 64 else -0.01)}
              for m in (1, 16, 64, 512, 4096)}
     rules = fitted(tmp_path, times)[0]["families"]["sm90"]
     assert len(rules) == 1 and rules[0]["regret"] < 1.01

@@ -43,7 +43,9 @@ def test_table_is_shipped_and_well_formed():
 def test_large_problems_take_the_big_cooperative_tile():
     c = _select.rank(prob(8192, 8192, 8192), FAKE, [90, 80])
     assert c.ranked[0][0].name == FAKE[0].name and "table rule" in c.ranked[0][1]
-    assert [k.family for k, _ in c.ranked] == [90, 90, 80, 80]  # sm90a first on Hopper
+    # kernels no rule names: the GPU's own family first (sm90a before sm80 on Hopper)
+    bare = _select.rank(prob(8192, 8192, 8192), FAKE, [90, 80], rules={"families": {}})
+    assert [k.family for k, _ in bare.ranked] == [90, 90, 80, 80]
 
 
 def test_small_m_prefers_64_row_tiles():

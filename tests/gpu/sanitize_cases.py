@@ -7,33 +7,17 @@ sanitizer run also checks the answers.
 
     python tests/gpu/sanitize_cases.py   # what the test runs, without the sanitizer
 """
-import ctypes
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def kernel_sample(pcr):
-    """The first runnable kernel of each (family, schedule, split, alignment class)."""
-    lib = pcr._lib.load()
-    seen, names = set(), []
-    for k in pcr.kernels():
-        runs = ctypes.c_int32()
-        if lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) != 0 or not runs.value:
-            continue
-        kind = (k.family, k.schedule, k.split, k.align[0] == 1)
-        if kind not in seen:
-            seen.add(kind)
-            names.append(k)
-    return names
-
-
 def main():
     import torch
 
     import pycutlass_rt as pcr
-    from helpers import matrix
+    from helpers import matrix, runnable_kernels
 
     failures = []
     # Outputs start as NaN: an element a kernel leaves unwritten fails the check, and
@@ -54,7 +38,8 @@ def main():
             failures.append(what)
 
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-    for k in kernel_sample(pcr):
+    # one kernel of every family, schedule, split, swap and alignment class
+    for k in runnable_kernels(lambda k: (k.family, k.schedule, k.split, k.swap_ab, k.align[0] == 1)):
         tm, tn, tk = k.tile
         al = k.align[0]
         m, n, kk = tm + 3, -(-(tn + 5) // al) * al, -(-(2 * tk + 1) // al) * al

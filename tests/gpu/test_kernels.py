@@ -4,13 +4,12 @@ Integer-valued inputs in [-4, 4] give exact products (fp32 accumulation is exact
 sizes), so the output must equal the reference rounded to D's dtype bit for bit; random
 inputs are checked with per-dtype tolerances. D starts as NaN so unwritten elements show.
 """
-import ctypes
 import math
 
 import pytest
 
 import pycutlass_rt as pcr
-from helpers import matrix as _matrix
+from helpers import matrix as _matrix, runnable_kernels
 
 torch = pytest.importorskip("torch")
 
@@ -18,22 +17,7 @@ TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": 
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
 
 
-def runnable_kernels():
-    try:
-        lib = pcr._lib.load()
-        if not pcr.info()["devices"]:
-            return []
-    except pcr.Error:
-        return []
-    out = []
-    for k in pcr.kernels():
-        runs = ctypes.c_int32()
-        if lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) == 0 and runs.value:
-            out.append(k.name)
-    return out
-
-
-KERNELS = runnable_kernels()
+KERNELS = [k.name for k in runnable_kernels()]
 
 
 def matrix(rows, cols, layout, dtype, integer):

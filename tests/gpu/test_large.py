@@ -3,11 +3,10 @@
 Rows on either side of the 2^31-element offset are checked against an fp64 reference: a
 32-bit offset would wrap there and read (or write) another row.
 """
-import ctypes
-
 import pytest
 
 import pycutlass_rt as pcr
+from helpers import runnable_kernels
 
 torch = pytest.importorskip("torch")
 
@@ -16,23 +15,9 @@ M, N, K = 2 ** 21 + 37, 1024, 1024  # a and d hold 2^31 + 37 * 1024 elements eac
 
 def one_per_family():
     """The first runnable bf16 tn kernel of each (family, split, alignment) kind."""
-    try:
-        lib = pcr._lib.load()
-        if not pcr.info()["devices"]:
-            return []
-    except pcr.Error:
-        return []
-    seen, names = set(), []
-    for k in pcr.kernels():
-        runs = ctypes.c_int32()
-        if (k.dtype_a != "bfloat16" or k.dtype_d != "bfloat16" or k.layout != "tn"
-                or lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) != 0 or not runs.value):
-            continue
-        kind = (k.family, k.split, k.align[0] == 1)
-        if kind not in seen:
-            seen.add(kind)
-            names.append(k.name)
-    return names
+    return [k.name for k in runnable_kernels(lambda k: (
+        k.family, k.split, k.swap_ab, k.align[0] == 1, k.dtype_a, k.dtype_d, k.layout))
+        if (k.dtype_a, k.dtype_d, k.layout) == ("bfloat16", "bfloat16", "tn")]
 
 
 def rows_to_check(rows, ld):
