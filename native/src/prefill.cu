@@ -19,18 +19,32 @@ template <> __device__ __half from_float(float v) { return __float2half_rn(v); }
 template <> __device__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
 
 // Columns are the destination's unit-stride dimension (see launch_typed), so neighbouring
-// threads write neighbouring elements; rows stride over the grid's y dimension. Elements
+// threads write neighbouring elements; rows stride over the grid's y dimension, kRows of
+// them at a time so that each thread has that many independent loads in flight (a copy
+// with one load per thread at a time is bound by DRAM latency, not bandwidth). Elements
 // outside the source's extent (a padded destination) are written as zeros.
+constexpr int kRows = 8;
+
 template <class Src, class Dst>
 __global__ void scale_copy(const Src* src, int64_t ss0, int64_t ss1, int64_t src_rows,
                            int64_t src_cols, Dst* dst, int64_t ds0, int64_t ds1, int64_t rows,
                            int64_t cols, float scale) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+  const int64_t row_step = gridDim.y;
+  for (int64_t r0 = blockIdx.y; r0 < rows; r0 += row_step * kRows)
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols;
          c += int64_t(gridDim.x) * blockDim.x) {
-      bool inside = src && r < src_rows && c < src_cols;
-      float v = inside ? scale * to_float(src[r * ss0 + c * ss1]) : 0.0f;
-      dst[r * ds0 + c * ds1] = from_float<Dst>(v);
+      float v[kRows];
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+        const int64_t r = r0 + j * row_step;
+        const bool inside = src && r < rows && r < src_rows && c < src_cols;
+        v[j] = inside ? scale * to_float(src[r * ss0 + c * ss1]) : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+        const int64_t r = r0 + j * row_step;
+        if (r < rows) dst[r * ds0 + c * ds1] = from_float<Dst>(v[j]);
+      }
     }
 }
 
@@ -45,8 +59,10 @@ int launch_typed(const Matrix* src, const Matrix& dst, float scale, cudaStream_t
     std::swap(ss0, ss1);
     std::swap(src_rows, src_cols);
   }
-  dim3 grid(unsigned(std::min<int64_t>((cols + 255) / 256, 64)),
-            unsigned(std::min<int64_t>(rows, 16384)));
+  // About a thousand blocks, each thread copying kRows rows per step: enough loads in
+  // flight for DRAM, without a block per row (up to 16384 short-lived blocks).
+  const int64_t gx = std::min<int64_t>((cols + 255) / 256, 64);
+  dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(rows, std::max<int64_t>(1, 1024 / gx))));
   scale_copy<Src, Dst><<<grid, 256, 0, stream>>>(
       src ? reinterpret_cast<const Src*>(src->ptr) : nullptr, ss0, ss1, src_rows, src_cols,
       reinterpret_cast<Dst*>(dst.ptr), ds0, ds1, rows, cols, scale);
