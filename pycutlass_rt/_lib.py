@@ -124,6 +124,8 @@ _SIGNATURES = {
     # int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, int32_t flags,
     #                     void* stream);
     "pcr_py_plan_run": (True, c_int, [c_void_p] + [py_object] * 4 + [c_int32, c_void_p]),
+    # int pcr_py_plan_launch(pcr_plan* plan);
+    "pcr_py_plan_launch": (True, c_int, [c_void_p]),
     # int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
     #                     pcr_problem* out);
     "pcr_py_describe": (True, c_int, [py_object, py_object, py_object, py_object, c_double,

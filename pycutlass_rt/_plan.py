@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 
 from . import _call, _dlpack, _kernels, _lib, errors
 from .errors import InvalidArgumentError
@@ -63,6 +64,9 @@ class Gemm:
         # Producers without the exchange API (cupy, numba) are asked for their current
         # stream in Python at each run; with it (torch), C asks the producer itself.
         self._stream_of = None if flags else (lambda: _dlpack._framework_stream(d) or 0)
+        # run() with neither tensors nor stream, the hottest call: one argument, prebuilt
+        self._launch = functools.partial(lib.pcr_py_plan_launch,
+                                         ctypes.c_void_p(self._handle)) if flags else None
         index = ctypes.c_int32()
         lib.check(lib.pcr_plan_kernel(self._handle, ctypes.byref(index)))
         #: name of the kernel the plan launches
@@ -77,12 +81,12 @@ class Gemm:
             stream: a CUDA stream or handle; default: the producer framework's current
                 stream (read at each run, so graph capture sees its capture stream).
         """
-        if self._handle is None:
-            raise InvalidArgumentError("this plan was closed")
-        if stream is None and self._stream_of is None:
-            st = self._lib.pcr_py_plan_run(self._handle, None, None, None, None,
-                                           _lib.STREAM_FROM_PRODUCER, None)
+        launch = self._launch
+        if stream is None and launch is not None:
+            st = launch()
         else:
+            if self._handle is None:
+                raise InvalidArgumentError("this plan was closed")
             handle = self._stream_of() if stream is None else _dlpack.stream_handle(stream)
             st = self._lib.pcr_plan_run(self._handle, handle)
         if st:
@@ -101,7 +105,7 @@ class Gemm:
 
     def close(self) -> None:
         """Frees the plan's workspace (after its pending launches); later runs fail."""
-        handle, self._handle = self._handle, None
+        handle, self._handle, self._launch = self._handle, None, None
         if handle:
             self._lib.pcr_plan_destroy(handle)
 

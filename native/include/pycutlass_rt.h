@@ -205,6 +205,9 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
 /* a, b, c, d: all None/NULL to run on the bound tensors. */
 PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, int32_t flags,
                             void* stream);
+/* The same on the bound tensors and the producer's current stream: the fewest arguments
+ * for the hottest call (a plan over exchange-API tensors, e.g. torch). */
+PCR_API int pcr_py_plan_launch(pcr_plan* plan);
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
                             pcr_problem* out);
 

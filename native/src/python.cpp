@@ -209,6 +209,13 @@ int producer_stream(const Operand* ops, int32_t flags, void** stream) {
 
 const DLTensor* dl_or_null(const Operand& op) { return op.present ? &op.dl : nullptr; }
 
+// A plan on its bound tensors, on the producer's current stream when flags ask for it.
+int run_bound(pcr_plan* plan, int32_t flags, void* stream) {
+  auto* api = static_cast<const DLPackExchangeAPI*>(plan->stream_api);
+  if (int st = api_stream(api, plan->problem.device, flags, &stream)) return st;
+  return plan_run(plan, nullptr, nullptr, nullptr, nullptr, static_cast<cudaStream_t>(stream));
+}
+
 }  // namespace
 }  // namespace pcr
 
@@ -249,17 +256,19 @@ PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, 
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
   const PyApi& P = py();
   auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
-  if (none(a) && none(b) && none(c) && none(d)) {
-    auto* api = static_cast<const DLPackExchangeAPI*>(plan->stream_api);
-    if (int st = api_stream(api, plan->problem.device, flags, &stream)) return st;
-    return plan_run(plan, nullptr, nullptr, nullptr, nullptr, static_cast<cudaStream_t>(stream));
-  }
+  if (none(a) && none(b) && none(c) && none(d)) return run_bound(plan, flags, stream);
   Operand ops[4];
   int st = ingest_all(a, b, c, d, ops);
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
                   static_cast<cudaStream_t>(stream));
+}
+
+PCR_API int pcr_py_plan_launch(pcr_plan* plan) {
+  clear_error();
+  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  return run_bound(plan, PCR_STREAM_FROM_PRODUCER, nullptr);
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
