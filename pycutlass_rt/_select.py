@@ -102,7 +102,7 @@ BW_SATURATION = 0.6  # fraction of the SMs that must stream to saturate DRAM
 OVERLAP = 0.1        # share of the shorter of compute and memory that does not overlap
 FIXUP_GBPS = 150.0   # per-SM L2 bandwidth for split partials
 FIXUP_SYNC_US = 2.0  # per peer: the wait on the previous peer's flag (H200 sweep)
-SPLIT_MIN_ITERS = 4  # serial split-K keeps >= 4 K tiles per split (the C side's rule)
+SPLIT_MIN_ITERS = 4  # serial split-K keeps >= 4 K tiles per split (no catalogue kernel yet)
 SPLIT_MAX = 16
 STREAMK_MIN_ITERS = 8  # CUTLASS's min_iters_per_sk_unit_
 #: mainloop efficiency at the kernel family's own arch, by schedule
