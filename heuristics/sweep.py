@@ -8,8 +8,10 @@ Writes raw CSV, one row per (shape, dtype, layout, kernel), for heuristics/fit.p
 
 Candidates are the kernels the C side accepts for the problem, in the selection order of
 the table and model at sweep time (column ``rank``; the tuned cache is ignored), each
-forced with ``kernel=``. Measuring is pycutlass_rt.tune's: operand copies cycled past
-L2, back-to-back calls replayed from a CUDA graph, median of repetitions, random data.
+forced with ``kernel=``. Rows give M, N, K as computed (after orienting D row-major, so a
+swept 4096x1x4096 is recorded as 1x4096x4096), which is what selection sees. Measuring is
+pycutlass_rt.tune's: operand copies cycled past L2, back-to-back calls replayed from a
+CUDA graph, median of repetitions, random data.
 """
 from __future__ import annotations
 
@@ -88,8 +90,11 @@ def main(argv=None) -> int:
                     writer.writerow({"gpu": dev["gpu"], "sm_count": dev["sm_count"],
                                      "cc": problem.cc, "driver": dev["driver"],
                                      "library": dev["build"], "dtype": dtype,
-                                     "dtype_d": dtype, "layout": layout, "m": m, "n": n,
-                                     "k": k, "kernel": kern.name, "rank": rank,
+                                     "dtype_d": dtype, "layout": layout,
+                                     # as computed: selection sees the oriented problem
+                                     # (N = 1 runs as D^T = B^T A^T, M = 1)
+                                     "m": problem.m, "n": problem.n,
+                                     "k": problem.k, "kernel": kern.name, "rank": rank,
                                      "median_us": f"{us:.3f}",
                                      "tflops": f"{2.0 * m * n * k / us / 1e6:.2f}"})
                 f.flush()
