@@ -208,8 +208,10 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(_tune, "backend", lambda: types.SimpleNamespace(
         device=lambda i: contextlib.nullcontext()))
     monkeypatch.setattr(_tune, "make_operands", lambda bk, spec: types.SimpleNamespace(
-        call=lambda name: name))
-    monkeypatch.setattr(_tune, "describe", lambda lib, ops: types.SimpleNamespace(cc=90))
+        call=lambda name: name, spec=spec))
+    # the problem as computed: this stand-in orients every problem as D^T = B^T A^T
+    monkeypatch.setattr(_tune, "describe", lambda lib, ops: types.SimpleNamespace(
+        cc=90, m=ops.spec.n, n=ops.spec.m, k=ops.spec.k))
     monkeypatch.setattr(_tune, "candidates", lambda lib, p: [fit.kernel_info(n) for n in times])
 
     def time_us(bk, name, reps):
@@ -218,13 +220,14 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
         return times[name]
     monkeypatch.setattr(_tune, "time_us", time_us)
     out = tmp_path / "sweeps" / "h200.csv"
-    assert sweep.main(["--out", str(out), "--grid", "square", "--layouts", "tn"]) == 0
+    assert sweep.main(["--out", str(out), "--grid", "awkward", "--layouts", "tn"]) == 0
     rows = list(csv.DictReader(open(out)))
-    assert len(rows) == 4 * 2 and {r["rank"] for r in rows} == {"0", "1"}
+    assert len(rows) == 6 * 2 and {r["rank"] for r in rows} == {"0", "1"}
     assert rows[0]["cc"] == "90" and rows[0]["library"] == "b1"
+    assert (rows[0]["m"], rows[0]["n"], rows[0]["k"]) == ("1000", "127", "4097")  # as computed
     assert "cudaErrorLaunchFailure" in capsys.readouterr().err
     samples, _, _ = fit.read_samples([str(out)])
-    assert len(samples) == 4 and all(s.order == [SMALL, BIG] for s in samples)
+    assert len(samples) == 6 and all(s.order == [SMALL, BIG] for s in samples)
 
 
 def test_fit_rejects_files_without_the_columns(tmp_path):
