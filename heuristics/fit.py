@@ -12,13 +12,13 @@ dtype and layout. Per arch family, a small decision tree over M, N and K bounds 
 greedily: a cell's configurations are ranked by the geometric mean of their time relative
 to the best at each sample; a cell is split at the M, N or K bound that most reduces the
 regret (time of the cell's first configuration over the best) while that cuts the geomean
-regret by at least MIN_GAIN (0.2%). The leaves, left (<= bound) before right, become the family's
-rules, read first-match by pycutlass_rt/_select.py: max_m/max_n/max_k bounds, kernel-name
-patterns best first, and in ``source`` the sweep files (path@sha256 prefix) they came
-from. Rules belong to the device's preferred family (sm90 from H100/H200 sweeps) and may
-name kernels of every family that runs there: an H200 sweep of sm80 kernels competes
-with the sm90 ones. Alignment-fallback kernels (``_a1``) are never a rule's choice: they
-serve the problems nothing else accepts.
+regret by at least MIN_GAIN (0.2%). The leaves, left (<= bound) before right, become the
+family's rules, read first-match by pycutlass_rt/_select.py: max_m/max_n/max_k bounds,
+kernel-name patterns best first, and in ``source`` the sweep files (path@sha256 prefix)
+they came from. Rules belong to the device's preferred family (sm90 from H100/H200 sweeps)
+and may name kernels of every family that runs there: an H200 sweep of sm80 kernels
+competes with the sm90 ones. Alignment-fallback kernels (``_a1``) are never a rule's
+choice: they serve the problems nothing else accepts.
 
 --check reports, per family, the geomean of best/chosen and the share of samples within
 5% of the best, for the table, for the analytic model alone, and for the choice in effect

@@ -37,7 +37,11 @@ def main():
         if not err < 1.6e-2:
             failures.append(what)
 
-    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+    bf = torch.bfloat16
+
+    def output(m, n, dtype=bf):
+        return torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+
     # one kernel of every family, schedule, split, swap and alignment class
     for k in runnable_kernels(lambda k: (k.family, k.schedule, k.split, k.swap_ab, k.align[0] == 1)):
         tm, tn, tk = k.tile
@@ -45,29 +49,22 @@ def main():
         m, n, kk = tm + 3, -(-(tn + 5) // al) * al, -(-(2 * tk + 1) // al) * al
         if k.split != "none":  # few tiles and deep K: the split and its fix-up run
             kk = 8 * tk
-        a = matrix(m, kk, k.layout[0], dt[k.dtype_a])
-        b = matrix(kk, n, k.layout[1], dt[k.dtype_b])
-        c = matrix(m, n, "t", dt[k.dtype_d])
-        d = torch.full((m, n), float("nan"), device="cuda", dtype=dt[k.dtype_d])
-        check(k.name, a, b, c, d, 1.5, -0.5, kernel=k.name)
-
-    bf = torch.bfloat16
-
-    def empty(m, n):
-        return torch.full((m, n), float("nan"), device="cuda", dtype=bf)
+        ta, tb, td = (getattr(torch, x) for x in (k.dtype_a, k.dtype_b, k.dtype_d))
+        a, b = matrix(m, kk, k.layout[0], ta), matrix(kk, n, k.layout[1], tb)
+        check(k.name, a, b, matrix(m, n, "t", td), output(m, n, td), 1.5, -0.5, kernel=k.name)
 
     check("odd sizes (alignment 1)", matrix(67, 129, "t", bf), matrix(129, 65, "n", bf), None,
-          empty(67, 65))
+          output(67, 65))
     check("shifted view", matrix(96, 72, "t", bf, offset=1), matrix(72, 40, "t", bf), None,
-          empty(96, 40))
+          output(96, 40))
     check("k = 0", matrix(80, 0, "t", bf), matrix(0, 48, "t", bf), matrix(80, 48, "n", bf),
-          empty(80, 48), 1.0, 2.0)
+          output(80, 48), 1.0, 2.0)
     d = matrix(130, 136, "t", bf)
     check("c is d", matrix(130, 264, "t", bf), matrix(264, 136, "t", bf), d, d, 1.0, 1.0)
     a, b = matrix(257, 1025, "t", bf), matrix(1025, 520, "n", bf)  # 2^27 MACs, odd K
-    assert pcr.explain(a, b, None, empty(257, 520)).problem["staged"], "not staged"
-    check("staged", a, b, None, empty(257, 520))
-    check("plan", matrix(200, 136, "n", bf), matrix(136, 264, "t", bf), None, empty(200, 264),
+    assert pcr.explain(a, b, None, output(257, 520)).problem["staged"], "not staged"
+    check("staged", a, b, None, output(257, 520))
+    check("plan", matrix(200, 136, "n", bf), matrix(136, 264, "t", bf), None, output(200, 264),
           plan=True)
 
     if failures:
