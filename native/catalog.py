@@ -57,6 +57,9 @@ TMA_SCHEDULES = {"coop": "Sm90Cooperative", "pingpong": "Sm90Pingpong",
 #: tiles over every SM (stream-K or split-K), with a deterministic fp32 fix-up.
 SPLITS = {"none": ("PCR_SPLIT_NONE", "void", "pcr::mma::DataParallel"),
           "streamk": ("PCR_STREAM_K", "cutlass::gemm::StreamKScheduler", "pcr::mma::StreamK")}
+#: epilogue -> pcr_epilogue. "biasact": act(alpha * acc + beta * C + bias), with the bias
+#: (per row or per column) and the activation chosen per call, fused in the epilogue.
+EPILOGUES = {"linear": "PCR_EPI_LINEAR", "biasact": "PCR_EPI_BIAS_ACT"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +94,7 @@ DEFAULT_ARCHS = "80;86;89;90;90a"
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
-    """One GEMM kernel: D (row-major) = alpha * A @ B + beta * C, C like D."""
+    """One GEMM kernel: D (row-major) = act(alpha * A @ B + beta * C + bias), C like D."""
 
     family: str
     a: str
@@ -130,6 +133,10 @@ class Kernel:
         return "_".join(parts)
 
     @property
+    def fused(self) -> bool:
+        return self.epilogue == "biasact"
+
+    @property
     def align_c(self) -> int:
         return 1 if self.align == 1 else 16 // DTYPES[self.d][2]
 
@@ -146,31 +153,32 @@ class Kernel:
 GEMM_TYPES = [("f16", "f16"), ("f16", "f32"), ("bf16", "bf16"), ("bf16", "f32")]
 AB_LAYOUTS = ["tn", "nn", "nt", "tt"]
 
-#: sm90a configurations: (tile, cluster, schedule, split, tier). Large cooperative tiles
-#: for big problems; 64-row and 64-column ping-pong tiles for small M or N; stream-K
-#: (cooperative only, in CUTLASS) for problems with fewer tiles than SMs.
+#: sm90a configurations: (tile, cluster, schedule, split, tier, fused). Large cooperative
+#: tiles for big problems; 64-row and 64-column ping-pong tiles for small M or N;
+#: stream-K (cooperative only, in CUTLASS) for problems with fewer tiles than SMs.
+#: `fused`: also built with the bias/activation epilogue (FUSED_TYPES, FUSED_TMA_LAYOUTS).
 SM90_CONFIGS = [
-    ((128, 256, 64), (2, 1, 1), "coop", "none", "core"),
-    ((128, 128, 64), (1, 2, 1), "coop", "none", "extended"),
-    ((256, 128, 64), (1, 2, 1), "coop", "none", "extended"),
-    ((64, 128, 64), (1, 1, 1), "pingpong", "none", "extended"),
-    ((128, 128, 64), (2, 1, 1), "pingpong", "none", "extended"),
-    ((64, 256, 64), (1, 1, 1), "pingpong", "none", "extended"),
-    ((64, 64, 128), (1, 1, 1), "pingpong", "none", "extended"),
+    ((128, 256, 64), (2, 1, 1), "coop", "none", "core", True),
+    ((128, 128, 64), (1, 2, 1), "coop", "none", "extended", True),
+    ((256, 128, 64), (1, 2, 1), "coop", "none", "extended", True),
+    ((64, 128, 64), (1, 1, 1), "pingpong", "none", "extended", True),
+    ((128, 128, 64), (2, 1, 1), "pingpong", "none", "extended", True),
+    ((64, 256, 64), (1, 1, 1), "pingpong", "none", "extended", False),
+    ((64, 64, 128), (1, 1, 1), "pingpong", "none", "extended", False),
     # decode (M <= 64, large N and K): narrow tiles put a CTA on every SM
-    ((64, 32, 128), (1, 1, 1), "pingpong", "none", "extended"),
-    ((64, 16, 256), (1, 1, 1), "pingpong", "none", "extended"),
-    ((128, 64, 64), (1, 1, 1), "coop", "streamk", "extended"),
-    ((128, 128, 64), (1, 1, 1), "coop", "streamk", "extended"),
-    ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended"),
+    ((64, 32, 128), (1, 1, 1), "pingpong", "none", "extended", False),
+    ((64, 16, 256), (1, 1, 1), "pingpong", "none", "extended", False),
+    ((128, 64, 64), (1, 1, 1), "coop", "streamk", "extended", False),
+    ((128, 128, 64), (1, 1, 1), "coop", "streamk", "extended", True),
+    ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended", False),
 ]
 #: sm90a swap-AB configurations for decode (M <= 64 against large weights), in problem
 #: terms: the weights' N takes the cooperative kernel's 128 rows, M the MMA's narrow N
 #: side, and stream-K spreads the long K loop of few output tiles over every SM.
 SM90_SWAP_CONFIGS = [
-    ((16, 128, 128), (1, 1, 1), "coop", "streamk", "extended"),
-    ((32, 128, 128), (1, 1, 1), "coop", "streamk", "extended"),
-    ((64, 128, 128), (1, 1, 1), "coop", "streamk", "extended"),
+    ((16, 128, 128), (1, 1, 1), "coop", "streamk", "extended", False),
+    ((32, 128, 128), (1, 1, 1), "coop", "streamk", "extended", True),
+    ((64, 128, 128), (1, 1, 1), "coop", "streamk", "extended", False),
 ]
 #: the layouts swap-AB kernels are built for: activations row-major, weights K-major
 #: (a torch Linear's weight.t())
@@ -178,48 +186,60 @@ SWAP_LAYOUTS = ["tn"]
 #: sm100a configurations (compiled, not yet run on hardware here): 1-SM tiles, and 2-SM
 #: tiles whose M spans the CTA pair of an even cluster
 SM100_CONFIGS = [
-    ((128, 128, 64), (1, 1, 1), "1sm", "none", "extended"),
-    ((128, 256, 64), (1, 1, 1), "1sm", "none", "extended"),
-    ((256, 128, 64), (2, 1, 1), "2sm", "none", "extended"),
-    ((256, 256, 64), (2, 1, 1), "2sm", "none", "extended"),
+    ((128, 128, 64), (1, 1, 1), "1sm", "none", "extended", False),
+    ((128, 256, 64), (1, 1, 1), "1sm", "none", "extended", False),
+    ((256, 128, 64), (2, 1, 1), "2sm", "none", "extended", False),
+    ((256, 256, 64), (2, 1, 1), "2sm", "none", "extended", False),
 ]
 #: sm75 (Turing, fp16 only): the 2-stage mainloop, also as the any-alignment fallback
 SM75_TYPES = [("f16", "f16"), ("f16", "f32")]
 SM75_CONFIGS = [
-    ((128, 128, 32), (2, 2, 1), 2, 8, "none", "extended"),
-    ((64, 64, 32), (2, 2, 1), 2, 1, "none", "extended"),
+    ((128, 128, 32), (2, 2, 1), 2, 8, "none", "extended", False),
+    ((64, 64, 32), (2, 2, 1), 2, 1, "none", "extended", False),
 ]
-#: sm80-family configurations: (tile, warps, stages, alignment, split, tier)
+#: sm80-family configurations: (tile, warps, stages, alignment, split, tier, fused)
 SM80_CONFIGS = [
-    ((128, 128, 32), (2, 2, 1), 4, 8, "none", "core"),
-    ((128, 256, 32), (2, 4, 1), 3, 8, "none", "extended"),
-    ((64, 64, 32), (2, 2, 1), 6, 8, "none", "extended"),
-    ((256, 128, 32), (4, 2, 1), 3, 8, "none", "extended"),
-    ((128, 128, 32), (2, 2, 1), 4, 8, "streamk", "extended"),
+    ((128, 128, 32), (2, 2, 1), 4, 8, "none", "core", True),
+    ((128, 256, 32), (2, 4, 1), 3, 8, "none", "extended", False),
+    ((64, 64, 32), (2, 2, 1), 6, 8, "none", "extended", True),
+    ((256, 128, 32), (4, 2, 1), 3, 8, "none", "extended", False),
+    ((128, 128, 32), (2, 2, 1), 4, 8, "streamk", "extended", True),
     # alignment fallback: 2-stage register-staged loads accept any address and stride
-    ((64, 64, 32), (2, 2, 1), 2, 1, "none", "core"),
+    ((64, 64, 32), (2, 2, 1), 2, 1, "none", "core", True),
 ]
+#: fused bias/activation kernels: outputs whose dtype the bias shares, and for sm90a the
+#: layouts of linear layers (activations row-major; weights K-major "tn" or N-major "tt")
+FUSED_TYPES = [("f16", "f16"), ("bf16", "bf16")]
+FUSED_TMA_LAYOUTS = ["tn", "tt"]
+
+
+def _epilogues(fused: bool, a: str, d: str, layout: str, family: str) -> list[str]:
+    """The epilogues a configuration is built with for these dtypes and layout."""
+    fuse = fused and (a, d) in FUSED_TYPES and (family not in TMA_FAMILIES
+                                                 or layout in FUSED_TMA_LAYOUTS)
+    return ["linear", "biasact"] if fuse else ["linear"]
 
 
 def catalogue() -> list[Kernel]:
     """Every kernel the library knows how to build, in a stable order."""
     out: list[Kernel] = []
     for (a, d), layout in itertools.product(GEMM_TYPES, AB_LAYOUTS):
-        for family, configs in (("sm90", SM90_CONFIGS), ("sm100", SM100_CONFIGS)):
-            for tile, cluster, schedule, split, tier in configs:
-                out.append(Kernel(family, a, a, d, layout, tile, schedule, cluster=cluster,
-                                  split=split, tier=tier))
+        tma = [("sm90", SM90_CONFIGS, False), ("sm100", SM100_CONFIGS, False)]
         if layout in SWAP_LAYOUTS:
-            for tile, cluster, schedule, split, tier in SM90_SWAP_CONFIGS:
-                out.append(Kernel("sm90", a, a, d, layout, tile, schedule, cluster=cluster,
-                                  split=split, swap=True, tier=tier))
+            tma.append(("sm90", SM90_SWAP_CONFIGS, True))
+        for family, configs, swap in tma:
+            for tile, cluster, schedule, split, tier, fused in configs:
+                for epi in _epilogues(fused, a, d, layout, family):
+                    out.append(Kernel(family, a, a, d, layout, tile, schedule, cluster=cluster,
+                                      split=split, swap=swap, epilogue=epi, tier=tier))
         mma = [("sm80", SM80_CONFIGS)] + ([("sm75", SM75_CONFIGS)] if (a, d) in SM75_TYPES else [])
         for family, configs in mma:
-            for tile, warps, stages, align, split, tier in configs:
-                out.append(Kernel(family, a, a, d, layout, tile,
-                                  "pipelined" if stages == 2 else "multistage",
-                                  warps=warps, stages=stages, align=align, split=split,
-                                  tier=tier))
+            for tile, warps, stages, align, split, tier, fused in configs:
+                for epi in _epilogues(fused, a, d, layout, family):
+                    out.append(Kernel(family, a, a, d, layout, tile,
+                                      "pipelined" if stages == 2 else "multistage",
+                                      warps=warps, stages=stages, align=align, split=split,
+                                      epilogue=epi, tier=tier))
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
     return out
@@ -336,6 +356,10 @@ def _cute_shape(values) -> str:
     return "cute::Shape<{}>".format(", ".join(f"cute::_{v}" for v in values))
 
 
+def _cpp_bool(v: bool) -> str:
+    return "true" if v else "false"
+
+
 def kernel_type(k: Kernel) -> str:
     ea, eb, ed = (DTYPES[x][0] for x in (k.a, k.b, k.d))
     la, lb = (LAYOUTS[x][0] for x in k.layout)
@@ -349,12 +373,13 @@ def kernel_type(k: Kernel) -> str:
             cluster = (k.cluster[1], k.cluster[0], k.cluster[2])
         return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
                 f"{_cute_shape(cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
-                f"{SPLITS[k.split][1]}, {'true' if k.swap else 'false'}>")
+                f"{SPLITS[k.split][1]}, {_cpp_bool(k.swap)}, {_cpp_bool(k.fused)}>")
     tile = "cutlass::gemm::GemmShape<{}, {}, {}>".format(*k.tile)
     warp = "cutlass::gemm::GemmShape<{}, {}, {}>".format(
         k.tile[0] // k.warps[0], k.tile[1] // k.warps[1], k.tile[2] // k.warps[2])
     return (f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
-            f"{tile}, {warp}, {k.stages}, {k.align}, {k.align_c}, {SPLITS[k.split][2]}>")
+            f"{tile}, {warp}, {k.stages}, {k.align}, {k.align_c}, {SPLITS[k.split][2]}, "
+            f"{_cpp_bool(k.fused)}>")
 
 
 def kernel_info(k: Kernel) -> str:
@@ -363,7 +388,7 @@ def kernel_info(k: Kernel) -> str:
         DTYPES[k.a][1], DTYPES[k.b][1], DTYPES[k.acc][1], DTYPES[k.d][1],
         LAYOUTS[k.layout[0]][1], LAYOUTS[k.layout[1]][1],
         *k.tile, *k.cluster, *k.warps, k.stages, SCHEDULES[k.schedule],
-        "PCR_EPI_LINEAR", SPLITS[k.split][0],
+        EPILOGUES[k.epilogue], SPLITS[k.split][0],
         k.align, k.align, k.align_c, int(k.swap),
     ]
     return "{" + ", ".join(map(str, fields)) + "}"

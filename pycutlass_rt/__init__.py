@@ -1,10 +1,11 @@
 """pycutlass_rt: precompiled CUTLASS GEMM kernels for any Python GPU framework.
 
-``d = alpha * a @ b + beta * c`` on torch, cupy, jax, numba and numpy arrays, through
-DLPack, with no compiler at run time::
+``d = act(alpha * a @ b + beta * c + bias)`` on torch, cupy, jax, numba and numpy arrays,
+through DLPack, with no compiler at run time::
 
     import pycutlass_rt as pcr
     pcr.gemm(a, b, c, d, alpha=1.0, beta=0.0)
+    pcr.gemm(x, w.t(), None, y, bias=b, activation="gelu")   # a fused linear layer
 """
 from __future__ import annotations
 
@@ -29,20 +30,32 @@ __all__ = [
     "OverlapError", "KernelNotFoundError", "CudaError", "LibraryError",
 ]
 
-def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
-    """Computes ``d = alpha * a @ b + beta * c`` in place and returns ``d``.
+def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, stream=None,
+         kernel=None):
+    """Computes ``d = act(alpha * a @ b + beta * c + bias)`` in place and returns ``d``.
+
+    Batched: any of a, b, c, d may be a 3-D batch ``(L, rows, cols)`` with any batch
+    stride; ``d`` must be ``(L, M, N)``, and an input with a batch of 1 (or a 2-D one, or
+    batch stride 0) is shared by all L products. The batch runs as one kernel launch.
 
     Args:
-        a: (M, K) matrix; any DLPack tensor (torch, cupy, jax, numpy) or an object with
-            ``__cuda_array_interface__`` (numba). float16 or bfloat16.
-        b: (K, N) matrix of a's dtype.
-        c: (M, N) matrix, or None when ``beta == 0``. May be ``d`` itself; any layout,
-            dtype or broadcast view is accepted (copied into ``d`` first if the kernel
-            cannot read it directly).
-        d: (M, N) output, written in place: a's dtype or float32. Row- or column-major
-            with any leading dimension; must not overlap ``a`` or ``b``.
+        a: (M, K) matrix or (L, M, K) batch; any DLPack tensor (torch, cupy, jax, numpy)
+            or an object with ``__cuda_array_interface__`` (numba). float16 or bfloat16.
+        b: (K, N) matrix or (L, K, N) batch of a's dtype.
+        c: (M, N) matrix (or batch), or None when ``beta == 0``. May be ``d`` itself; any
+            layout, dtype or broadcast view is accepted (copied into ``d`` first if the
+            kernel cannot read it directly).
+        d: (M, N) output (or (L, M, N)), written in place: a's dtype or float32. Row- or
+            column-major with any leading dimension; must not overlap ``a`` or ``b``.
         alpha: real scalar.
         beta: real scalar.
+        bias: None, or a vector in d's dtype broadcast against d like numpy: shape (N,)
+            or (1, N) adds ``bias[j]`` to column j, (M, 1) adds ``bias[i]`` to row i. The
+            same vector serves every matrix of a batch.
+        activation: None, "relu", "gelu" (erf), "gelu_tanh" (torch's approximate="tanh")
+            or "silu", applied last. With a bias or an activation the call runs a kernel
+            with the fused epilogue (UnsupportedError if the build has none for the
+            dtypes); nothing is computed as a separate pass.
         stream: a CUDA stream (int handle, or an object with ``__cuda_stream__``,
             ``.cuda_stream`` or ``.ptr``). Default: the producer framework's current stream.
         kernel: force a kernel by name (see :func:`kernels`).
@@ -64,6 +77,9 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
         >>> d = np.empty((4, 2), np.float16)
         >>> pcr.gemm(a, b, None, d)  # doctest: +SKIP
         array([[8., 8.], ...
+        >>> bias = np.array([-9, 1], np.float16)
+        >>> pcr.gemm(a, b, None, d, bias=bias, activation="relu")  # doctest: +SKIP
+        array([[0., 9.], ...
     """
     # The hot path: a few type checks here, everything else in one C call.
     lib = _lib.load()
@@ -71,13 +87,16 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
         alpha = _call.scalar(alpha, "alpha")
     if type(beta) is not float:
         beta = _call.scalar(beta, "beta")
+    act = 0 if activation is None else _call.activation_code(activation)
     kidx = -1 if kernel is None else _call.kernel_index(kernel)
-    objs, handle, flags, keep = _call.operands((a, b, c, d), stream)
-    st = lib.pcr_py_gemm(*objs, alpha, beta, kidx, flags, handle, None)
+    objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias)
+    oa, ob, oc, od, ov = objs
+    st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, ov, act, kidx, flags, handle, None)
     if st:
         if st == errors.NEED_SELECTION:
-            _call.remember(lib, objs, alpha, beta)
-            st = lib.pcr_py_gemm(*objs, alpha, beta, kidx, flags, handle, None)
+            _call.remember(lib, objs, alpha, beta, act)
+            st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, ov, act, kidx, flags, handle,
+                                 None)
         if st:
             raise lib.error(st)
     _lib.note_cuda_used()
@@ -98,22 +117,25 @@ class Explanation:
 
     def __str__(self) -> str:
         p = self.problem
-        lines = [f"problem: {p['m']}x{p['n']}x{p['k']} {p['dtype_a']} x {p['dtype_b']} -> "
-                 f"{p['dtype_d']}, layout {p['layout']}"
+        batch = f"{p['batch']} x " if p["batch"] != 1 else ""
+        lines = [f"problem: {batch}{p['m']}x{p['n']}x{p['k']} {p['dtype_a']} x {p['dtype_b']} "
+                 f"-> {p['dtype_d']}, layout {p['layout']}"
                  f"{' (computed as D^T = B^T A^T)' if p['transposed'] else ''}",
                  f"kernel:  {self.kernel}  ({self.reason})"]
         lines += [f"note:    {n}" for n in self.notes]
         lines += [f"  then   {name}  ({why})" for name, why in self.ranked[1:]]
         # kernels of other dtypes or layouts are not worth a line each
-        near = [(n, w) for n, w in self.rejected if not w.startswith(("dtypes", "layout"))]
+        near = [(n, w) for n, w in self.rejected
+                if not w.startswith(("dtypes", "layout", "epilogue"))]
         lines += [f"  no     {name}: {why}" for name, why in near]
         if len(self.rejected) > len(near):
-            lines.append(f"  ({len(self.rejected) - len(near)} kernels of other dtypes or "
-                         "layouts not listed)")
+            lines.append(f"  ({len(self.rejected) - len(near)} kernels of other dtypes, "
+                         "layouts or epilogues not listed)")
         return "\n".join(lines)
 
 
-def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None) -> Explanation:
+def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=None,
+            kernel=None) -> Explanation:
     """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
 
     Nothing is launched. Arguments are those of :func:`gemm`.
@@ -127,10 +149,11 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None) -> Explan
     """
     lib = _lib.load()
     alpha, beta = _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta")
+    act = _call.activation_code(activation)
     if d is None:
         raise InvalidArgumentError("explain needs d (the output) to know its layout and dtype")
-    objs, _, _, keep = _call.operands((a, b, c, d), None)
-    problem = _call.describe(lib, objs, alpha, beta)
+    objs, _, _, keep = _call.operands((a, b, c, d), None, bias)
+    problem = _call.describe(lib, objs, alpha, beta, act)
     del keep
     pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
     for x in ("a", "b", "c", "d"):
@@ -138,11 +161,19 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None) -> Explan
     pdict["layout"] = (_kernels.LAYOUT_LETTERS[problem.layout_a] +
                        _kernels.LAYOUT_LETTERS[problem.layout_b])
     notes = []
+    if problem.epilogue:
+        what = [x for x in ({1: "bias per column", 2: "bias per row"}.get(problem.bias),
+                            activation) if x]
+        notes.append(f"fused epilogue ({', '.join(what)}): applied in the kernel's epilogue, "
+                     "no extra pass")
+    if problem.batch != 1:
+        notes.append(f"batch of {problem.batch}: one launch (CUTLASS batch mode)")
     if problem.c_mode == 2:
         notes.append("c is first copied into d (other layout, dtype or broadcast strides), "
                      "then the kernel reads d as C: one extra pass over d")
     if problem.k == 0:
-        notes.append("K = 0: d = beta * c, no GEMM kernel is launched")
+        notes.append("K = 0: d = act(beta * c + bias) by an elementwise kernel, no GEMM "
+                     "kernel is launched")
     if problem.host:
         notes.append("host operands: staged through GPU memory, the call synchronizes")
     if problem.staged:

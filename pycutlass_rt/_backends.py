@@ -146,8 +146,8 @@ class Torch(_Adapter):
     def stream_handle(self) -> int:
         return int(self.torch.cuda.current_stream().cuda_stream)
 
-    def reference(self, a, b, c=None, alpha=1.0, beta=0.0):
-        """``alpha * a @ b + beta * c`` in fp32 (no TF32)."""
+    def reference(self, a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
+        """``act(alpha * a @ b + beta * c + bias)`` in fp32 (no TF32)."""
         t = self.torch
         with _no_tf32(t):
             ref = t.matmul(a.float(), b.float())
@@ -155,6 +155,12 @@ class Torch(_Adapter):
             ref *= alpha
         if c is not None and beta:
             ref += beta * c.float()
+        if bias is not None:
+            ref += bias.float()
+        if activation:
+            F = t.nn.functional
+            ref = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+                   "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[activation](ref)
         return ref
 
     def rel_err(self, got, ref) -> float:
@@ -261,13 +267,27 @@ class Cupy(_Adapter):
     def stream_handle(self) -> int:
         return int(self.cp.cuda.get_current_stream().ptr)
 
-    def reference(self, a, b, c=None, alpha=1.0, beta=0.0):
+    def reference(self, a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
+        """``act(alpha * a @ b + beta * c + bias)`` in fp32."""
         cp = self.cp
         ref = cp.matmul(a.astype(cp.float32), b.astype(cp.float32))
         if alpha != 1.0:
             ref *= alpha
         if c is not None and beta:
             ref += beta * c.astype(cp.float32)
+        if bias is not None:
+            ref += bias.astype(cp.float32)
+        if activation == "relu":
+            ref = cp.maximum(ref, 0)
+        elif activation == "silu":
+            ref = ref / (1 + cp.exp(-ref))
+        elif activation in ("gelu", "gelu_tanh"):
+            if activation == "gelu":
+                from cupyx.scipy.special import erf
+                inner = erf(ref * 0.7071067811865476)
+            else:
+                inner = cp.tanh(0.7978845608028654 * (ref + 0.044715 * ref ** 3))
+            ref = 0.5 * ref * (1 + inner)
         return ref
 
     def rel_err(self, got, ref) -> float:

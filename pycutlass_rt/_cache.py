@@ -115,9 +115,14 @@ def problem_key(p) -> str:
         '16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 c_mode=0 sm90'
     """
     dt = [DTYPE_NAMES.get(x, "-") for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
-    return (f"{p.m}x{p.n}x{p.k} {','.join(dt)} "
-            f"{LAYOUT_LETTERS[p.layout_a]}{LAYOUT_LETTERS[p.layout_b]} "
-            f"align={p.align_a},{p.align_b},{p.align_c},{p.align_d} c_mode={p.c_mode} sm{p.cc}")
+    key = (f"{p.m}x{p.n}x{p.k} {','.join(dt)} "
+           f"{LAYOUT_LETTERS[p.layout_a]}{LAYOUT_LETTERS[p.layout_b]} "
+           f"align={p.align_a},{p.align_b},{p.align_c},{p.align_d} c_mode={p.c_mode} sm{p.cc}")
+    if p.batch > 1:
+        key += f" batch={p.batch}"
+    if p.epilogue:  # kernels of the fused epilogue only: bias axis and alignment matter
+        key += f" bias_act={p.bias},{p.align_bias}"
+    return key
 
 
 def build_id(lib, kernel_names) -> str:

@@ -5,9 +5,11 @@ import ctypes
 import numbers
 
 from . import _dlpack, _kernels, _lib, _select
-from .errors import DTypeError, Error, NoKernelForArchError, UnsupportedError
+from .errors import DTypeError, Error, InvalidArgumentError, NoKernelForArchError, UnsupportedError
 
-NAMES = ("a", "b", "c", "d")
+NAMES = ("a", "b", "c", "d", "bias")
+#: activation name -> pcr_activation (native/include/pycutlass_rt.h)
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
 
 def scalar(value, name: str) -> float:
@@ -17,6 +19,18 @@ def scalar(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise DTypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     return float(value)
+
+
+def activation_code(activation) -> int:
+    """The pcr_activation of an activation name (None: no activation)."""
+    if activation is None:
+        return 0
+    code = ACTIVATIONS.get(activation) if isinstance(activation, str) else None
+    if code is None:
+        raise InvalidArgumentError(
+            f"activation must be None or one of {', '.join(map(repr, ACTIVATIONS))}; "
+            f"got {activation!r}")
+    return code
 
 
 def kernel_index(kernel) -> int:
@@ -37,14 +51,17 @@ def pointer_device(ptr: int) -> int:
     return dev.value
 
 
-def operands(tensors, stream):
-    """(objects for the C call, stream handle, flags, keep-alive) for (a, b, c, d)."""
-    return _dlpack.prepare(tensors, NAMES, stream, pointer_device)
+def operands(tensors, stream, bias=None):
+    """(objects for the C call, stream handle, flags, keep-alive) for (a, b, c, d) and
+    bias: five objects, a, b, c, d, bias."""
+    return _dlpack.prepare((*tensors, bias), NAMES, stream, pointer_device)
 
 
-def describe(lib, objs, alpha: float, beta: float) -> _lib.Problem:
+def describe(lib, objs, alpha: float, beta: float, activation: int = 0) -> _lib.Problem:
+    a, b, c, d, bias = objs
     problem = _lib.Problem()
-    lib.check(lib.pcr_py_describe(*objs, alpha, beta, ctypes.byref(problem)))
+    lib.check(lib.pcr_py_describe(a, b, c, d, alpha, beta, bias, activation,
+                                  ctypes.byref(problem)))
     return problem
 
 
@@ -52,9 +69,9 @@ def describe(lib, objs, alpha: float, beta: float) -> _lib.Problem:
 selection_hooks: list = []
 
 
-def remember(lib, objs, alpha: float, beta: float) -> None:
+def remember(lib, objs, alpha: float, beta: float, activation: int = 0) -> None:
     """Chooses kernels for a problem seen for the first time; C memoizes the ranking."""
-    problem = describe(lib, objs, alpha, beta)
+    problem = describe(lib, objs, alpha, beta, activation)
     for hook in selection_hooks:
         hook(problem)
     choice = _select.choose(lib, problem, _kernels.kernels())
@@ -76,7 +93,8 @@ def no_candidates(problem, choice) -> Error:
             "PYCUTLASS_RT_ARCHS=native (or include this GPU's arch)")
     reasons = "\n".join(f"  {k.name}: {why}" for k, why in choice.rejected
                         if _select.static_match(k, problem) is None)
+    fused = " with a fused bias/activation epilogue" if problem.epilogue else ""
     return UnsupportedError(
         "no kernel of this build can run this problem "
-        f"({problem.m}x{problem.n}x{problem.k}); candidates and why they were rejected:\n"
-        + (reasons or "  (no kernel has these dtypes and layouts)"))
+        f"({problem.m}x{problem.n}x{problem.k}{fused}); candidates and why they were "
+        "rejected:\n" + (reasons or f"  (no kernel has these dtypes and layouts{fused})"))

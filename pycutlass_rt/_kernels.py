@@ -13,7 +13,7 @@ DTYPE_NAMES = {1: "float16", 2: "bfloat16", 3: "float32", 4: "float64", 5: "tflo
 LAYOUT_LETTERS = {0: "t", 1: "n"}  # t = row-major, n = column-major
 SCHEDULES = {0: "multistage", 1: "pipelined", 2: "cooperative", 3: "pingpong", 4: "1sm",
              5: "2sm"}
-EPILOGUES = {0: "linear"}
+EPILOGUES = {0: "linear", 1: "bias_act"}
 SPLITS = {0: "none", 1: "split_k", 2: "stream_k"}
 
 
@@ -38,6 +38,11 @@ class KernelInfo:
     split: str
     align: tuple  # required alignment of A, B, C/D in elements
     swap_ab: bool = False  # runs as D^T = B^T A^T; tile and cluster are in problem terms
+
+    @property
+    def base_name(self) -> str:
+        """The name of the kernel's plain-epilogue twin (what table rules name)."""
+        return self.name.replace("_biasact", "")
 
 
 @functools.lru_cache(maxsize=None)

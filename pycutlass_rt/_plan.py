@@ -9,7 +9,8 @@ from .errors import InvalidArgumentError
 
 
 class Gemm:
-    """A bound GEMM plan: ``d = alpha * a @ b + beta * c`` prepared once, launched cheaply.
+    """A bound GEMM plan: ``d = act(alpha * a @ b + beta * c + bias)`` prepared once,
+    launched cheaply.
 
     Construction does everything :func:`pycutlass_rt.gemm` does per call: it validates the
     operands, chooses the kernel, allocates the plan's own workspace and builds the
@@ -18,15 +19,16 @@ class Gemm:
     * ``plan.run()`` launches on the tensors given at construction: one C call, no
       argument parsing, no allocation, so it is the cheapest way to repeat a GEMM and
       is safe inside CUDA-graph capture;
-    * ``plan(a, b, c, d)`` runs on other tensors that describe the same problem (shape,
-      dtypes, layouts, alignment, device); the launch parameters are rebuilt only when
-      the addresses change.
+    * ``plan(a, b, c, d, bias=...)`` runs on other tensors that describe the same problem
+      (shape, dtypes, layouts, alignment, device); the launch parameters are rebuilt only
+      when the addresses change.
 
     The plan keeps references to the tensors it was built with. Runs of one plan must not
     overlap on two streams at once (they share its workspace): build one plan per stream.
 
     Args:
-        a, b, c, d, alpha, beta: as for :func:`pycutlass_rt.gemm`; GPU tensors only.
+        a, b, c, d, alpha, beta, bias, activation: as for :func:`pycutlass_rt.gemm`; GPU
+            tensors only.
         kernel: force a kernel by name instead of the selection.
 
     Raises:
@@ -43,24 +45,28 @@ class Gemm:
 
     _handle = None
 
-    def __init__(self, a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None):
+    def __init__(self, a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None,
+                 activation=None, kernel=None):
         if d is None:
             raise InvalidArgumentError("Gemm needs d, the output tensor")
         lib = self._lib = _lib.load()
         self.alpha = _call.scalar(alpha, "alpha")
         self.beta = _call.scalar(beta, "beta")
+        act = _call.activation_code(activation)
         kidx = _call.kernel_index(kernel)
-        objs, _, flags, keep = _call.operands((a, b, c, d), None)
+        objs, _, flags, keep = _call.operands((a, b, c, d), None, bias)
+        oa, ob, oc, od, ov = objs
         problem, handle = _lib.Problem(), ctypes.c_void_p()
-        args = (*objs, self.alpha, self.beta, kidx, ctypes.byref(problem), ctypes.byref(handle))
+        args = (oa, ob, oc, od, self.alpha, self.beta, ov, act, kidx, ctypes.byref(problem),
+                ctypes.byref(handle))
         st = lib.pcr_py_plan_create(*args)
         if st == errors.NEED_SELECTION:
-            _call.remember(lib, objs, self.alpha, self.beta)
+            _call.remember(lib, objs, self.alpha, self.beta, act)
             st = lib.pcr_py_plan_create(*args)
         lib.check(st)
         _lib.note_cuda_used()
         self._handle = handle.value
-        self._keep = (a, b, c, d, objs, keep)  # the plan holds their addresses
+        self._keep = (a, b, c, d, bias, objs, keep)  # the plan holds their addresses
         # Producers without the exchange API (cupy, numba) are asked for their current
         # stream in Python at each run; with it (torch), C asks the producer itself.
         self._stream_of = None if flags else (lambda: _dlpack._framework_stream(d) or 0)
@@ -92,11 +98,11 @@ class Gemm:
         if st:
             raise self._lib.error(st)
 
-    def __call__(self, a, b, c, d, *, stream=None):
+    def __call__(self, a, b, c, d, *, bias=None, stream=None):
         """Runs the plan on other tensors of the same problem; returns ``d``."""
         if self._handle is None:
             raise InvalidArgumentError("this plan was closed")
-        objs, handle, flags, keep = _call.operands((a, b, c, d), stream)
+        objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias)
         st = self._lib.pcr_py_plan_run(self._handle, *objs, flags, handle)
         if st:
             raise self._lib.error(st)

@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from . import _cache
-from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS, KernelInfo
+from ._kernels import DTYPE_NAMES, EPILOGUES, LAYOUT_LETTERS, KernelInfo
 from .errors import UnsupportedError
 
 TABLE_FILE = "table_v1.json"
@@ -162,18 +162,19 @@ _BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "tfloat32": 4
 
 
 def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
-               cc: int | None = None) -> float:
-    """Estimated microseconds for ``kern`` on an m x n x k problem (see the notes above)."""
+               cc: int | None = None, batch: int = 1) -> float:
+    """Estimated microseconds for ``kern`` on a batch of m x n x k problems (see the notes
+    above)."""
     cc = cc or kern.family
     sms = max(sm_count, 1)
     tflops_sm, gbps_sm = device_params(cc)
     tm, tn, tk = kern.tile
-    tiles = -(-m // tm) * -(-n // tn)
+    tiles = -(-m // tm) * -(-n // tn) * max(batch, 1)
     iters = max(-(-k // tk), 1)
     sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms)
     compute_us = sm_iters * 2.0 * tm * tn * tk / (tflops_sm * 1e6 * efficiency(kern, cc))
-    nbytes = (m * k * _BYTES[kern.dtype_a] + k * n * _BYTES[kern.dtype_b]
-              + m * n * _BYTES[kern.dtype_d])
+    nbytes = max(batch, 1) * (m * k * _BYTES[kern.dtype_a] + k * n * _BYTES[kern.dtype_b]
+                              + m * n * _BYTES[kern.dtype_d])
     memory_us = nbytes / (gbps_sm * 1e3 * min(sms, busy / BW_SATURATION))
     fixup_us = 0.0
     if peers > 1:
@@ -195,19 +196,21 @@ def rank(problem, candidates: list[KernelInfo], family_order: list[int],
     """
     m, n, k, sms = problem.m, problem.n, problem.k, problem.sm_count
     cc = getattr(problem, "cc", None)
+    batch = max(getattr(problem, "batch", 1), 1)
 
     def ordered(group, rule):
         prefer = rule["prefer"] if rule else []
         keyed = []
-        for c in group:
-            pos = next((i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(c.name, p)),
+        for c in group:  # rules name plain kernels: a fused one ranks as its plain twin
+            pos = next((i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(c.base_name, p)),
                        len(prefer))
-            keyed.append((pos, model_time(c, m, n, k, sms, cc), c.name, c))
+            keyed.append((pos, model_time(c, m, n, k, sms, cc, batch), c.name, c))
         return [(c, f"table rule {prefer[pos]!r}" if pos < len(prefer)
                  else f"analytic model (~{us:.3g} us)")
                 for pos, us, _, c in sorted(keyed, key=lambda t: t[:3])]
 
-    lead = matching_rule(family_order[0], m, n, k, rules) if family_order else None
+    # a batch runs like one problem of batch x M rows (as many output tiles)
+    lead = matching_rule(family_order[0], m * batch, n, k, rules) if family_order else None
     runs_here = [c for c in candidates if c.family in family_order]
     ranked = [(c, why) for c, why in ordered(runs_here, lead) if why.startswith("table")]
     rule_used = lead if ranked else None
@@ -216,7 +219,7 @@ def rank(problem, candidates: list[KernelInfo], family_order: list[int],
         group = [c for c in candidates if c.family == fam and c.name not in named]
         if not group:
             continue
-        rule = lead if fam == family_order[0] else matching_rule(fam, m, n, k, rules)
+        rule = lead if fam == family_order[0] else matching_rule(fam, m * batch, n, k, rules)
         rule_used = rule_used or (rule if rule and rule.get("prefer") else None)
         ranked += ordered(group, rule)
     return Choice(ranked=ranked, rule=rule_used)
@@ -251,6 +254,10 @@ def static_match(kern: KernelInfo, problem) -> str | None:
     layout = LAYOUT_LETTERS[problem.layout_a] + LAYOUT_LETTERS[problem.layout_b]
     if kern.layout != layout:
         return f"layout {kern.layout}, problem is {layout}"
+    # a plain problem never takes a fused kernel (slower epilogue); forcing one works
+    want_epi = EPILOGUES.get(getattr(problem, "epilogue", 0))
+    if kern.epilogue != want_epi:
+        return f"epilogue {kern.epilogue}, problem needs {want_epi}"
     return None
 
 

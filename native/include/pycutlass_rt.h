@@ -5,9 +5,12 @@
  *    thread-local message, read with pcr_last_error(). Nothing here throws, exits,
  *    aborts or prints.
  *  - Tensors are DLPack DLTensor views (declared below unless dlpack.h came first).
- *  - GEMM: d = alpha * a @ b + beta * c, with a (M x K), b (K x N), c and d (M x N), any
- *    strides with one unit-stride dimension each. Launches are asynchronous on `stream`
- *    and capture-safe (no allocation, no synchronization).
+ *  - GEMM: d = act(alpha * a @ b + beta * c + bias), with a (M x K), b (K x N), c and d
+ *    (M x N), any strides with one unit-stride dimension each; bias (optional) broadcasts
+ *    against d like numpy: shape (N,) or (1, N) adds one value per column, (M, 1) one per
+ *    row. Batched: a, b, c, d may be 3-D (L, rows, cols), broadcasting a batch of 1 (or
+ *    batch stride 0) over L; d must hold all L. Launches are asynchronous on `stream` and
+ *    capture-safe (no allocation, no synchronization).
  *  - The library's kernel catalogue is read from the binary (pcr_kernel_count/info);
  *    a kernel is named by its index within this build, or looked up by name.
  */
@@ -21,7 +24,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 1
+#define PCR_ABI_VERSION 2
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -92,7 +95,16 @@ typedef enum {
   PCR_SCHED_SM100_2SM = 5    /* sm100a: tcgen05 MMA shared by a CTA pair */
 } pcr_schedule;
 
-typedef enum { PCR_EPI_LINEAR = 0 } pcr_epilogue;
+/* Epilogues: LINEAR computes alpha * acc + beta * c; BIAS_ACT adds an optional bias
+ * (per row or per column) and applies a pcr_activation chosen per call. */
+typedef enum { PCR_EPI_LINEAR = 0, PCR_EPI_BIAS_ACT = 1 } pcr_epilogue;
+typedef enum {
+  PCR_ACT_NONE = 0,
+  PCR_ACT_RELU = 1,
+  PCR_ACT_GELU = 2,       /* x * Phi(x), with erf */
+  PCR_ACT_GELU_TANH = 3,  /* the tanh approximation (torch's approximate="tanh") */
+  PCR_ACT_SILU = 4        /* x * sigmoid(x) */
+} pcr_activation;
 typedef enum { PCR_SPLIT_NONE = 0, PCR_SPLIT_K = 1, PCR_STREAM_K = 2 } pcr_split;
 
 /* Everything a kernel's name encodes. Names are stable identities across builds. */
@@ -128,6 +140,11 @@ typedef struct {
   int32_t device;      /* CUDA ordinal */
   int32_t cc;          /* compute capability of that device, e.g. 90 */
   int32_t sm_count;
+  int64_t batch;       /* L: GEMMs in the batch (1 for 2-D operands) */
+  int32_t bias;        /* 0 none, 1 one value per column of canonical d, 2 one per row */
+  int32_t activation;  /* pcr_activation */
+  int32_t align_bias;  /* bytes, as align_a */
+  int32_t epilogue;    /* pcr_epilogue the problem needs */
 } pcr_problem;
 
 /* ---- library ------------------------------------------------------------------- */
@@ -157,16 +174,18 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device);
 /* Validates and canonicalizes a problem without touching the GPU's queues. `c` may be
  * NULL when beta == 0. */
 PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                         const DLTensor* d, double alpha, double beta, pcr_problem* out);
+                         const DLTensor* d, double alpha, double beta, const DLTensor* bias,
+                         int32_t activation, pcr_problem* out);
 
-/* d = alpha * a @ b + beta * c on `stream` (a cudaStream_t; NULL = legacy default).
+/* d = act(alpha * a @ b + beta * c + bias) on `stream` (a cudaStream_t; NULL = legacy
+ * default); bias may be NULL, activation is a pcr_activation.
  * kernel >= 0 forces that kernel. kernel == -1 takes the kernel remembered for this
  * problem by pcr_select_put; when none is remembered, nothing is launched, *problem is
  * filled and PCR_NEED_SELECTION is returned: choose, pcr_select_put, and call again.
  * Host (kDLCPU) operands are staged through device memory and the call synchronizes. */
 PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                     const DLTensor* d, double alpha, double beta, int32_t kernel,
-                     void* stream, pcr_problem* problem);
+                     const DLTensor* d, double alpha, double beta, const DLTensor* bias,
+                     int32_t activation, int32_t kernel, void* stream, pcr_problem* problem);
 
 /* Remembers candidate kernels, best first, for every later problem equal to *problem;
  * a call takes the first that can implement it (at most 8 are kept). */
@@ -180,11 +199,13 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
  * (they share its workspace); destroy waits for its pending launches. */
 typedef struct pcr_plan pcr_plan;
 PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                            const DLTensor* d, double alpha, double beta, int32_t kernel,
+                            const DLTensor* d, double alpha, double beta,
+                            const DLTensor* bias, int32_t activation, int32_t kernel,
                             pcr_problem* problem, pcr_plan** plan);
 PCR_API int pcr_plan_run(pcr_plan* plan, void* stream);
 PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
-                              const DLTensor* c, const DLTensor* d, void* stream);
+                              const DLTensor* c, const DLTensor* d, const DLTensor* bias,
+                              void* stream);
 PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
 PCR_API void pcr_plan_destroy(pcr_plan* plan);
 
@@ -199,17 +220,19 @@ PCR_API int pcr_select_clear(void);
  * operand's exchange API offers one, else `stream`. */
 #define PCR_STREAM_FROM_PRODUCER 1
 PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-                        int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+                        void* bias, int32_t activation, int32_t kernel, int32_t flags,
+                        void* stream, pcr_problem* problem);
 PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                               int32_t kernel, pcr_problem* problem, pcr_plan** plan);
-/* a, b, c, d: all None/NULL to run on the bound tensors. */
-PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, int32_t flags,
-                            void* stream);
+                               void* bias, int32_t activation, int32_t kernel,
+                               pcr_problem* problem, pcr_plan** plan);
+/* a, b, c, d, bias: all None/NULL to run on the bound tensors. */
+PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* bias,
+                            int32_t flags, void* stream);
 /* The same on the bound tensors and the producer's current stream: the fewest arguments
  * for the hottest call (a plan over exchange-API tensors, e.g. torch). */
 PCR_API int pcr_py_plan_launch(pcr_plan* plan);
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-                            pcr_problem* out);
+                            void* bias, int32_t activation, pcr_problem* out);
 
 #ifdef __cplusplus
 }

@@ -15,9 +15,13 @@
 namespace pcr {
 
 // One GEMM in the library's canonical form:
-//   D (m x n, row-major, leading dimension ldd) = alpha * A (m x k) * B (k x n) + beta * C
+//   D (m x n, row-major, leading dimension ldd) = act(alpha * A (m x k) * B (k x n)
+//                                                     + beta * C + bias)
 // A and B are row- or column-major as the kernel's layouts say; C has D's layout and
 // dtype and is never null (it points at D when beta == 0, and is then never read).
+// `batch` > 1 repeats the GEMM over matrices `batch_*` elements apart (0: shared).
+// Bias and activation exist in PCR_EPI_BIAS_ACT kernels only; a linear kernel is never
+// handed them.
 struct GemmArgs {
   int m, n, k;
   const void* a;
@@ -29,6 +33,11 @@ struct GemmArgs {
   void* d;
   int64_t ldd;
   float alpha, beta;
+  int batch;
+  int64_t batch_a, batch_b, batch_c, batch_d;
+  const void* bias_n;  // D's dtype, one value per column (length n), or null
+  const void* bias_m;  // D's dtype, one value per row (length m), or null
+  int activation;      // pcr_activation
   int device;    // CUDA ordinal the launch goes to (already current)
   int sm_count;  // multiprocessors of that device
 };

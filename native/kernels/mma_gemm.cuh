@@ -7,18 +7,131 @@
 // which selects the stream-K kernel: its heuristic spreads the K loop of too few output
 // tiles over every SM (stream-K, or split-K when that balances better) and reduces the
 // fp32 partials in the workspace in a fixed order, so results stay deterministic.
+// The epilogue is CUTLASS's linear combination, or (BiasAct) an epilogue visitor tree
+// computing act(alpha * acc + beta * C + row bias + column bias) in registers.
 #pragma once
 
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/gemm/device/gemm_universal.h"
+#include "cutlass/gemm/device/gemm_universal_base.h"
 #include "cutlass/gemm/threadblock/threadblock_swizzle_streamk.h"
+// after the gemm headers: the visitors name cutlass::gemm types unqualified
+#include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
+#include "cutlass/gemm/kernel/default_gemm_universal_with_visitor.h"
 
 #include <new>
 
+#include "activation.h"
 #include "kernel.h"
 
 namespace pcr::mma {
+
+namespace evt {
+using namespace cutlass::epilogue::threadblock;
+using cute::_0;
+using cute::_1;
+using cute::Stride;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// An AuxLoad that reads nothing when its pointer is null (C with beta == 0: D may hold
+// anything, NaN included, and 0 * NaN is not 0).
+template <class ThreadMap, class Element, class StrideMNL>
+struct OptionalAuxLoad : VisitorAuxLoad<ThreadMap, Element, StrideMNL> {
+  using Base = VisitorAuxLoad<ThreadMap, Element, StrideMNL>;
+  using Base::Base;
+
+  template <class Impl>
+  struct Callbacks : Impl {
+    bool skip;
+    CUTLASS_DEVICE void begin_step(int step_idx) {
+      if (skip)
+        cute::clear(this->tC_rAux(cute::_, cute::_, cute::_, step_idx % Base::Stages));
+      else
+        Impl::begin_step(step_idx);
+    }
+  };
+
+  template <class ProblemShape>
+  CUTLASS_DEVICE auto get_callbacks(cutlass::gemm::GemmCoord tile, int thread_idx,
+                                    ProblemShape problem_shape) {
+    auto impl = Base::get_callbacks(tile, thread_idx, problem_shape);
+    return Callbacks<decltype(impl)>{cute::move(impl), this->params_ptr->ptr_aux == nullptr};
+  }
+};
+
+// The activation node (pcr::activate, chosen per launch), converting to the output type.
+template <class ElementOutput>
+struct ActivationNode {
+  using Arguments = ActivationArgs;
+  using Params = Arguments;
+  struct SharedStorage {};
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args,
+                                                  void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+
+  CUTLASS_HOST_DEVICE ActivationNode() {}
+  CUTLASS_HOST_DEVICE ActivationNode(Params const& params, SharedStorage const&)
+      : kind(params.kind) {}
+  int kind = PCR_ACT_NONE;
+
+  struct Callbacks : EmptyCallbacks {
+    int kind;
+    template <class ElementAcc, class ElementInput, int N>
+    CUTLASS_DEVICE cutlass::Array<ElementOutput, N> visit(int, int, int, int,
+                                                          cutlass::Array<ElementAcc, N> const&,
+                                                          cutlass::Array<ElementInput, N> const& x) {
+      cutlass::NumericArrayConverter<float, ElementInput, N, kRound> to_float;
+      cutlass::NumericArrayConverter<ElementOutput, float, N, kRound> to_output;
+      return to_output(activate(kind, to_float(x)));
+    }
+  };
+
+  template <class ProblemShape>
+  CUTLASS_DEVICE auto get_callbacks(cutlass::gemm::GemmCoord, int, ProblemShape) {
+    return Callbacks{{}, kind};
+  }
+};
+
+// D = act(beta * C + (alpha * acc + bias_row[n]) + bias_col[m]); null biases read as 0.
+template <class ThreadMap, class ElementD>
+struct BiasActTree {
+  using Scalar = VisitorScalarBroadcast<float>;
+  using StrideMat = Stride<int64_t, _1, int64_t>;
+  using Row = VisitorRowBroadcast<ThreadMap, ElementD, Stride<_0, _1, int32_t>>;
+  using Col = VisitorColBroadcast<ThreadMap, ElementD, Stride<_1, _0, int32_t>>;
+  using AlphaAccRow = Sm80EVT<VisitorCompute<cutlass::homogeneous_multiply_add, float, float, kRound>,
+                              Scalar, VisitorAccFetch, Row>;
+  using PlusCol = Sm80EVT<VisitorCompute<cutlass::plus, float, float, kRound>, AlphaAccRow, Col>;
+  using BetaC = Sm80EVT<VisitorCompute<cutlass::homogeneous_multiply_add, float, float, kRound>,
+                        Scalar, OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
+  using Act = Sm80EVT<ActivationNode<ElementD>, BetaC>;
+  using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, Act>;
+
+  static typename Type::Arguments arguments(const GemmArgs& p) {
+    auto* c = p.beta == 0.0f ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
+    return {
+        {                                                                  // act(...)
+         {                                                                 // beta*C + Z
+          {{p.beta}},
+          {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
+          {                                                                // Z + col
+           {{{p.alpha}}, {}, {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}}, {}},
+           {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
+           {}},
+          {}},
+         {p.activation}},
+        {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
+  }
+};
+}  // namespace evt
 
 struct Sm80 {
   using Arch = cutlass::arch::Sm80;
@@ -33,23 +146,49 @@ struct Sm75 {
 };
 
 template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
-          class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC, class Swizzle = DataParallel>
+          class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC,
+          class Swizzle = DataParallel, bool BiasAct = false>
 struct Gemm {
   using ElementAcc = float;
-  using Epilogue =
+  using Linear =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
-  using Device = cutlass::gemm::device::GemmUniversal<
-      ElementA, LayoutA, ElementB, LayoutB, ElementD, cutlass::layout::RowMajor, ElementAcc,
-      cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
-      typename Family::Instruction, Epilogue,
-      Swizzle, Stages, AlignAB, AlignAB>;
+  using ThreadMap = cutlass::epilogue::threadblock::OutputTileThreadLayout<
+      TileShape, WarpShape, ElementD, AlignC, /*epilogue stages*/ 1>;
+  using Tree = evt::BiasActTree<ThreadMap, ElementD>;
+  template <bool Fused, class = void>
+  struct Select {
+    using Device = cutlass::gemm::device::GemmUniversal<
+        ElementA, LayoutA, ElementB, LayoutB, ElementD, cutlass::layout::RowMajor, ElementAcc,
+        cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
+        typename Family::Instruction, Linear, Swizzle, Stages, AlignAB, AlignAB>;
+    static typename Linear::Params epilogue(const GemmArgs& p) {
+      return {p.alpha, p.beta};
+    }
+  };
+  template <class Dummy>
+  struct Select<true, Dummy> {
+    using Kernel = typename cutlass::gemm::kernel::DefaultGemmWithVisitor<
+        ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB,
+        ElementB, LayoutB, cutlass::ComplexTransform::kNone, AlignAB,
+        ElementD, cutlass::layout::RowMajor, AlignC, ElementAcc, ElementAcc,
+        cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
+        typename Family::Instruction, typename Tree::Type, Swizzle, Stages,
+        cutlass::arch::OpMultiplyAdd, /*epilogue stages*/ 1>::GemmKernel;
+    using Device = cutlass::gemm::device::GemmUniversalBase<Kernel>;
+    static typename Tree::Type::Arguments epilogue(const GemmArgs& p) {
+      return Tree::arguments(p);
+    }
+  };
+  using Device = typename Select<BiasAct>::Device;
   using GemmKernel = typename Device::GemmKernel;
   using Arguments = typename Device::Arguments;
 
   static Arguments arguments(const GemmArgs& p) {
-    return Arguments(cutlass::gemm::GemmUniversalMode::kGemm, {p.m, p.n, p.k}, /*batch=*/1,
-                     {p.alpha, p.beta}, p.a, p.b, p.c, p.d,
-                     /*batch strides*/ 0, 0, 0, 0, p.lda, p.ldb, p.ldc, p.ldd);
+    return Arguments(p.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
+                                 : cutlass::gemm::GemmUniversalMode::kGemm,
+                     {p.m, p.n, p.k}, p.batch, Select<BiasAct>::epilogue(p), p.a, p.b, p.c,
+                     p.d, p.batch_a, p.batch_b, p.batch_c, p.batch_d, p.lda, p.ldb, p.ldc,
+                     p.ldd);
   }
 
   static int can_implement(const GemmArgs& p) {

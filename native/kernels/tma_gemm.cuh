@@ -6,6 +6,8 @@
 // (cutlass::gemm::StreamKScheduler; cooperative and sm100 schedules only), whose
 // heuristic decomposition spreads the K loop of too few output tiles over every SM
 // (stream-K or split-K) with a deterministic fp32 fix-up in the workspace.
+// The epilogue is CUTLASS's linear combination, or (BiasAct) an epilogue visitor tree
+// computing act(alpha * acc + beta * C + row bias + column bias).
 #pragma once
 
 #include "cute/tensor.hpp"
@@ -17,9 +19,44 @@
 
 #include <new>
 
+#include "activation.h"
 #include "kernel.h"
 
 namespace pcr::tma {
+
+namespace evt {
+using namespace cutlass::epilogue::fusion;
+using cute::_0;
+using cute::_1;
+using cute::Stride;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// D = act(beta * C + ((alpha * acc + row[n]) + col[m])), in the kernel's own M and N;
+// null biases read as 0, and C is not loaded when beta == 0.
+template <class TileShape, class ElementD>
+struct BiasActTree {
+  using Scalar = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>>;
+  using Row = Sm90RowBroadcast<0, TileShape, ElementD, float, Stride<_0, _1, int64_t>>;
+  using Col = Sm90ColBroadcast<0, TileShape, ElementD, float, Stride<_1, _0, int64_t>>;
+  using AlphaAccRow = Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, float, float, kRound>,
+                              Scalar, Sm90AccFetch, Row>;
+  using PlusCol = Sm90EVT<Sm90Compute<cutlass::plus, float, float, kRound>, AlphaAccRow, Col>;
+  using BetaC = Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, float, float, kRound>,
+                        Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
+  using Type = Sm90EVT<Sm90Compute<Activation, ElementD, float, kRound>, BetaC>;
+
+  static typename Type::Arguments arguments(const GemmArgs& p, const void* row,
+                                            const void* col) {
+    return {{{{p.beta}},
+             {},
+             {{{{p.alpha}}, {}, {static_cast<const ElementD*>(row), ElementD(0), {}}, {}},
+              {static_cast<const ElementD*>(col), ElementD(0), {}},
+              {}},
+             {}},
+            {p.activation}};
+  }
+};
+}  // namespace evt
 
 struct Sm90Cooperative {
   using Arch = cutlass::arch::Sm90;
@@ -61,19 +98,23 @@ Stride make_stride_ld(int64_t ld, int64_t batch_stride) {
 // generator passes A/B element types, layouts, tile and cluster already swapped.
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
           class TileShape, class ClusterShape, class Schedule, int AlignAB,
-          class TileScheduler = void, bool SwapAB = false>
+          class TileScheduler = void, bool SwapAB = false, bool BiasAct = false>
 struct Gemm {
   using ElementAcc = float;
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
                                       cutlass::layout::RowMajor>;
+  using Tree = evt::BiasActTree<TileShape, ElementD>;
+  using Fusion = cute::conditional_t<
+      BiasAct, typename Tree::Type,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, ElementD, ElementAcc>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
       ElementD, LayoutD, kAlignD,
       ElementD, LayoutD, kAlignD,
-      typename Schedule::Epilogue>::CollectiveOp;
+      typename Schedule::Epilogue, Fusion>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       typename Schedule::Arch, cutlass::arch::OpClassTensorOp,
@@ -94,14 +135,22 @@ struct Gemm {
     using StrideD = typename GemmKernel::StrideD;
     const void* a = SwapAB ? p.b : p.a;
     const void* b = SwapAB ? p.a : p.b;
+    typename CollectiveEpilogue::FusionCallbacks::Arguments thread;
+    if constexpr (BiasAct)  // the kernel's rows are the problem's columns when swapped
+      thread = Tree::arguments(p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
+    else
+      thread = {p.alpha, p.beta};
     Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {SwapAB ? p.n : p.m, SwapAB ? p.m : p.n, p.k, 1},
-        {static_cast<const ElementA*>(a), make_stride_ld<StrideA>(SwapAB ? p.ldb : p.lda, 0),
-         static_cast<const ElementB*>(b), make_stride_ld<StrideB>(SwapAB ? p.lda : p.ldb, 0)},
-        {{p.alpha, p.beta},
-         static_cast<const ElementD*>(p.c), make_stride_ld<StrideC>(p.ldc, 0),
-         static_cast<ElementD*>(p.d), make_stride_ld<StrideD>(p.ldd, 0)}};
+        p.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
+                    : cutlass::gemm::GemmUniversalMode::kGemm,
+        {SwapAB ? p.n : p.m, SwapAB ? p.m : p.n, p.k, p.batch},
+        {static_cast<const ElementA*>(a),
+         make_stride_ld<StrideA>(SwapAB ? p.ldb : p.lda, SwapAB ? p.batch_b : p.batch_a),
+         static_cast<const ElementB*>(b),
+         make_stride_ld<StrideB>(SwapAB ? p.lda : p.ldb, SwapAB ? p.batch_a : p.batch_b)},
+        {thread,
+         static_cast<const ElementD*>(p.c), make_stride_ld<StrideC>(p.ldc, p.batch_c),
+         static_cast<ElementD*>(p.d), make_stride_ld<StrideD>(p.ldd, p.batch_d)}};
     args.hw_info.device_id = p.device;
     args.hw_info.sm_count = p.sm_count;
     return args;

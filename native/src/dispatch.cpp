@@ -23,8 +23,8 @@ namespace {
 // lets pcr_select_clear invalidate every thread's map.
 
 struct Key {
-  int64_t m, n, k;
-  int32_t f[13];
+  int64_t m, n, k, batch;
+  int32_t f[17];
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
 struct KeyHash {
@@ -57,8 +57,10 @@ Key key_of(const pcr_problem& p) {
   key.m = p.m;
   key.n = p.n;
   key.k = p.k;
-  int32_t f[13] = {p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d, p.layout_a, p.layout_b,
-                   p.align_a, p.align_b, p.align_c, p.align_d, p.c_mode, p.cc, p.staged};
+  key.batch = p.batch;
+  int32_t f[17] = {p.dtype_a,  p.dtype_b,  p.dtype_c,      p.dtype_d,  p.layout_a, p.layout_b,
+                   p.align_a,  p.align_b,  p.align_c,      p.align_d,  p.c_mode,   p.cc,
+                   p.staged,   p.bias,     p.activation,   p.align_bias, p.epilogue};
   std::memcpy(key.f, f, sizeof f);
   return key;
 }
@@ -174,28 +176,27 @@ int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
 
 int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
                   pcr_plan* plan) {
-  if (p.m == 0 || p.n == 0) return PCR_OK;
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return PCR_OK;
   if (p.staged) return launch_staged(p, bd, k, stream, plan);
   int st;
-  if (p.k == 0 || p.c_mode == 2) {
-    // d = beta * c first: the whole answer when K == 0, else C in D's form for the kernel.
+  if (p.k == 0) {  // the whole answer: d = act(beta * c + bias)
     float scale = p.c_mode == 0 ? 0.0f : float(bd.beta);
-    if ((st = launch_scale_copy(p.c_mode ? &bd.c : nullptr, bd.d,
-                                p.k == 0 ? scale : 1.0f, stream)))
-      return st;
-    if (p.k == 0) return PCR_OK;
+    return launch_scale_copy(p.c_mode ? &bd.c : nullptr, bd.d, scale, stream,
+                             p.bias ? &bd.bias : nullptr, p.activation);
   }
+  if (p.c_mode == 2 && (st = launch_scale_copy(&bd.c, bd.d, 1.0f, stream)))
+    return st;  // C in D's form for the kernel, which applies beta
   return run_kernel(p, bd, k, stream, plan);
 }
 
 // Host operands: copy each one's byte span to the GPU, run, copy D back, synchronize.
 int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
   Bound dev = bd;
-  Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d};
-  const Matrix* src[] = {&bd.a, &bd.b, &bd.c, &bd.d};
-  void* buffers[4] = {nullptr, nullptr, nullptr, nullptr};
+  Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d, &dev.bias};
+  const Matrix* src[] = {&bd.a, &bd.b, &bd.c, &bd.d, &bd.bias};
+  void* buffers[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   int st = PCR_OK;
-  for (int i = 0; i < 4 && st == PCR_OK; ++i) {
+  for (int i = 0; i < 5 && st == PCR_OK; ++i) {
     if (!src[i]->ptr) continue;
     if (i == 2 && src[2]->ptr == src[3]->ptr) continue;  // c is d: staged with d
     uintptr_t lo, hi;
@@ -287,11 +288,12 @@ int kernel_for(const pcr_problem& p, const Bound& bd, int32_t forced, int* kerne
 }
 
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-         double alpha, double beta, int32_t kernel, void* stream, pcr_problem* out) {
+         double alpha, double beta, const DLTensor* bias, int activation, int32_t kernel,
+         void* stream, pcr_problem* out) {
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
   Bound bd;
-  int st = describe(a, b, c, d, alpha, beta, &p, &bd);
+  int st = describe(a, b, c, d, alpha, beta, bias, activation, &p, &bd);
   if (st != PCR_OK) return st;
   int k = -1;
   if ((st = kernel_for(p, bd, kernel, &k))) return st;
@@ -301,12 +303,13 @@ int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor
 // ---- bound plans -----------------------------------------------------------------
 
 int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-                double alpha, double beta, int32_t kernel, pcr_problem* out, pcr_plan** plan) {
+                double alpha, double beta, const DLTensor* bias, int activation,
+                int32_t kernel, pcr_problem* out, pcr_plan** plan) {
   *plan = nullptr;
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
   Bound bd;
-  int st = describe(a, b, c, d, alpha, beta, &p, &bd);
+  int st = describe(a, b, c, d, alpha, beta, bias, activation, &p, &bd);
   if (st != PCR_OK) return st;
   if (p.host)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -319,7 +322,7 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
   pl->problem = p;
   pl->bound = bd;
   pl->kernel = k;
-  if (p.m && p.n && p.k) {
+  if (p.m && p.n && p.k && p.batch) {
     DeviceGuard guard;
     st = guard.set(p.device);
     size_t scratch = stage_layout(p, bd, nullptr).bytes;
@@ -342,15 +345,16 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
 }
 
 int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor* c,
-             const DLTensor* d, cudaStream_t stream) {
+             const DLTensor* d, const DLTensor* bias, cudaStream_t stream) {
   if (!pl) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
   const Bound* bd = &pl->bound;
   Bound fresh;
-  if (a || b || c || d) {
+  if (a || b || c || d || bias) {
     if (!(a && b && d))
-      return set_error(PCR_ERR_INVALID_ARGUMENT, "a plan runs on a, b, (c,) d together");
+      return set_error(PCR_ERR_INVALID_ARGUMENT, "a plan runs on a, b, (c,) d (, bias) together");
     pcr_problem p;
-    int st = describe(a, b, c, d, pl->bound.alpha, pl->bound.beta, &p, &fresh);
+    int st = describe(a, b, c, d, pl->bound.alpha, pl->bound.beta, bias,
+                      pl->problem.activation, &p, &fresh);
     if (st != PCR_OK) return st;
     if (!same_problem(p, pl->problem))
       return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -412,15 +416,16 @@ PCR_API int pcr_kernel_check(int32_t kernel, const pcr_problem* problem) {
 }
 
 PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                         const DLTensor* d, double alpha, double beta, pcr_problem* out) {
+                         const DLTensor* d, double alpha, double beta, const DLTensor* bias,
+                         int32_t activation, pcr_problem* out) {
   Bound bd;
-  return describe(a, b, c, d, alpha, beta, out, &bd);
+  return describe(a, b, c, d, alpha, beta, bias, activation, out, &bd);
 }
 
 PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                     const DLTensor* d, double alpha, double beta, int32_t kernel,
-                     void* stream, pcr_problem* problem) {
-  return gemm(a, b, c, d, alpha, beta, kernel, stream, problem);
+                     const DLTensor* d, double alpha, double beta, const DLTensor* bias,
+                     int32_t activation, int32_t kernel, void* stream, pcr_problem* problem) {
+  return gemm(a, b, c, d, alpha, beta, bias, activation, kernel, stream, problem);
 }
 
 PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels,
@@ -438,21 +443,24 @@ PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels,
 }
 
 PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                            const DLTensor* d, double alpha, double beta, int32_t kernel,
+                            const DLTensor* d, double alpha, double beta,
+                            const DLTensor* bias, int32_t activation, int32_t kernel,
                             pcr_problem* problem, pcr_plan** plan) {
   clear_error();
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_plan_create: plan is NULL");
-  return plan_create(a, b, c, d, alpha, beta, kernel, problem, plan);
+  return plan_create(a, b, c, d, alpha, beta, bias, activation, kernel, problem, plan);
 }
 
 PCR_API int pcr_plan_run(pcr_plan* plan, void* stream) {
-  return plan_run(plan, nullptr, nullptr, nullptr, nullptr, static_cast<cudaStream_t>(stream));
+  return plan_run(plan, nullptr, nullptr, nullptr, nullptr, nullptr,
+                  static_cast<cudaStream_t>(stream));
 }
 
 PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
-                              const DLTensor* c, const DLTensor* d, void* stream) {
+                              const DLTensor* c, const DLTensor* d, const DLTensor* bias,
+                              void* stream) {
   clear_error();
-  return plan_run(plan, a, b, c, d, static_cast<cudaStream_t>(stream));
+  return plan_run(plan, a, b, c, d, bias, static_cast<cudaStream_t>(stream));
 }
 
 PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel) {

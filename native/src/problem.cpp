@@ -52,10 +52,23 @@ int esize_of(int dtype) {
 
 bool is_host(int device_type) { return device_type == kDLCPU || device_type == kDLCUDAHost; }
 
+// A 2-D matrix, or a 3-D batch of them (batch dimension first).
 int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Matrix* m) {
-  if (t->ndim != 2)
+  if (t->ndim != 2 && t->ndim != 3)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "%s must be a 2-D matrix, got a %d-D tensor", name, t->ndim);
+                     "%s must be a 2-D matrix or a 3-D batch of matrices, got a %d-D tensor",
+                     name, t->ndim);
+  const int r = t->ndim - 2;  // index of the rows dimension
+  if (r) {
+    m->batch = t->shape[0];
+    m->sb = t->strides ? t->strides[0] : t->shape[1] * t->shape[2];
+    if (m->batch < 0 || m->sb < 0)
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "%s has a negative batch dimension or batch stride", name);
+    if (m->batch >= (int64_t(1) << 31))
+      return set_error(PCR_ERR_UNSUPPORTED, "%s has a batch of 2^31 or more matrices", name);
+    if (m->batch == 1) m->sb = 0;
+  }
   m->dtype = dtype_from_dl(t->dtype);
   if (m->dtype == PCR_DTYPE_INVALID)
     return set_error(PCR_ERR_INVALID_DTYPE,
@@ -63,8 +76,8 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
                      "%d lanes); use float16, bfloat16 or float32",
                      name, t->dtype.code, t->dtype.bits, t->dtype.lanes);
   m->esize = esize_of(m->dtype);
-  m->rows = t->shape[0];
-  m->cols = t->shape[1];
+  m->rows = t->shape[r];
+  m->cols = t->shape[r + 1];
   if (m->rows < 0 || m->cols < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a negative dimension", name);
   if (m->rows >= (int64_t(1) << 31) || m->cols >= (int64_t(1) << 31))
@@ -73,20 +86,22 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
                      "); kernels index dimensions with 32 bits",
                      name, m->rows, m->cols);
   if (t->strides) {
-    m->s0 = t->strides[0];
-    m->s1 = t->strides[1];
+    m->s0 = t->strides[r];
+    m->s1 = t->strides[r + 1];
   } else {
     m->s0 = m->cols;
     m->s1 = 1;
   }
-  // A size-1 dimension is never stepped over: its stride carries no information.
+  // A size-1 dimension is never stepped over: its stride carries no information; nor do
+  // the strides of an empty matrix (read as compact row-major).
   if (m->rows == 1) m->s0 = 0;
   if (m->cols == 1) m->s1 = 0;
+  if (m->rows == 0 || m->cols == 0) m->s0 = std::max<int64_t>(m->cols, 1), m->s1 = 1;
   if (m->s0 < 0 || m->s1 < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "%s has a negative stride (%" PRId64 ", %" PRId64
                      "); flipped views are not supported: make it contiguous first",
-                     name, t->strides[0], t->strides[1]);
+                     name, t->strides[r], t->strides[r + 1]);
   if (((m->rows > 1 && m->s0 == 0) || (m->cols > 1 && m->s1 == 0)) && !allow_zero_stride)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "%s has a zero stride (a broadcast view, strides %" PRId64 ", %" PRId64
@@ -100,7 +115,7 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
                      "%s lives on DLPack device type %d; pycutlass_rt takes CUDA tensors "
                      "(or host arrays, staged through the GPU)",
                      name, m->device_type);
-  if (m->ptr == nullptr && m->rows * m->cols > 0)
+  if (m->ptr == nullptr && m->rows * m->cols * m->batch > 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
   return PCR_OK;
 }
@@ -135,16 +150,67 @@ int layout_error(const Matrix& m, const char* name) {
                    name, m.rows, m.cols, m.s0, m.s1);
 }
 
-// Largest power of two <= 16 dividing the address, the leading dimension and the
-// contiguous extent, in bytes. Kernels with 16-byte vector access need 16.
+// Largest power of two <= 16 dividing the address, the leading dimension, the batch
+// stride and the contiguous extent, in bytes. Kernels with 16-byte vector access need 16.
 int alignment_bytes(const Matrix& m, int layout, int64_t ld) {
   uintptr_t v = reinterpret_cast<uintptr_t>(m.ptr);
   int64_t contiguous = layout == PCR_ROW_MAJOR ? m.cols : m.rows;
   int align = 16;
-  while (align > m.esize &&
-         (v % align || (ld * m.esize) % align || (contiguous * m.esize) % align))
+  while (align > m.esize && (v % align || (ld * m.esize) % align ||
+                             (contiguous * m.esize) % align || (m.sb * m.esize) % align))
     align /= 2;
   return align;
+}
+
+// The bias as a broadcast view over d (rows x cols), numpy's rules: shape (N,), (1, N) or
+// (1, 1, N) adds one value per column (*axis = 1), (M, 1) or (1, M, 1) one per row (2).
+int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
+  if (t->ndim < 1 || t->ndim > 3)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "bias must be a vector of shape (N,), (1, N) or (M, 1); got a %d-D tensor",
+                     t->ndim);
+  v->dtype = dtype_from_dl(t->dtype);
+  if (v->dtype != D.dtype)
+    return set_error(PCR_ERR_UNSUPPORTED, "bias is %s but d is %s; pass the bias in d's dtype",
+                     dtype_name(v->dtype), dtype_name(D.dtype));
+  v->esize = esize_of(v->dtype);
+  int64_t shape[3] = {1, 1, 1}, stride[3] = {0, 0, 0};
+  for (int i = 0, j = 3 - t->ndim; i < t->ndim; ++i, ++j) {
+    shape[j] = t->shape[i];
+    stride[j] = t->strides ? t->strides[i] : 1;
+  }
+  if (!t->strides)  // compact row-major
+    for (int j = 1; j >= 0; --j) stride[j] = stride[j + 1] * shape[j + 1];
+  if (shape[0] != 1)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "bias has a batch dimension of %" PRId64 "; one bias vector serves the "
+                     "whole batch: pass shape (N,) or (M, 1)", shape[0]);
+  int64_t len, step;
+  if (shape[1] == 1 && shape[2] == D.cols) {
+    *axis = 1, len = shape[2], step = stride[2];
+  } else if (shape[2] == 1 && shape[1] == D.rows) {
+    *axis = 2, len = shape[1], step = stride[1];
+  } else {
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "bias of shape (%" PRId64 ", %" PRId64 ") does not broadcast against d "
+                     "(%" PRId64 ", %" PRId64 ") as a vector: pass (N,) or (1, N) for one value "
+                     "per column, (M, 1) for one per row",
+                     shape[1], shape[2], D.rows, D.cols);
+  }
+  if (len > 1 && step != 1)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "bias must be contiguous (its stride is %" PRId64 "); make it contiguous "
+                     "first", step);
+  v->ptr = static_cast<char*>(t->data) + t->byte_offset;
+  if (v->ptr == nullptr && len > 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "bias has a null data pointer");
+  v->device_type = t->device.device_type;
+  v->device_id = t->device.device_id;
+  v->rows = D.rows;
+  v->cols = D.cols;
+  v->s0 = *axis == 2 ? 1 : 0;
+  v->s1 = *axis == 1 ? 1 : 0;
+  return PCR_OK;
 }
 
 bool overlaps(const Matrix& x, const Matrix& y) {
@@ -161,8 +227,11 @@ constexpr double kStageMinMacs = double(1 << 27);
 // Marks the operands a large device problem copies into 16-byte-aligned scratch (odd
 // leading dimensions, offset views), so that the TMA / cp.async kernels can run it. A C
 // that D's kernel cannot read in place is copied into D (or D's scratch) first.
+// Batched problems and fused epilogues are not staged (their kernels would read the
+// padding as data); the any-alignment kernels run them.
 void stage_misaligned(pcr_problem* p) {
-  if (p->host || p->k == 0 || double(p->m) * double(p->n) * double(p->k) < kStageMinMacs)
+  if (p->host || p->k == 0 || p->batch > 1 || p->epilogue != PCR_EPI_LINEAR ||
+      double(p->m) * double(p->n) * double(p->k) < kStageMinMacs)
     return;
   if (p->align_a < 16) p->staged |= 1, p->align_a = 16;
   if (p->align_b < 16) p->staged |= 2, p->align_b = 16;
@@ -180,16 +249,17 @@ void Matrix::transpose() {
 
 void Matrix::extent(uintptr_t* lo, uintptr_t* hi) const {
   uintptr_t base = reinterpret_cast<uintptr_t>(ptr);
-  if (rows == 0 || cols == 0) {
+  if (rows == 0 || cols == 0 || batch == 0) {
     *lo = *hi = base;
     return;
   }
   *lo = base;
-  *hi = base + uintptr_t(((rows - 1) * s0 + (cols - 1) * s1 + 1) * esize);
+  *hi = base + uintptr_t(((batch - 1) * sb + (rows - 1) * s0 + (cols - 1) * s1 + 1) * esize);
 }
 
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-             double alpha, double beta, pcr_problem* p, Bound* bound) {
+             double alpha, double beta, const DLTensor* bias, int activation, pcr_problem* p,
+             Bound* bound) {
   clear_error();
   std::memset(p, 0, sizeof *p);
   *bound = Bound{};
@@ -201,7 +271,9 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   if (beta != 0.0 && !c)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "c is None but beta = %g; pass c, or beta=0", beta);
-  Matrix &A = bound->a, &B = bound->b, &C = bound->c, &D = bound->d;
+  if (activation < PCR_ACT_NONE || activation > PCR_ACT_SILU)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "unknown activation code %d", activation);
+  Matrix &A = bound->a, &B = bound->b, &C = bound->c, &D = bound->d, &V = bound->bias;
   int st;
   if ((st = load_matrix(a, "a", false, &A)) || (st = load_matrix(b, "b", false, &B)) ||
       (st = load_matrix(d, "d", false, &D)))
@@ -209,6 +281,36 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   // c is validated whenever given, and read only when beta != 0.
   const bool use_c = c && beta != 0.0;
   if (c && (st = load_matrix(c, "c", true, &C))) return st;
+  int bias_axis = 0;
+  if (bias && (st = load_bias(bias, D, &V, &bias_axis))) return st;
+
+  // Batch: d holds all L matrices; each input has L of them or one shared by all.
+  const int64_t L = D.batch;
+  {
+    const Matrix* in[] = {&A, &B, c ? &C : nullptr};
+    const char* in_names[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; ++i) {
+      if (!in[i] || in[i]->batch == 1 || in[i]->batch == L) continue;
+      if (L == 1)
+        return set_error(PCR_ERR_INVALID_ARGUMENT,
+                         "d holds 1 matrices but %s holds %" PRId64 "; d must be (L, M, N)",
+                         in_names[i], in[i]->batch);
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "batch mismatch: %s holds %" PRId64 " matrices, d %" PRId64
+                       "; each of a, b, c holds L matrices or one (shared)",
+                       in_names[i], in[i]->batch, L);
+    }
+    if (L > 1) {
+      uintptr_t lo, hi;
+      Matrix one = D;
+      one.batch = 1;
+      one.extent(&lo, &hi);
+      if (D.sb * D.esize < int64_t(hi - lo))
+        return set_error(PCR_ERR_OVERLAP,
+                         "d's matrices overlap (batch stride %" PRId64 " elements); every "
+                         "output matrix needs its own memory", D.sb);
+    }
+  }
 
   if (A.cols != B.rows || A.rows != D.rows || B.cols != D.cols)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -224,10 +326,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      dtype_name(A.dtype), dtype_name(B.dtype));
 
   // Devices: all CUDA on one ordinal, or all on the host.
-  const Matrix* ops[] = {&A, &B, &D, c ? &C : nullptr};
-  const char* names[] = {"a", "b", "d", "c"};
+  const Matrix* ops[] = {&A, &B, &D, c ? &C : nullptr, bias ? &V : nullptr};
+  const char* names[] = {"a", "b", "d", "c", "bias"};
   bool host = is_host(D.device_type);
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     if (!ops[i]) continue;
     if (is_host(ops[i]->device_type) != host)
       return set_error(PCR_ERR_DEVICE_MISMATCH,
@@ -242,12 +344,13 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   }
 
   // Aliasing: d may be c exactly, and must not overlap a or b.
-  if (overlaps(D, A) || overlaps(D, B))
+  if (overlaps(D, A) || overlaps(D, B) || (bias && overlaps(D, V)))
     return set_error(PCR_ERR_OVERLAP,
                      "d overlaps %s in memory; the output must not alias an input of the "
                      "product (pass a separate output)",
-                     overlaps(D, A) ? "a" : "b");
-  bool c_is_d = use_c && C.ptr == D.ptr && C.s0 == D.s0 && C.s1 == D.s1 && C.dtype == D.dtype;
+                     overlaps(D, A) ? "a" : overlaps(D, B) ? "b" : "bias");
+  bool c_is_d = use_c && C.ptr == D.ptr && C.s0 == D.s0 && C.s1 == D.s1 && C.sb == D.sb &&
+                C.dtype == D.dtype;
   if (use_c && !c_is_d && overlaps(C, D))
     return set_error(PCR_ERR_OVERLAP,
                      "c overlaps d without being the same view; pass c=d (same strides) or "
@@ -264,6 +367,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     B.transpose();
     D.transpose();
     if (use_c) C.transpose();
+    if (bias) V.transpose(), bias_axis = 3 - bias_axis;
     layout_of(D, &ld_layout, &ldd);
   }
   int la, lb;
@@ -283,6 +387,14 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   p->align_b = alignment_bytes(B, lb, ldb);
   p->align_d = alignment_bytes(D, PCR_ROW_MAJOR, ldd);
   p->host = host;
+  p->batch = L;
+  p->activation = activation;
+  p->bias = bias_axis;
+  p->epilogue = bias || activation != PCR_ACT_NONE ? PCR_EPI_BIAS_ACT : PCR_EPI_LINEAR;
+  if (bias) {  // the address only: the vector's length is D's extent, aligned as D is
+    uintptr_t v = reinterpret_cast<uintptr_t>(V.ptr);
+    for (p->align_bias = 16; p->align_bias > V.esize && v % p->align_bias;) p->align_bias /= 2;
+  }
   bound->lda = lda;
   bound->ldb = ldb;
   bound->ldd = ldd;
@@ -315,20 +427,25 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   bool known = false;
   for (int i = 0; i < kKernelCount && !known; ++i) {
     const pcr_kernel_desc& kd = kKernels[i]->info;
-    known = kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b && kd.dtype_d == p->dtype_d;
+    known = kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b &&
+            kd.dtype_d == p->dtype_d && kd.epilogue >= p->epilogue;
   }
   if (!known) {
+    const bool fused = p->epilogue != PCR_EPI_LINEAR;
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
       const pcr_kernel_desc& kd = kKernels[i]->info;
+      if (kd.epilogue < p->epilogue) continue;
       std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " +
                           dtype_name(kd.dtype_b) + " -> " + dtype_name(kd.dtype_d);
       if (have.find(combo) == std::string::npos) have += (have.empty() ? "" : "; ") + combo;
     }
     return set_error(PCR_ERR_UNSUPPORTED,
-                     "no kernel in this build computes %s x %s -> %s; available: %s",
+                     "no kernel in this build computes %s x %s -> %s%s; available%s: %s",
                      dtype_name(p->dtype_a), dtype_name(p->dtype_b), dtype_name(p->dtype_d),
-                     have.empty() ? "none (the build holds no kernels)" : have.c_str());
+                     fused ? " with a fused bias/activation epilogue" : "",
+                     fused ? " with one" : "",
+                     have.empty() ? "none" : have.c_str());
   }
 
   // The device: the operands' GPU, or the current one for host operands.
@@ -363,6 +480,14 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   }
   g.alpha = float(bd.alpha);
   g.beta = p.c_mode == 0 ? 0.0f : float(bd.beta);
+  g.batch = int(p.batch);
+  g.batch_a = bd.a.sb;
+  g.batch_b = bd.b.sb;
+  g.batch_c = p.c_mode == 1 ? bd.c.sb : bd.d.sb;
+  g.batch_d = bd.d.sb;
+  if (p.bias == 1) g.bias_n = bd.bias.ptr;
+  if (p.bias == 2) g.bias_m = bd.bias.ptr;
+  g.activation = p.activation;
   g.device = p.device;
   g.sm_count = p.sm_count;
   return g;
@@ -429,6 +554,10 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
   // An empty problem launches no kernel (d = beta * c at most): any kernel of these
   // dtypes may be named for it.
   if (p.m == 0 || p.n == 0 || p.k == 0) return PCR_OK;
+  if (kd.epilogue < p.epilogue)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "%s has a plain epilogue; this call needs a fused bias/activation one",
+                     kd.name);
   if (kd.layout_a != p.layout_a || kd.layout_b != p.layout_b) {
     auto L = [](int l) { return l == PCR_ROW_MAJOR ? 't' : 'n'; };
     return set_error(PCR_ERR_UNSUPPORTED,
@@ -442,6 +571,7 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
       {"b", p.align_b, kd.align_b * es_ab},
       {"d", p.align_d, kd.align_c * es_d},
       {"c", p.c_mode == 1 ? p.align_c : 16, kd.align_c * es_d},
+      {"bias", p.bias ? p.align_bias : 16, kd.align_c * es_d},
   };
   for (auto& r : req)
     if (r.have < r.need)

@@ -169,13 +169,17 @@ int ingest(void* object, const char* name, Operand* out) {
   return PCR_OK;
 }
 
-int ingest_all(void* a, void* b, void* c, void* d, Operand ops[4]) {
+// The operands of one call: a, b, c, d, bias (c and bias optional).
+constexpr int kOperands = 5;
+
+int ingest_all(void* a, void* b, void* c, void* d, void* bias, Operand ops[kOperands]) {
   if (!py().ok)
     return set_error(PCR_ERR_INTERNAL,
                      "the Python-object entry points need a CPython process; use pcr_gemm");
   int st;
   if ((st = ingest(a, "a", &ops[0])) || (st = ingest(b, "b", &ops[1])) ||
-      (st = ingest(c, "c", &ops[2])) || (st = ingest(d, "d", &ops[3])))
+      (st = ingest(c, "c", &ops[2])) || (st = ingest(d, "d", &ops[3])) ||
+      (st = ingest(bias, "bias", &ops[4])))
     return st;
   if (!ops[0].present || !ops[1].present || !ops[3].present)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
@@ -213,7 +217,8 @@ const DLTensor* dl_or_null(const Operand& op) { return op.present ? &op.dl : nul
 int run_bound(pcr_plan* plan, int32_t flags, void* stream) {
   auto* api = static_cast<const DLPackExchangeAPI*>(plan->stream_api);
   if (int st = api_stream(api, plan->problem.device, flags, &stream)) return st;
-  return plan_run(plan, nullptr, nullptr, nullptr, nullptr, static_cast<cudaStream_t>(stream));
+  return plan_run(plan, nullptr, nullptr, nullptr, nullptr, nullptr,
+                  static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace
@@ -224,25 +229,27 @@ using namespace pcr;
 extern "C" {
 
 PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-                        int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
+                        void* bias, int32_t activation, int32_t kernel, int32_t flags,
+                        void* stream, pcr_problem* problem) {
   clear_error();
-  Operand ops[4];
-  int st = ingest_all(a, b, c, d, ops);
+  Operand ops[kOperands];
+  int st = ingest_all(a, b, c, d, bias, ops);
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
-  return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta, kernel,
-              stream, problem);
+  return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+              dl_or_null(ops[4]), activation, kernel, stream, problem);
 }
 
 PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                               int32_t kernel, pcr_problem* problem, pcr_plan** plan) {
+                               void* bias, int32_t activation, int32_t kernel,
+                               pcr_problem* problem, pcr_plan** plan) {
   clear_error();
-  Operand ops[4];
-  int st = ingest_all(a, b, c, d, ops);
+  Operand ops[kOperands];
+  int st = ingest_all(a, b, c, d, bias, ops);
   if (st != PCR_OK) return st;
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_plan_create: plan is NULL");
   st = plan_create(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-                   kernel, problem, plan);
+                   dl_or_null(ops[4]), activation, kernel, problem, plan);
   if (st == PCR_OK) {
     const Operand* src = stream_source(ops);
     (*plan)->stream_api = src ? src->api : nullptr;
@@ -250,19 +257,20 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
   return st;
 }
 
-PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, int32_t flags,
-                            void* stream) {
+PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* bias,
+                            int32_t flags, void* stream) {
   clear_error();
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
   const PyApi& P = py();
   auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
-  if (none(a) && none(b) && none(c) && none(d)) return run_bound(plan, flags, stream);
-  Operand ops[4];
-  int st = ingest_all(a, b, c, d, ops);
+  if (none(a) && none(b) && none(c) && none(d) && none(bias))
+    return run_bound(plan, flags, stream);
+  Operand ops[kOperands];
+  int st = ingest_all(a, b, c, d, bias, ops);
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
-                  static_cast<cudaStream_t>(stream));
+                  dl_or_null(ops[4]), static_cast<cudaStream_t>(stream));
 }
 
 PCR_API int pcr_py_plan_launch(pcr_plan* plan) {
@@ -272,13 +280,13 @@ PCR_API int pcr_py_plan_launch(pcr_plan* plan) {
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-                            pcr_problem* out) {
+                            void* bias, int32_t activation, pcr_problem* out) {
   clear_error();
-  Operand ops[4];
-  int st = ingest_all(a, b, c, d, ops);
+  Operand ops[kOperands];
+  int st = ingest_all(a, b, c, d, bias, ops);
   if (st != PCR_OK) return st;
   return pcr_describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-                      out);
+                      dl_or_null(ops[4]), activation, out);
 }
 
 }  // extern "C"

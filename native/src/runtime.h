@@ -36,10 +36,12 @@ int cuda_status(cudaError_t e, const char* what);
 int kernel_runs_on(int k, int device, bool* runs);
 
 // ---- operands and problems (problem.cpp) ----
-// A validated matrix operand: rows x cols with element strides s0 (rows), s1 (cols).
+// A validated matrix operand: rows x cols with element strides s0 (rows), s1 (cols), in a
+// batch of `batch` matrices sb elements apart (sb == 0: one matrix shared by the batch).
 struct Matrix {
   char* ptr = nullptr;  // data + byte_offset
   int64_t rows = 0, cols = 0, s0 = 0, s1 = 0;
+  int64_t batch = 1, sb = 0;
   int dtype = PCR_DTYPE_INVALID;
   int esize = 0;
   int device_type = 0, device_id = 0;
@@ -51,12 +53,14 @@ struct Matrix {
 // What a launch needs beyond the pcr_problem: the operands in canonical orientation.
 struct Bound {
   Matrix a, b, c, d;  // c.ptr == nullptr without C
+  Matrix bias;        // broadcast view over d's extent: strides (0, 1) or (1, 0); or empty
   double alpha = 1.0, beta = 0.0;
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
 };
 
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-             double alpha, double beta, pcr_problem* problem, Bound* bound);
+             double alpha, double beta, const DLTensor* bias, int activation,
+             pcr_problem* problem, Bound* bound);
 // Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, CUTLASS's checks).
 int check_kernel(int k, const pcr_problem& problem, const Bound* bound);
 GemmArgs gemm_args(const pcr_problem& problem, const Bound& bound);
@@ -98,10 +102,13 @@ int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStrea
 int select(const pcr_problem& problem, const Bound& bound, int* kernel);
 // describe + kernel choice (forced, or from the selection memo) + launch.
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-         double alpha, double beta, int32_t kernel, void* stream, pcr_problem* problem);
-// d = scale * src elementwise over d's extent (src == nullptr: d = 0; elements past a
-// smaller src's extent are 0), any strides, converting dtypes.
-int launch_scale_copy(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream);
+         double alpha, double beta, const DLTensor* bias, int activation, int32_t kernel,
+         void* stream, pcr_problem* problem);
+// d = act(scale * src + bias) elementwise over d's extent and batch (src == nullptr:
+// d = act(bias), or 0; elements past a smaller src's extent read as 0), any strides,
+// converting dtypes. `bias` (d's dtype, or nullptr) is a broadcast view as in Bound.
+int launch_scale_copy(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream,
+                      const Matrix* bias = nullptr, int activation = PCR_ACT_NONE);
 
 }  // namespace pcr
 
@@ -119,10 +126,10 @@ struct pcr_plan {
 
 namespace pcr {
 int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-                double alpha, double beta, int32_t kernel, pcr_problem* problem,
-                pcr_plan** out);
+                double alpha, double beta, const DLTensor* bias, int activation,
+                int32_t kernel, pcr_problem* problem, pcr_plan** out);
 // Runs the plan on the tensors bound at creation, or on new ones (nullptr: bound ones)
 // that must describe the same problem.
 int plan_run(pcr_plan* plan, const DLTensor* a, const DLTensor* b, const DLTensor* c,
-             const DLTensor* d, cudaStream_t stream);
+             const DLTensor* d, const DLTensor* bias, cudaStream_t stream);
 }  // namespace pcr

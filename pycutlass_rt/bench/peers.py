@@ -1,11 +1,13 @@
 """The libraries pycutlass_rt is compared with, behind one small interface.
 
-Each peer's ``make(case, fw)`` returns ``fn(a, b, c, d)`` computing the case's GEMM into
-``d``, or raises :class:`Unsupported` saying why it cannot. A peer that cannot even be
+Each peer's ``make(case, fw, bias)`` returns ``fn(a, b, c, d)`` computing the case's GEMM
+into ``d`` (with ``bias`` and the activation of a ``bias_<act>`` epilogue), or raises
+:class:`Unsupported` saying why it cannot. A peer that cannot even be
 loaded says so in ``error`` and is reported, never fatal.
 
 - cuBLAS through torch (``torch.mm(out=)``, ``torch.addmm`` for beta, ``torch._scaled_mm``
-  for fp8, ``torch._int_mm`` for int8);
+  for fp8, ``torch._int_mm`` for int8); a bias + activation epilogue is torch's unfused
+  sequence, ``torch.addmm(bias, a, b, out=d)`` then the activation in place on ``d``;
 - ``cupy.matmul`` where torch is absent;
 - the CUTLASS Python interface (``cutlass_cppgen`` of the ``nvidia-cutlass`` wheel), whose
   compile time (first-call latency) is reported per kernel it builds.
@@ -20,6 +22,8 @@ import sys
 import tempfile
 import time
 import types
+
+from .shapes import bias_activation
 
 
 class Unsupported(Exception):
@@ -36,9 +40,20 @@ class TorchBlas:
     error = None
     drain = None
 
-    def make(self, case, fw):
+    def make(self, case, fw, bias=None):
         t = fw.torch
         beta = case.beta
+        act = bias_activation(case.epilogue)
+        if act:
+            if case.dtype not in ("bf16", "fp16") or beta:
+                raise Unsupported(f"{case.epilogue} with {case.dtype}, beta={beta}")
+            act_ = {"relu": t.relu_, "gelu": lambda x: t._C._nn.gelu(x, out=x),
+                    "silu": lambda x: t.nn.functional.silu(x, inplace=True)}[act]
+
+            def unfused(a, b, c, d):
+                t.addmm(bias, a, b, out=d)
+                act_(d)
+            return unfused
         if case.dtype in ("bf16", "fp16"):
             if beta:
                 return lambda a, b, c, d: t.addmm(c, a, b, beta=beta, out=d)
@@ -75,8 +90,10 @@ class CupyBlas:
     error = None
     drain = None
 
-    def make(self, case, fw):
+    def make(self, case, fw, bias=None):
         cp = fw.cp
+        if bias_activation(case.epilogue):
+            raise Unsupported(f"epilogue {case.epilogue}: compared with torch only")
         if case.beta == 1.0:
             def fn(a, b, c, d):
                 cp.matmul(a, b, out=d)
@@ -230,7 +247,7 @@ class CutlassPython:
         al_b = _alignment(n if case.layout[1] == "t" else k)
         return (case.dtype, case.layout, al_a, al_b, _alignment(n))
 
-    def make(self, case, fw):
+    def make(self, case, fw, bias=None):
         if self.error:
             raise Unsupported(self.error)
         lib = self.cutlass

@@ -9,7 +9,7 @@ import math
 
 from . import timing
 from .peers import Unsupported
-from .shapes import DTYPES, GROUPS
+from .shapes import DTYPES, GROUPS, bias_activation
 from .timing import Contestant
 
 OURS = "pycutlass_rt"
@@ -66,6 +66,8 @@ class Bench:
         free_bytes: callable giving the free GPU memory, or None.
     """
 
+    bias = None  # the current case's bias vector (bias_<act> epilogues)
+
     def __init__(self, fw, pcr, peers, settings, l2_bytes, free_bytes=None):
         self.fw, self.pcr, self.peers, self.settings = fw, pcr, peers, settings
         self.l2_bytes = l2_bytes
@@ -73,7 +75,8 @@ class Bench:
 
     # -- operands ---------------------------------------------------------------------
     def operands(self, case) -> list:
-        """Operand sets ``(a, b, c, d)`` covering ``l2_factor`` x L2 (c None at beta 0)."""
+        """Operand sets ``(a, b, c, d)`` covering ``l2_factor`` x L2 (c None at beta 0);
+        a ``bias_<act>`` case also gets ``self.bias``, one (N,) vector for every set."""
         per_set = set_bytes(case)
         count = timing.set_count(per_set, self.l2_bytes, self.settings)
         if self.free_bytes is not None:
@@ -89,6 +92,8 @@ class Bench:
             c = fw.operand(case.m, case.n, "t", spec.torch_d, pad) if case.beta else None
             d = fw.operand(case.m, case.n, "t", spec.torch_d, pad, fill=False)
             sets.append((a, b, c, d))
+        self.bias = (fw.operand(1, case.n, "t", spec.torch_d)[0]
+                     if bias_activation(case.epilogue) else None)
         return sets
 
     def check(self, case, fn, s) -> dict:
@@ -97,7 +102,8 @@ class Bench:
         self.fw.poison(d)
         fn(a, b, c, d)
         self.fw.sync()
-        ref = self.fw.reference(a, b, c, 1.0, case.beta)
+        ref = self.fw.reference(a, b, c, 1.0, case.beta, self.bias,
+                                bias_activation(case.epilogue))
         err = self.fw.rel_err(d, ref)
         tol = tolerance(case.dtype)
         finite = self.fw.is_finite(d)
@@ -106,6 +112,11 @@ class Bench:
 
     def _ours(self, case, kernel=None):
         gemm, beta = self.pcr.gemm, case.beta
+        act = bias_activation(case.epilogue)
+        if act:
+            bias = self.bias
+            return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, bias=bias, activation=act,
+                                           kernel=kernel)
         if kernel is None:
             return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta)
         return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, kernel=kernel)
@@ -145,7 +156,7 @@ class Bench:
             if only and peer.name not in only:
                 continue
             try:
-                fn = peer.make(case, self.fw)
+                fn = peer.make(case, self.fw, self.bias)
                 if hasattr(peer, "first_call"):
                     rec.setdefault("first_call_s", {})[peer.name] = peer.first_call(
                         case, fn, sets[0], self.fw)
@@ -163,7 +174,9 @@ class Bench:
 
     def _compare(self, case, sets, rec):
         a, b, c, d = sets[0]
-        rec["kernel"] = self.pcr.explain(a, b, c, d, 1.0, case.beta).kernel
+        act = bias_activation(case.epilogue)
+        rec["kernel"] = self.pcr.explain(a, b, c, d, 1.0, case.beta, bias=self.bias,
+                                         activation=act).kernel
         ours_fn = self._ours(case)
         rec["check"] = self.check(case, ours_fn, sets[0])
         contestants = [Contestant(OURS, self._on_sets(ours_fn, sets))]
@@ -208,7 +221,7 @@ class Bench:
         ours_fn = self._ours(case)
         rec["check"] = self.check(case, ours_fn, sets[0])
         blas = next((p for p in self.peers if p.name == "cublas"), None)
-        blas_fn = blas.make(case, fw) if blas else None
+        blas_fn = blas.make(case, fw, self.bias) if blas else None
         blas_name = blas.via.split(" ")[0] if blas else None
         eager = [Contestant("pcr.gemm", self._on_sets(ours_fn, sets))]
         graphs = [("graph replay: pcr.gemm", lambda: ours_fn(a, b, c, d))]

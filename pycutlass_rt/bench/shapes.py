@@ -141,7 +141,12 @@ GROUPS = {g.key: g for g in (
 )}
 
 #: epilogues the library runs today; the others are listed and reported as unsupported
-SUPPORTED_EPILOGUES = ("linear",)
+SUPPORTED_EPILOGUES = ("linear",) + tuple(f"bias_{act}" for act in ACTIVATIONS)
+
+
+def bias_activation(epilogue: str) -> str | None:
+    """The activation of a ``bias_<act>`` epilogue (None for ``linear``)."""
+    return epilogue[len("bias_"):] if epilogue.startswith("bias_") else None
 
 
 def parse_dtype(name: str) -> str:
@@ -182,7 +187,7 @@ def cases(groups=None, dtypes=None, available=()) -> list:
                     skip = (f"not in this build (its kernels: "
                             f"{', '.join(available) or 'none'})")
                 elif case.epilogue not in SUPPORTED_EPILOGUES:
-                    skip = "unsupported: bias + activation epilogues are not in pycutlass_rt yet"
+                    skip = f"unsupported: epilogue {case.epilogue}"
                 out.append(dataclasses.replace(case, skip=skip))
     return out
 

@@ -88,8 +88,8 @@ def test_cases_keep_rows_outside_the_build_with_a_reason():
     assert {c.dtype for c in run_} == {"bf16", "fp16"} and len(run_) == 8
     assert all("not in this build" in c.skip for c in cs if c.dtype in ("tf32", "fp8", "int8"))
     f = shapes.cases(["F"], ["bf16"], ["bf16"])
-    assert sum(c.skip is None for c in f) == 14
-    assert all("epilogue" in c.skip for c in f if c.epilogue != "linear")
+    assert all(c.skip is None for c in f) and len(f) == 14 + 3 * 7
+    assert {shapes.bias_activation(c.epilogue) for c in f} == {None, "relu", "gelu", "silu"}
     assert shapes.cases(["B"], ["fp16"], ["fp16"]) == []  # B has no fp16 rows
     assert len(shapes.cases(available=["bf16"])) == sum(
         len(g.shapes) * len(g.dtypes) for g in shapes.GROUPS.values())
@@ -289,7 +289,7 @@ def test_bench_list_needs_no_gpu():
     r = bench_cli("--list", "-g", "A,F")
     assert r.returncode == 0, r.stderr
     assert "A square   fp8   1024x1024x1024 tt   [skipped: not in this build" in r.stdout
-    assert "bias_gelu   [skipped: unsupported" in r.stdout
+    assert "F epilogue bf16  2048x8192x28672 tn bias_silu\n" in r.stdout  # runnable now
     assert r.stdout.strip().splitlines()[-1].startswith(f"{20 + 35} cases")
 
 
@@ -404,7 +404,7 @@ class NumpyFw:
     def stream_handle(self):
         return 0
 
-    def reference(self, a, b, c=None, alpha=1.0, beta=0.0):
+    def reference(self, a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
         ref = alpha * (a.astype(np.float64) @ b.astype(np.float64))
         return ref + beta * c if c is not None and beta else ref
 
@@ -434,7 +434,7 @@ def fake_pcr(kernels=("k_best", "k_slow"), slow=(), wrong=(), plan=True):
         np.add(r, beta * c, out=d) if beta else np.copyto(d, r)
         return d
 
-    def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None):
+    def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, kernel=None, **epilogue):
         ranked = [(k, "rule") for k in kernels]
         return types.SimpleNamespace(kernel=kernels[0], ranked=ranked, reason="rule")
 
@@ -457,7 +457,7 @@ def fake_pcr(kernels=("k_best", "k_slow"), slow=(), wrong=(), plan=True):
 class BrokenPeer:
     name, via, graphable, always_graph, error, drain = "cutlass", "broken", True, True, None, None
 
-    def make(self, case, fw):
+    def make(self, case, fw, bias=None):
         if case.pad:
             raise peers.Unsupported("padded leading dimensions")
 
@@ -532,7 +532,7 @@ class FakePeer:
         self.name, self.via, self.fw = name, name, fw
         self.refuse, self.always_graph = refuse_capture, always_graph
 
-    def make(self, case, fw):
+    def make(self, case, fw, bias=None):
         def fn(a, b, c, d):
             if self.refuse and self.fw.capturing:
                 raise NotImplementedError("no capture")

@@ -10,7 +10,8 @@ import catalog
 NAME = re.compile(
     r"^(?P<fam>sm75|sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<split>streamk))?(?P<swap>_swapab)?_a(?P<align>\d+)$")
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact))?(?:_(?P<split>streamk))?"
+    r"(?P<swap>_swapab)?_a(?P<align>\d+)$")
 
 
 def test_names_unique_and_encode_every_parameter():
@@ -24,6 +25,7 @@ def test_names_unique_and_encode_every_parameter():
         assert int(m["align"]) == k.align
         assert (m["split"] or "none") == k.split
         assert bool(m["swap"]) == k.swap
+        assert (m["epi"] or "linear") == k.epilogue
         if k.family in ("sm90", "sm100"):
             assert m["cl"] == "{}x{}".format(*k.cluster[:2]) and m["sched"] == k.schedule
         else:
@@ -72,7 +74,7 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     t = catalog.kernel_type(k)
     # CUTLASS sees M' = N on the 128-row side: tile 128x16, A' = B^T and B' = A^T, both
     # still K-major for a tn problem, and C/D column-major (the SwapAB flag)
-    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true>")
+    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true, false>")
     assert "RowMajor, cutlass::layout::ColumnMajor" in t
     info = catalog.kernel_info(k)
     assert info.endswith(", 1}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info
@@ -149,3 +151,21 @@ def test_list_cli_all_archs():
     out = subprocess.run([sys.executable, catalog.__file__, "--list", "--archs", "all",
                           "--kernels", "all"], capture_output=True, text=True, check=True).stdout
     assert out.split() == [k.name for k in catalog.catalogue()]
+
+
+def test_fused_epilogue_kernels_twin_plain_ones():
+    """Every bias/activation kernel has a plain twin of the same name without the suffix
+    (what selection tables name), in the dtypes and layouts the catalogue fuses."""
+    kernels = catalog.catalogue()
+    names = {k.name for k in kernels}
+    fused = [k for k in kernels if k.epilogue == "biasact"]
+    assert fused and all(k.name.replace("_biasact", "") in names for k in fused)
+    assert {(k.a, k.d) for k in fused} == set(catalog.FUSED_TYPES)
+    assert {k.layout for k in fused if k.family == "sm90"} == set(catalog.FUSED_TMA_LAYOUTS)
+    assert {k.layout for k in fused if k.family == "sm80"} == set(catalog.AB_LAYOUTS)
+    # the default build can run every fused dtype and layout on sm80-family GPUs, any alignment
+    core = catalog.select_kernels(kernels, "default")
+    assert {(k.a, k.layout) for k in core if k.epilogue == "biasact" and k.align == 1} == \
+        {(a, l) for a, _ in catalog.FUSED_TYPES for l in catalog.AB_LAYOUTS}
+    src = catalog.kernel_source(fused[0])
+    assert src.rstrip().count("true>") == 1 and "PCR_EPI_BIAS_ACT" in src

@@ -15,7 +15,7 @@ def test_info_json():
     r = run("info", "--json")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
-    assert info["abi"] == 1 and info["kernels"] and info["build"]["catalog"]["families"]
+    assert info["abi"] == 2 and info["kernels"] and info["build"]["catalog"]["families"]
     assert sum(len(v) for v in info["kernels"].values()) == info["build"]["kernels"]
 
 

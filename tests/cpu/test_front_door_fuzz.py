@@ -111,7 +111,7 @@ def build(case):
     if fault == "shape":
         b = view(rng, k + 1, n, F16, lt[1], 0, 0, 0)
     elif fault == "ndim":
-        ops[v] = x[None]
+        ops[v] = x[None, None]  # 4-D (3-D is a batch)
     elif fault == "dtype_unknown":
         a, b = a.astype(np.int16), b.astype(np.int16)
     elif fault == "dtype_mixed":

@@ -72,7 +72,7 @@ class FakeLib:
     def pcr_select_put(self, problem, ids, count):
         return 0
 
-    def pcr_py_describe(self, a, b, c, d, alpha, beta, out):
+    def pcr_py_describe(self, a, b, c, d, alpha, beta, bias, activation, out):
         ctypes.pointer(out._obj)[0] = problem(a)  # "a" carries the problem's m
         self.described.append(a)
         return 0
@@ -335,7 +335,7 @@ def test_recording_collects_each_problem_once(cache_dir, monkeypatch):
 
     def model():
         for m in (16, 64, 16):
-            _call.remember(lib, [m, None, None, None], 1.0, 0.0)  # what gemm does on a miss
+            _call.remember(lib, [m, None, None, None, None], 1.0, 0.0)  # what gemm does on a miss
 
     problems = _tune.record(lib, model)
     assert [p.m for p in problems] == [16, 64] and lib.clears == 2

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _dlpack, _lib, errors
+from pycutlass_rt import _call, _dlpack, _lib, errors
 
 F16 = np.float16
 
@@ -29,11 +29,12 @@ class _Cai:
                                          "strides": strides}
 
 
-def describe(lib, a, b, c, d, alpha=1.0, beta=0.0):
+def describe(lib, a, b, c, d, alpha=1.0, beta=0.0, bias=None, activation=0):
     """(status, problem) from the C describe step; NO_DEVICE still fills the problem."""
-    objs, _, _, keep = _dlpack.prepare((a, b, c, d), "abcd", None, None)
+    objs, _, _, keep = _dlpack.prepare((a, b, c, d, bias), _call.NAMES, None, None)
+    oa, ob, oc, od, ov = objs
     p = _lib.Problem()
-    st = lib.pcr_py_describe(*objs, alpha, beta, ctypes.byref(p))
+    st = lib.pcr_py_describe(oa, ob, oc, od, alpha, beta, ov, activation, ctypes.byref(p))
     return st, p
 
 
@@ -116,7 +117,7 @@ def test_shape_and_rank_errors():
     err(pcr.InvalidArgumentError, "shape mismatch", a, b.T, None, d)
     err(pcr.InvalidArgumentError, "shape mismatch", a, b, None, d[:3])
     err(pcr.InvalidArgumentError, "c is 3x6 but d is 4x6", a, b, np.zeros((3, 6), F16), d, beta=1.0)
-    err(pcr.InvalidArgumentError, "2-D matrix", a[None], b, None, d)
+    err(pcr.InvalidArgumentError, "2-D matrix", a[None, None], b, None, d)
     err(pcr.InvalidArgumentError, "2-D matrix", a, b, None, np.zeros(24, F16))
 
 
@@ -198,7 +199,7 @@ def test_host_mixed_with_device_is_rejected(lib):
     objs = [a_cap, None, None, d.__dlpack__()]
     cap, keep = _dlpack.cai_capsule(_Cai(b), "b", lambda ptr: 0)
     objs[1] = cap
-    st = lib.pcr_py_gemm(*objs, 1.0, 0.0, -1, 0, 0, None)
+    st = lib.pcr_py_gemm(*objs, 1.0, 0.0, None, 0, -1, 0, 0, None)
     assert st == errors.ERR_DEVICE_MISMATCH and "host" in lib.last_error()
 
 
@@ -207,11 +208,11 @@ def test_cuda_array_interface_is_parsed(lib):
     caps, keep = zip(*[_dlpack.cai_capsule(_Cai(x), n, lambda p: 0) for x, n in
                        ((a, "a"), (b, "b"), (d, "d"))])
     p = _lib.Problem()
-    st = lib.pcr_py_describe(caps[0], caps[1], None, caps[2], 1.0, 0.0, ctypes.byref(p))
+    st = lib.pcr_py_describe(caps[0], caps[1], None, caps[2], 1.0, 0.0, None, 0, ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
     assert (p.m, p.n, p.k, p.layout_a) == (4, 6, 8, 0)
     cap_t, _ = _dlpack.cai_capsule(_Cai(a, strides=(2, 16)), "a", lambda p: 0)  # column-major view
-    assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, ctypes.byref(p)) in (0, errors.ERR_NO_DEVICE)
+    assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, None, 0, ctypes.byref(p)) in (0, errors.ERR_NO_DEVICE)
     assert p.layout_a == 1
     with pytest.raises(pcr.DTypeError, match="not supported"):
         _dlpack.cai_capsule(type("X", (), {"__cuda_array_interface__": {
@@ -223,7 +224,8 @@ def test_capsules_are_read_once_and_consumed_ones_rejected(lib):
     cap = a.__dlpack__(max_version=(1, 0))
     ctypes.pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
     ctypes.pythonapi.PyCapsule_SetName(cap, b"used_dltensor_versioned")
-    st = lib.pcr_py_gemm(cap, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, -1, 0, 0, None)
+    st = lib.pcr_py_gemm(cap, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, None, 0, -1, 0, 0,
+                         None)
     assert st == errors.ERR_INVALID_ARGUMENT and "already consumed" in lib.last_error()
     # an unconsumed capsule passed by the user is left for its destructor (deleter runs once)
     cap = a.__dlpack__()
@@ -295,15 +297,16 @@ def test_pure_c_entry_points(lib):
         return t
 
     p = _lib.Problem()
-    st = lib.pcr_describe(view(a), view(b), None, view(d), 1.0, 0.0, ctypes.byref(p))
+    st = lib.pcr_describe(view(a), view(b), None, view(d), 1.0, 0.0, None, 0, ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE) and (p.m, p.n, p.k) == (4, 6, 8)
     # strides given explicitly, in elements: b read as column-major through its transpose
     bt = np.ascontiguousarray(b.T)
-    st = lib.pcr_describe(view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, ctypes.byref(p))
+    st = lib.pcr_describe(view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, None, 0,
+                          ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE) and p.layout_b == 1
-    st = lib.pcr_gemm(view(a), view(b), None, None, 1.0, 0.0, -1, None, None)
+    st = lib.pcr_gemm(view(a), view(b), None, None, 1.0, 0.0, None, 0, -1, None, None)
     assert st == errors.ERR_INVALID_ARGUMENT and "required" in lib.last_error()
-    st = lib.pcr_gemm(view(a), view(b), None, view(d), 1.0, 0.0, 10 ** 6, None, None)
+    st = lib.pcr_gemm(view(a), view(b), None, view(d), 1.0, 0.0, None, 0, 10 ** 6, None, None)
     assert st in (errors.ERR_KERNEL_NOT_FOUND, errors.ERR_NO_DEVICE)
 
 
@@ -311,7 +314,8 @@ def test_operands_on_two_gpus_are_rejected(lib):
     a, b, d = mats()
     caps = [_dlpack.cai_capsule(_Cai(x), n, lambda p, dev=dev: dev)
             for x, n, dev in ((a, "a", 0), (b, "b", 1), (d, "d", 0))]
-    st = lib.pcr_py_gemm(caps[0][0], caps[1][0], None, caps[2][0], 1.0, 0.0, -1, 0, 0, None)
+    st = lib.pcr_py_gemm(caps[0][0], caps[1][0], None, caps[2][0], 1.0, 0.0, None, 0, -1, 0, 0,
+                         None)
     assert st == errors.ERR_DEVICE_MISMATCH
     assert "b is on cuda:1 but d is on cuda:0" in lib.last_error()
 
@@ -329,3 +333,67 @@ def test_jax_outputs_are_refused():
             return (1, 0)
 
     err(pcr.ReadOnlyError, "JAX arrays are immutable", a, b, None, Array())
+
+
+def test_bias_broadcasts_like_numpy(lib):
+    """(N,) and (1, N) add per column, (M, 1) per row; a column-major d flips the axis."""
+    a, b, d = mats(4, 6, 8)
+    for bias, axis in ((np.zeros(6, F16), 1), (np.zeros((1, 6), F16), 1),
+                       (np.zeros((4, 1), F16), 2), (np.zeros((1, 1, 6), F16), 1)):
+        p = expect_valid(lib, a, b, None, d, bias=bias)
+        assert (p.bias, p.epilogue, p.align_bias) == (axis, 1, 16), bias.shape
+    p = expect_valid(lib, a, b, None, np.asfortranarray(d), bias=np.zeros(6, F16))
+    assert p.transposed and p.bias == 2
+    p = expect_valid(lib, a, b, None, d, activation=4)
+    assert (p.bias, p.activation, p.epilogue) == (0, 4, 1)
+    assert expect_valid(lib, a, b, None, d).epilogue == 0
+
+
+def test_bias_and_activation_errors():
+    a, b, d = mats(4, 6, 8)
+    err(pcr.InvalidArgumentError, "does not broadcast", a, b, None, d, bias=np.zeros(5, F16))
+    err(pcr.InvalidArgumentError, "does not broadcast", a, b, None, d, bias=np.zeros((4, 6), F16))
+    err(pcr.UnsupportedError, "bias is float32 but d is float16", a, b, None, d,
+        bias=np.zeros(6, np.float32))
+    err(pcr.InvalidArgumentError, "bias must be contiguous", a, b, None, d,
+        bias=np.zeros(12, F16)[::2])
+    err(pcr.UnsupportedError, "one bias vector serves the whole batch", a, b, None, d,
+        bias=np.zeros((2, 1, 6), F16))
+    err(pcr.OverlapError, "d overlaps bias", a, b, None, d, bias=d[0])
+    err(pcr.InvalidArgumentError, "activation must be None or one of", a, b, None, d,
+        activation="tanh")
+    err(pcr.InvalidArgumentError, "activation must be None or one of", a, b, None, d,
+        activation=1)
+    # float16 -> float32 kernels exist in the CI build, but none with a fused epilogue
+    d32 = np.zeros((4, 6), np.float32)
+    if any(k.dtype_a == "float16" and k.dtype_d == "float32" and k.epilogue == "linear"
+           for k in pcr.kernels()):
+        err(pcr.UnsupportedError, "float16 -> float32 with a fused bias/activation epilogue; "
+            "available with one: float16 x float16 -> float16", a, b, None, d32,
+            bias=np.zeros(6, np.float32))
+
+
+def test_batches_are_described(lib):
+    rng = np.random.default_rng(1)
+    a = rng.integers(-4, 5, (3, 4, 8)).astype(F16)
+    b = rng.integers(-4, 5, (8, 6)).astype(F16)          # shared by the batch
+    d = np.zeros((3, 4, 6), F16)
+    p = expect_valid(lib, a, b, None, d)
+    assert (p.batch, p.m, p.n, p.k) == (3, 4, 6, 8)
+    p = expect_valid(lib, a[:, :, :], np.broadcast_to(b, (3, 8, 6)), None, d)  # stride 0
+    assert p.batch == 3
+    # a batch stride that is not a multiple of 16 bytes lowers the alignment
+    padded = np.zeros((3 * 4 * 8 + 3,), F16)
+    odd = np.lib.stride_tricks.as_strided(padded, (3, 4, 8), (2 * (4 * 8 + 1), 16, 2))
+    assert expect_valid(lib, odd, b, None, d).align_a == 2
+
+
+def test_batch_errors():
+    a, b, d = np.zeros((3, 4, 8), F16), np.zeros((2, 8, 6), F16), np.zeros((3, 4, 6), F16)
+    err(pcr.InvalidArgumentError, "batch mismatch: b holds 2 matrices", a, b, None, d)
+    err(pcr.InvalidArgumentError, "d holds 1 matrices but a holds 3", a,
+        np.zeros((8, 6), F16), None, np.zeros((4, 6), F16))
+    shared_d = np.lib.stride_tricks.as_strided(np.zeros((4, 6), F16), (3, 4, 6), (0, 12, 2))
+    err(pcr.OverlapError, "d's matrices overlap", a, np.zeros((8, 6), F16), None, shared_d)
+    err(pcr.InvalidArgumentError, "2-D matrix or a 3-D batch", np.zeros((1, 1, 4, 8), F16),
+        np.zeros((8, 6), F16), None, np.zeros((4, 6), F16))

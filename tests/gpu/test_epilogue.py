@@ -1,0 +1,189 @@
+"""Fused epilogues: d = act(alpha * a @ b + beta * c + bias), against a float64 reference.
+
+Every bias/activation kernel of the build that runs here is forced by name through each
+activation, each bias axis and beta in {0, nonzero}; selection, plans, graph capture,
+K = 0 and the transposed (column-major d) orientation are checked on the chosen kernel.
+"""
+import pytest
+
+import pycutlass_rt as pcr
+from helpers import matrix, runnable_kernels
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+ACTIVATIONS = {
+    None: lambda x: x,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+FUSED = [k.name for k in runnable_kernels() if k.epilogue == "bias_act"]
+
+
+def reference(a, b, c, alpha, beta, bias, activation):
+    ref = alpha * (a.double() @ b.double())
+    if c is not None and beta != 0:
+        ref = ref + beta * c.double()
+    if bias is not None:
+        ref = ref + bias.double()  # (N,) or (M, 1): numpy broadcasting, as pcr documents
+    return ACTIVATIONS[activation](ref)
+
+
+def check(d, ref, what):
+    assert not torch.isnan(d).any(), f"{what}: unwritten (NaN) elements"
+    err = ((d.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err <= TOL[d.dtype], f"{what}: relative error {err:.2e}"
+
+
+def operands(m, n, k, layout, dtype):
+    a = matrix(m, k, layout[0], dtype)
+    b = matrix(k, n, layout[1], dtype)
+    c = matrix(m, n, "t", dtype)
+    return a, b, c
+
+
+def bias_for(kind, m, n, dtype):
+    if kind == "col":  # one value per column of d: a linear layer's bias
+        return (torch.rand(n, device="cuda") * 4 - 2).to(dtype)
+    if kind == "row":
+        return (torch.rand(m, 1, device="cuda") * 4 - 2).to(dtype)
+    return None
+
+
+@pytest.mark.skipif(not FUSED, reason="no fused-epilogue kernel of this build runs here")
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_kernel(name):
+    k = pcr._kernels.by_name(name)
+    dt = TORCH_DTYPE[k.dtype_d]
+    tm, tn, tk = k.tile
+    # a partial tile at each edge (by an odd amount where the kernel takes any alignment),
+    # and a problem of several waves
+    edge = 3 if k.align[0] == 1 else 8
+    shapes = [(tm + edge, 2 * tn + 8, 3 * tk + edge), (5 * tm, 7 * tn, 2 * tk)]
+    cases = [(act, bias, beta) for act in ACTIVATIONS for bias in ("col", "row", None)
+             for beta in (0.0, 0.5)]
+    for i, (act, bias_kind, beta) in enumerate(cases):
+        if act is None and bias_kind is None:
+            continue  # the plain epilogue: test_kernels covers it
+        m, n, kk = shapes[i % 2]
+        a, b, c = operands(m, n, kk, k.layout, dt)
+        bias = bias_for(bias_kind, m, n, dt)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
+        alpha = 1.0 if i % 3 else -0.75
+        pcr.gemm(a, b, c if beta else None, d, alpha, beta, bias=bias, activation=act,
+                 kernel=name)
+        check(d, reference(a, b, c, alpha, beta, bias, act),
+              f"{name} {m}x{n}x{kk} act={act} bias={bias_kind} beta={beta}")
+
+
+def fused_available(layout="tn", dtype="bfloat16"):
+    return any(k.layout == layout and k.dtype_d == dtype
+               for k in map(pcr._kernels.by_name, FUSED))
+
+
+needs_fused = pytest.mark.skipif(not fused_available(), reason="no bf16 tn fused kernel here")
+
+
+@needs_fused
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 1024, 512), (1000, 3000, 520),
+                                   (4096, 4096, 4096)])
+def test_selection_picks_a_fused_kernel(m, n, k):
+    x = matrix(m, k, "t")
+    w = matrix(n, k, "t")  # a Linear's weight: x @ w.t() is a tn problem
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pcr.gemm(x, w.t(), None, d, bias=bias, activation="gelu")
+    check(d, reference(x, w.t(), None, 1.0, 0.0, bias, "gelu"), f"selected {m}x{n}x{k}")
+    ex = pcr.explain(x, w.t(), None, d, bias=bias, activation="gelu")
+    assert "biasact" in ex.kernel and any("fused epilogue" in note for note in ex.notes)
+    # matches torch's own fused-by-convention path
+    want = F.gelu(F.linear(x.float(), w.float(), bias.float())).to(torch.bfloat16)
+    assert ((d.float() - want.float()).norm() / want.float().norm()).item() < 1.6e-2
+
+
+@needs_fused
+def test_transposed_output_flips_the_bias_axis():
+    """A column-major d runs as d^T = b^T a^T: a per-column bias becomes per-row there."""
+    m, n, k = 300, 200, 136
+    a, b, _ = operands(m, n, k, "tt", torch.bfloat16)
+    for kind in ("col", "row"):
+        bias = bias_for(kind, m, n, torch.bfloat16)
+        d = torch.full((n, m), float("nan"), device="cuda", dtype=torch.bfloat16).t()
+        pcr.gemm(a, b, None, d, bias=bias, activation="silu")
+        check(d, reference(a, b, None, 1.0, 0.0, bias, "silu"), f"column-major d, bias {kind}")
+
+
+@needs_fused
+def test_k_zero_applies_bias_and_activation():
+    m, n = 70, 90
+    a = matrix(m, 0, "t")
+    b = matrix(0, n, "t")
+    c = matrix(m, n, "t")
+    bias = bias_for("col", m, n, torch.bfloat16)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pcr.gemm(a, b, c, d, 1.0, 2.0, bias=bias, activation="relu")
+    check(d, F.relu(2.0 * c.double() + bias.double()), "K = 0")
+
+
+@needs_fused
+def test_plan_and_graph_capture_with_bias():
+    m, n, k = 256, 1024, 512
+    x, w = matrix(m, k, "t"), matrix(n, k, "t")
+    bias = bias_for("col", m, n, torch.bfloat16)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = pcr.Gemm(x, w.t(), None, d, bias=bias, activation="gelu_tanh")
+    assert "biasact" in plan.kernel
+    plan.run()
+    want = reference(x, w.t(), None, 1.0, 0.0, bias, "gelu_tanh")
+    check(d, want, "plan")
+    bias2 = bias_for("col", m, n, torch.bfloat16)
+    plan(x, w.t(), None, d, bias=bias2)
+    check(d, reference(x, w.t(), None, 1.0, 0.0, bias2, "gelu_tanh"), "plan on a new bias")
+    with pytest.raises(pcr.InvalidArgumentError, match="another problem"):
+        plan(x, w.t(), None, d)  # the plan has a bias: a call without one is another problem
+    # capture: gemm and the plan, replayed after the inputs change
+    g = torch.cuda.CUDAGraph()
+    d2 = torch.empty_like(d)
+    pcr.gemm(x, w.t(), None, d2, bias=bias, activation="relu")  # warm: select outside capture
+    with torch.cuda.graph(g):
+        pcr.gemm(x, w.t(), None, d2, bias=bias, activation="relu")
+        plan.run()
+    x.copy_(matrix(m, k, "t"))
+    d.fill_(float("nan"))
+    d2.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    check(d2, reference(x, w.t(), None, 1.0, 0.0, bias, "relu"), "graph replay of gemm")
+    check(d, reference(x, w.t(), None, 1.0, 0.0, bias, "gelu_tanh"), "graph replay of plan")
+
+
+@needs_fused
+def test_misaligned_bias_takes_an_any_alignment_kernel():
+    m, n, k = 64, 200, 64
+    x, w = matrix(m, k, "t"), matrix(n, k, "t")
+    store = torch.randn(n + 1, device="cuda").to(torch.bfloat16)
+    bias = store[1:]  # 2-byte aligned
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pcr.gemm(x, w.t(), None, d, bias=bias, activation="relu")
+    check(d, reference(x, w.t(), None, 1.0, 0.0, bias, "relu"), "misaligned bias")
+    name = pcr.explain(x, w.t(), None, d, bias=bias, activation="relu").kernel
+    assert name.endswith("_a1"), name
+
+
+def test_combinations_without_a_fused_kernel_are_refused():
+    """float16 -> float32 has no fused kernel in the catalogue: the error says so and lists
+    what has one; nothing runs unfused."""
+    if not any(k.dtype_a == "float16" and k.dtype_d == "float32" for k in pcr.kernels()):
+        pytest.skip("no float16 -> float32 kernels in this build")
+    a, b = matrix(64, 64, "t", torch.float16), matrix(64, 64, "n", torch.float16)
+    d = torch.zeros(64, 64, device="cuda", dtype=torch.float32)
+    bias = torch.zeros(64, device="cuda", dtype=torch.float32)
+    with pytest.raises(pcr.UnsupportedError, match="fused bias/activation epilogue"):
+        pcr.gemm(a, b, None, d, bias=bias)
+    with pytest.raises(pcr.UnsupportedError, match="fused bias/activation epilogue"):
+        pcr.gemm(a, b, None, d, activation="relu")
+    assert torch.count_nonzero(d) == 0
