@@ -52,6 +52,8 @@ SCHEDULES = {
 #: schedule -> the tag struct of native/kernels/tma_gemm.cuh
 TMA_SCHEDULES = {"coop": "Sm90Cooperative", "pingpong": "Sm90Pingpong",
                  "1sm": "Sm100OneSm", "2sm": "Sm100TwoSm"}
+#: schedule -> the pointer-array (grouped) tag struct of native/kernels/tma_gemm.cuh
+TMA_GROUPED_SCHEDULES = {"coop": "Sm90GroupedCooperative", "pingpong": "Sm90GroupedPingpong"}
 #: work decomposition -> (pcr_split, CUTLASS 3.x tile scheduler, CUTLASS 2.x swizzle).
 #: "streamk": CUTLASS's stream-K, whose heuristic spreads the K loop of too few output
 #: tiles over every SM (stream-K or split-K), with a deterministic fp32 fix-up.
@@ -113,6 +115,9 @@ class Kernel:
     #: computes D^T = B^T A^T (a column-major D' of the swapped problem): the problem's
     #: small M lands on the MMA's N side. Tile and cluster stay in problem terms.
     swap: bool = False
+    #: a grouped kernel: many problems of their own sizes in one launch (sizes, pointers
+    #: and leading dimensions read from GPU arrays)
+    grouped: bool = False
     tier: str = "extended"  # "core" kernels make up the default build
 
     @property
@@ -129,6 +134,8 @@ class Kernel:
             parts.append(self.split)
         if self.swap:
             parts.append("swapab")
+        if self.grouped:
+            parts.append("grouped")
         parts.append(f"a{self.align}")
         return "_".join(parts)
 
@@ -211,6 +218,19 @@ SM80_CONFIGS = [
 #: layouts of linear layers (activations row-major; weights K-major "tn" or N-major "tt")
 FUSED_TYPES = [("f16", "f16"), ("bf16", "bf16")]
 FUSED_TMA_LAYOUTS = ["tn", "tt"]
+#: grouped kernels (pcr_grouped_gemm, pcr_moe_gemm): (tile, cluster, schedule, tier) on
+#: sm90a, for tn and tt (a MoE layer's weights either way); (tile, warps, stages, tier) on
+#: the sm80 family, every layout. Cooperative tiles for large groups, 64-row ping-pong
+#: tiles for the many small groups of skewed MoE routing.
+GROUPED_TYPES = [("f16", "f16"), ("bf16", "bf16")]
+SM90_GROUPED_CONFIGS = [
+    ((128, 128, 64), (1, 1, 1), "coop", "core"),
+    ((64, 128, 64), (1, 1, 1), "pingpong", "extended"),
+]
+SM80_GROUPED_CONFIGS = [
+    ((128, 128, 32), (2, 2, 1), 4, "core"),
+    ((64, 64, 32), (2, 2, 1), 6, "extended"),
+]
 
 
 def _epilogues(fused: bool, a: str, d: str, layout: str, family: str) -> list[str]:
@@ -240,6 +260,14 @@ def catalogue() -> list[Kernel]:
                                       "pipelined" if stages == 2 else "multistage",
                                       warps=warps, stages=stages, align=align, split=split,
                                       epilogue=epi, tier=tier))
+        if (a, d) in GROUPED_TYPES:
+            if layout in FUSED_TMA_LAYOUTS:
+                for tile, cluster, schedule, tier in SM90_GROUPED_CONFIGS:
+                    out.append(Kernel("sm90", a, a, d, layout, tile, schedule, cluster=cluster,
+                                      grouped=True, tier=tier))
+            for tile, warps, stages, tier in SM80_GROUPED_CONFIGS:
+                out.append(Kernel("sm80", a, a, d, layout, tile, "multistage", warps=warps,
+                                  stages=stages, grouped=True, tier=tier))
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
     return out
@@ -356,6 +384,14 @@ def _cute_shape(values) -> str:
     return "cute::Shape<{}>".format(", ".join(f"cute::_{v}" for v in values))
 
 
+def _gemm_shape(values) -> str:
+    return "cutlass::gemm::GemmShape<{}, {}, {}>".format(*values)
+
+
+def _warp_tile(k: Kernel) -> tuple[int, int, int]:
+    return tuple(t // w for t, w in zip(k.tile, k.warps))
+
+
 def _cpp_bool(v: bool) -> str:
     return "true" if v else "false"
 
@@ -363,6 +399,15 @@ def _cpp_bool(v: bool) -> str:
 def kernel_type(k: Kernel) -> str:
     ea, eb, ed = (DTYPES[x][0] for x in (k.a, k.b, k.d))
     la, lb = (LAYOUTS[x][0] for x in k.layout)
+    if k.grouped:
+        tile = k.tile
+        if k.family in TMA_FAMILIES:
+            return (f"pcr::tma::GroupedGemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
+                    f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_GROUPED_SCHEDULES[k.schedule]}, "
+                    f"{k.align}>")
+        return (f"pcr::mma::GroupedGemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, "
+                f"{la}, {lb}, {_gemm_shape(k.tile)}, {_gemm_shape(_warp_tile(k))}, {k.stages}, "
+                f"{k.align}, {k.align_c}>")
     if k.family in TMA_FAMILIES:
         tile, cluster = k.tile, k.cluster
         if k.swap:  # CUTLASS sees A' = B^T (layout flipped) and B' = A^T, M' = N, N' = M
@@ -374,9 +419,7 @@ def kernel_type(k: Kernel) -> str:
         return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
                 f"{_cute_shape(cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
                 f"{SPLITS[k.split][1]}, {_cpp_bool(k.swap)}, {_cpp_bool(k.fused)}>")
-    tile = "cutlass::gemm::GemmShape<{}, {}, {}>".format(*k.tile)
-    warp = "cutlass::gemm::GemmShape<{}, {}, {}>".format(
-        k.tile[0] // k.warps[0], k.tile[1] // k.warps[1], k.tile[2] // k.warps[2])
+    tile, warp = _gemm_shape(k.tile), _gemm_shape(_warp_tile(k))
     return (f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
             f"{tile}, {warp}, {k.stages}, {k.align}, {k.align_c}, {SPLITS[k.split][2]}, "
             f"{_cpp_bool(k.fused)}>")
@@ -389,7 +432,7 @@ def kernel_info(k: Kernel) -> str:
         LAYOUTS[k.layout[0]][1], LAYOUTS[k.layout[1]][1],
         *k.tile, *k.cluster, *k.warps, k.stages, SCHEDULES[k.schedule],
         EPILOGUES[k.epilogue], SPLITS[k.split][0],
-        k.align, k.align, k.align_c, int(k.swap),
+        k.align, k.align, k.align_c, int(k.swap), int(k.grouped),
     ]
     return "{" + ", ".join(map(str, fields)) + "}"
 

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from . import _call, _kernels, _lib, _select, errors
+from ._grouped import grouped_gemm, moe_gemm
 from ._kernels import KernelInfo, kernels
 from ._plan import Gemm
 from ._tune import TuneResult, Tuned, tune
@@ -23,15 +24,15 @@ from .errors import (CudaError, DeviceMismatchError, DTypeError, Error, InvalidA
 
 __version__ = "0.1.0"
 __all__ = [
-    "gemm", "Gemm", "explain", "tune", "kernels", "info", "KernelInfo", "Explanation",
+    "gemm", "Gemm", "grouped_gemm", "moe_gemm", "explain", "tune", "kernels", "info", "KernelInfo", "Explanation",
     "TuneResult", "Tuned",
     "Error", "InvalidArgumentError", "DTypeError", "UnsupportedError", "MisalignedError",
     "NoKernelForArchError", "NoDeviceError", "DeviceMismatchError", "ReadOnlyError",
     "OverlapError", "KernelNotFoundError", "CudaError", "LibraryError",
 ]
 
-def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, stream=None,
-         kernel=None):
+def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a=None,
+         scale_b=None, stream=None, kernel=None):
     """Computes ``d = act(alpha * a @ b + beta * c + bias)`` in place and returns ``d``.
 
     Batched: any of a, b, c, d may be a 3-D batch ``(L, rows, cols)`` with any batch
@@ -56,6 +57,9 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, stream=
             or "silu", applied last. With a bias or an activation the call runs a kernel
             with the fused epilogue (UnsupportedError if the build has none for the
             dtypes); nothing is computed as a separate pass.
+        scale_a, scale_b: per-row / per-column dequantization scales of quantized (int8,
+            fp8) inputs. No kernel of this build takes quantized inputs yet: any value
+            other than None raises UnsupportedError.
         stream: a CUDA stream (int handle, or an object with ``__cuda_stream__``,
             ``.cuda_stream`` or ``.ptr``). Default: the producer framework's current stream.
         kernel: force a kernel by name (see :func:`kernels`).
@@ -88,6 +92,11 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, stream=
     if type(beta) is not float:
         beta = _call.scalar(beta, "beta")
     act = 0 if activation is None else _call.activation_code(activation)
+    if scale_a is not None or scale_b is not None:
+        raise UnsupportedError(
+            "scale_a / scale_b dequantize int8 or fp8 inputs, and this build has no kernel "
+            "for quantized inputs (float16 and bfloat16 only): scale the result with alpha, "
+            "or fold the scales into the operands")
     kidx = -1 if kernel is None else _call.kernel_index(kernel)
     objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias)
     oa, ob, oc, od, ov = objs
@@ -126,7 +135,7 @@ class Explanation:
         lines += [f"  then   {name}  ({why})" for name, why in self.ranked[1:]]
         # kernels of other dtypes or layouts are not worth a line each
         near = [(n, w) for n, w in self.rejected
-                if not w.startswith(("dtypes", "layout", "epilogue"))]
+                if not w.startswith(("dtypes", "layout", "epilogue", "grouped", "not a grouped"))]
         lines += [f"  no     {name}: {why}" for name, why in near]
         if len(self.rejected) > len(near):
             lines.append(f"  ({len(self.rejected) - len(near)} kernels of other dtypes, "

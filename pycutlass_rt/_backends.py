@@ -163,6 +163,10 @@ class Torch(_Adapter):
                    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[activation](ref)
         return ref
 
+    def int_vector(self, values):
+        """An int32 GPU vector (offsets)."""
+        return self.torch.tensor(values, dtype=self.torch.int32, device="cuda")
+
     def rel_err(self, got, ref) -> float:
         diff = (got.float() - ref).double().norm()
         return float(diff / max(float(ref.double().norm()), 1e-30))
@@ -289,6 +293,10 @@ class Cupy(_Adapter):
                 inner = cp.tanh(0.7978845608028654 * (ref + 0.044715 * ref ** 3))
             ref = 0.5 * ref * (1 + inner)
         return ref
+
+    def int_vector(self, values):
+        """An int32 GPU vector (offsets)."""
+        return self.cp.asarray(values, dtype=self.cp.int32)
 
     def rel_err(self, got, ref) -> float:
         cp = self.cp

@@ -122,6 +122,8 @@ def problem_key(p) -> str:
         key += f" batch={p.batch}"
     if p.epilogue:  # kernels of the fused epilogue only: bias axis and alignment matter
         key += f" bias_act={p.bias},{p.align_bias}"
+    if p.grouped:
+        key += " grouped" if p.grouped == 1 else " moe"
     return key
 
 

@@ -71,7 +71,11 @@ selection_hooks: list = []
 
 def remember(lib, objs, alpha: float, beta: float, activation: int = 0) -> None:
     """Chooses kernels for a problem seen for the first time; C memoizes the ranking."""
-    problem = describe(lib, objs, alpha, beta, activation)
+    remember_problem(lib, describe(lib, objs, alpha, beta, activation))
+
+
+def remember_problem(lib, problem) -> None:
+    """Ranks the kernels for a described problem and hands the ranking to C."""
     for hook in selection_hooks:
         hook(problem)
     choice = _select.choose(lib, problem, _kernels.kernels())

@@ -38,6 +38,7 @@ class KernelInfo:
     split: str
     align: tuple  # required alignment of A, B, C/D in elements
     swap_ab: bool = False  # runs as D^T = B^T A^T; tile and cluster are in problem terms
+    grouped: bool = False  # a grouped kernel (pycutlass_rt.grouped_gemm, moe_gemm)
 
     @property
     def base_name(self) -> str:
@@ -62,7 +63,7 @@ def _all() -> tuple:
             warps=(desc.warps_m, desc.warps_n, desc.warps_k), stages=desc.stages,
             schedule=SCHEDULES[desc.schedule], epilogue=EPILOGUES[desc.epilogue],
             split=SPLITS[desc.split], align=(desc.align_a, desc.align_b, desc.align_c),
-            swap_ab=bool(desc.swap_ab)))
+            swap_ab=bool(desc.swap_ab), grouped=bool(desc.grouped)))
     return tuple(out)
 
 

@@ -42,7 +42,7 @@ class KernelDesc(ctypes.Structure):
                 ("warps_m", c_int32), ("warps_n", c_int32), ("warps_k", c_int32),
                 ("stages", c_int32), ("schedule", c_int32), ("epilogue", c_int32),
                 ("split", c_int32), ("align_a", c_int32), ("align_b", c_int32),
-                ("align_c", c_int32), ("swap_ab", c_int32)]
+                ("align_c", c_int32), ("swap_ab", c_int32), ("grouped", c_int32)]
 
 
 class Problem(ctypes.Structure):
@@ -55,7 +55,8 @@ class Problem(ctypes.Structure):
                 ("align_d", c_int32), ("c_mode", c_int32), ("transposed", c_int32),
                 ("host", c_int32), ("staged", c_int32), ("device", c_int32), ("cc", c_int32),
                 ("sm_count", c_int32), ("batch", ctypes.c_int64), ("bias", c_int32),
-                ("activation", c_int32), ("align_bias", c_int32), ("epilogue", c_int32)]
+                ("activation", c_int32), ("align_bias", c_int32), ("epilogue", c_int32),
+                ("grouped", c_int32)]
 
 
 # name: (Python-object entry point?, restype, argtypes)   -- C prototype beside each
@@ -98,6 +99,17 @@ _SIGNATURES = {
     #              int32_t kernel, void* stream, pcr_problem* problem);
     "pcr_gemm": (False, c_int, [POINTER(DLTensor)] * 4 + [
         c_double, c_double, POINTER(DLTensor), c_int32, c_int32, c_void_p, POINTER(Problem)]),
+    # int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
+    #                      const DLTensor* const* c, const DLTensor* const* d, int32_t count,
+    #                      double alpha, double beta, int32_t kernel, void* stream,
+    #                      pcr_problem* problem);
+    "pcr_grouped_gemm": (False, c_int, [POINTER(POINTER(DLTensor))] * 4 + [
+        c_int32, c_double, c_double, c_int32, c_void_p, POINTER(Problem)]),
+    # int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
+    #                  const DLTensor* out, double alpha, int32_t kernel, void* stream,
+    #                  pcr_problem* problem);
+    "pcr_moe_gemm": (False, c_int, [POINTER(DLTensor)] * 4 + [
+        c_double, c_int32, c_void_p, POINTER(Problem)]),
     # int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
     "pcr_select_put": (False, c_int, [POINTER(Problem), POINTER(c_int32), c_int32]),
     # int pcr_select_clear(void);
@@ -132,6 +144,15 @@ _SIGNATURES = {
     # int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* bias,
     #                     int32_t flags, void* stream);
     "pcr_py_plan_run": (True, c_int, [c_void_p] + [py_object] * 5 + [c_int32, c_void_p]),
+    # int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
+    #                         double alpha, double beta, int32_t kernel, int32_t flags,
+    #                         void* stream, pcr_problem* problem);
+    "pcr_py_grouped_gemm": (True, c_int, [POINTER(py_object)] * 4 + [
+        c_int32, c_double, c_double, c_int32, c_int32, c_void_p, POINTER(Problem)]),
+    # int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
+    #                     int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+    "pcr_py_moe_gemm": (True, c_int, [py_object] * 4 + [
+        c_double, c_int32, c_int32, c_void_p, POINTER(Problem)]),
     # int pcr_py_plan_launch(pcr_plan* plan);
     "pcr_py_plan_launch": (True, c_int, [c_void_p]),
     # int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,

@@ -254,6 +254,8 @@ def static_match(kern: KernelInfo, problem) -> str | None:
     layout = LAYOUT_LETTERS[problem.layout_a] + LAYOUT_LETTERS[problem.layout_b]
     if kern.layout != layout:
         return f"layout {kern.layout}, problem is {layout}"
+    if kern.grouped != bool(getattr(problem, "grouped", 0)):
+        return "grouped kernel" if kern.grouped else "not a grouped kernel"
     # a plain problem never takes a fused kernel (slower epilogue); forcing one works
     want_epi = EPILOGUES.get(getattr(problem, "epilogue", 0))
     if kern.epilogue != want_epi:

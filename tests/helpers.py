@@ -15,11 +15,12 @@ def gpu_reason():
     return None
 
 
-def runnable_kernels(kind=None):
+def runnable_kernels(kind=None, grouped=False):
     """The build's kernels that run on GPU 0 ([] without a GPU), in registry order.
 
     ``kind``: a function of a KernelInfo; only the first kernel of each kind is kept
-    (one per family and split, say).
+    (one per family and split, say). ``grouped``: the grouped kernels instead of the
+    others (they take pycutlass_rt.grouped_gemm / moe_gemm problems only).
     """
     import ctypes
 
@@ -28,6 +29,8 @@ def runnable_kernels(kind=None):
         return []
     lib, seen, out = pcr._lib.load(), set(), []
     for k in pcr.kernels():
+        if k.grouped != grouped:
+            continue
         runs = ctypes.c_int32()
         if lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) != 0 or not runs.value:
             continue

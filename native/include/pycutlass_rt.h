@@ -123,6 +123,7 @@ typedef struct {
   int32_t align_a, align_b, align_c;            /* required alignment, in elements */
   int32_t swap_ab;  /* 1: runs as D^T = B^T A^T (small M on the MMA's N side); the fields
                        above describe the problem the caller sees, not the swapped one */
+  int32_t grouped;  /* 1: a grouped kernel (pcr_grouped_gemm, pcr_moe_gemm) */
 } pcr_kernel_desc;
 
 /* A validated problem in canonical form (D row-major; see `transposed`). Filled by
@@ -145,6 +146,8 @@ typedef struct {
   int32_t activation;  /* pcr_activation */
   int32_t align_bias;  /* bytes, as align_a */
   int32_t epilogue;    /* pcr_epilogue the problem needs */
+  int32_t grouped;     /* 0 one GEMM (or a batch); 1 a grouped GEMM of `batch` groups, 2 the
+                          same from row offsets (MoE); m, n, k are then the largest extents */
 } pcr_problem;
 
 /* ---- library ------------------------------------------------------------------- */
@@ -210,6 +213,26 @@ PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
 PCR_API void pcr_plan_destroy(pcr_plan* plan);
 
 PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
+
+/* ---- grouped GEMM ----------------------------------------------------------------
+ * One launch for `count` independent GEMMs d[g] = alpha * a[g] @ b[g] + beta * c[g],
+ * each with its own M, N, K (c NULL, or c[g] NULL, when beta == 0). All groups share
+ * dtypes and, after orienting each d row-major, layouts. The kernel's per-group arrays
+ * (sizes, pointers, leading dimensions) are written on the GPU by a small kernel whose
+ * launch parameters carry them: no host synchronization, and capture-safe. */
+PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
+                             const DLTensor* const* c, const DLTensor* const* d, int32_t count,
+                             double alpha, double beta, int32_t kernel, void* stream,
+                             pcr_problem* problem);
+/* Mixture-of-experts form: x (T x K) holds the tokens sorted by expert, w (E x K x N) one
+ * weight matrix per expert (any strides, e.g. a transposed (E x N x K) stack), `offsets` a
+ * GPU vector of int32 or int64 row offsets: E + 1 boundaries (0 first, T last) or E ends
+ * (torch._grouped_mm's convention). out (T x N) rows [start_e, end_e) = x rows @ w[e]
+ * (times alpha). Offsets are read on the GPU only (no synchronization); rows outside
+ * [0, T) are not touched. */
+PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
+                         const DLTensor* out, double alpha, int32_t kernel, void* stream,
+                         pcr_problem* problem);
 PCR_API int pcr_select_clear(void);
 
 /* ---- Python-object entry points -------------------------------------------------
@@ -233,6 +256,12 @@ PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, 
 PCR_API int pcr_py_plan_launch(pcr_plan* plan);
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
                             void* bias, int32_t activation, pcr_problem* out);
+/* a, b, c, d: arrays of `count` objects (c may be NULL, or hold None). */
+PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
+                                double alpha, double beta, int32_t kernel, int32_t flags,
+                                void* stream, pcr_problem* problem);
+PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
+                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 
 #ifdef __cplusplus
 }

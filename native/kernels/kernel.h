@@ -21,7 +21,17 @@ namespace pcr {
 // dtype and is never null (it points at D when beta == 0, and is then never read).
 // `batch` > 1 repeats the GEMM over matrices `batch_*` elements apart (0: shared).
 // Bias and activation exist in PCR_EPI_BIAS_ACT kernels only; a linear kernel is never
-// handed them.
+// handed them. Grouped kernels read `groups` problems from `group` (GPU arrays) instead
+// of m, n, k and the operand fields.
+struct GroupArrays {
+  int (*shape)[3];  // {m, n, k} per group (CUTLASS's GemmCoord and Shape<int,int,int>)
+  const void** a;
+  const void** b;
+  const void** c;
+  void** d;
+  int64_t *lda, *ldb, *ldc, *ldd;
+};
+
 struct GemmArgs {
   int m, n, k;
   const void* a;
@@ -38,6 +48,8 @@ struct GemmArgs {
   const void* bias_n;  // D's dtype, one value per column (length n), or null
   const void* bias_m;  // D's dtype, one value per row (length m), or null
   int activation;      // pcr_activation
+  int groups;
+  GroupArrays group;
   int device;    // CUDA ordinal the launch goes to (already current)
   int sm_count;  // multiprocessors of that device
 };

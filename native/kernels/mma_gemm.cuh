@@ -14,12 +14,15 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/gemm/device/gemm_universal.h"
+#include "cutlass/gemm/device/gemm_grouped.h"
 #include "cutlass/gemm/device/gemm_universal_base.h"
+#include "cutlass/gemm/kernel/default_gemm_grouped.h"
 #include "cutlass/gemm/threadblock/threadblock_swizzle_streamk.h"
 // after the gemm headers: the visitors name cutlass::gemm types unqualified
 #include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
 #include "cutlass/gemm/kernel/default_gemm_universal_with_visitor.h"
 
+#include <algorithm>
 #include <new>
 
 #include "activation.h"
@@ -237,6 +240,78 @@ struct Gemm {
       cudaError_t e = cudaGetLastError();
       return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s; %s)",
                        cutlassGetStatusString(s), cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    return PCR_OK;
+  }
+};
+
+
+// A grouped GEMM (CUTLASS 2.x GemmGrouped): GemmArgs::groups problems whose sizes,
+// pointers and leading dimensions live in GPU arrays (GemmArgs::group); the problem
+// visitor reads the sizes on the GPU (kDeviceOnly), so the host never needs them.
+template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
+          class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC>
+struct GroupedGemm {
+  using ElementAcc = float;
+  using Epilogue =
+      cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
+  using GemmKernel = typename cutlass::gemm::kernel::DefaultGemmGrouped<
+      ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB,
+      ElementB, LayoutB, cutlass::ComplexTransform::kNone, AlignAB,
+      ElementD, cutlass::layout::RowMajor, ElementAcc, cutlass::arch::OpClassTensorOp,
+      typename Family::Arch, TileShape, WarpShape, typename Family::Instruction, Epilogue,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>, Stages,
+      cutlass::gemm::kernel::GroupScheduleMode::kDeviceOnly>::GemmKernel;
+  using Device = cutlass::gemm::device::GemmGrouped<GemmKernel>;
+  using Arguments = typename Device::Arguments;
+
+  static Arguments arguments(const GemmArgs& p) {
+    // a persistent grid: as many CTAs as fit on the GPU at once walk every group's tiles
+    static const int per_sm = std::max(1, Device::maximum_active_blocks());
+    const GroupArrays& g = p.group;
+    return Arguments(reinterpret_cast<cutlass::gemm::GemmCoord*>(g.shape), p.groups,
+                     p.sm_count * per_sm, {p.alpha, p.beta},
+                     reinterpret_cast<ElementA**>(const_cast<void**>(g.a)),
+                     reinterpret_cast<ElementB**>(const_cast<void**>(g.b)),
+                     reinterpret_cast<ElementD**>(const_cast<void**>(g.c)),
+                     reinterpret_cast<ElementD**>(g.d), g.lda, g.ldb, g.ldc, g.ldd);
+  }
+
+  static int can_implement(const GemmArgs& p) {
+    cutlass::Status s = Device::can_implement(arguments(p));
+    if (s == cutlass::Status::kSuccess) return PCR_OK;
+    return set_error(PCR_ERR_UNSUPPORTED, "CUTLASS can_implement rejected the problem: %s",
+                     cutlassGetStatusString(s));
+  }
+
+  static size_t workspace_size(const GemmArgs& p) {
+    return Device::get_workspace_size(arguments(p));
+  }
+
+  static const void* device_function() {
+    return reinterpret_cast<const void*>(cutlass::Kernel<GemmKernel>);
+  }
+
+  struct Prepared : Device {};
+
+  static int prepare(const GemmArgs& p, void* workspace, void* out) {
+    cutlass::Status s = (new (out) Prepared())->initialize(arguments(p), workspace);
+    if (s != cutlass::Status::kSuccess)
+      return set_error(PCR_ERR_INTERNAL, "CUTLASS parameter setup failed: %s",
+                       cutlassGetStatusString(s));
+    return PCR_OK;
+  }
+
+  static int launch(const void* prepared, void*, int device, cudaStream_t stream) {
+    static std::atomic<uint64_t> smem_done{0};
+    int st = ensure_smem_limit(device_function(), device,
+                               int(sizeof(typename GemmKernel::SharedStorage)), &smem_done);
+    if (st != PCR_OK) return st;
+    auto& prep = *const_cast<Prepared*>(static_cast<const Prepared*>(prepared));
+    if (prep.run(stream) != cutlass::Status::kSuccess) {
+      cudaError_t e = cudaGetLastError();
+      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s)", cudaGetErrorName(e),
+                       cudaGetErrorString(e));
     }
     return PCR_OK;
   }

@@ -15,6 +15,7 @@
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"  // device_kernel
+#include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 #include <new>
@@ -68,6 +69,17 @@ struct Sm90Pingpong {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
+// Grouped (pointer-array) schedules: per-group TMA descriptors are rewritten on the GPU
+struct Sm90GroupedCooperative {
+  using Arch = cutlass::arch::Sm90;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct Sm90GroupedPingpong {
+  using Arch = cutlass::arch::Sm90;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
 struct Sm100OneSm {
   using Arch = cutlass::arch::Sm100;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecialized1SmSm100;
@@ -93,13 +105,84 @@ Stride make_stride_ld(int64_t ld, int64_t batch_stride) {
   return s;
 }
 
+// What every CUTLASS 3.x kernel of the library does with its Arguments (Op::arguments):
+// check them, size the workspace, build the Params once, launch with one
+// cudaLaunchKernelExC (Op::Cluster is the launch's cluster shape).
+template <class Op>
+struct Kernel3x {
+  static int can_implement(const GemmArgs& p) {
+    if (Op::GemmKernel::can_implement(Op::arguments(p))) return PCR_OK;
+    return set_error(PCR_ERR_UNSUPPORTED, "CUTLASS can_implement rejected the problem");
+  }
+
+  static size_t workspace_size(const GemmArgs& p) {
+    return Op::GemmKernel::get_workspace_size(Op::arguments(p));
+  }
+
+  static const void* device_function() {
+    return reinterpret_cast<const void*>(cutlass::device_kernel<typename Op::GemmKernel>);
+  }
+
+  // Everything a launch needs, computed once: the arguments (for the per-launch
+  // workspace reset), CUTLASS's Params and the launch geometry. Launching directly
+  // (not through CUTLASS's ClusterLauncher, which sets a function attribute on every
+  // launch) keeps a repeated call to one cudaLaunchKernelExC.
+  struct Prepared {
+    typename Op::Arguments args;
+    typename Op::GemmKernel::Params params;
+    dim3 grid, block;
+  };
+
+  static int prepare(const GemmArgs& p, void* workspace, void* out) {
+    auto* prep = new (out) Prepared{Op::arguments(p), {}, {}, {}};
+    prep->params = Op::GemmKernel::to_underlying_arguments(prep->args, workspace);
+    prep->grid = Op::GemmKernel::get_grid_shape(prep->params);
+    prep->block = Op::GemmKernel::get_block_shape();
+    return PCR_OK;
+  }
+
+  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
+    static std::atomic<uint64_t> smem_done{0};
+    int st = ensure_smem_limit(device_function(), device, Op::GemmKernel::SharedStorageSize,
+                               &smem_done);
+    if (st != PCR_OK) return st;
+    auto& prep = *const_cast<Prepared*>(static_cast<const Prepared*>(prepared));
+    if (workspace &&
+        Op::GemmKernel::initialize_workspace(prep.args, workspace, stream) != cutlass::Status::kSuccess)
+      return set_error(PCR_ERR_CUDA, "workspace initialization failed: %s",
+                       cudaGetErrorString(cudaGetLastError()));
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = cute::size<0>(typename Op::Cluster{});
+    cluster.val.clusterDim.y = cute::size<1>(typename Op::Cluster{});
+    cluster.val.clusterDim.z = cute::size<2>(typename Op::Cluster{});
+    cudaLaunchConfig_t config{};
+    config.gridDim = prep.grid;
+    config.blockDim = prep.block;
+    config.dynamicSmemBytes = Op::GemmKernel::SharedStorageSize;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = cute::size(typename Op::Cluster{}) > 1 ? 1 : 0;
+    void* params[] = {&prep.params};
+    cudaError_t e = cudaLaunchKernelExC(&config, device_function(), params);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s)", cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+    }
+    return PCR_OK;
+  }
+};
+
 // SwapAB: the kernel computes D^T = B^T A^T, so its operands are (b, a), its problem
 // (n, m, k) and its C/D column-major: a small M then sits on the MMA's N side. The
 // generator passes A/B element types, layouts, tile and cluster already swapped.
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
           class TileShape, class ClusterShape, class Schedule, int AlignAB,
           class TileScheduler = void, bool SwapAB = false, bool BiasAct = false>
-struct Gemm {
+struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
+                            Schedule, AlignAB, TileScheduler, SwapAB, BiasAct>> {
+  using Cluster = ClusterShape;
   using ElementAcc = float;
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
@@ -156,67 +239,64 @@ struct Gemm {
     return args;
   }
 
-  static int can_implement(const GemmArgs& p) {
-    if (GemmKernel::can_implement(arguments(p))) return PCR_OK;
-    return set_error(PCR_ERR_UNSUPPORTED, "CUTLASS can_implement rejected the problem");
-  }
+};
 
-  static size_t workspace_size(const GemmArgs& p) {
-    return GemmKernel::get_workspace_size(arguments(p));
-  }
 
-  static const void* device_function() {
-    return reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>);
-  }
+// A grouped GEMM: GemmArgs::groups problems whose sizes, pointers and leading dimensions
+// live in GPU arrays (GemmArgs::group), never read on the host. C and D are row-major.
+template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
+          class TileShape, class ClusterShape, class Schedule, int AlignAB>
+struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA, LayoutB,
+                                          TileShape, ClusterShape, Schedule, AlignAB>> {
+  using Cluster = ClusterShape;
+  using ElementAcc = float;
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
+  using LayoutD = cutlass::layout::RowMajor;
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 
-  // Everything a launch needs, computed once: the arguments (for the per-launch
-  // workspace reset), CUTLASS's Params and the launch geometry. Launching directly
-  // (not through CUTLASS's ClusterLauncher, which sets a function attribute on every
-  // launch) keeps a repeated call to one cudaLaunchKernelExC.
-  struct Prepared {
-    Arguments args;
-    typename GemmKernel::Params params;
-    dim3 grid, block;
-  };
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
+      ElementD, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD, typename Schedule::Epilogue,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, ElementD,
+                                                   ElementAcc>>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      typename Schedule::Arch, cutlass::arch::OpClassTensorOp,
+      ElementA, LayoutA*, AlignAB, ElementB, LayoutB*, AlignAB, ElementAcc,
+      TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Schedule::Mainloop>::CollectiveOp;
+  using GemmKernel =
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Arguments = typename GemmKernel::Arguments;
 
-  static int prepare(const GemmArgs& p, void* workspace, void* out) {
-    auto* prep = new (out) Prepared{arguments(p), {}, {}, {}};
-    prep->params = GemmKernel::to_underlying_arguments(prep->args, workspace);
-    prep->grid = GemmKernel::get_grid_shape(prep->params);
-    prep->block = GemmKernel::get_block_shape();
-    return PCR_OK;
-  }
+  // The runtime writes each group's leading dimension as an int64_t: the kernel's
+  // per-group strides must be exactly that (one dynamic mode, the others static).
+  using StrideA = typename GemmKernel::InternalStrideA;
+  using StrideB = typename GemmKernel::InternalStrideB;
+  using StrideC = typename GemmKernel::InternalStrideC;
+  using StrideD = typename GemmKernel::InternalStrideD;
+  static_assert(sizeof(StrideA) == 8 && sizeof(StrideB) == 8 && sizeof(StrideC) == 8 &&
+                sizeof(StrideD) == 8, "grouped strides must be one int64_t");
+  static_assert(sizeof(typename ProblemShape::UnderlyingProblemShape) == 3 * sizeof(int));
 
-  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
-    static std::atomic<uint64_t> smem_done{0};
-    int st = ensure_smem_limit(device_function(), device, GemmKernel::SharedStorageSize,
-                               &smem_done);
-    if (st != PCR_OK) return st;
-    auto& prep = *const_cast<Prepared*>(static_cast<const Prepared*>(prepared));
-    if (workspace &&
-        GemmKernel::initialize_workspace(prep.args, workspace, stream) != cutlass::Status::kSuccess)
-      return set_error(PCR_ERR_CUDA, "workspace initialization failed: %s",
-                       cudaGetErrorString(cudaGetLastError()));
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = cute::size<0>(ClusterShape{});
-    cluster.val.clusterDim.y = cute::size<1>(ClusterShape{});
-    cluster.val.clusterDim.z = cute::size<2>(ClusterShape{});
-    cudaLaunchConfig_t config{};
-    config.gridDim = prep.grid;
-    config.blockDim = prep.block;
-    config.dynamicSmemBytes = GemmKernel::SharedStorageSize;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = cute::size(ClusterShape{}) > 1 ? 1 : 0;
-    void* params[] = {&prep.params};
-    cudaError_t e = cudaLaunchKernelExC(&config, device_function(), params);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s)", cudaGetErrorName(e),
-                       cudaGetErrorString(e));
-    }
-    return PCR_OK;
+  static Arguments arguments(const GemmArgs& p) {
+    typename CollectiveEpilogue::FusionCallbacks::Arguments thread{};
+    thread.alpha = p.alpha;
+    thread.beta = p.beta;
+    const GroupArrays& g = p.group;
+    Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGrouped,
+        {p.groups, reinterpret_cast<typename ProblemShape::UnderlyingProblemShape*>(g.shape),
+         nullptr},  // sizes on the GPU only
+        {reinterpret_cast<const ElementA**>(g.a), reinterpret_cast<StrideA*>(g.lda),
+         reinterpret_cast<const ElementB**>(g.b), reinterpret_cast<StrideB*>(g.ldb)},
+        {thread, reinterpret_cast<const ElementD**>(g.c), reinterpret_cast<StrideC*>(g.ldc),
+         reinterpret_cast<ElementD**>(g.d), reinterpret_cast<StrideD*>(g.ldd)}};
+    args.hw_info.device_id = p.device;
+    args.hw_info.sm_count = p.sm_count;
+    return args;
   }
 };
 

@@ -24,7 +24,7 @@ namespace {
 
 struct Key {
   int64_t m, n, k, batch;
-  int32_t f[17];
+  int32_t f[18];
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
 struct KeyHash {
@@ -58,9 +58,9 @@ Key key_of(const pcr_problem& p) {
   key.n = p.n;
   key.k = p.k;
   key.batch = p.batch;
-  int32_t f[17] = {p.dtype_a,  p.dtype_b,  p.dtype_c,      p.dtype_d,  p.layout_a, p.layout_b,
-                   p.align_a,  p.align_b,  p.align_c,      p.align_d,  p.c_mode,   p.cc,
-                   p.staged,   p.bias,     p.activation,   p.align_bias, p.epilogue};
+  int32_t f[18] = {p.dtype_a, p.dtype_b, p.dtype_c,     p.dtype_d,    p.layout_a, p.layout_b,
+                   p.align_a, p.align_b, p.align_c,     p.align_d,    p.c_mode,   p.cc,
+                   p.staged,  p.bias,    p.activation,  p.align_bias, p.epilogue, p.grouped};
   std::memcpy(key.f, f, sizeof f);
   return key;
 }
@@ -84,11 +84,12 @@ struct Workspace {
 std::mutex g_ws_mutex;
 std::unordered_map<uint64_t, Workspace> g_ws;
 
-enum Pool { kKernelWorkspace = 0, kStagingScratch = 1 };
+}  // namespace
 
-int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out,
-                  Pool pool = kKernelWorkspace) {
+int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Pool pool,
+                  bool* temporary) {
   *out = nullptr;
+  if (temporary) *temporary = false;
   if (bytes == 0) return PCR_OK;
   uint64_t key = (uint64_t(uintptr_t(stream)) << 8) ^ (uint64_t(device) << 1) ^ uint64_t(pool);
   std::lock_guard<std::mutex> lock(g_ws_mutex);
@@ -96,6 +97,10 @@ int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out,
   if (ws.bytes < bytes) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(stream, &capture);
+    if (capture != cudaStreamCaptureStatusNone && temporary) {
+      *temporary = true;  // a graph memory node: allocated and freed at each replay
+      return cuda_status(cudaMallocAsync(out, bytes, stream), "cudaMallocAsync(workspace)");
+    }
     if (capture != cudaStreamCaptureStatusNone)
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "this kernel needs %zu bytes of workspace on this stream, which cannot "
@@ -113,6 +118,8 @@ int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out,
   *out = ws.ptr;
   return PCR_OK;
 }
+
+namespace {
 
 // ---- prepared launches ---------------------------------------------------------
 // Launch parameters are a pure function of (kernel, GemmArgs, workspace). Each thread
@@ -133,17 +140,26 @@ struct PreparedCache {
   }
 };
 thread_local PreparedCache t_prepared;
+}  // namespace
 
-int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
-  GemmArgs g = gemm_args(p, bd);
+int run_prepared(int k, const GemmArgs& g, cudaStream_t stream) {
   PreparedLaunch& prep = t_prepared.find(k, g);
   size_t bytes = prep.kernel == k ? prep.workspace_bytes : kKernels[k]->ops.workspace_size(g);
   void* ws = nullptr;
+  bool temporary = false;
   if (bytes) {
-    int st = workspace_for(p.device, stream, bytes, &ws);
+    int st = workspace_for(g.device, stream, bytes, &ws, kKernelWorkspace, &temporary);
     if (st != PCR_OK) return st;
   }
-  return prep.launch(k, g, bytes, ws, stream);
+  int st = prep.launch(k, g, bytes, ws, stream);
+  if (temporary) cudaFreeAsync(ws, stream);
+  return st;
+}
+
+namespace {
+
+int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
+  return run_prepared(k, gemm_args(p, bd), stream);
 }
 
 // The kernel step of a launch: a plan's own workspace and prepared launch, or the

@@ -554,6 +554,9 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
   // An empty problem launches no kernel (d = beta * c at most): any kernel of these
   // dtypes may be named for it.
   if (p.m == 0 || p.n == 0 || p.k == 0) return PCR_OK;
+  if (kd.grouped != (p.grouped != 0))
+    return set_error(PCR_ERR_UNSUPPORTED, kd.grouped ? "%s is a grouped kernel" :
+                     "%s computes one GEMM (or a batch), not a grouped one", kd.name);
   if (kd.epilogue < p.epilogue)
     return set_error(PCR_ERR_UNSUPPORTED,
                      "%s has a plain epilogue; this call needs a fused bias/activation one",
@@ -587,7 +590,7 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
       return set_error(PCR_ERR_UNSUPPORTED, "%s has no image for this GPU (compute %d.%d)",
                        kd.name, p.cc / 10, p.cc % 10);
   }
-  if (bound) {
+  if (bound && !p.grouped) {  // grouped sizes live on the GPU: nothing to judge here
     // CUTLASS judges the operands the kernel will read: staged ones at an aligned address
     alignas(256) static char aligned_base[256];
     Staging s = stage_layout(p, *bound, aligned_base);

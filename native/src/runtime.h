@@ -77,6 +77,13 @@ struct Staging {
 Staging stage_layout(const pcr_problem& problem, const Bound& bound, char* base);
 const char* dtype_name(int dtype);
 
+// ---- grouped GEMMs (grouped.cu): the C entry points' work ----
+int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTensor* const* c,
+                 const DLTensor* const* d, int32_t count, double alpha, double beta,
+                 int32_t kernel, void* stream, pcr_problem* problem);
+int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, const DLTensor* out,
+             double alpha, int32_t kernel, void* stream, pcr_problem* problem);
+
 // ---- launches (dispatch.cpp, prefill.cu) ----
 // A kernel's launch parameters built for one GemmArgs and workspace (see KernelOps).
 struct PreparedLaunch {
@@ -97,6 +104,18 @@ struct PreparedLaunch {
 };
 
 int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream);
+// Kernel k on `g`, through the calling thread's prepared launches and the stream's
+// workspace (see PreparedLaunch).
+int run_prepared(int k, const GemmArgs& g, cudaStream_t stream);
+// A device buffer of at least `bytes` kept per (device, stream, pool), grown outside graph
+// capture. Inside capture a short buffer cannot grow: with `temporary` the buffer is then
+// a stream-ordered allocation of the graph (cudaMallocAsync; *temporary = true), which the
+// caller releases with cudaFreeAsync after its last launch; without it the call fails.
+enum Pool { kKernelWorkspace = 0, kStagingScratch = 1, kGroupArrays = 2 };
+int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Pool pool,
+                  bool* temporary = nullptr);
+// A forced kernel (checked against the problem), or the selected one.
+int kernel_for(const pcr_problem& problem, const Bound& bound, int32_t forced, int* kernel);
 // The kernel for a described problem: the memoized selection's first candidate that
 // accepts it, PCR_NEED_SELECTION when nothing is memoized, or the rejections.
 int select(const pcr_problem& problem, const Bound& bound, int* kernel);

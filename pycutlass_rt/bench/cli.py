@@ -32,8 +32,9 @@ def parse_dtypes(text: str) -> list:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", "-g", action="append", type=parse_group, default=[],
-                   help="shape group A-H (or its name: square, decode, prefill, awkward, "
-                   "layouts, epilogue, host, regret); repeat or comma-separate; default all")
+                   help="shape group A-J (or its name: square, decode, prefill, awkward, "
+                   "layouts, epilogue, host, regret, batched, grouped); repeat or "
+                   "comma-separate; default all")
     p.add_argument("--dtype", action="append", type=parse_dtypes, default=[],
                    help="bf16, fp16, tf32, fp8, int8; repeat or comma-separate; default every "
                    "dtype (those not in this build are listed as such)")

@@ -7,7 +7,10 @@ loaded says so in ``error`` and is reported, never fatal.
 
 - cuBLAS through torch (``torch.mm(out=)``, ``torch.addmm`` for beta, ``torch._scaled_mm``
   for fp8, ``torch._int_mm`` for int8); a bias + activation epilogue is torch's unfused
-  sequence, ``torch.addmm(bias, a, b, out=d)`` then the activation in place on ``d``;
+  sequence, ``torch.addmm(bias, a, b, out=d)`` then the activation in place on ``d``; a
+  batch is ``torch.bmm(out=)``, a grouped (MoE) case a loop of ``torch.mm(out=)`` over the
+  experts' rows;
+- ``torch._grouped_mm`` for grouped cases, where torch has it;
 - ``cupy.matmul`` where torch is absent;
 - the CUTLASS Python interface (``cutlass_cppgen`` of the ``nvidia-cutlass`` wheel), whose
   compile time (first-call latency) is reported per kernel it builds.
@@ -23,27 +26,56 @@ import tempfile
 import time
 import types
 
-from .shapes import bias_activation
+from .shapes import bias_activation, expert_rows
 
 
 class Unsupported(Exception):
     """A peer cannot run this case (the message says why)."""
 
 
-class TorchBlas:
-    """cuBLAS through torch."""
+def expert_loop(mm, case):
+    """A grouped (MoE) case the way a framework without grouped GEMMs runs it: one
+    ``mm(x_rows, w[e], out=out_rows)`` per expert with rows, the slices known on the host."""
+    rows = expert_rows(case.m, case.experts)
 
-    name = "cublas"
-    via = "torch.mm(out=) / torch.addmm(out=)"
+    def loop(x, w, offsets, out):
+        start = 0
+        for e, r in enumerate(rows):
+            if r:
+                mm(x[start:start + r], w[e], out=out[start:start + r])
+            start += r
+    return loop
+
+
+class _Framework:
+    """What the framework peers share: graph-capturable calls, nothing to drain."""
+
     graphable = True
     always_graph = False
     error = None
     drain = None
+    via = ""
+
+    def info(self) -> dict:
+        return {"available": True, "via": self.via}
+
+
+class TorchBlas(_Framework):
+    """cuBLAS through torch."""
+
+    name = "cublas"
+    via = "torch.mm(out=) / torch.addmm(out=)"
 
     def make(self, case, fw, bias=None):
         t = fw.torch
         beta = case.beta
         act = bias_activation(case.epilogue)
+        if case.experts:
+            return expert_loop(t.mm, case)
+        if case.batch > 1:
+            if beta:
+                raise Unsupported("batched with beta")
+            return lambda a, b, c, d: t.bmm(a, b, out=d)
         if act:
             if case.dtype not in ("bf16", "fp16") or beta:
                 raise Unsupported(f"{case.epilogue} with {case.dtype}, beta={beta}")
@@ -76,22 +108,17 @@ class TorchBlas:
             return lambda a, b, c, d: t._int_mm(a, b, out=d)
         raise Unsupported(f"no torch operation for {case.dtype}")
 
-    def info(self) -> dict:
-        return {"available": True, "via": self.via}
 
-
-class CupyBlas:
+class CupyBlas(_Framework):
     """cuBLAS through ``cupy.matmul`` (used where torch is absent)."""
 
     name = "cublas"
     via = "cupy.matmul(out=)"
-    graphable = True
-    always_graph = False
-    error = None
-    drain = None
 
     def make(self, case, fw, bias=None):
         cp = fw.cp
+        if case.experts:
+            return expert_loop(cp.matmul, case)
         if bias_activation(case.epilogue):
             raise Unsupported(f"epilogue {case.epilogue}: compared with torch only")
         if case.beta == 1.0:
@@ -103,8 +130,21 @@ class CupyBlas:
             raise Unsupported("beta other than 0 or 1")
         return lambda a, b, c, d: cp.matmul(a, b, out=d)
 
-    def info(self) -> dict:
-        return {"available": True, "via": self.via}
+
+class TorchGroupedMM(_Framework):
+    """``torch._grouped_mm`` (CUTLASS grouped kernels inside torch), for grouped cases."""
+
+    name = "grouped_mm"
+    via = "torch._grouped_mm(x, w, offs=ends)"
+
+    def make(self, case, fw, bias=None):
+        t = fw.torch
+        if not case.experts:
+            raise Unsupported("not a grouped case")
+        if not hasattr(t, "_grouped_mm"):
+            raise Unsupported("this torch has no _grouped_mm")
+        # returns a new tensor (no out=): ours writes into out, torch allocates
+        return lambda x, w, offsets, out: t._grouped_mm(x, w, offs=offsets)
 
 
 def blas_peer(fw):
@@ -258,6 +298,8 @@ class CutlassPython:
             raise Unsupported("padded leading dimensions: the interface derives them from shapes")
         if case.epilogue != "linear":
             raise Unsupported(f"epilogue {case.epilogue}")
+        if case.batch > 1 or case.experts:
+            raise Unsupported("batched and grouped cases: not compared through this interface")
         key = self._key(case)
         if key in self.failed:
             raise Unsupported(self.failed[key])

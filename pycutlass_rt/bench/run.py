@@ -9,7 +9,7 @@ import math
 
 from . import timing
 from .peers import Unsupported
-from .shapes import DTYPES, GROUPS, bias_activation
+from .shapes import DTYPES, GROUPS, bias_activation, expert_rows
 from .timing import Contestant
 
 OURS = "pycutlass_rt"
@@ -29,15 +29,19 @@ def tolerance(dtype_label: str) -> float:
 def set_bytes(case) -> int:
     """Bytes of one operand set (a, b, c when beta != 0, d), padding included."""
     spec, p = DTYPES[case.dtype], case.pad
+    if case.experts:  # x (T x K), w (E x K x N), out (T x N)
+        return (case.m * case.k + case.experts * case.k * case.n) * spec.bytes_a + \
+            case.m * case.n * spec.bytes_d
     ab = (case.m * (case.k + p) if case.layout[0] == "t" else case.k * (case.m + p)) + \
          (case.k * (case.n + p) if case.layout[1] == "t" else case.n * (case.k + p))
     cd = case.m * (case.n + p) * (2 if case.beta else 1)
-    return ab * spec.bytes_a + cd * spec.bytes_d
+    return (ab * spec.bytes_a + cd * spec.bytes_d) * case.batch
 
 
 def estimated_us(case) -> float:
     spec = DTYPES[case.dtype]
-    return timing.estimated_us(case.m, case.n, case.k, spec.bytes_a, spec.bytes_d, case.beta)
+    return case.batch * timing.estimated_us(case.m, case.n, case.k, spec.bytes_a, spec.bytes_d,
+                                            case.beta)
 
 
 def base_record(case) -> dict:
@@ -86,6 +90,20 @@ class Bench:
             count = min(count, max(room, 1))
         fw, spec, lay, pad = self.fw, DTYPES[case.dtype], case.layout, case.pad
         sets = []
+        if case.experts:
+            return [self._moe_set(case) for _ in range(count)]
+        if case.batch > 1:  # row-major batches (L * rows, cols) viewed as (L, rows, cols)
+            L = case.batch
+
+            def batched(rows, cols, dt, fill=True):
+                return fw.operand(L * rows, cols, "t", dt, fill=fill).reshape(L, rows, cols)
+            for _ in range(count):
+                sets.append((batched(case.m, case.k, spec.torch_a),
+                             batched(case.k, case.n, spec.torch_a),
+                             batched(case.m, case.n, spec.torch_d) if case.beta else None,
+                             batched(case.m, case.n, spec.torch_d, fill=False)))
+            self.bias = None
+            return sets
         for _ in range(count):
             a = fw.operand(case.m, case.k, lay[0], spec.torch_a, pad)
             b = fw.operand(case.k, case.n, lay[1], spec.torch_a, pad)
@@ -96,21 +114,45 @@ class Bench:
                      if bias_activation(case.epilogue) else None)
         return sets
 
+    def _moe_set(self, case):
+        """(x, w, end offsets, out): w (E, K, N) viewed from (E, N, K) Linear weights."""
+        fw, spec = self.fw, DTYPES[case.dtype]
+        x = fw.operand(case.m, case.k, "t", spec.torch_a)
+        w = fw.operand(case.experts * case.n, case.k, "t", spec.torch_a).reshape(
+            case.experts, case.n, case.k).swapaxes(1, 2)
+        ends, total = [], 0
+        for rows in expert_rows(case.m, case.experts):
+            total += rows
+            ends.append(total)
+        out = fw.operand(case.m, case.n, "t", spec.torch_d, fill=False)
+        return x, w, fw.int_vector(ends), out
+
     def check(self, case, fn, s) -> dict:
         """Runs ``fn(*s)`` once on a NaN-filled ``d`` and compares with an fp32 reference."""
         a, b, c, d = s
         self.fw.poison(d)
         fn(a, b, c, d)
         self.fw.sync()
-        ref = self.fw.reference(a, b, c, 1.0, case.beta, self.bias,
-                                bias_activation(case.epilogue))
-        err = self.fw.rel_err(d, ref)
+        if case.experts:  # expert by expert: the worst one counts
+            err, start = 0.0, 0
+            for e, rows in enumerate(expert_rows(case.m, case.experts)):
+                if rows:
+                    ref = self.fw.reference(a[start:start + rows], b[e])
+                    err = max(err, self.fw.rel_err(d[start:start + rows], ref))
+                start += rows
+        else:
+            ref = self.fw.reference(a, b, c, 1.0, case.beta, self.bias,
+                                    bias_activation(case.epilogue))
+            err = self.fw.rel_err(d, ref)
         tol = tolerance(case.dtype)
         finite = self.fw.is_finite(d)
         return {"rel_err": err, "tol": tol, "finite": finite,
                 "ok": bool(finite and math.isfinite(err) and err <= tol)}
 
     def _ours(self, case, kernel=None):
+        if case.experts:
+            moe = self.pcr.moe_gemm
+            return lambda x, w, offsets, out: moe(x, w, offsets, out, kernel=kernel)
         gemm, beta = self.pcr.gemm, case.beta
         act = bias_activation(case.epilogue)
         if act:
@@ -137,7 +179,8 @@ class Bench:
             sets = self.operands(case)
             rec["operand_sets"] = len(sets)
             kind = GROUPS[case.group].kind
-            {"compare": self._compare, "host": self._host, "regret": self._regret}[kind](
+            {"compare": self._compare, "host": self._host, "regret": self._regret,
+             "grouped": self._grouped}[kind](
                 case, sets, rec)
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on
             rec.update(status="error", reason=_err(e))
@@ -177,7 +220,10 @@ class Bench:
         act = bias_activation(case.epilogue)
         rec["kernel"] = self.pcr.explain(a, b, c, d, 1.0, case.beta, bias=self.bias,
                                          activation=act).kernel
-        ours_fn = self._ours(case)
+        self._compare_timed(case, sets, rec, self._ours(case))
+
+    def _compare_timed(self, case, sets, rec, ours_fn):
+        """Checks ``ours_fn``, then times it against every peer, interleaved."""
         rec["check"] = self.check(case, ours_fn, sets[0])
         contestants = [Contestant(OURS, self._on_sets(ours_fn, sets))]
         contestants += self._peer_contestants(case, sets, rec)
@@ -205,6 +251,12 @@ class Bench:
             host = timing.host_times(self.fw, alive, len(sets), self.settings)
             self._note_errors(contestants, rec)
             rec["host_us"] = {name: s.as_dict() for name, s in host.items()}
+
+    def _grouped(self, case, sets, rec):
+        """Group J: pcr.moe_gemm against the framework's ways to run every expert."""
+        rec["expert_rows"] = expert_rows(case.m, case.experts)
+        self.bias = None
+        self._compare_timed(case, sets, rec, self._ours(case))
 
     @staticmethod
     def _note_errors(contestants, rec):

@@ -24,6 +24,12 @@ AWKWARD = [(127, 1000, 4097), (8191, 8191, 8191), (4096, 1, 4096), (4096, 4096, 
            (4096, 4096, 64), (256, 256, 65536)]
 EPILOGUE_SHAPES = [(4096, 4096, 4096)] + [(2048, n, k) for n, k in NK_PAIRS]
 HOST_SHAPES = [(64, 64, 64), (256, 4096, 4096)]
+#: batched (issue 5): L x the A and C shapes, against torch.bmm
+BATCHES = (8, 64)
+BATCHED_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (512, 4096, 4096), (512, 14336, 4096)]
+#: grouped, MoE-style: (experts, tokens routed, N, K) with skewed routing (expert_rows)
+GROUPED_SHAPES = [(16, 8192, 4096, 4096), (16, 8192, 14336, 4096), (64, 8192, 2048, 2048),
+                  (64, 8192, 1536, 4096)]
 LAYOUTS = ("nn", "nt", "tn", "tt")
 #: extra elements on every leading dimension in group E's padded case (keeps 16 B alignment)
 PAD = 64
@@ -87,6 +93,8 @@ class Case:
     pad: int = 0
     beta: float = 0.0
     epilogue: str = "linear"
+    batch: int = 1    # L of a batched case
+    experts: int = 0  # groups of a grouped (MoE) case: m rows routed over this many
     skip: str | None = None
 
     @property
@@ -98,11 +106,15 @@ class Case:
             extras.append(f"beta={self.beta:g}")
         if self.epilogue != "linear":
             extras.append(self.epilogue)
+        if self.batch > 1:
+            extras.append(f"L={self.batch}")
+        if self.experts:
+            extras.append(f"{self.experts} experts")
         return f"{self.m}x{self.n}x{self.k} " + " ".join(extras)
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k
+        return 2.0 * self.m * self.n * self.k * self.batch
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -138,7 +150,21 @@ GROUPS = {g.key: g for g in (
                                                            epilogue=f"bias_{act}")])),
     Group("G", "host", "host", ("bf16",), tuple(_shapes(HOST_SHAPES))),
     Group("H", "regret", "regret", ("bf16", "fp8"), tuple(_shapes(DECODE + PREFILL + AWKWARD))),
+    Group("I", "batched", "compare", ("bf16",),
+          tuple(s for L in BATCHES for s in _shapes(BATCHED_SHAPES, layout="tt", batch=L))),
+    Group("J", "grouped", "grouped", ("bf16",),
+          tuple(dict(m=t, n=n, k=k, experts=e) for e, t, n, k in GROUPED_SHAPES)),
 )}
+
+
+def expert_rows(tokens: int, experts: int) -> list:
+    """Rows per expert for a skewed routing: Zipf-like shares (a few hot experts, a long
+    tail, the coldest quarter empty), deterministic, summing to ``tokens``."""
+    weights = [0.0 if i >= experts - experts // 4 else 1.0 / (i + 1) ** 1.2
+               for i in range(experts)]
+    rows = [int(tokens * w / sum(weights)) for w in weights]
+    rows[0] += tokens - sum(rows)
+    return rows
 
 #: epilogues the library runs today; the others are listed and reported as unsupported
 SUPPORTED_EPILOGUES = ("linear",) + tuple(f"bias_{act}" for act in ACTIVATIONS)

@@ -65,6 +65,8 @@ def run(pcr, info, fw, case_list, *, settings, out_dir=None, use_cutlass=True,
     """Runs ``case_list``; returns (result dict, path of the JSON written)."""
     cutlass = peers.CutlassPython() if use_cutlass else None
     peer_list = [peers.blas_peer(fw)] + ([cutlass] if cutlass else [])
+    if fw.name == "torch" and any(c.experts and not c.skip for c in case_list):
+        peer_list.append(peers.TorchGroupedMM())
     mach = machine(info, fw)
     out_dir = out_dir or default_out(mach["gpu"])
     os.makedirs(out_dir, exist_ok=True)

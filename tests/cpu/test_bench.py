@@ -26,7 +26,7 @@ def mnk(group):
 
 def test_groups_follow_benchmarks_md():
     g = shapes.GROUPS
-    assert list(g) == list("ABCDEFGH")
+    assert list(g) == list("ABCDEFGHIJ")  # I and J: issue 5's batched and grouped measures
     assert mnk("A") == [(s, s, s) for s in (1024, 2048, 4096, 8192)]
     assert g["A"].dtypes == ("bf16", "fp16", "tf32", "fp8", "int8")
     pairs = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192),
@@ -93,6 +93,19 @@ def test_cases_keep_rows_outside_the_build_with_a_reason():
     assert shapes.cases(["B"], ["fp16"], ["fp16"]) == []  # B has no fp16 rows
     assert len(shapes.cases(available=["bf16"])) == sum(
         len(g.shapes) * len(g.dtypes) for g in shapes.GROUPS.values())
+
+
+def test_batched_and_grouped_groups():
+    """I: L in {8, 64} x A/C shapes against torch.bmm; J: skewed MoE routing."""
+    i = [shapes.Case("I", "bf16", **s) for s in shapes.GROUPS["I"].shapes]
+    assert {c.batch for c in i} == {8, 64} and all(c.layout == "tt" for c in i)
+    assert i[0].flops == 2.0 * 1024 ** 3 * 8 and i[0].label == "1024x1024x1024 tt L=8"
+    j = [shapes.Case("J", "bf16", **s) for s in shapes.GROUPS["J"].shapes]
+    assert {c.experts for c in j} == {16, 64} and shapes.GROUPS["J"].kind == "grouped"
+    for e in (16, 64):
+        rows = shapes.expert_rows(8192, e)
+        assert sum(rows) == 8192 and rows[0] > 4 * rows[e // 2] and rows[-1] == 0
+    assert run.set_bytes(j[0]) == (8192 * 4096 + 16 * 4096 * 4096 + 8192 * 4096) * 2
 
 
 def test_case_labels_and_dtype_names():
@@ -260,7 +273,7 @@ def parse(*argv):
 
 def test_cli_arguments():
     groups, dtypes = cli.selection(parse())
-    assert groups == list("ABCDEFGH") and dtypes is None
+    assert groups == list("ABCDEFGHIJ") and dtypes is None
     args = parse("--group", "b", "-g", "decode,H", "--dtype", "bfloat16", "--dtype", "fp8,bf16",
                  "--out", "x", "--quick", "--no-cutlass")
     assert cli.selection(args) == (["B", "H"], ["bf16", "fp8"])

@@ -11,7 +11,7 @@ NAME = re.compile(
     r"^(?P<fam>sm75|sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
     r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact))?(?:_(?P<split>streamk))?"
-    r"(?P<swap>_swapab)?_a(?P<align>\d+)$")
+    r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$")
 
 
 def test_names_unique_and_encode_every_parameter():
@@ -26,6 +26,7 @@ def test_names_unique_and_encode_every_parameter():
         assert (m["split"] or "none") == k.split
         assert bool(m["swap"]) == k.swap
         assert (m["epi"] or "linear") == k.epilogue
+        assert bool(m["grouped"]) == k.grouped
         if k.family in ("sm90", "sm100"):
             assert m["cl"] == "{}x{}".format(*k.cluster[:2]) and m["sched"] == k.schedule
         else:
@@ -77,9 +78,9 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true, false>")
     assert "RowMajor, cutlass::layout::ColumnMajor" in t
     info = catalog.kernel_info(k)
-    assert info.endswith(", 1}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info
+    assert info.endswith(", 1, 0}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info  # swap, not grouped
     plain = catalog.Kernel("sm90", "bf16", "bf16", "bf16", "tt", (128, 128, 64), "coop")
-    assert catalog.kernel_type(plain).endswith("false>") and catalog.kernel_info(plain).endswith(", 0}")
+    assert catalog.kernel_type(plain).endswith("false>") and catalog.kernel_info(plain).endswith(", 0, 0}")
 
 
 def test_sm90_variety():
@@ -169,3 +170,19 @@ def test_fused_epilogue_kernels_twin_plain_ones():
         {(a, l) for a, _ in catalog.FUSED_TYPES for l in catalog.AB_LAYOUTS}
     src = catalog.kernel_source(fused[0])
     assert src.rstrip().count("true>") == 1 and "PCR_EPI_BIAS_ACT" in src
+
+
+def test_grouped_kernels():
+    """Grouped kernels: both families, the grouped templates, in the default build."""
+    kernels = catalog.catalogue()
+    grouped = [k for k in kernels if k.grouped]
+    assert {k.family for k in grouped} == {"sm80", "sm90"}
+    assert {(k.a, k.d) for k in grouped} == set(catalog.GROUPED_TYPES)
+    assert all(k.split == "none" and not k.swap and k.epilogue == "linear" for k in grouped)
+    for k in grouped:
+        t = catalog.kernel_type(k)
+        assert t.startswith("pcr::tma::GroupedGemm<" if k.family == "sm90"
+                            else "pcr::mma::GroupedGemm<"), t
+        assert catalog.kernel_info(k).endswith(", 1}")
+    core = catalog.select_kernels(kernels, "default")
+    assert {(k.family, k.layout) for k in core if k.grouped} >= {("sm90", "tn"), ("sm80", "nn")}

@@ -397,3 +397,24 @@ def test_batch_errors():
     err(pcr.OverlapError, "d's matrices overlap", a, np.zeros((8, 6), F16), None, shared_d)
     err(pcr.InvalidArgumentError, "2-D matrix or a 3-D batch", np.zeros((1, 1, 4, 8), F16),
         np.zeros((8, 6), F16), None, np.zeros((4, 6), F16))
+
+
+def test_grouped_front_door_checks():
+    a, b, d = mats()
+    with pytest.raises(pcr.InvalidArgumentError, match="one entry per group; got 1, 1, 1 and 2"):
+        pcr.grouped_gemm([a], [b], None, [d, d])
+    with pytest.raises(pcr.InvalidArgumentError, match="one entry per group"):
+        pcr.grouped_gemm([a], [b], [None, None], [d])
+    with pytest.raises(pcr.KernelNotFoundError):
+        pcr.grouped_gemm([a], [b], None, [d], kernel="nope")
+    with pytest.raises(pcr.DTypeError, match="alpha"):
+        pcr.moe_gemm(a, b[None], np.zeros(2, np.int32), d, alpha="x")
+    # an empty group list is a no-op that needs no GPU
+    assert pcr.grouped_gemm([], [], None, []) == []
+
+
+def test_scales_are_refused_until_quantized_kernels_exist():
+    a, b, d = mats()
+    err(pcr.UnsupportedError, "no kernel for quantized inputs", a, b, None, d,
+        scale_a=np.ones(4, np.float32))
+    err(pcr.UnsupportedError, "scale_a / scale_b", a, b, None, d, scale_b=np.ones(6, np.float32))

@@ -1,0 +1,353 @@
+// Grouped GEMMs: many problems, each of its own size, in one kernel launch.
+//
+// Each group is validated and oriented like a single GEMM (describe); the groups must then
+// agree on dtypes, layouts and device. Grouped kernels read every group's size, pointers
+// and leading dimensions from GPU arrays, which the fill kernels below write from their
+// launch parameters (the list form) or from the offsets tensor (the MoE form): nothing is
+// copied from host memory and nothing synchronizes, so a captured graph replays exactly.
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime.h"
+
+namespace pcr {
+namespace {
+
+// One group's entry of the GPU arrays, as the list form's fill kernel receives it.
+struct Entry {
+  int shape[3];
+  const void *a, *b, *c;
+  void* d;
+  int64_t lda, ldb, ldc, ldd;
+};
+// Launch parameters stay under the classic 4 KB limit: groups are written in chunks.
+constexpr int kChunk = 48;
+struct Chunk {
+  int first, count;
+  Entry e[kChunk];
+};
+static_assert(sizeof(Chunk) <= 4000, "fill_groups parameters must fit 4 KB");
+
+__global__ void fill_groups(Chunk chunk, GroupArrays out) {
+  const int i = threadIdx.x;
+  if (i >= chunk.count) return;
+  const Entry& e = chunk.e[i];
+  const int g = chunk.first + i;
+  for (int j = 0; j < 3; ++j) out.shape[g][j] = e.shape[j];
+  out.a[g] = e.a;
+  out.b[g] = e.b;
+  out.c[g] = e.c;
+  out.d[g] = e.d;
+  out.lda[g] = e.lda;
+  out.ldb[g] = e.ldb;
+  out.ldc[g] = e.ldc;
+  out.ldd[g] = e.ldd;
+}
+
+// The MoE form: expert e multiplies rows [start, end) of x into the same rows of out.
+struct Moe {
+  const void* offsets;
+  int offset_bits;   // 32 or 64
+  int boundaries;    // 1: E + 1 boundaries (0 first); 0: E ends (torch._grouped_mm)
+  int experts;
+  int64_t tokens;
+  const char* x;
+  int64_t x_row;     // bytes from one row of x to the next
+  const char* w;
+  int64_t w_expert;  // bytes from one expert's matrix to the next
+  char* out;
+  int64_t out_row;
+  int n, k;
+  int64_t lda, ldb, ldd;
+};
+
+__global__ void fill_moe(Moe p, GroupArrays out) {
+  auto at = [&](int i) -> int64_t {
+    return p.offset_bits == 32 ? int64_t(static_cast<const int32_t*>(p.offsets)[i])
+                               : static_cast<const int64_t*>(p.offsets)[i];
+  };
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < p.experts;
+       e += gridDim.x * blockDim.x) {
+    int64_t start = p.boundaries ? at(e) : (e ? at(e - 1) : 0);
+    int64_t end = p.boundaries ? at(e + 1) : at(e);
+    // rows outside [0, tokens) do not exist: clamp rather than trust the router
+    start = start < 0 ? 0 : (start > p.tokens ? p.tokens : start);
+    end = end < start ? start : (end > p.tokens ? p.tokens : end);
+    out.shape[e][0] = int(end - start);
+    out.shape[e][1] = p.n;
+    out.shape[e][2] = p.k;
+    out.a[e] = p.x + start * p.x_row;
+    out.b[e] = p.w + e * p.w_expert;
+    out.c[e] = out.d[e] = p.out + start * p.out_row;
+    out.lda[e] = p.lda;
+    out.ldb[e] = p.ldb;
+    out.ldc[e] = out.ldd[e] = p.ldd;
+  }
+}
+
+size_t round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+size_t arrays_bytes(int count) {
+  return round16(sizeof(int[3]) * count) + 8 * 8 * size_t(count);
+}
+
+// The arrays of `count` groups laid out in one buffer.
+GroupArrays arrays_at(char* base, int count) {
+  GroupArrays g;
+  g.shape = reinterpret_cast<int(*)[3]>(base);
+  char* p = base + round16(sizeof(int[3]) * count);
+  auto next = [&](auto** slot) {
+    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(p);
+    p += 8 * size_t(count);
+  };
+  next(&g.a);
+  next(&g.b);
+  next(&g.c);
+  next(&g.d);
+  next(&g.lda);
+  next(&g.ldb);
+  next(&g.ldc);
+  next(&g.ldd);
+  return g;
+}
+
+int group_error(int status, int group) {
+  std::string why = pcr_last_error();
+  return set_error(status, "group %d: %s", group, why.c_str());
+}
+
+// Kernel k over `groups` GPU-side problems whose arrays `fill` writes into the stream's
+// buffer.
+template <class Fill>
+int run_grouped(const pcr_problem& p, int k, int groups, float alpha, float beta,
+                cudaStream_t stream, Fill fill) {
+  if (groups == 0) return PCR_OK;
+  void* buffer = nullptr;
+  bool temporary = false;  // inside graph capture, on a stream seen for the first time
+  int st = workspace_for(p.device, stream, arrays_bytes(groups), &buffer, kGroupArrays,
+                         &temporary);
+  if (st != PCR_OK) return st;
+  GemmArgs g;
+  std::memset(&g, 0, sizeof g);  // prepared launches compare args bytewise
+  g.m = int(p.m);
+  g.n = int(p.n);
+  g.k = int(p.k);
+  g.alpha = alpha;
+  g.beta = beta;
+  g.batch = 1;
+  g.groups = groups;
+  g.group = arrays_at(static_cast<char*>(buffer), groups);
+  g.device = p.device;
+  g.sm_count = p.sm_count;
+  if ((st = fill(g.group)) == PCR_OK) st = run_prepared(k, g, stream);
+  if (temporary) cudaFreeAsync(buffer, stream);
+  return st;
+}
+
+}  // namespace
+
+int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTensor* const* c,
+                 const DLTensor* const* d, int32_t count, double alpha, double beta,
+                 int32_t kernel, void* stream_ptr, pcr_problem* out) {
+  clear_error();
+  pcr_problem local;
+  pcr_problem& p = out ? *out : local;
+  std::memset(&p, 0, sizeof p);
+  p.grouped = 1;
+  if (count < 0 || (count > 0 && (!a || !b || !d)))
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "grouped GEMM: need count >= 0 and a, b, d");
+  if (count == 0) return PCR_OK;
+  std::vector<pcr_problem> probs(count);
+  std::vector<Bound> bounds(count);
+  for (int g = 0; g < count; ++g) {
+    const DLTensor* cg = c ? c[g] : nullptr;
+    if (!a[g] || !b[g] || !d[g])
+      return set_error(PCR_ERR_INVALID_ARGUMENT, "group %d: a, b and d are required", g);
+    // a group without c reads no C, whatever beta is (its d is zeroed for the kernel)
+    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, nullptr, PCR_ACT_NONE,
+                      &probs[g], &bounds[g]);
+    if (st != PCR_OK) return group_error(st, g);
+    const pcr_problem& q = probs[g];
+    if (q.batch != 1 || q.host)
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "group %d: grouped GEMMs take 2-D GPU matrices (a batch or a host "
+                       "array was given)", g);
+  }
+  // Groups without work (M, N or K = 0) never reach the kernel: their layouts and
+  // alignments (any, for an empty matrix) do not count. The first one with work leads.
+  auto works = [&](int g) { return probs[g].m && probs[g].n && probs[g].k; };
+  int lead = 0;
+  while (lead < count - 1 && !works(lead)) ++lead;
+  for (int g = 0; g < count; ++g) {
+    const pcr_problem &q = probs[g], &q0 = probs[lead];
+    if (q.dtype_a != q0.dtype_a || q.dtype_d != q0.dtype_d || q.device != q0.device ||
+        (works(g) && (q.layout_a != q0.layout_a || q.layout_b != q0.layout_b)))
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "group %d differs from group %d in dtypes, layouts (after orienting d "
+                       "row-major) or device; one grouped launch needs them alike", g, lead);
+  }
+  p = probs[lead];
+  p.grouped = 1;
+  p.batch = count;
+  p.staged = 0;
+  p.transposed = 0;
+  p.c_mode = beta != 0.0 ? 1 : 0;
+  p.dtype_c = p.c_mode ? p.dtype_d : PCR_DTYPE_INVALID;
+  p.align_c = 16;
+  for (int g = 0; g < count; ++g) {
+    const pcr_problem& q = probs[g];
+    if (!works(g)) continue;
+    p.m = std::max(p.m, q.m);
+    p.n = std::max(p.n, q.n);
+    p.k = std::max(p.k, q.k);
+    p.align_a = std::min(p.align_a, q.align_a);
+    p.align_b = std::min(p.align_b, q.align_b);
+    p.align_d = std::min(p.align_d, q.align_d);
+    if (q.c_mode == 1) p.align_c = std::min(p.align_c, q.align_c);
+  }
+
+  // The kernel first: a call that needs a selection returns before any GPU work.
+  int k = -1;
+  int st = kernel_for(p, Bound{}, kernel, &k);
+  if (st != PCR_OK) return st;
+  DeviceGuard guard;
+  if ((st = guard.set(p.device))) return st;
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  // Per-group work before the kernel: d = beta * c where K == 0 (no kernel work), C
+  // brought into d where the kernel cannot read it, zeros where beta applies but no c.
+  std::vector<Entry> entries;
+  for (int g = 0; g < count; ++g) {
+    const pcr_problem& q = probs[g];
+    const Bound& bd = bounds[g];
+    if (q.m == 0 || q.n == 0) continue;
+    const bool has_c = q.c_mode != 0;
+    if (q.k == 0) {
+      st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? float(beta) : 0.0f, stream);
+      if (st != PCR_OK) return st;
+      continue;
+    }
+    if (beta != 0.0 && q.c_mode != 1 &&
+        (st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, 1.0f, stream)))
+      return st;
+    GemmArgs ga = gemm_args(q, bd);
+    entries.push_back({{ga.m, ga.n, ga.k}, ga.a, ga.b, ga.c, ga.d, ga.lda, ga.ldb, ga.ldc,
+                       ga.ldd});
+  }
+  return run_grouped(p, k, int(entries.size()), float(alpha), float(beta), stream,
+                     [&](const GroupArrays& arrays) {
+                       for (size_t first = 0; first < entries.size(); first += kChunk) {
+                         Chunk chunk;
+                         chunk.first = int(first);
+                         chunk.count = int(std::min<size_t>(kChunk, entries.size() - first));
+                         std::copy_n(&entries[first], chunk.count, chunk.e);
+                         fill_groups<<<1, kChunk, 0, stream>>>(chunk, arrays);
+                       }
+                       return cuda_status(cudaGetLastError(), "grouped GEMM arrays");
+                     });
+}
+
+int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
+             const DLTensor* out_t, double alpha, int32_t kernel, void* stream_ptr,
+             pcr_problem* out) {
+  clear_error();
+  pcr_problem local;
+  pcr_problem& p = out ? *out : local;
+  std::memset(&p, 0, sizeof p);
+  p.grouped = 2;
+  if (!x || !w || !offsets || !out_t)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "moe_gemm: x, w, offsets and out are required");
+  if (w->ndim != 3)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "w must be 3-D (experts, K, N), got a %d-D tensor", w->ndim);
+  // x (T, K) @ w[e] (K, N) -> out (T, N), validated as one GEMM on expert 0's matrix
+  DLTensor w0 = *w;
+  w0.ndim = 2;
+  w0.shape = w->shape + 1;
+  w0.strides = w->strides ? w->strides + 1 : nullptr;
+  Bound bd;
+  int st = describe(x, &w0, nullptr, out_t, alpha, 0.0, nullptr, PCR_ACT_NONE, &p, &bd);
+  if (st != PCR_OK) return st;
+  if (p.transposed || p.host || p.layout_a != PCR_ROW_MAJOR)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "moe_gemm takes row-major GPU x and out (one token per row)");
+  const int64_t experts = w->shape[0];
+  const int64_t w_step = w->strides ? w->strides[0] : w->shape[1] * w->shape[2];
+  if (experts < 0 || experts >= (int64_t(1) << 31) || w_step < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "w has a bad expert dimension or stride");
+  const int esize = bd.b.esize;
+  if ((w_step * esize) % 16 && experts > 1) p.align_b = std::min(p.align_b, 2);
+  // offsets: int32 or int64, contiguous, on x's GPU; E + 1 boundaries or E ends
+  if (offsets->ndim != 1 || offsets->dtype.code != kDLInt || offsets->dtype.lanes != 1 ||
+      (offsets->dtype.bits != 32 && offsets->dtype.bits != 64))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "offsets must be a 1-D int32 or int64 vector of row offsets");
+  const int64_t len = offsets->shape[0];
+  if (len != experts && len != experts + 1)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "offsets has %" PRId64 " entries for %" PRId64 " experts: give E + 1 "
+                     "boundaries (0 first) or E ends", len, experts);
+  if (len > 1 && offsets->strides && offsets->strides[0] != 1)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "offsets must be contiguous");
+  if (offsets->device.device_type != kDLCUDA && offsets->device.device_type != kDLCUDAManaged)
+    return set_error(PCR_ERR_DEVICE_MISMATCH, "offsets must be on the GPU (read there only)");
+  if (offsets->device.device_id != p.device)
+    return set_error(PCR_ERR_DEVICE_MISMATCH, "offsets is on cuda:%d but out is on cuda:%d",
+                     offsets->device.device_id, p.device);
+  p.grouped = 2;
+  p.batch = experts;
+
+  if (p.m == 0 || p.n == 0 || experts == 0) return PCR_OK;
+  int k = -1;
+  if ((st = kernel_for(p, bd, kernel, &k))) return st;
+  DeviceGuard guard;
+  if ((st = guard.set(p.device))) return st;
+  auto stream = static_cast<cudaStream_t>(stream_ptr);
+  if (p.k == 0) return launch_scale_copy(nullptr, bd.d, 0.0f, stream);
+  Moe moe;
+  moe.offsets = static_cast<const char*>(offsets->data) + offsets->byte_offset;
+  moe.offset_bits = offsets->dtype.bits;
+  moe.boundaries = len == experts + 1;
+  moe.experts = int(experts);
+  moe.tokens = p.m;
+  moe.x = bd.a.ptr;
+  moe.x_row = bd.a.s0 * esize;
+  moe.w = bd.b.ptr;
+  moe.w_expert = w_step * esize;
+  moe.out = bd.d.ptr;
+  moe.out_row = bd.d.s0 * bd.d.esize;
+  moe.n = int(p.n);
+  moe.k = int(p.k);
+  moe.lda = bd.lda;
+  moe.ldb = bd.ldb;
+  moe.ldd = bd.ldd;
+  return run_grouped(p, k, int(experts), float(alpha), 0.0f, stream,
+                     [&](const GroupArrays& arrays) {
+                       int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
+                       fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);
+                       return cuda_status(cudaGetLastError(), "MoE GEMM arrays");
+                     });
+}
+
+}  // namespace pcr
+
+using namespace pcr;
+
+extern "C" {
+
+PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
+                             const DLTensor* const* c, const DLTensor* const* d, int32_t count,
+                             double alpha, double beta, int32_t kernel, void* stream,
+                             pcr_problem* problem) {
+  return grouped_gemm(a, b, c, d, count, alpha, beta, kernel, stream, problem);
+}
+
+PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
+                         const DLTensor* out, double alpha, int32_t kernel, void* stream,
+                         pcr_problem* problem) {
+  return moe_gemm(x, w, offsets, out, alpha, kernel, stream, problem);
+}
+
+}  // extern "C"

@@ -1,0 +1,193 @@
+"""Grouped GEMMs and the MoE form, against float64 references.
+
+Every grouped kernel of the build that runs here is forced by name over groups of mixed
+sizes (empty, tiny, K = 0, large), with and without C; selection, odd layouts, graph
+capture (the MoE offsets change between replays: they are read on the GPU) and errors
+are checked on the chosen kernel.
+"""
+import pytest
+
+import pycutlass_rt as pcr
+from helpers import matrix, runnable_kernels
+
+torch = pytest.importorskip("torch")
+
+TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+GROUPED = [k.name for k in runnable_kernels(grouped=True)]
+#: (M, N, K) per group: empty, tiny, K = 0, a partial tile, several tiles
+SIZES = [(0, 64, 64), (1, 8, 8), (17, 40, 0), (130, 72, 96), (300, 256, 520), (64, 128, 64),
+         (5, 512, 1024)]
+
+
+def close(got, want, what):
+    assert not torch.isnan(got).any(), f"{what}: unwritten (NaN) elements"
+    if want.numel() == 0:
+        return
+    err = ((got.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
+    assert err <= TOL[got.dtype], f"{what}: relative error {err:.2e}"
+
+
+def groups(layout, dtype, sizes=SIZES):
+    As = [matrix(m, k, layout[0], dtype) for m, n, k in sizes]
+    Bs = [matrix(k, n, layout[1], dtype) for m, n, k in sizes]
+    Cs = [matrix(m, n, "t", dtype) for m, n, k in sizes]
+    Ds = [torch.full((m, n), float("nan"), device="cuda", dtype=dtype) for m, n, k in sizes]
+    return As, Bs, Cs, Ds
+
+
+def check_groups(As, Bs, Cs, Ds, alpha, beta, what):
+    Cs = [None] * len(As) if Cs is None else Cs
+    for g, (a, b, c, d) in enumerate(zip(As, Bs, Cs, Ds)):
+        want = alpha * (a.double() @ b.double())
+        if c is not None and beta:
+            want = want + beta * c.double()
+        close(d, want, f"{what} group {g} {tuple(a.shape)}x{tuple(b.shape)}")
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel of this build runs on this GPU")
+@pytest.mark.parametrize("name", GROUPED)
+def test_grouped_kernel(name):
+    k = pcr._kernels.by_name(name)
+    dt = TORCH_DTYPE[k.dtype_a]
+    # 16-byte kernels: every contiguous extent a multiple of 8 elements
+    sizes = [(m if k.layout[0] == "t" else -(-m // 8) * 8, n, k_) for m, n, k_ in SIZES]
+    As, Bs, Cs, Ds = groups(k.layout, dt, sizes)
+    pcr.grouped_gemm(As, Bs, None, Ds, kernel=name)
+    check_groups(As, Bs, None, Ds, 1.0, 0.0, name)
+    Cs[1] = None  # a group without C reads zeros
+    for d in Ds:
+        d.fill_(float("nan"))
+    pcr.grouped_gemm(As, Bs, Cs, Ds, 0.5, -1.0, kernel=name)
+    check_groups(As, Bs, Cs, Ds, 0.5, -1.0, f"{name} with C")
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel here")
+@pytest.mark.parametrize("count", [1, 16, 64, 130])
+def test_selected_kernel_many_groups(count):
+    torch.manual_seed(count)
+    ms = torch.randint(0, 200, (count,)).tolist()
+    sizes = [(m, 256, 128) for m in ms]
+    As, Bs, Cs, Ds = groups("tn", torch.bfloat16, sizes)
+    pcr.grouped_gemm(As, Bs, None, Ds)
+    check_groups(As, Bs, None, Ds, 1.0, 0.0, f"{count} groups")
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel here")
+def test_column_major_outputs_are_oriented_per_group():
+    """Column-major outputs run as d^T = b^T a^T, group by group (tt becomes nn)."""
+    sizes = [(64, 96, 128), (40, 24, 64)]
+    As = [matrix(m, k, "t") for m, n, k in sizes]
+    Bs = [matrix(k, n, "t") for m, n, k in sizes]
+    Ds = [torch.full((n, m), float("nan"), device="cuda", dtype=torch.bfloat16).t()
+          for m, n, k in sizes]
+    pcr.grouped_gemm(As, Bs, None, Ds)
+    check_groups(As, Bs, None, Ds, 1.0, 0.0, "column-major d")
+    mixed = [Ds[0], torch.empty(40, 24, device="cuda", dtype=torch.bfloat16)]
+    with pytest.raises(pcr.InvalidArgumentError, match="group 1 differs from group 0"):
+        pcr.grouped_gemm(As, Bs, None, mixed)
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel here")
+def test_grouped_errors():
+    a, b = matrix(64, 64, "t"), matrix(64, 64, "t")
+    d = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(pcr.InvalidArgumentError, match="one entry per group"):
+        pcr.grouped_gemm([a, a], [b], None, [d, d])
+    with pytest.raises(pcr.InvalidArgumentError, match="group 1 differs from group 0"):
+        pcr.grouped_gemm([a, a], [b, matrix(64, 64, "n")], None, [d, d.clone()])
+    with pytest.raises(pcr.InvalidArgumentError, match="group 1: .*shape mismatch"):
+        pcr.grouped_gemm([a, a], [b, matrix(32, 64, "t")], None, [d, d.clone()])
+    with pytest.raises(pcr.OverlapError, match="group 0"):
+        pcr.grouped_gemm([a], [b], None, [a])
+    assert pcr.grouped_gemm([], [], None, []) == []
+
+
+def moe_inputs(T, E, K, N, weights="kn", seed=0):
+    torch.manual_seed(seed)
+    x = matrix(T, K, "t")
+    if weights == "kn":
+        w = (torch.rand(E, K, N, device="cuda") * 2 - 1).to(torch.bfloat16)
+    else:  # (E, N, K) Linear weights, viewed as (E, K, N)
+        w = (torch.rand(E, N, K, device="cuda") * 2 - 1).to(torch.bfloat16).transpose(1, 2)
+    # skewed routing: a few hot experts, some empty
+    share = torch.rand(E) ** 4
+    share[torch.randperm(E)[: E // 4]] = 0
+    counts = (share / share.sum() * T).floor().long()
+    counts[0] += T - counts.sum()
+    ends = counts.cumsum(0)
+    return x, w, ends
+
+
+def moe_reference(x, w, ends, alpha=1.0):
+    out = torch.zeros(x.shape[0], w.shape[2], dtype=torch.float64, device="cuda")
+    start = 0
+    for e, end in enumerate(ends.tolist()):
+        out[start:end] = alpha * (x[start:end].double() @ w[e].double())
+        start = end
+    return out
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel here")
+@pytest.mark.parametrize("weights", ["kn", "nk"])
+@pytest.mark.parametrize("form", ["ends_int32", "boundaries_int64"])
+def test_moe(weights, form):
+    x, w, ends = moe_inputs(2000, 16, 512, 384, weights)
+    if form == "ends_int32":
+        offsets = ends.to(torch.int32).cuda()
+    else:
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), ends]).cuda()
+    out = torch.full((2000, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pcr.moe_gemm(x, w, offsets, out, alpha=0.5)
+    close(out, moe_reference(x, w, ends, 0.5), f"moe {weights} {form}")
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel here")
+def test_moe_graph_replays_new_routing_without_sync():
+    T, E, K, N = 1024, 8, 256, 512
+    x, w, ends = moe_inputs(T, E, K, N, seed=1)
+    offsets = ends.to(torch.int32).cuda()
+    out = torch.zeros(T, N, device="cuda", dtype=torch.bfloat16)
+    pcr.moe_gemm(x, w, offsets, out)  # selection outside capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        pcr.moe_gemm(x, w, offsets, out)
+    for seed in (2, 3):
+        _, _, new_ends = moe_inputs(T, E, K, N, seed=seed)
+        offsets.copy_(new_ends.to(torch.int32))  # the router's new decision, on the GPU
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        close(out, moe_reference(x, w, new_ends), f"replay {seed}")
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel here")
+def test_grouped_gemm_in_a_graph():
+    As, Bs, Cs, Ds = groups("tt", torch.bfloat16, SIZES[1:])
+    pcr.grouped_gemm(As, Bs, Cs, Ds, 1.0, 1.0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        pcr.grouped_gemm(As, Bs, Cs, Ds, 1.0, 1.0)
+    for a in As:
+        a.copy_(torch.rand_like(a.float()).to(a.dtype))
+    for d in Ds:
+        d.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    check_groups(As, Bs, Cs, Ds, 1.0, 1.0, "graph replay")
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel here")
+def test_moe_errors():
+    x, w, ends = moe_inputs(64, 4, 64, 64)
+    out = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(pcr.InvalidArgumentError, match="offsets has 3 entries for 4 experts"):
+        pcr.moe_gemm(x, w, ends[:3].cuda(), out)
+    with pytest.raises(pcr.InvalidArgumentError, match="int32 or int64"):
+        pcr.moe_gemm(x, w, ends.float().cuda(), out)
+    with pytest.raises(pcr.DeviceMismatchError, match="offsets must be on the GPU"):
+        pcr.moe_gemm(x, w, ends, out)
+    with pytest.raises(pcr.InvalidArgumentError, match="row-major"):
+        pcr.moe_gemm(x, w, ends.cuda(), out.t())
+    with pytest.raises(pcr.InvalidArgumentError, match="w must be 3-D"):
+        pcr.moe_gemm(x, w[0], ends.cuda(), out)
