@@ -148,10 +148,52 @@ struct Sm75 {
   using Instruction = cutlass::gemm::GemmShape<16, 8, 8>;
 };
 
+// What every CUTLASS 2.x kernel of the library does with its device-level operator
+// (Op::Device) and Arguments (Op::arguments): check them, size the workspace, and launch
+// through the prepared operator (Op::Prepared) with the shared-memory limit raised.
+template <class Op>
+struct Kernel2x {
+  static int can_implement(const GemmArgs& p) {
+    cutlass::Status s = Op::Device::can_implement(Op::arguments(p));
+    if (s == cutlass::Status::kSuccess) return PCR_OK;
+    return set_error(PCR_ERR_UNSUPPORTED, "CUTLASS can_implement rejected the problem: %s",
+                     cutlassGetStatusString(s));
+  }
+
+  static size_t workspace_size(const GemmArgs& p) {
+    return Op::Device::get_workspace_size(Op::arguments(p));
+  }
+
+  static int prepare(const GemmArgs& p, void* workspace, void* out) {
+    cutlass::Status s = (new (out) typename Op::Prepared())->setup(Op::arguments(p), workspace);
+    if (s != cutlass::Status::kSuccess)
+      return set_error(PCR_ERR_INTERNAL, "CUTLASS parameter setup failed: %s",
+                       cutlassGetStatusString(s));
+    return PCR_OK;
+  }
+
+  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
+    static std::atomic<uint64_t> smem_done{0};
+    int st = ensure_smem_limit(Op::device_function(), device,
+                               int(sizeof(typename Op::GemmKernel::SharedStorage)), &smem_done);
+    if (st != PCR_OK) return st;
+    auto& prep = *const_cast<typename Op::Prepared*>(
+        static_cast<const typename Op::Prepared*>(prepared));
+    cutlass::Status s = prep.start(workspace, stream);
+    if (s != cutlass::Status::kSuccess) {
+      cudaError_t e = cudaGetLastError();
+      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s; %s)",
+                       cutlassGetStatusString(s), cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    return PCR_OK;
+  }
+};
+
 template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
           class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC,
           class Swizzle = DataParallel, bool BiasAct = false>
-struct Gemm {
+struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
+                            WarpShape, Stages, AlignAB, AlignC, Swizzle, BiasAct>> {
   using ElementAcc = float;
   using Linear =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
@@ -194,55 +236,21 @@ struct Gemm {
                      p.ldd);
   }
 
-  static int can_implement(const GemmArgs& p) {
-    cutlass::Status s = Device::can_implement(arguments(p));
-    if (s == cutlass::Status::kSuccess) return PCR_OK;
-    return set_error(PCR_ERR_UNSUPPORTED, "CUTLASS can_implement rejected the problem: %s",
-                     cutlassGetStatusString(s));
-  }
-
-  static size_t workspace_size(const GemmArgs& p) {
-    return Device::get_workspace_size(arguments(p));
-  }
-
   static const void* device_function() {
     return reinterpret_cast<const void*>(cutlass::Kernel2<GemmKernel>);
   }
 
   // The device-level operator holds the kernel's Params; this view of it builds them
   // without touching the GPU, and re-arms the workspace (split-K semaphores, stream-K
-  // barriers) on the launch stream before each launch.
+  // barriers) on the launch stream before each launch (storing the same pointers again:
+  // they key the prepared-launch cache).
   struct Prepared : Device {
-    cutlass::Status setup(const Arguments& args) { return this->init_params(args); }
-    cutlass::Status rearm(void* workspace, cudaStream_t stream) {
-      return this->params_.init_workspace(workspace, stream);
+    cutlass::Status setup(const Arguments& args, void*) { return this->init_params(args); }
+    cutlass::Status start(void* workspace, cudaStream_t stream) {
+      cutlass::Status s = this->params_.init_workspace(workspace, stream);
+      return s == cutlass::Status::kSuccess ? this->run(stream) : s;
     }
   };
-
-  static int prepare(const GemmArgs& p, void*, void* out) {
-    cutlass::Status s = (new (out) Prepared())->setup(arguments(p));
-    if (s != cutlass::Status::kSuccess)
-      return set_error(PCR_ERR_INTERNAL, "CUTLASS parameter setup failed: %s",
-                       cutlassGetStatusString(s));
-    return PCR_OK;
-  }
-
-  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
-    static std::atomic<uint64_t> smem_done{0};
-    int st = ensure_smem_limit(device_function(), device,
-                               int(sizeof(typename GemmKernel::SharedStorage)), &smem_done);
-    if (st != PCR_OK) return st;
-    // re-arming stores the workspace pointers again (the same ones: they key the cache)
-    auto& prep = *const_cast<Prepared*>(static_cast<const Prepared*>(prepared));
-    cutlass::Status s = prep.rearm(workspace, stream);
-    if (s == cutlass::Status::kSuccess) s = prep.run(stream);
-    if (s != cutlass::Status::kSuccess) {
-      cudaError_t e = cudaGetLastError();
-      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s; %s)",
-                       cutlassGetStatusString(s), cudaGetErrorName(e), cudaGetErrorString(e));
-    }
-    return PCR_OK;
-  }
 };
 
 
@@ -251,7 +259,9 @@ struct Gemm {
 // visitor reads the sizes on the GPU (kDeviceOnly), so the host never needs them.
 template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
           class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC>
-struct GroupedGemm {
+struct GroupedGemm
+    : Kernel2x<GroupedGemm<Family, ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
+                           WarpShape, Stages, AlignAB, AlignC>> {
   using ElementAcc = float;
   using Epilogue =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
@@ -277,44 +287,16 @@ struct GroupedGemm {
                      reinterpret_cast<ElementD**>(g.d), g.lda, g.ldb, g.ldc, g.ldd);
   }
 
-  static int can_implement(const GemmArgs& p) {
-    cutlass::Status s = Device::can_implement(arguments(p));
-    if (s == cutlass::Status::kSuccess) return PCR_OK;
-    return set_error(PCR_ERR_UNSUPPORTED, "CUTLASS can_implement rejected the problem: %s",
-                     cutlassGetStatusString(s));
-  }
-
-  static size_t workspace_size(const GemmArgs& p) {
-    return Device::get_workspace_size(arguments(p));
-  }
-
   static const void* device_function() {
     return reinterpret_cast<const void*>(cutlass::Kernel<GemmKernel>);
   }
 
-  struct Prepared : Device {};
-
-  static int prepare(const GemmArgs& p, void* workspace, void* out) {
-    cutlass::Status s = (new (out) Prepared())->initialize(arguments(p), workspace);
-    if (s != cutlass::Status::kSuccess)
-      return set_error(PCR_ERR_INTERNAL, "CUTLASS parameter setup failed: %s",
-                       cutlassGetStatusString(s));
-    return PCR_OK;
-  }
-
-  static int launch(const void* prepared, void*, int device, cudaStream_t stream) {
-    static std::atomic<uint64_t> smem_done{0};
-    int st = ensure_smem_limit(device_function(), device,
-                               int(sizeof(typename GemmKernel::SharedStorage)), &smem_done);
-    if (st != PCR_OK) return st;
-    auto& prep = *const_cast<Prepared*>(static_cast<const Prepared*>(prepared));
-    if (prep.run(stream) != cutlass::Status::kSuccess) {
-      cudaError_t e = cudaGetLastError();
-      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s)", cudaGetErrorName(e),
-                       cudaGetErrorString(e));
+  struct Prepared : Device {
+    cutlass::Status setup(const Arguments& args, void* workspace) {
+      return this->initialize(args, workspace);
     }
-    return PCR_OK;
-  }
+    cutlass::Status start(void*, cudaStream_t stream) { return this->run(stream); }
+  };
 };
 
 }  // namespace pcr::mma
