@@ -55,6 +55,11 @@ Key key_of(const pcr_problem& p) {
   Key key;
   std::memset(&key, 0, sizeof key);
   key.m = p.m;
+  // A grouped problem's M is its largest group's (the MoE form: every routed token), which
+  // changes from call to call; the choice does not hinge on it, so powers of two bucket it
+  // and a new routing reuses the remembered kernels instead of asking Python again.
+  if (p.grouped)
+    for (key.m = p.m ? 1 : 0; key.m < p.m;) key.m *= 2;
   key.n = p.n;
   key.k = p.k;
   key.batch = p.batch;

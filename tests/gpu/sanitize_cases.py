@@ -1,9 +1,10 @@
 """The calls tests/gpu/test_sanitizer.py runs under compute-sanitizer.
 
-One kernel of every family, split kind and alignment class the build runs here, at sizes
-that end inside a tile, plus the runtime's own paths: C forms, K = 0, a shifted view, a
-staged (aligned-scratch) problem and a bound plan. Exits 1 if a result is wrong, so the
-sanitizer run also checks the answers.
+One kernel of every family, split kind, epilogue and alignment class the build runs here,
+at sizes that end inside a tile, plus the runtime's own paths: C forms, K = 0, a shifted
+view, a staged (aligned-scratch) problem, a bound plan, a batch, a bias with an
+activation, and grouped / MoE GEMMs. Exits 1 if a result is wrong, so the sanitizer run
+also checks the answers.
 
     python tests/gpu/sanitize_cases.py   # what the test runs, without the sanitizer
 """
@@ -27,6 +28,8 @@ def main():
         want = alpha * (a.double() @ b.double())  # before the call: c may be d
         if c is not None and beta:
             want += beta * c.double()
+        if kw.get("bias") is not None:
+            want = torch.relu(want + kw["bias"].double())  # the cases below pair it with relu
         if plan:
             pcr.Gemm(a, b, c, d, alpha, beta, **kw).run()
         else:
@@ -43,7 +46,8 @@ def main():
         return torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
 
     # one kernel of every family, schedule, split, swap and alignment class
-    for k in runnable_kernels(lambda k: (k.family, k.schedule, k.split, k.swap_ab, k.align[0] == 1)):
+    for k in runnable_kernels(lambda k: (k.family, k.schedule, k.split, k.swap_ab,
+                                         k.align[0] == 1, k.epilogue)):
         tm, tn, tk = k.tile
         al = k.align[0]
         m, n, kk = tm + 3, -(-(tn + 5) // al) * al, -(-(2 * tk + 1) // al) * al
@@ -51,7 +55,10 @@ def main():
             kk = 8 * tk
         ta, tb, td = (getattr(torch, x) for x in (k.dtype_a, k.dtype_b, k.dtype_d))
         a, b = matrix(m, kk, k.layout[0], ta), matrix(kk, n, k.layout[1], tb)
-        check(k.name, a, b, matrix(m, n, "t", td), output(m, n, td), 1.5, -0.5, kernel=k.name)
+        fused = {} if k.epilogue == "linear" else {
+            "bias": matrix(1, n, "t", td)[0], "activation": "relu"}
+        check(k.name, a, b, matrix(m, n, "t", td), output(m, n, td), 1.5, -0.5, kernel=k.name,
+              **fused)
 
     check("odd sizes (alignment 1)", matrix(67, 129, "t", bf), matrix(129, 65, "n", bf), None,
           output(67, 65))
@@ -66,6 +73,32 @@ def main():
     check("staged", a, b, None, output(257, 520))
     check("plan", matrix(200, 136, "n", bf), matrix(136, 264, "t", bf), None, output(200, 264),
           plan=True)
+
+    check("batch", matrix(3 * 70, 72, "t", bf).reshape(3, 70, 72), matrix(72, 48, "n", bf), None,
+          torch.full((3, 70, 48), float("nan"), device="cuda", dtype=bf))
+    check("bias per row + relu", matrix(90, 64, "t", bf), matrix(64, 56, "t", bf), None,
+          output(90, 56), bias=matrix(90, 1, "t", bf), activation="relu")
+
+    if any(k.grouped for k in pcr.kernels()):
+        sizes = [(0, 40, 64), (1, 8, 8), (70, 48, 96), (130, 136, 64)]
+        As = [matrix(m, k, "t", bf) for m, n, k in sizes]
+        Bs = [matrix(k, n, "t", bf) for m, n, k in sizes]
+        Ds = [output(m, n) for m, n, k in sizes]
+        pcr.grouped_gemm(As, Bs, None, Ds)
+        x, w = matrix(300, 64, "t", bf), matrix(4 * 64, 40, "t", bf).reshape(4, 64, 40)
+        out = output(300, 40)
+        ends = torch.tensor([100, 100, 250, 300], device="cuda", dtype=torch.int32)
+        pcr.moe_gemm(x, w, ends, out)
+        torch.cuda.synchronize()
+        starts = [0, 100, 100, 250]
+        pairs = [(d, a.double() @ b.double()) for a, b, d in zip(As, Bs, Ds)] + [
+            (out[s:e], x[s:e].double() @ w[i].double())
+            for i, (s, e) in enumerate(zip(starts, ends.tolist()))]
+        for i, (got, want) in enumerate(pairs):
+            if got.numel() and not ((got.double() - want).norm()
+                                    <= 1.6e-2 * want.norm().clamp_min(1e-30)):
+                failures.append(f"grouped case {i}")
+        print("grouped and moe: checked", flush=True)
 
     if failures:
         print("wrong results:", ", ".join(failures))
