@@ -10,10 +10,13 @@ selection tables, tests, logs). The generator turns the selected records into on
     python native/catalog.py --list --kernels 'sm90_bf16*'
     python native/catalog.py --emit build/gen --archs '80;90a' --kernels default
 
-Arch tokens (``PYCUTLASS_RT_ARCHS``): ``75`` the sm75 family, ``80 86 89 90`` SASS
-targets of the sm80 family (``90`` also of sm75, to test it on Hopper), ``90a`` the sm90a family, ``100a`` the sm100a family; ``native`` asks nvidia-smi, ``all`` takes every token,
-``default`` is ``80;86;89;90;90a``. Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default``
-(the core tier), ``all``, or ``;``/``,``-separated wildcards on names (``!pat`` excludes).
+Arch tokens (``PYCUTLASS_RT_ARCHS``): ``70`` the sm70 family (CUDA 12.x and older only),
+``75`` the sm75 family, ``80 86 89 90`` SASS targets of the sm80 family (``90`` also of
+sm75, to test it on Hopper), ``90a`` the sm90a family, ``100a`` the sm100a family;
+``native`` asks nvidia-smi, ``all`` takes every token, ``default`` is ``80;86;89;90;90a``.
+Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default`` (the core tier; what ``--emit``
+builds), ``all`` (what ``--list`` prints), or ``;``/``,``-separated wildcards on names
+(``!pat`` excludes).
 """
 from __future__ import annotations
 
@@ -78,9 +81,13 @@ class Family:
     ptx: bool
     #: oldest CUDA toolkit that can build it
     min_cuda: tuple[int, int]
+    #: newest CUDA toolkit that still can (None: no limit)
+    max_cuda: tuple[int, int] | None = None
 
 
 FAMILIES = {
+    # Volta (V100): CUDA 13 dropped sm_70, so only a CUDA 12.x (or older) toolkit builds it
+    "sm70": Family("sm70", "mma_gemm.cuh", ("70",), "70", False, (11, 0), (12, 9)),
     # Turing; its SASS for sm_90 lets Hopper run these templates in tests. The sm80
     # family's PTX, not this one's, serves GPUs newer than every SASS target.
     "sm75": Family("sm75", "mma_gemm.cuh", ("75", "90"), "75", False, (11, 0)),
@@ -89,7 +96,8 @@ FAMILIES = {
     "sm100": Family("sm100", "tma_gemm.cuh", ("100a",), "100a", False, (12, 8)),
 }
 TMA_FAMILIES = ("sm90", "sm100")  # CUTLASS 3.x families: tile, cluster and schedule
-MMA_FAMILIES = {"sm75": "Sm75", "sm80": "Sm80"}  # CUTLASS 2.x families: tile, warps, stages
+#: CUTLASS 2.x families (tile, warps, stages) -> the tag struct of native/kernels/mma_gemm.cuh
+MMA_FAMILIES = {"sm70": "Sm70", "sm75": "Sm75", "sm80": "Sm80"}
 ALL_TOKENS = tuple(dict.fromkeys(t for f in FAMILIES.values() for t in f.tokens))
 DEFAULT_ARCHS = "80;86;89;90;90a"
 
@@ -198,6 +206,12 @@ SM100_CONFIGS = [
     ((256, 128, 64), (2, 1, 1), "2sm", "none", "extended", False),
     ((256, 256, 64), (2, 1, 1), "2sm", "none", "extended", False),
 ]
+#: sm70 (Volta, fp16 only): the 2-stage mainloop, also as the any-alignment fallback
+SM70_TYPES = [("f16", "f16"), ("f16", "f32")]
+SM70_CONFIGS = [
+    ((128, 128, 32), (2, 2, 1), 2, 8, "none", "extended", False),
+    ((64, 64, 32), (2, 2, 1), 2, 1, "none", "extended", False),
+]
 #: sm75 (Turing, fp16 only): the 2-stage mainloop, also as the any-alignment fallback
 SM75_TYPES = [("f16", "f16"), ("f16", "f32")]
 SM75_CONFIGS = [
@@ -253,6 +267,7 @@ def catalogue() -> list[Kernel]:
                     out.append(Kernel(family, a, a, d, layout, tile, schedule, cluster=cluster,
                                       split=split, swap=swap, epilogue=epi, tier=tier))
         mma = [("sm80", SM80_CONFIGS)] + ([("sm75", SM75_CONFIGS)] if (a, d) in SM75_TYPES else [])
+        mma += [("sm70", SM70_CONFIGS)] if (a, d) in SM70_TYPES else []
         for family, configs in mma:
             for tile, warps, stages, align, split, tier, fused in configs:
                 for epi in _epilogues(fused, a, d, layout, family):
@@ -344,6 +359,13 @@ def plan(archs: list[str], toolkit_codes: set[str] | None, cuda_version: tuple[i
             notes.append(f"sm_{token}: no kernel family in this catalogue targets it; skipped")
             continue
         for fam in fams:
+            if cuda_version and fam.max_cuda and cuda_version > fam.max_cuda:
+                notes.append(f"sm_{token}: the {fam.name} family is built by CUDA "
+                             f"{fam.max_cuda[0]}.x and older only; CUDA "
+                             f"{cuda_version[0]}.{cuda_version[1]} dropped sm_{token} (its nvcc "
+                             f"cannot generate that code), so it is skipped: build with a CUDA "
+                             f"{fam.max_cuda[0]}.x toolkit to include it")
+                continue
             if cuda_version and cuda_version < fam.min_cuda:
                 notes.append(f"sm_{token}: the {fam.name} family needs CUDA >= "
                              f"{fam.min_cuda[0]}.{fam.min_cuda[1]}; skipped")
@@ -502,13 +524,16 @@ def toolkit(nvcc: str | None):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--archs", default=os.environ.get("PYCUTLASS_RT_ARCHS", "default"))
-    ap.add_argument("--kernels", default=os.environ.get("PYCUTLASS_RT_KERNELS", "default"))
+    ap.add_argument("--kernels", default=os.environ.get("PYCUTLASS_RT_KERNELS"),
+                    help="kernel filter (default: the core tier for --emit, all for --list)")
     ap.add_argument("--list", action="store_true", help="print kernel names, one per line")
     ap.add_argument("--json", action="store_true", help="print the selected records as JSON")
     ap.add_argument("--emit", metavar="DIR", help="write sources, registry and kernels.cmake")
     ap.add_argument("--nvcc", help="nvcc to ask which archs it can build")
     args = ap.parse_args(argv)
 
+    if not args.kernels:
+        args.kernels = "all" if args.list and not args.emit else "default"
     kernels = select_kernels(catalogue(), args.kernels)
     archs = parse_archs(args.archs)
     codes, cuda = toolkit(args.nvcc) if args.emit else (None, None)

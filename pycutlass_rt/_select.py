@@ -44,6 +44,8 @@ def families_for(cc: int) -> list[int]:
         return [80, 75]  # sm80-family SASS on 8.x, its PTX on later GPUs
     if cc >= 75:
         return [75]
+    if cc >= 70:
+        return [70]  # sm_70 SASS (no PTX): Volta only
     return []
 
 
@@ -95,8 +97,8 @@ def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None
 # heuristics/fit.py --check reports its regret on any sweep.
 
 #: compute capability -> (dense fp16/bf16 tensor TFLOP/s per SM with fp32 accumulation,
-#: DRAM GB/s per SM): T4, A100, A10/A6000, L40S, H100/H200 SXM, B200
-DEVICES = {75: (1.6, 8.0), 80: (2.9, 18.5), 86: (1.8, 8.5), 89: (2.5, 6.0), 90: (7.5, 30.0),
+#: DRAM GB/s per SM): V100, T4, A100, A10/A6000, L40S, H100/H200 SXM, B200
+DEVICES = {70: (1.5, 11.0), 75: (1.6, 8.0), 80: (2.9, 18.5), 86: (1.8, 8.5), 89: (2.5, 6.0), 90: (7.5, 30.0),
            100: (15.0, 54.0)}
 BW_SATURATION = 0.6  # fraction of the SMs that must stream to saturate DRAM
 OVERLAP = 0.1        # share of the shorter of compute and memory that does not overlap

@@ -1,8 +1,9 @@
-// CUTLASS 2.x mma.sync GEMMs, one template for two arch families:
+// CUTLASS 2.x mma.sync GEMMs, one template for three arch families:
 //   sm80 family: m16n8k16, multistage (cp.async, 16-byte alignment) or the 2-stage
 //                pipelined mainloop, whose register-staged loads take any alignment; one
 //                source serves sm_80/86/89/90 SASS and the PTX for later GPUs;
-//   sm75 family: Turing m16n8k8 (fp16 only), 2-stage pipelined.
+//   sm75 family: Turing m16n8k8 (fp16 only), 2-stage pipelined;
+//   sm70 family: Volta m8n8k4 (fp16 only), 2-stage pipelined.
 // The block swizzle is the data-parallel identity swizzle, or CUTLASS's stream-K swizzle,
 // which selects the stream-K kernel: its heuristic spreads the K loop of too few output
 // tiles over every SM (stream-K, or split-K when that balances better) and reduces the
@@ -142,6 +143,12 @@ struct Sm80 {
 };
 using DataParallel = cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>;
 using StreamK = cutlass::gemm::threadblock::ThreadblockSwizzleStreamK;
+
+// Volta: mma.sync m8n8k4 (fp16), 2-stage; built only by CUDA 12.x and older
+struct Sm70 {
+  using Arch = cutlass::arch::Sm70;
+  using Instruction = cutlass::gemm::GemmShape<8, 8, 4>;
+};
 
 struct Sm75 {
   using Arch = cutlass::arch::Sm75;

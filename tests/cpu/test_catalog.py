@@ -1,4 +1,5 @@
 """The declarative catalogue, the build filter and the arch plan (no compiler needed)."""
+import os
 import re
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import pytest
 import catalog
 
 NAME = re.compile(
-    r"^(?P<fam>sm75|sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
+    r"^(?P<fam>sm70|sm75|sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
     r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact))?(?:_(?P<split>streamk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$")
@@ -120,8 +121,12 @@ def test_arch_plan():
     assert per_family == {} and "CUDA >= 12.3" in notes[0]
     per_family, notes = catalog.plan(["100a"], None, (12, 6))
     assert per_family == {} and "CUDA >= 12.8" in notes[0]
-    per_family, notes = catalog.plan(["70"], None, (13, 0))
-    assert per_family == {} and "sm_70" in notes[0]
+    # CUDA 13 dropped sm_70: the Volta family is skipped, saying why and what to do
+    per_family, notes = catalog.plan(["70", "80"], None, (13, 0))
+    assert per_family == {"sm80": ["80"]}
+    assert "CUDA 13.0 dropped sm_70" in notes[0] and "CUDA 12.x toolkit" in notes[0]
+    assert catalog.plan(["70"], {"sm_70"}, (12, 4)) == ({"sm70": ["70"]}, [])
+    assert {k.a for k in catalog.catalogue() if k.family == "sm70"} == {"f16"}
 
 
 def test_gencode_one_front_end_pass_plus_ptx():
@@ -149,9 +154,12 @@ def test_emit(tmp_path):
 
 
 def test_list_cli_all_archs():
-    out = subprocess.run([sys.executable, catalog.__file__, "--list", "--archs", "all",
-                          "--kernels", "all"], capture_output=True, text=True, check=True).stdout
+    # the issue's command: every kernel of the full catalogue, one per line, no compiler
+    env = {k: v for k, v in os.environ.items() if k != "PYCUTLASS_RT_KERNELS"}
+    out = subprocess.run([sys.executable, catalog.__file__, "--list", "--archs", "all"],
+                         capture_output=True, text=True, check=True, env=env).stdout
     assert out.split() == [k.name for k in catalog.catalogue()]
+    assert {k.split("_")[0] for k in out.split()} == {"sm70", "sm75", "sm80", "sm90", "sm100"}
 
 
 def test_fused_epilogue_kernels_twin_plain_ones():

@@ -30,7 +30,8 @@ def prob(m, n, k, sms=132):
 def test_families_for():
     assert _select.families_for(90) == [90, 80, 75] and _select.families_for(100) == [100, 80, 75]
     assert _select.families_for(86) == [80, 75] and _select.families_for(120) == [80, 75]
-    assert _select.families_for(75) == [75] and _select.families_for(70) == []
+    assert _select.families_for(75) == [75] and _select.families_for(70) == [70]
+    assert _select.families_for(61) == []
 
 
 def test_table_is_shipped_and_well_formed():
@@ -184,7 +185,8 @@ def test_model_counts_waves():
 
 
 @pytest.mark.parametrize("cc, expect", [(90, (7.5, 30.0)), (89, (2.5, 6.0)),
-                                        (120, (15.0, 54.0)), (70, (1.6, 8.0))])
+                                        (120, (15.0, 54.0)), (70, (1.5, 11.0)),
+                                        (61, (1.5, 11.0))])
 def test_device_params_take_the_nearest_known_arch_below(cc, expect):
     assert _select.device_params(cc) == expect
 
