@@ -12,7 +12,7 @@ selection tables, tests, logs). The generator turns the selected records into on
 
 Arch tokens (``PYCUTLASS_RT_ARCHS``): ``70`` the sm70 family (CUDA 12.x and older only),
 ``75`` the sm75 family, ``80 86 89 90`` SASS targets of the sm80 family (``90`` also of
-sm75, to test it on Hopper), ``90a`` the sm90a family, ``100a`` the sm100a family;
+sm75 and sm70, to test them on Hopper), ``90a`` the sm90a family, ``100a`` the sm100a family;
 ``native`` asks nvidia-smi, ``all`` takes every token, ``default`` is ``80;86;89;90;90a``.
 Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default`` (the core tier; what ``--emit``
 builds), ``all`` (what ``--list`` prints), or ``;``/``,``-separated wildcards on names
@@ -83,14 +83,25 @@ class Family:
     min_cuda: tuple[int, int]
     #: newest CUDA toolkit that still can (None: no limit)
     max_cuda: tuple[int, int] | None = None
+    #: (token, virtual arch): SASS of another GPU built from this front end, so that the
+    #: family's templates run in tests there (never chosen by selection on that GPU)
+    test: tuple[tuple[str, str], ...] = ()
+
+    def virtual_for(self, token: str) -> str:
+        """The front end (virtual arch) that builds ``token``'s SASS."""
+        return dict(self.test).get(token, self.virtual) if token not in self.tokens \
+            else self.virtual
 
 
 FAMILIES = {
-    # Volta (V100): CUDA 13 dropped sm_70, so only a CUDA 12.x (or older) toolkit builds it
-    "sm70": Family("sm70", "mma_gemm.cuh", ("70",), "70", False, (11, 0), (12, 9)),
+    # Volta (V100): CUDA 13 dropped sm_70, so only a CUDA 12.x (or older) toolkit builds
+    # it. Its sm_90 SASS (from the compute_75 front end, which CUDA 13 still has; Hopper
+    # emulates m8n8k4) lets the H200 check the template's logic.
+    "sm70": Family("sm70", "mma_gemm.cuh", ("70",), "70", False, (11, 0), (12, 9),
+                   test=(("90", "75"),)),
     # Turing; its SASS for sm_90 lets Hopper run these templates in tests. The sm80
     # family's PTX, not this one's, serves GPUs newer than every SASS target.
-    "sm75": Family("sm75", "mma_gemm.cuh", ("75", "90"), "75", False, (11, 0)),
+    "sm75": Family("sm75", "mma_gemm.cuh", ("75",), "75", False, (11, 0), test=(("90", "75"),)),
     "sm80": Family("sm80", "mma_gemm.cuh", ("80", "86", "89", "90"), "80", True, (11, 0)),
     "sm90": Family("sm90", "tma_gemm.cuh", ("90a",), "90a", False, (12, 3)),
     "sm100": Family("sm100", "tma_gemm.cuh", ("100a",), "100a", False, (12, 8)),
@@ -98,7 +109,8 @@ FAMILIES = {
 TMA_FAMILIES = ("sm90", "sm100")  # CUTLASS 3.x families: tile, cluster and schedule
 #: CUTLASS 2.x families (tile, warps, stages) -> the tag struct of native/kernels/mma_gemm.cuh
 MMA_FAMILIES = {"sm70": "Sm70", "sm75": "Sm75", "sm80": "Sm80"}
-ALL_TOKENS = tuple(dict.fromkeys(t for f in FAMILIES.values() for t in f.tokens))
+ALL_TOKENS = tuple(dict.fromkeys(t for f in FAMILIES.values()
+                                  for t in f.tokens + tuple(t for t, _ in f.test)))
 DEFAULT_ARCHS = "80;86;89;90;90a"
 
 
@@ -354,12 +366,14 @@ def plan(archs: list[str], toolkit_codes: set[str] | None, cuda_version: tuple[i
     notes = []
     per_family: dict[str, list[str]] = {}
     for token in archs:
-        fams = [f for f in FAMILIES.values() if token in f.tokens]
+        fams = [f for f in FAMILIES.values()
+                if token in f.tokens or token in dict(f.test)]
         if not fams:
             notes.append(f"sm_{token}: no kernel family in this catalogue targets it; skipped")
             continue
         for fam in fams:
-            if cuda_version and fam.max_cuda and cuda_version > fam.max_cuda:
+            own = token in fam.tokens  # else a test target, built from another front end
+            if own and cuda_version and fam.max_cuda and cuda_version > fam.max_cuda:
                 notes.append(f"sm_{token}: the {fam.name} family is built by CUDA "
                              f"{fam.max_cuda[0]}.x and older only; CUDA "
                              f"{cuda_version[0]}.{cuda_version[1]} dropped sm_{token} (its nvcc "
@@ -379,11 +393,15 @@ def plan(archs: list[str], toolkit_codes: set[str] | None, cuda_version: tuple[i
 
 
 def gencode_flags(family: Family, tokens: list[str]) -> list[str]:
-    """One front-end pass (the family's virtual arch), SASS for each token, plus PTX."""
-    codes = [f"sm_{t}" for t in tokens]
-    if family.ptx:
-        codes.append(f"compute_{family.virtual}")
-    return [f"-gencode=arch=compute_{family.virtual},code=[{','.join(codes)}]"]
+    """One front-end pass per virtual arch (the family's, and a test target's where it
+    differs), SASS for each token, plus the family's PTX."""
+    by_front_end: dict[str, list[str]] = {}
+    for t in tokens:
+        by_front_end.setdefault(family.virtual_for(t), []).append(f"sm_{t}")
+    if family.ptx and family.virtual in by_front_end:
+        by_front_end[family.virtual].append(f"compute_{family.virtual}")
+    return [f"-gencode=arch=compute_{v},code=[{','.join(codes)}]"
+            for v, codes in by_front_end.items()]
 
 
 def runtime_gencode(per_family: dict[str, list[str]]) -> list[str]:

@@ -51,6 +51,18 @@ def test_sm75_is_turing_fp16_and_testable_on_hopper():
     assert per_family["sm75"] == ["75", "90"] and per_family["sm80"] == ["90"]
 
 
+def test_sm70_builds_its_sm90_test_sass_from_a_front_end_cuda13_has():
+    """CUDA 13 skips sm_70 itself, but Volta's template still gets sm_90 SASS (from
+    compute_75) so the H200 can run it in tests; a CUDA 12 build makes both."""
+    per_family, notes = catalog.plan(["70", "90"], {"sm_75", "sm_80", "sm_90"}, (13, 0))
+    assert per_family["sm70"] == ["90"] and "dropped sm_70" in notes[0]
+    fam = catalog.FAMILIES["sm70"]
+    assert catalog.gencode_flags(fam, ["90"]) == ["-gencode=arch=compute_75,code=[sm_90]"]
+    assert catalog.gencode_flags(fam, ["70", "90"]) == [
+        "-gencode=arch=compute_70,code=[sm_70]", "-gencode=arch=compute_75,code=[sm_90]"]
+    assert catalog.plan(["70"], {"sm_70"}, (12, 8))[0] == {"sm70": ["70"]}
+
+
 def test_sm100_one_and_two_sm():
     sm100 = [k for k in catalog.catalogue() if k.family == "sm100"]
     assert {k.schedule for k in sm100} == {"1sm", "2sm"}
