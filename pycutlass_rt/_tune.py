@@ -274,6 +274,9 @@ def candidates(lib, problem) -> list:
 def tune_one(lib, bk, spec: Spec, recorded=None, *, repeats: int = DEFAULT_REPEATS,
              pin: bool = False) -> tuple[Tuned, _lib.Problem]:
     """Times every candidate for one problem; returns the result and the problem tuned."""
+    if recorded is not None and recorded.grouped:  # one GEMM's operands cannot stand in
+        return Tuned(_cache.problem_key(recorded), None, None, None, None,
+                     note="grouped GEMMs are not tuned: the table and model order them"), recorded
     ops = make_operands(bk, spec)
     problem = describe(lib, ops)
     target = recorded if recorded is not None else problem

@@ -401,3 +401,11 @@ def test_tune_rejects_bad_input_before_measuring(monkeypatch):
         _tune.tune({"m": 1, "n": 1, "k": 1})
     with pytest.raises(errors.DTypeError):
         _tune.tune([(1, 1, 1)], dtype="float64")
+
+
+def test_grouped_problems_are_reported_not_tuned():
+    """A recorded grouped (MoE) problem has no single-GEMM stand-in: tune says so."""
+    p = problem(m=8192, n=4096, k=4096, grouped=2, batch=16)
+    tuned, target = _tune.tune_one(FakeLib(), None, None, p)
+    assert target is p and tuned.kernel is None and "grouped GEMMs are not tuned" in tuned.note
+    assert tuned.problem.endswith(" moe")
