@@ -55,6 +55,7 @@ def test_sass_for_every_requested_arch():
     ("sm100", "sm_100a", ["UTCHMMA", "UTMALDG"]),  # tcgen05.mma and TMA
     ("sm80", "sm_80", ["HMMA.16816"]),             # mma.sync
     ("sm75", "sm_75", ["HMMA.1688"]),              # Turing mma.sync
+    ("sm70", "sm_70", ["HMMA.884"]),               # Volta mma.sync (CUDA 12.x builds)
     ("sm80", "sm_86", ["HMMA.16816"]),
     ("sm80", "sm_89", ["HMMA.16816"]),
     ("sm80", "sm_90", ["HMMA.16816"]),
