@@ -204,7 +204,12 @@ def test_choose_checks_through_the_library(lib):
     for k, why in choice.ranked:
         assert k.align[0] == 1, f"{k.name} accepted a 2-byte-aligned A"
     misaligned = [why for k, why in choice.rejected if k.align[0] == 8 and k.family in (90, 80)
+                  and k.epilogue == "linear" and not k.grouped
                   and "dtypes" not in why and "layout" not in why]
+    # a plain problem never takes a fused or grouped kernel, whatever its alignment
+    assert all(why.startswith(("epilogue", "grouped")) for k, why in choice.rejected
+               if (k.epilogue != "linear" or k.grouped) and k.family in (90, 80)
+               and "dtypes" not in why and "layout" not in why)
     assert all("alignment" in w for w in misaligned)
     assert all("do not run on compute 9.0" in why for k, why in choice.rejected if k.family == 100)
 
