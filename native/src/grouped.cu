@@ -31,11 +31,8 @@ struct Chunk {
 };
 static_assert(sizeof(Chunk) <= 4000, "fill_groups parameters must fit 4 KB");
 
-__global__ void fill_groups(Chunk chunk, GroupArrays out) {
-  const int i = threadIdx.x;
-  if (i >= chunk.count) return;
-  const Entry& e = chunk.e[i];
-  const int g = chunk.first + i;
+// Group g's entry into the arrays the grouped kernels read.
+__device__ void put(const GroupArrays& out, int g, const Entry& e) {
   for (int j = 0; j < 3; ++j) out.shape[g][j] = e.shape[j];
   out.a[g] = e.a;
   out.b[g] = e.b;
@@ -45,6 +42,11 @@ __global__ void fill_groups(Chunk chunk, GroupArrays out) {
   out.ldb[g] = e.ldb;
   out.ldc[g] = e.ldc;
   out.ldd[g] = e.ldd;
+}
+
+__global__ void fill_groups(Chunk chunk, GroupArrays out) {
+  const int i = threadIdx.x;
+  if (i < chunk.count) put(out, chunk.first + i, chunk.e[i]);
 }
 
 // The MoE form: expert e multiplies rows [start, end) of x into the same rows of out.
@@ -76,15 +78,9 @@ __global__ void fill_moe(Moe p, GroupArrays out) {
     // rows outside [0, tokens) do not exist: clamp rather than trust the router
     start = start < 0 ? 0 : (start > p.tokens ? p.tokens : start);
     end = end < start ? start : (end > p.tokens ? p.tokens : end);
-    out.shape[e][0] = int(end - start);
-    out.shape[e][1] = p.n;
-    out.shape[e][2] = p.k;
-    out.a[e] = p.x + start * p.x_row;
-    out.b[e] = p.w + e * p.w_expert;
-    out.c[e] = out.d[e] = p.out + start * p.out_row;
-    out.lda[e] = p.lda;
-    out.ldb[e] = p.ldb;
-    out.ldc[e] = out.ldd[e] = p.ldd;
+    char* rows = p.out + start * p.out_row;  // C (never read: beta = 0) and D
+    put(out, e, {{int(end - start), p.n, p.k}, p.x + start * p.x_row, p.w + e * p.w_expert,
+                 rows, rows, p.lda, p.ldb, p.ldd, p.ldd});
   }
 }
 

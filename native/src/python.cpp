@@ -284,30 +284,21 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t 
                                 double alpha, double beta, int32_t kernel, int32_t flags,
                                 void* stream, pcr_problem* problem) {
   clear_error();
-  if (!py().ok)
-    return set_error(PCR_ERR_INTERNAL,
-                     "the Python-object entry points need a CPython process; use pcr_gemm");
   if (count < 0 || (count > 0 && (!a || !b || !d)))
     return set_error(PCR_ERR_INVALID_ARGUMENT, "grouped GEMM: need count >= 0 and a, b, d");
-  std::vector<Operand> ops(size_t(count) * 4);
+  std::vector<Operand> ops(size_t(count) * kOperands);
   std::vector<const DLTensor*> views(size_t(count) * 4, nullptr);
   for (int g = 0; g < count; ++g) {
-    Operand* op = &ops[size_t(g) * 4];
-    int st;
-    if ((st = ingest(a[g], "a", &op[0])) || (st = ingest(b[g], "b", &op[1])) ||
-        (st = ingest(c ? c[g] : nullptr, "c", &op[2])) || (st = ingest(d[g], "d", &op[3])))
+    Operand* op = &ops[size_t(g) * kOperands];
+    if (int st = ingest_all(a[g], b[g], c ? c[g] : nullptr, d[g], nullptr, op))
       return st == PCR_ERR_PYTHON ? st
                                   : set_error(st, "group %d: %s", g,
                                               std::string(pcr_last_error()).c_str());
-    if (op[3].read_only)
-      return set_error(PCR_ERR_READ_ONLY, "group %d: d is read-only; pass a writable output", g);
     for (int i = 0; i < 4; ++i) views[size_t(i) * count + g] = dl_or_null(op[i]);
   }
-  if (count > 0) {
-    // the producer's stream of the first group (all groups run in one launch)
-    Operand first[kOperands] = {ops[0], ops[1], ops[2], ops[3], Operand{}};
-    if (int st = producer_stream(first, flags, &stream)) return st;
-  }
+  // the producer's stream of the first group (all groups run in one launch)
+  if (count > 0)
+    if (int st = producer_stream(ops.data(), flags, &stream)) return st;
   return grouped_gemm(views.data(), views.data() + count, views.data() + 2 * size_t(count),
                       views.data() + 3 * size_t(count), count, alpha, beta, kernel, stream,
                       problem);

@@ -5,6 +5,7 @@ into its record and the next case starts.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from . import timing
@@ -89,6 +90,8 @@ class Bench:
                 raise MemoryError(f"one operand set needs {per_set / 2**30:.1f} GiB")
             count = min(count, max(room, 1))
         fw, spec, lay, pad = self.fw, DTYPES[case.dtype], case.layout, case.pad
+        self.bias = (fw.operand(1, case.n, "t", spec.torch_d)[0]
+                     if bias_activation(case.epilogue) else None)
         sets = []
         if case.experts:
             return [self._moe_set(case) for _ in range(count)]
@@ -102,7 +105,6 @@ class Bench:
                              batched(case.k, case.n, spec.torch_a),
                              batched(case.m, case.n, spec.torch_d) if case.beta else None,
                              batched(case.m, case.n, spec.torch_d, fill=False)))
-            self.bias = None
             return sets
         for _ in range(count):
             a = fw.operand(case.m, case.k, lay[0], spec.torch_a, pad)
@@ -110,8 +112,6 @@ class Bench:
             c = fw.operand(case.m, case.n, "t", spec.torch_d, pad) if case.beta else None
             d = fw.operand(case.m, case.n, "t", spec.torch_d, pad, fill=False)
             sets.append((a, b, c, d))
-        self.bias = (fw.operand(1, case.n, "t", spec.torch_d)[0]
-                     if bias_activation(case.epilogue) else None)
         return sets
 
     def _moe_set(self, case):
@@ -120,10 +120,7 @@ class Bench:
         x = fw.operand(case.m, case.k, "t", spec.torch_a)
         w = fw.operand(case.experts * case.n, case.k, "t", spec.torch_a).reshape(
             case.experts, case.n, case.k).swapaxes(1, 2)
-        ends, total = [], 0
-        for rows in expert_rows(case.m, case.experts):
-            total += rows
-            ends.append(total)
+        ends = list(itertools.accumulate(expert_rows(case.m, case.experts)))
         out = fw.operand(case.m, case.n, "t", spec.torch_d, fill=False)
         return x, w, fw.int_vector(ends), out
 
@@ -255,7 +252,6 @@ class Bench:
     def _grouped(self, case, sets, rec):
         """Group J: pcr.moe_gemm against the framework's ways to run every expert."""
         rec["expert_rows"] = expert_rows(case.m, case.experts)
-        self.bias = None
         self._compare_timed(case, sets, rec, self._ours(case))
 
     @staticmethod
