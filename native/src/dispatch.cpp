@@ -89,6 +89,14 @@ struct Workspace {
 std::mutex g_ws_mutex;
 std::unordered_map<uint64_t, Workspace> g_ws;
 
+// New workspace is zeroed once. The pointer-array kernels write their TMA descriptors
+// there with tensormap.cp_fenceproxy, which compute-sanitizer's initcheck does not count
+// as a write; without this every descriptor fence would be reported as an uninitialized
+// read.
+int zero(void* ptr, size_t bytes, cudaStream_t stream) {
+  return cuda_status(cudaMemsetAsync(ptr, 0, bytes, stream), "cudaMemsetAsync(workspace)");
+}
+
 }  // namespace
 
 int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Pool pool,
@@ -104,7 +112,8 @@ int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Poo
     cudaStreamIsCapturing(stream, &capture);
     if (capture != cudaStreamCaptureStatusNone && temporary) {
       *temporary = true;  // a graph memory node: allocated and freed at each replay
-      return cuda_status(cudaMallocAsync(out, bytes, stream), "cudaMallocAsync(workspace)");
+      int st = cuda_status(cudaMallocAsync(out, bytes, stream), "cudaMallocAsync(workspace)");
+      return st != PCR_OK ? st : zero(*out, bytes, stream);
     }
     if (capture != cudaStreamCaptureStatusNone)
       return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -117,6 +126,7 @@ int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Poo
       ws = Workspace{};
     }
     int st = cuda_status(cudaMalloc(&ws.ptr, bytes), "cudaMalloc(workspace)");
+    if (st == PCR_OK) st = zero(ws.ptr, bytes, stream);
     if (st != PCR_OK) return st;
     ws.bytes = bytes;
   }
