@@ -35,12 +35,35 @@ from typing import Iterable
 # Vocabulary
 # ---------------------------------------------------------------------------------
 
-#: dtype name -> (CUTLASS C++ type, pcr_dtype enum name, bytes)
+#: dtype name -> (CUTLASS C++ type, pcr_dtype enum name, bytes). As an input, "f32"
+#: means fp32 at fp32 accuracy (3xTF32) and "tf32" fp32 tensors on TF32 math.
 DTYPES = {
     "f16": ("cutlass::half_t", "PCR_F16", 2),
     "bf16": ("cutlass::bfloat16_t", "PCR_BF16", 2),
     "f32": ("float", "PCR_F32", 4),
+    "tf32": ("float", "PCR_TF32", 4),
+    "f64": ("double", "PCR_F64", 8),
+    "s8": ("int8_t", "PCR_S8", 1),
+    "s32": ("int32_t", "PCR_S32", 4),
+    "e4m3": ("cutlass::float_e4m3_t", "PCR_E4M3", 1),
+    "e5m2": ("cutlass::float_e5m2_t", "PCR_E5M2", 1),
 }
+#: input dtype -> accumulator dtype (fp32 otherwise)
+ACCUMULATORS = {"f64": "f64", "s8": "s32"}
+#: CUTLASS 2.x: (family, input dtype) -> mma.sync instruction shape
+INSTRUCTIONS = {
+    ("sm70", "f16"): (8, 8, 4),
+    ("sm75", "f16"): (16, 8, 8),
+    **{("sm80", a): (16, 8, 16) for a in ("f16", "bf16")},
+    **{("sm80", a): (16, 8, 8) for a in ("tf32", "f32")},
+    ("sm80", "f64"): (8, 8, 4),
+    ("sm80", "s8"): (16, 8, 32),
+    **{("sm89", a): (16, 8, 32) for a in ("e4m3", "e5m2")},
+}
+#: CUTLASS 2.x: input dtype -> MMA operator tag (OpMultiplyAdd otherwise); fp32 inputs
+#: take 3xTF32 (each operand split into a TF32 pair: fp32 accuracy on tensor cores)
+MATH_OPERATORS = {"f32": "cutlass::arch::OpMultiplyAddFastF32",
+                  "s8": "cutlass::arch::OpMultiplyAddSaturate"}
 #: layout letter (CUTLASS/BLAS naming: t = row-major, n = column-major)
 LAYOUTS = {"t": ("cutlass::layout::RowMajor", "PCR_ROW_MAJOR"),
            "n": ("cutlass::layout::ColumnMajor", "PCR_COL_MAJOR")}
@@ -64,7 +87,10 @@ SPLITS = {"none": ("PCR_SPLIT_NONE", "void", "pcr::mma::DataParallel"),
           "streamk": ("PCR_STREAM_K", "cutlass::gemm::StreamKScheduler", "pcr::mma::StreamK")}
 #: epilogue -> pcr_epilogue. "biasact": act(alpha * acc + beta * C + bias), with the bias
 #: (per row or per column) and the activation chosen per call, fused in the epilogue.
-EPILOGUES = {"linear": "PCR_EPI_LINEAR", "biasact": "PCR_EPI_BIAS_ACT"}
+#: "scaled" (quantized inputs): the same after scaling acc by per-tensor, per-row and
+#: per-column factors.
+EPILOGUES = {"linear": "PCR_EPI_LINEAR", "biasact": "PCR_EPI_BIAS_ACT",
+             "scaled": "PCR_EPI_SCALED"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +129,14 @@ FAMILIES = {
     # family's PTX, not this one's, serves GPUs newer than every SASS target.
     "sm75": Family("sm75", "mma_gemm.cuh", ("75",), "75", False, (11, 0), test=(("90", "75"),)),
     "sm80": Family("sm80", "mma_gemm.cuh", ("80", "86", "89", "90"), "80", True, (11, 0)),
+    # Ada's fp8 mma.sync; Hopper has the instruction too, so its sm_90 SASS runs in tests
+    "sm89": Family("sm89", "mma_gemm.cuh", ("89",), "89", False, (12, 4), test=(("90", "89"),)),
     "sm90": Family("sm90", "tma_gemm.cuh", ("90a",), "90a", False, (12, 3)),
     "sm100": Family("sm100", "tma_gemm.cuh", ("100a",), "100a", False, (12, 8)),
 }
 TMA_FAMILIES = ("sm90", "sm100")  # CUTLASS 3.x families: tile, cluster and schedule
 #: CUTLASS 2.x families (tile, warps, stages) -> the tag struct of native/kernels/mma_gemm.cuh
-MMA_FAMILIES = {"sm70": "Sm70", "sm75": "Sm75", "sm80": "Sm80"}
+MMA_FAMILIES = {"sm70": "Sm70", "sm75": "Sm75", "sm80": "Sm80", "sm89": "Sm89"}
 ALL_TOKENS = tuple(dict.fromkeys(t for f in FAMILIES.values()
                                   for t in f.tokens + tuple(t for t, _ in f.test)))
 DEFAULT_ARCHS = "80;86;89;90;90a"
@@ -161,7 +189,7 @@ class Kernel:
 
     @property
     def fused(self) -> bool:
-        return self.epilogue == "biasact"
+        return self.epilogue != "linear"
 
     @property
     def align_c(self) -> int:
@@ -258,6 +286,79 @@ SM80_GROUPED_CONFIGS = [
     ((64, 64, 32), (2, 2, 1), 6, "extended"),
 ]
 
+#: The other dtypes: (family, input, outputs, layouts, configs), configs as the lists
+#: above with the epilogues to build in place of `fused`. Quantized and TF32 inputs
+#: are K-major ("tn": the layout wgmma and int8/fp8 mma.sync take).
+SM80_TF32_CONFIGS = [
+    ((128, 128, 32), (2, 2, 1), 3, 4, "none", "core", ("linear",)),
+    ((64, 64, 32), (2, 2, 1), 4, 4, "none", "extended", ("linear",)),
+    ((64, 64, 16), (2, 2, 1), 2, 1, "none", "core", ("linear",)),
+]
+SM80_F32_CONFIGS = [  # 3xTF32: three MMAs per product, warp tiles half as wide
+    ((128, 64, 16), (2, 2, 1), 4, 4, "none", "core", ("linear",)),
+    ((64, 64, 16), (2, 2, 1), 2, 1, "none", "core", ("linear",)),
+]
+SM80_F64_CONFIGS = [
+    ((128, 128, 16), (4, 2, 1), 3, 1, "none", "core", ("linear",)),
+    ((64, 64, 16), (2, 2, 1), 4, 1, "none", "extended", ("linear",)),
+]
+SM80_S8_CONFIGS = [
+    ((128, 128, 64), (2, 2, 1), 3, 16, "none", "core", ("linear",)),
+    ((64, 64, 64), (2, 2, 1), 4, 16, "none", "extended", ("linear",)),
+]
+SM89_FP8_CONFIGS = [((128, 64, 128), (2, 2, 1), 3, 16, "none", "core", ("linear",))]
+SM90_TF32_CONFIGS = [
+    ((128, 128, 32), (1, 1, 1), "coop", "none", "core", ("linear",)),
+    ((64, 128, 32), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
+]
+SM90_S8_CONFIGS = [
+    ((128, 128, 128), (1, 1, 1), "coop", "none", "core", ("linear",)),
+    ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
+]
+SM90_S8_SCALED_CONFIGS = [((128, 128, 128), (1, 1, 1), "coop", "none", "core", ("scaled",))]
+SM90_FP8_CONFIGS = [
+    ((128, 256, 128), (2, 1, 1), "coop", "none", "core", ("linear", "scaled")),
+    ((128, 128, 128), (1, 1, 1), "coop", "none", "extended", ("linear",)),
+    ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear", "scaled")),
+]
+SM100_FP8_CONFIGS = [
+    ((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", ("linear",)),
+    ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear",)),
+]
+FP8 = ("e4m3", "e5m2")
+MORE_TYPES = [
+    ("sm80", "tf32", ("f32",), AB_LAYOUTS, SM80_TF32_CONFIGS),
+    ("sm80", "f32", ("f32",), AB_LAYOUTS, SM80_F32_CONFIGS),
+    ("sm80", "f64", ("f64",), AB_LAYOUTS, SM80_F64_CONFIGS),
+    ("sm80", "s8", ("s32",), ("tn",), SM80_S8_CONFIGS),
+    *[("sm89", a, ("bf16", "f16", "f32"), ("tn",), SM89_FP8_CONFIGS) for a in FP8],
+    ("sm90", "tf32", ("f32",), ("tn",), SM90_TF32_CONFIGS),
+    ("sm90", "s8", ("s32",), ("tn",), SM90_S8_CONFIGS),
+    ("sm90", "s8", ("bf16", "f16", "s8"), ("tn",), SM90_S8_SCALED_CONFIGS),
+    *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_CONFIGS) for a in FP8],
+    *[("sm100", a, ("bf16",), ("tn",), SM100_FP8_CONFIGS) for a in FP8],
+]
+
+
+def _more_types() -> list[Kernel]:
+    out = []
+    for family, a, outputs, layouts, configs in MORE_TYPES:
+        acc = ACCUMULATORS.get(a, "f32")
+        for d, layout, config in itertools.product(outputs, layouts, configs):
+            if family in TMA_FAMILIES:
+                tile, cluster, schedule, split, tier, epilogues = config
+                extra = dict(cluster=cluster, align=16 // DTYPES[a][2])
+            else:
+                tile, warps, stages, align, split, tier, epilogues = config
+                schedule = "pipelined" if stages == 2 else "multistage"
+                extra = dict(warps=warps, stages=stages, align=align)
+            for epi in epilogues:
+                if epi == "scaled" and d == "f32" and family not in TMA_FAMILIES:
+                    continue
+                out.append(Kernel(family, a, a, d, layout, tile, schedule, acc=acc, split=split,
+                                  epilogue=epi, tier=tier, **extra))
+    return out
+
 
 def _epilogues(fused: bool, a: str, d: str, layout: str, family: str) -> list[str]:
     """The epilogues a configuration is built with for these dtypes and layout."""
@@ -295,6 +396,7 @@ def catalogue() -> list[Kernel]:
             for tile, warps, stages, tier in SM80_GROUPED_CONFIGS:
                 out.append(Kernel("sm80", a, a, d, layout, tile, "multistage", warps=warps,
                                   stages=stages, grouped=True, tier=tier))
+    out += _more_types()
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
     return out
@@ -446,8 +548,9 @@ def kernel_type(k: Kernel) -> str:
                     f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_GROUPED_SCHEDULES[k.schedule]}, "
                     f"{k.align}>")
         return (f"pcr::mma::GroupedGemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, "
-                f"{la}, {lb}, {_gemm_shape(k.tile)}, {_gemm_shape(_warp_tile(k))}, {k.stages}, "
-                f"{k.align}, {k.align_c}>")
+                f"{la}, {lb}, {_gemm_shape(k.tile)}, {_gemm_shape(_warp_tile(k))}, "
+                f"{_gemm_shape(INSTRUCTIONS[k.family, k.a])}, {k.stages}, {k.align}, "
+                f"{k.align_c}>")
     if k.family in TMA_FAMILIES:
         tile, cluster = k.tile, k.cluster
         if k.swap:  # CUTLASS sees A' = B^T (layout flipped) and B' = A^T, M' = N, N' = M
@@ -458,11 +561,14 @@ def kernel_type(k: Kernel) -> str:
             cluster = (k.cluster[1], k.cluster[0], k.cluster[2])
         return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
                 f"{_cute_shape(cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
-                f"{SPLITS[k.split][1]}, {_cpp_bool(k.swap)}, {_cpp_bool(k.fused)}>")
+                f"{SPLITS[k.split][1]}, {_cpp_bool(k.swap)}, {EPILOGUES[k.epilogue]}, "
+                f"{DTYPES[k.acc][0]}>")
     tile, warp = _gemm_shape(k.tile), _gemm_shape(_warp_tile(k))
+    math = MATH_OPERATORS.get(k.a, "cutlass::arch::OpMultiplyAdd")
     return (f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
-            f"{tile}, {warp}, {k.stages}, {k.align}, {k.align_c}, {SPLITS[k.split][2]}, "
-            f"{_cpp_bool(k.fused)}>")
+            f"{tile}, {warp}, {_gemm_shape(INSTRUCTIONS[k.family, k.a])}, {k.stages}, "
+            f"{k.align}, {k.align_c}, {SPLITS[k.split][2]}, {_cpp_bool(k.fused)}, "
+            f"{DTYPES[k.acc][0]}, {math}>")
 
 
 def kernel_info(k: Kernel) -> str:

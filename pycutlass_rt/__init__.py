@@ -32,8 +32,10 @@ __all__ = [
 ]
 
 def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a=None,
-         scale_b=None, stream=None, kernel=None):
+         scale_b=None, math=None, stream=None, kernel=None):
     """Computes ``d = act(alpha * a @ b + beta * c + bias)`` in place and returns ``d``.
+
+    With quantized inputs, ``a @ b`` is dequantized first: ``(scale_a * a) @ (b * scale_b)``.
 
     Batched: any of a, b, c, d may be a 3-D batch ``(L, rows, cols)`` with any batch
     stride; ``d`` must be ``(L, M, N)``, and an input with a batch of 1 (or a 2-D one, or
@@ -41,13 +43,19 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
 
     Args:
         a: (M, K) matrix or (L, M, K) batch; any DLPack tensor (torch, cupy, jax, numpy)
-            or an object with ``__cuda_array_interface__`` (numba). float16 or bfloat16.
+            or an object with ``__cuda_array_interface__`` (numba). float16, bfloat16,
+            float32, float64, int8, float8_e4m3fn or float8_e5m2 (which dtypes and
+            layouts have kernels: :func:`kernels`; an unsupported combination raises
+            UnsupportedError listing the ones that exist).
         b: (K, N) matrix or (L, K, N) batch of a's dtype.
         c: (M, N) matrix (or batch), or None when ``beta == 0``. May be ``d`` itself; any
             layout, dtype or broadcast view is accepted (copied into ``d`` first if the
             kernel cannot read it directly).
-        d: (M, N) output (or (L, M, N)), written in place: a's dtype or float32. Row- or
-            column-major with any leading dimension; must not overlap ``a`` or ``b``.
+        d: (M, N) output (or (L, M, N)), written in place: a's dtype or float32 for
+            float inputs; int32 for int8 (computed exactly: alpha and beta must be
+            integers), or int8/float16/bfloat16 with scales; bfloat16, float16 or float32
+            for fp8. Row- or column-major with any leading dimension; must not overlap
+            ``a`` or ``b``.
         alpha: real scalar.
         beta: real scalar.
         bias: None, or a vector in d's dtype broadcast against d like numpy: shape (N,)
@@ -57,9 +65,15 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
             or "silu", applied last. With a bias or an activation the call runs a kernel
             with the fused epilogue (UnsupportedError if the build has none for the
             dtypes); nothing is computed as a separate pass.
-        scale_a, scale_b: per-row / per-column dequantization scales of quantized (int8,
-            fp8) inputs. No kernel of this build takes quantized inputs yet: any value
-            other than None raises UnsupportedError.
+        scale_a, scale_b: dequantization scales of int8 and fp8 inputs: a Python number
+            (folded into alpha), or a float32 GPU tensor of one element (per tensor), of
+            M elements for scale_a (one per row of a: shape (M,) or (M, 1)) or of N for
+            scale_b (one per column of b: (N,) or (1, N)). Vectors must be contiguous and
+            16-byte aligned. Tensor scales run the dequantizing epilogue (kernels named
+            ``_scaled``).
+        math: for float32 inputs: None or "ieee" (default: fp32 accuracy, 3xTF32 tensor
+            cores) or "tf32" (TF32 tensor cores: 10-bit mantissas, faster, like torch's
+            ``allow_tf32``). Ignored for other dtypes.
         stream: a CUDA stream (int handle, or an object with ``__cuda_stream__``,
             ``.cuda_stream`` or ``.ptr``). Default: the producer framework's current stream.
         kernel: force a kernel by name (see :func:`kernels`).
@@ -84,6 +98,12 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
         >>> bias = np.array([-9, 1], np.float16)
         >>> pcr.gemm(a, b, None, d, bias=bias, activation="relu")  # doctest: +SKIP
         array([[0., 9.], ...
+        >>> import torch  # doctest: +SKIP
+        >>> x8 = torch.randn(64, 128, device="cuda").to(torch.float8_e4m3fn)  # doctest: +SKIP
+        >>> w8 = torch.randn(32, 128, device="cuda").to(torch.float8_e4m3fn)  # doctest: +SKIP
+        >>> y = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> sx = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")  # doctest: +SKIP
+        >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw)  # doctest: +SKIP
     """
     # The hot path: a few type checks here, everything else in one C call.
     lib = _lib.load()
@@ -92,19 +112,18 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
     if type(beta) is not float:
         beta = _call.scalar(beta, "beta")
     act = 0 if activation is None else _call.activation_code(activation)
+    mth = 0 if math is None else _call.math_code(math)
     if scale_a is not None or scale_b is not None:
-        raise UnsupportedError(
-            "scale_a / scale_b dequantize int8 or fp8 inputs, and this build has no kernel "
-            "for quantized inputs (float16 and bfloat16 only): scale the result with alpha, "
-            "or fold the scales into the operands")
+        alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
     kidx = -1 if kernel is None else _call.kernel_index(kernel)
-    objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias)
-    oa, ob, oc, od, ov = objs
-    st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, ov, act, kidx, flags, handle, None)
+    objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
+    oa, ob, oc, od = objs[:4]
+    extra = _call.extras(objs, act, mth)
+    st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle, None)
     if st:
         if st == errors.NEED_SELECTION:
-            _call.remember(lib, objs, alpha, beta, act)
-            st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, ov, act, kidx, flags, handle,
+            _call.remember(lib, objs, alpha, beta, extra)
+            st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle,
                                  None)
         if st:
             raise lib.error(st)
@@ -144,7 +163,7 @@ class Explanation:
 
 
 def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=None,
-            kernel=None) -> Explanation:
+            scale_a=None, scale_b=None, math=None, kernel=None) -> Explanation:
     """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
 
     Nothing is launched. Arguments are those of :func:`gemm`.
@@ -158,11 +177,12 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
     """
     lib = _lib.load()
     alpha, beta = _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta")
-    act = _call.activation_code(activation)
+    act, mth = _call.activation_code(activation), _call.math_code(math)
     if d is None:
         raise InvalidArgumentError("explain needs d (the output) to know its layout and dtype")
-    objs, _, _, keep = _call.operands((a, b, c, d), None, bias)
-    problem = _call.describe(lib, objs, alpha, beta, act)
+    alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
+    objs, _, _, keep = _call.operands((a, b, c, d), None, bias, scale_a, scale_b)
+    problem = _call.describe(lib, objs, alpha, beta, _call.extras(objs, act, mth))
     del keep
     pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
     for x in ("a", "b", "c", "d"):
@@ -170,6 +190,14 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
     pdict["layout"] = (_kernels.LAYOUT_LETTERS[problem.layout_a] +
                        _kernels.LAYOUT_LETTERS[problem.layout_b])
     notes = []
+    if problem.scale_m or problem.scale_n:
+        kinds = {1: "one value", 2: "a vector"}
+        notes.append(f"dequantizing epilogue: row scale {kinds.get(problem.scale_m, 'none')}, "
+                     f"column scale {kinds.get(problem.scale_n, 'none')}, read on the GPU")
+    if problem.dtype_a == 5:
+        notes.append("math='tf32': float32 tensors multiplied on TF32 tensor cores")
+    elif problem.dtype_a == 3:
+        notes.append("float32 at fp32 accuracy (3xTF32); math='tf32' is faster and coarser")
     if problem.epilogue:
         what = [x for x in ({1: "bias per column", 2: "bias per row"}.get(problem.bias),
                             activation) if x]

@@ -7,9 +7,11 @@ import numbers
 from . import _dlpack, _kernels, _lib, _select
 from .errors import DTypeError, Error, InvalidArgumentError, NoKernelForArchError, UnsupportedError
 
-NAMES = ("a", "b", "c", "d", "bias")
+NAMES = ("a", "b", "c", "d", "bias", "scale_a", "scale_b")
 #: activation name -> pcr_activation (native/include/pycutlass_rt.h)
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+#: math name -> pcr_math: float32 inputs at fp32 accuracy, or on TF32 tensor cores
+MATHS = {"ieee": 0, "tf32": 1}
 
 
 def scalar(value, name: str) -> float:
@@ -33,6 +35,26 @@ def activation_code(activation) -> int:
     return code
 
 
+def math_code(math) -> int:
+    """The pcr_math of a math name (None: "ieee")."""
+    if math is None:
+        return 0
+    code = MATHS.get(math) if isinstance(math, str) else None
+    if code is None:
+        raise InvalidArgumentError(f"math must be None, 'ieee' or 'tf32'; got {math!r}")
+    return code
+
+
+def host_scales(alpha: float, scale_a, scale_b):
+    """Folds Python-number scales into alpha: (alpha, scale_a, scale_b) with only tensor
+    scales left (read on the GPU by the dequantizing epilogue)."""
+    if isinstance(scale_a, numbers.Real):
+        alpha, scale_a = alpha * float(scale_a), None
+    if isinstance(scale_b, numbers.Real):
+        alpha, scale_b = alpha * float(scale_b), None
+    return alpha, scale_a, scale_b
+
+
 def kernel_index(kernel) -> int:
     """-1 for None (select), else the index of the named kernel in this build."""
     if kernel is None:
@@ -51,17 +73,25 @@ def pointer_device(ptr: int) -> int:
     return dev.value
 
 
-def operands(tensors, stream, bias=None):
+def operands(tensors, stream, bias=None, scale_a=None, scale_b=None):
     """(objects for the C call, stream handle, flags, keep-alive) for (a, b, c, d) and
-    bias: five objects, a, b, c, d, bias."""
-    return _dlpack.prepare((*tensors, bias), NAMES, stream, pointer_device)
+    the extras' tensors: seven objects, a, b, c, d, bias, scale_a, scale_b."""
+    return _dlpack.prepare((*tensors, bias, scale_a, scale_b), NAMES, stream, pointer_device)
 
 
-def describe(lib, objs, alpha: float, beta: float, activation: int = 0) -> _lib.Problem:
-    a, b, c, d, bias = objs
+def extras(objs, activation: int, math: int):
+    """The extras argument of the pcr_py_* calls: None, or (bias, scale_a, scale_b,
+    activation, math)."""
+    bias, scale_a, scale_b = objs[4:]
+    if bias is None and scale_a is None and scale_b is None and not activation and not math:
+        return None
+    return (bias, scale_a, scale_b, activation, math)
+
+
+def describe(lib, objs, alpha: float, beta: float, extra=None) -> _lib.Problem:
+    a, b, c, d = objs[:4]
     problem = _lib.Problem()
-    lib.check(lib.pcr_py_describe(a, b, c, d, alpha, beta, bias, activation,
-                                  ctypes.byref(problem)))
+    lib.check(lib.pcr_py_describe(a, b, c, d, alpha, beta, extra, ctypes.byref(problem)))
     return problem
 
 
@@ -69,9 +99,9 @@ def describe(lib, objs, alpha: float, beta: float, activation: int = 0) -> _lib.
 selection_hooks: list = []
 
 
-def remember(lib, objs, alpha: float, beta: float, activation: int = 0) -> None:
+def remember(lib, objs, alpha: float, beta: float, extra=None) -> None:
     """Chooses kernels for a problem seen for the first time; C memoizes the ranking."""
-    remember_problem(lib, describe(lib, objs, alpha, beta, activation))
+    remember_problem(lib, describe(lib, objs, alpha, beta, extra))
 
 
 def remember_problem(lib, problem) -> None:
@@ -86,6 +116,11 @@ def remember_problem(lib, problem) -> None:
                                  len(ids)))
 
 
+#: pcr_epilogue -> how messages say what a problem's epilogue needs
+EPILOGUE_WORDS = {0: "", 1: " with a fused bias/activation epilogue",
+                  2: " with scale_a/scale_b (a dequantizing epilogue)"}
+
+
 def no_candidates(problem, choice) -> Error:
     """The error for a problem no kernel of the build takes, with the reasons."""
     every = _kernels.kernels()
@@ -97,7 +132,7 @@ def no_candidates(problem, choice) -> Error:
             "PYCUTLASS_RT_ARCHS=native (or include this GPU's arch)")
     reasons = "\n".join(f"  {k.name}: {why}" for k, why in choice.rejected
                         if _select.static_match(k, problem) is None)
-    fused = " with a fused bias/activation epilogue" if problem.epilogue else ""
+    fused = EPILOGUE_WORDS[problem.epilogue]
     return UnsupportedError(
         "no kernel of this build can run this problem "
         f"({problem.m}x{problem.n}x{problem.k}{fused}); candidates and why they were "

@@ -101,7 +101,7 @@ def moe_gemm(x, w, offsets, out, alpha=1.0, *, stream=None, kernel=None):
     kidx = _call.kernel_index(kernel)
     # offsets travels in c's slot: one more DLPack operand of the same call
     objs, handle, flags, keep = _call.operands((x, w, offsets, out), stream)
-    ox, ow, ooff, oout, _ = objs
+    ox, ow, ooff, oout = objs[:4]
     problem = _lib.Problem()
     _run(lib, lib.pcr_py_moe_gemm,
          (ox, ow, ooff, oout, alpha, kidx, flags, handle, ctypes.byref(problem)), problem)

@@ -13,7 +13,7 @@ DTYPE_NAMES = {1: "float16", 2: "bfloat16", 3: "float32", 4: "float64", 5: "tflo
 LAYOUT_LETTERS = {0: "t", 1: "n"}  # t = row-major, n = column-major
 SCHEDULES = {0: "multistage", 1: "pipelined", 2: "cooperative", 3: "pingpong", 4: "1sm",
              5: "2sm"}
-EPILOGUES = {0: "linear", 1: "bias_act"}
+EPILOGUES = {0: "linear", 1: "bias_act", 2: "scaled"}
 SPLITS = {0: "none", 1: "split_k", 2: "stream_k"}
 
 
@@ -43,7 +43,7 @@ class KernelInfo:
     @property
     def base_name(self) -> str:
         """The name of the kernel's plain-epilogue twin (what table rules name)."""
-        return self.name.replace("_biasact", "")
+        return self.name.replace("_biasact", "").replace("_scaled", "")
 
 
 @functools.lru_cache(maxsize=None)

@@ -16,7 +16,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_size_t, c_void
 
 from . import errors
 
-ABI_VERSION = 2  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
+ABI_VERSION = 3  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
 LIBRARY_ENV = "PYCUTLASS_RT_LIBRARY"
 LIBRARY_NAME = "libpycutlass_rt.so"
 STREAM_FROM_PRODUCER = 1  # PCR_STREAM_FROM_PRODUCER
@@ -56,7 +56,14 @@ class Problem(ctypes.Structure):
                 ("host", c_int32), ("staged", c_int32), ("device", c_int32), ("cc", c_int32),
                 ("sm_count", c_int32), ("batch", ctypes.c_int64), ("bias", c_int32),
                 ("activation", c_int32), ("align_bias", c_int32), ("epilogue", c_int32),
-                ("grouped", c_int32)]
+                ("grouped", c_int32), ("scale_m", c_int32), ("scale_n", c_int32)]
+
+
+class Extras(ctypes.Structure):
+    """pcr_extras: bias, scales, activation and math of a GEMM."""
+
+    _fields_ = [("bias", POINTER(DLTensor)), ("scale_a", POINTER(DLTensor)),
+                ("scale_b", POINTER(DLTensor)), ("activation", c_int32), ("math", c_int32)]
 
 
 # name: (Python-object entry point?, restype, argtypes)   -- C prototype beside each
@@ -90,15 +97,15 @@ _SIGNATURES = {
     # int pcr_pointer_device(const void* ptr, int32_t* device);
     "pcr_pointer_device": (False, c_int, [c_void_p, POINTER(c_int32)]),
     # int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-    #                  const DLTensor* d, double alpha, double beta, const DLTensor* bias,
-    #                  int32_t activation, pcr_problem* out);
+    #                  const DLTensor* d, double alpha, double beta,
+    #                  const pcr_extras* extras, pcr_problem* out);
     "pcr_describe": (False, c_int, [POINTER(DLTensor)] * 4 + [
-        c_double, c_double, POINTER(DLTensor), c_int32, POINTER(Problem)]),
+        c_double, c_double, POINTER(Extras), POINTER(Problem)]),
     # int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-    #              double alpha, double beta, const DLTensor* bias, int32_t activation,
-    #              int32_t kernel, void* stream, pcr_problem* problem);
+    #              double alpha, double beta, const pcr_extras* extras, int32_t kernel,
+    #              void* stream, pcr_problem* problem);
     "pcr_gemm": (False, c_int, [POINTER(DLTensor)] * 4 + [
-        c_double, c_double, POINTER(DLTensor), c_int32, c_int32, c_void_p, POINTER(Problem)]),
+        c_double, c_double, POINTER(Extras), c_int32, c_void_p, POINTER(Problem)]),
     # int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
     #                      const DLTensor* const* c, const DLTensor* const* d, int32_t count,
     #                      double alpha, double beta, int32_t kernel, void* stream,
@@ -115,33 +122,33 @@ _SIGNATURES = {
     # int pcr_select_clear(void);
     "pcr_select_clear": (False, c_int, []),
     # int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-    #                     const DLTensor* d, double alpha, double beta, const DLTensor* bias,
-    #                     int32_t activation, int32_t kernel, pcr_problem* problem,
+    #                     const DLTensor* d, double alpha, double beta,
+    #                     const pcr_extras* extras, int32_t kernel, pcr_problem* problem,
     #                     pcr_plan** plan);
     "pcr_plan_create": (False, c_int, [POINTER(DLTensor)] * 4 + [
-        c_double, c_double, POINTER(DLTensor), c_int32, c_int32, POINTER(Problem),
-        POINTER(c_void_p)]),
+        c_double, c_double, POINTER(Extras), c_int32, POINTER(Problem), POINTER(c_void_p)]),
     # int pcr_plan_run(pcr_plan* plan, void* stream);
     "pcr_plan_run": (False, c_int, [c_void_p, c_void_p]),
     # int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
-    #                       const DLTensor* c, const DLTensor* d, const DLTensor* bias,
+    #                       const DLTensor* c, const DLTensor* d, const pcr_extras* extras,
     #                       void* stream);
-    "pcr_plan_run_with": (False, c_int, [c_void_p] + [POINTER(DLTensor)] * 5 + [c_void_p]),
+    "pcr_plan_run_with": (False, c_int, [c_void_p] + [POINTER(DLTensor)] * 4 + [
+        POINTER(Extras), c_void_p]),
     # int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
     "pcr_plan_kernel": (False, c_int, [c_void_p, POINTER(c_int32)]),
     # void pcr_plan_destroy(pcr_plan* plan);
     "pcr_plan_destroy": (False, None, [c_void_p]),
     # int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-    #                 void* bias, int32_t activation, int32_t kernel, int32_t flags,
-    #                 void* stream, pcr_problem* problem);
+    #                 void* extras, int32_t kernel, int32_t flags, void* stream,
+    #                 pcr_problem* problem);
     "pcr_py_gemm": (True, c_int, [py_object] * 4 + [
-        c_double, c_double, py_object, c_int32, c_int32, c_int32, c_void_p, POINTER(Problem)]),
+        c_double, c_double, py_object, c_int32, c_int32, c_void_p, POINTER(Problem)]),
     # int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-    #                        void* bias, int32_t activation, int32_t kernel,
-    #                        pcr_problem* problem, pcr_plan** plan);
+    #                        void* extras, int32_t kernel, pcr_problem* problem,
+    #                        pcr_plan** plan);
     "pcr_py_plan_create": (True, c_int, [py_object] * 4 + [
-        c_double, c_double, py_object, c_int32, c_int32, POINTER(Problem), POINTER(c_void_p)]),
-    # int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* bias,
+        c_double, c_double, py_object, c_int32, POINTER(Problem), POINTER(c_void_p)]),
+    # int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
     #                     int32_t flags, void* stream);
     "pcr_py_plan_run": (True, c_int, [c_void_p] + [py_object] * 5 + [c_int32, c_void_p]),
     # int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
@@ -156,9 +163,9 @@ _SIGNATURES = {
     # int pcr_py_plan_launch(pcr_plan* plan);
     "pcr_py_plan_launch": (True, c_int, [c_void_p]),
     # int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-    #                     void* bias, int32_t activation, pcr_problem* out);
+    #                     void* extras, pcr_problem* out);
     "pcr_py_describe": (True, c_int, [py_object] * 4 + [
-        c_double, c_double, py_object, c_int32, POINTER(Problem)]),
+        c_double, c_double, py_object, POINTER(Problem)]),
 }
 
 

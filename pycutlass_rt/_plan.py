@@ -19,7 +19,8 @@ class Gemm:
     * ``plan.run()`` launches on the tensors given at construction: one C call, no
       argument parsing, no allocation, so it is the cheapest way to repeat a GEMM and
       is safe inside CUDA-graph capture;
-    * ``plan(a, b, c, d, bias=...)`` runs on other tensors that describe the same problem
+    * ``plan(a, b, c, d, bias=..., scale_a=..., scale_b=...)`` runs on other tensors that
+      describe the same problem
       (shape, dtypes, layouts, alignment, device); the launch parameters are rebuilt only
       when the addresses change.
 
@@ -27,8 +28,8 @@ class Gemm:
     overlap on two streams at once (they share its workspace): build one plan per stream.
 
     Args:
-        a, b, c, d, alpha, beta, bias, activation: as for :func:`pycutlass_rt.gemm`; GPU
-            tensors only.
+        a, b, c, d, alpha, beta, bias, activation, scale_a, scale_b, math: as for
+            :func:`pycutlass_rt.gemm`; GPU tensors only.
         kernel: force a kernel by name instead of the selection.
 
     Raises:
@@ -46,27 +47,29 @@ class Gemm:
     _handle = None
 
     def __init__(self, a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None,
-                 activation=None, kernel=None):
+                 activation=None, scale_a=None, scale_b=None, math=None, kernel=None):
         if d is None:
             raise InvalidArgumentError("Gemm needs d, the output tensor")
         lib = self._lib = _lib.load()
-        self.alpha = _call.scalar(alpha, "alpha")
+        alpha = _call.scalar(alpha, "alpha")
         self.beta = _call.scalar(beta, "beta")
-        act = _call.activation_code(activation)
+        # Python-number scales are folded into alpha here, and so in every run
+        self.alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
+        self._act, self._math = _call.activation_code(activation), _call.math_code(math)
         kidx = _call.kernel_index(kernel)
-        objs, _, flags, keep = _call.operands((a, b, c, d), None, bias)
-        oa, ob, oc, od, ov = objs
+        objs, _, flags, keep = _call.operands((a, b, c, d), None, bias, scale_a, scale_b)
+        extra = _call.extras(objs, self._act, self._math)
         problem, handle = _lib.Problem(), ctypes.c_void_p()
-        args = (oa, ob, oc, od, self.alpha, self.beta, ov, act, kidx, ctypes.byref(problem),
+        args = (*objs[:4], self.alpha, self.beta, extra, kidx, ctypes.byref(problem),
                 ctypes.byref(handle))
         st = lib.pcr_py_plan_create(*args)
         if st == errors.NEED_SELECTION:
-            _call.remember(lib, objs, self.alpha, self.beta, act)
+            _call.remember(lib, objs, self.alpha, self.beta, extra)
             st = lib.pcr_py_plan_create(*args)
         lib.check(st)
         _lib.note_cuda_used()
         self._handle = handle.value
-        self._keep = (a, b, c, d, bias, objs, keep)  # the plan holds their addresses
+        self._keep = (a, b, c, d, bias, scale_a, scale_b, objs, keep)  # addresses in use
         # Producers without the exchange API (cupy, numba) are asked for their current
         # stream in Python at each run; with it (torch), C asks the producer itself.
         self._stream_of = None if flags else (lambda: _dlpack._framework_stream(d) or 0)
@@ -98,12 +101,18 @@ class Gemm:
         if st:
             raise self._lib.error(st)
 
-    def __call__(self, a, b, c, d, *, bias=None, stream=None):
-        """Runs the plan on other tensors of the same problem; returns ``d``."""
+    def __call__(self, a, b, c, d, *, bias=None, scale_a=None, scale_b=None, stream=None):
+        """Runs the plan on other tensors of the same problem; returns ``d``.
+
+        Tensor scales may change from run to run (same kinds: one value or a vector);
+        Python-number scales were folded into alpha when the plan was built.
+        """
         if self._handle is None:
             raise InvalidArgumentError("this plan was closed")
-        objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias)
-        st = self._lib.pcr_py_plan_run(self._handle, *objs, flags, handle)
+        objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a,
+                                                   scale_b)
+        extra = _call.extras(objs, self._act, self._math)
+        st = self._lib.pcr_py_plan_run(self._handle, *objs[:4], extra, flags, handle)
         if st:
             raise self._lib.error(st)
         del keep

@@ -40,6 +40,8 @@ def families_for(cc: int) -> list[int]:
     """Kernel families that run on compute capability ``cc``, preferred first."""
     if cc in (90, 100):  # the arch-specific family first, then the portable ones
         return [cc, 80, 75]
+    if cc == 89:
+        return [89, 80, 75]  # Ada: its fp8 kernels, then the sm80 family
     if cc >= 80:
         return [80, 75]  # sm80-family SASS on 8.x, its PTX on later GPUs
     if cc >= 75:
@@ -161,6 +163,10 @@ def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int) -> tuple[int, 
 
 _BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "tfloat32": 4,
           "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "int32": 4}
+#: tensor-core rate of an input dtype relative to fp16 (fp32 inputs: 3xTF32, three TF32
+#: MMAs per product; fp64: DMMA, about 1/16 on the sm80/sm90 data-centre parts)
+_RATE = {"float8_e4m3fn": 2.0, "float8_e5m2": 2.0, "int8": 2.0, "tfloat32": 0.5,
+         "float32": 0.5 / 3, "float64": 1 / 16}
 
 
 def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
@@ -174,7 +180,8 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
     tiles = -(-m // tm) * -(-n // tn) * max(batch, 1)
     iters = max(-(-k // tk), 1)
     sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms)
-    compute_us = sm_iters * 2.0 * tm * tn * tk / (tflops_sm * 1e6 * efficiency(kern, cc))
+    rate = tflops_sm * _RATE.get(kern.dtype_a, 1.0)
+    compute_us = sm_iters * 2.0 * tm * tn * tk / (rate * 1e6 * efficiency(kern, cc))
     nbytes = max(batch, 1) * (m * k * _BYTES[kern.dtype_a] + k * n * _BYTES[kern.dtype_b]
                               + m * n * _BYTES[kern.dtype_d])
     memory_us = nbytes / (gbps_sm * 1e3 * min(sms, busy / BW_SATURATION))
@@ -258,11 +265,14 @@ def static_match(kern: KernelInfo, problem) -> str | None:
         return f"layout {kern.layout}, problem is {layout}"
     if kern.grouped != bool(getattr(problem, "grouped", 0)):
         return "grouped kernel" if kern.grouped else "not a grouped kernel"
-    # a plain problem never takes a fused kernel (slower epilogue); forcing one works
-    want_epi = EPILOGUES.get(getattr(problem, "epilogue", 0))
-    if kern.epilogue != want_epi:
-        return f"epilogue {kern.epilogue}, problem needs {want_epi}"
+    # an epilogue computes every plainer one's result (see screen() for the preference)
+    want = getattr(problem, "epilogue", 0)
+    if EPILOGUE_RANK[kern.epilogue] < want:
+        return f"epilogue {kern.epilogue}, problem needs {EPILOGUES.get(want)}"
     return None
+
+
+EPILOGUE_RANK = {name: code for code, name in EPILOGUES.items()}
 
 
 def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
@@ -281,6 +291,14 @@ def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
             accepted.append(kern)
         else:
             rejected.append((kern, reason))
+    # a problem takes a richer epilogue (slower) only where no kernel has its own; forcing
+    # one works
+    want = getattr(problem, "epilogue", 0)
+    if any(EPILOGUE_RANK[k.epilogue] == want for k in accepted):
+        richer = [k for k in accepted if EPILOGUE_RANK[k.epilogue] > want]
+        accepted = [k for k in accepted if EPILOGUE_RANK[k.epilogue] == want]
+        rejected += [(k, f"epilogue {k.epilogue}: one of {EPILOGUES[want]} exists")
+                     for k in richer]
     return accepted, rejected
 
 

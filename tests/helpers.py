@@ -45,7 +45,8 @@ def runnable_kernels(kind=None, grouped=False):
 def matrix(rows, cols, layout="t", dtype=None, *, integer=False, pad=0, offset=0):
     """A rows x cols torch CUDA matrix: row-major for layout 't', column-major for 'n'.
 
-    Random in [-1, 1), or integers in [-4, 4] (exact products); ``pad`` widens the leading
+    Random in [-1, 1) (int8: in [-127, 127]), or integers in [-4, 4] (exact products);
+    ``pad`` widens the leading
     dimension, ``offset`` shifts the start by that many elements.
     """
     import torch
@@ -54,6 +55,8 @@ def matrix(rows, cols, layout="t", dtype=None, *, integer=False, pad=0, offset=0
     size = shape[0] * shape[1] + offset
     if integer:
         flat = torch.randint(-4, 5, (size,), device="cuda").to(dtype)
+    elif not dtype.is_floating_point:  # int8: the whole range
+        flat = torch.randint(-127, 128, (size,), device="cuda").to(dtype)
     else:
         flat = (torch.rand(size, device="cuda") * 2 - 1).to(dtype)
     x = flat[offset:].view(shape)

@@ -5,10 +5,11 @@
  *    thread-local message, read with pcr_last_error(). Nothing here throws, exits,
  *    aborts or prints.
  *  - Tensors are DLPack DLTensor views (declared below unless dlpack.h came first).
- *  - GEMM: d = act(alpha * a @ b + beta * c + bias), with a (M x K), b (K x N), c and d
- *    (M x N), any strides with one unit-stride dimension each; bias (optional) broadcasts
- *    against d like numpy: shape (N,) or (1, N) adds one value per column, (M, 1) one per
- *    row. Batched: a, b, c, d may be 3-D (L, rows, cols), broadcasting a batch of 1 (or
+ *  - GEMM: d = act(alpha * (scale_a * a) @ (b * scale_b) + beta * c + bias), with a
+ *    (M x K), b (K x N), c and d (M x N), any strides with one unit-stride dimension each;
+ *    the optional extras (pcr_extras) broadcast against d like numpy: a bias of shape (N,)
+ *    or (1, N) adds one value per column, (M, 1) one per row; scale_a scales a's rows (one
+ *    value, or M), scale_b b's columns (one value, or N). Batched: a, b, c, d may be 3-D (L, rows, cols), broadcasting a batch of 1 (or
  *    batch stride 0) over L; d must hold all L. Launches are asynchronous on `stream` and
  *    capture-safe (no allocation, no synchronization).
  *  - The library's kernel catalogue is read from the binary (pcr_kernel_count/info);
@@ -24,7 +25,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 2
+#define PCR_ABI_VERSION 3
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -96,8 +97,10 @@ typedef enum {
 } pcr_schedule;
 
 /* Epilogues: LINEAR computes alpha * acc + beta * c; BIAS_ACT adds an optional bias
- * (per row or per column) and applies a pcr_activation chosen per call. */
-typedef enum { PCR_EPI_LINEAR = 0, PCR_EPI_BIAS_ACT = 1 } pcr_epilogue;
+ * (per row or per column) and applies a pcr_activation chosen per call; SCALED (quantized
+ * inputs) also multiplies acc by scale_a (per tensor or per row) and scale_b (per tensor
+ * or per column). Each one can compute the ones before it. */
+typedef enum { PCR_EPI_LINEAR = 0, PCR_EPI_BIAS_ACT = 1, PCR_EPI_SCALED = 2 } pcr_epilogue;
 typedef enum {
   PCR_ACT_NONE = 0,
   PCR_ACT_RELU = 1,
@@ -106,6 +109,21 @@ typedef enum {
   PCR_ACT_SILU = 4        /* x * sigmoid(x) */
 } pcr_activation;
 typedef enum { PCR_SPLIT_NONE = 0, PCR_SPLIT_K = 1, PCR_STREAM_K = 2 } pcr_split;
+/* How float32 inputs are multiplied: at fp32 accuracy (3xTF32 tensor-op or SIMT kernels),
+ * or on TF32 tensor cores (10-bit mantissas; kernels whose dtype_a is PCR_TF32). Ignored
+ * for other dtypes. */
+typedef enum { PCR_MATH_IEEE = 0, PCR_MATH_TF32 = 1 } pcr_math;
+
+/* What a GEMM computes beyond alpha * a @ b + beta * c; a NULL pcr_extras* means none. */
+typedef struct {
+  const DLTensor* bias;     /* NULL, or d's dtype: (N,) / (1, N) per column, (M, 1) per row */
+  const DLTensor* scale_a;  /* NULL, or float32 on d's GPU: 1 element (per tensor) or M
+                               (per row of a: (M,) or (M, 1)); quantized inputs only */
+  const DLTensor* scale_b;  /* NULL, or float32: 1 element or N (per column of b: (N,) or
+                               (1, N)); quantized inputs only */
+  int32_t activation;       /* pcr_activation */
+  int32_t math;             /* pcr_math */
+} pcr_extras;
 
 /* Everything a kernel's name encodes. Names are stable identities across builds. */
 typedef struct {
@@ -148,6 +166,8 @@ typedef struct {
   int32_t epilogue;    /* pcr_epilogue the problem needs */
   int32_t grouped;     /* 0 one GEMM (or a batch); 1 a grouped GEMM of `batch` groups, 2 the
                           same from row offsets (MoE); m, n, k are then the largest extents */
+  int32_t scale_m;     /* scale of canonical d's rows: 0 none, 1 one value, 2 one per row */
+  int32_t scale_n;     /* scale of its columns: 0 none, 1 one value, 2 one per column */
 } pcr_problem;
 
 /* ---- library ------------------------------------------------------------------- */
@@ -175,20 +195,20 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device);
 
 /* ---- GEMM ---------------------------------------------------------------------- */
 /* Validates and canonicalizes a problem without touching the GPU's queues. `c` may be
- * NULL when beta == 0. */
+ * NULL when beta == 0; `extras` may be NULL. */
 PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                         const DLTensor* d, double alpha, double beta, const DLTensor* bias,
-                         int32_t activation, pcr_problem* out);
+                         const DLTensor* d, double alpha, double beta,
+                         const pcr_extras* extras, pcr_problem* out);
 
-/* d = act(alpha * a @ b + beta * c + bias) on `stream` (a cudaStream_t; NULL = legacy
- * default); bias may be NULL, activation is a pcr_activation.
+/* d = act(alpha * (scale_a * a) @ (b * scale_b) + beta * c + bias) on `stream` (a
+ * cudaStream_t; NULL = legacy default); `extras` may be NULL.
  * kernel >= 0 forces that kernel. kernel == -1 takes the kernel remembered for this
  * problem by pcr_select_put; when none is remembered, nothing is launched, *problem is
  * filled and PCR_NEED_SELECTION is returned: choose, pcr_select_put, and call again.
  * Host (kDLCPU) operands are staged through device memory and the call synchronizes. */
 PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                     const DLTensor* d, double alpha, double beta, const DLTensor* bias,
-                     int32_t activation, int32_t kernel, void* stream, pcr_problem* problem);
+                     const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
+                     int32_t kernel, void* stream, pcr_problem* problem);
 
 /* Remembers candidate kernels, best first, for every later problem equal to *problem;
  * a call takes the first that can implement it (at most 8 are kept). */
@@ -203,11 +223,13 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
 typedef struct pcr_plan pcr_plan;
 PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
                             const DLTensor* d, double alpha, double beta,
-                            const DLTensor* bias, int32_t activation, int32_t kernel,
-                            pcr_problem* problem, pcr_plan** plan);
+                            const pcr_extras* extras, int32_t kernel, pcr_problem* problem,
+                            pcr_plan** plan);
 PCR_API int pcr_plan_run(pcr_plan* plan, void* stream);
+/* extras: its tensors replace the bound ones (NULL: the bound extras); its activation and
+ * math must be the plan's. */
 PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
-                              const DLTensor* c, const DLTensor* d, const DLTensor* bias,
+                              const DLTensor* c, const DLTensor* d, const pcr_extras* extras,
                               void* stream);
 PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
 PCR_API void pcr_plan_destroy(pcr_plan* plan);
@@ -240,22 +262,23 @@ PCR_API int pcr_select_clear(void);
  * Each operand is a PyObject*: a DLPack capsule ("dltensor" or "dltensor_versioned",
  * left unconsumed), or an object whose type exposes __dlpack_c_exchange_api__. With
  * PCR_STREAM_FROM_PRODUCER the stream is the producer's current work stream when an
- * operand's exchange API offers one, else `stream`. */
+ * operand's exchange API offers one, else `stream`. `extras` is NULL, None, or the tuple
+ * (bias, scale_a, scale_b, activation, math) of pcr_extras' fields (tensors or None). */
 #define PCR_STREAM_FROM_PRODUCER 1
 PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-                        void* bias, int32_t activation, int32_t kernel, int32_t flags,
-                        void* stream, pcr_problem* problem);
+                        void* extras, int32_t kernel, int32_t flags, void* stream,
+                        pcr_problem* problem);
 PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                               void* bias, int32_t activation, int32_t kernel,
-                               pcr_problem* problem, pcr_plan** plan);
-/* a, b, c, d, bias: all None/NULL to run on the bound tensors. */
-PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* bias,
+                               void* extras, int32_t kernel, pcr_problem* problem,
+                               pcr_plan** plan);
+/* a, b, c, d and extras all None/NULL: run on the bound tensors. */
+PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
                             int32_t flags, void* stream);
 /* The same on the bound tensors and the producer's current stream: the fewest arguments
  * for the hottest call (a plan over exchange-API tensors, e.g. torch). */
 PCR_API int pcr_py_plan_launch(pcr_plan* plan);
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-                            void* bias, int32_t activation, pcr_problem* out);
+                            void* extras, pcr_problem* out);
 /* a, b, c, d: arrays of `count` objects (c may be NULL, or hold None). */
 PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
                                 double alpha, double beta, int32_t kernel, int32_t flags,

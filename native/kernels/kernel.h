@@ -20,8 +20,8 @@ namespace pcr {
 // A and B are row- or column-major as the kernel's layouts say; C has D's layout and
 // dtype and is never null (it points at D when beta == 0, and is then never read).
 // `batch` > 1 repeats the GEMM over matrices `batch_*` elements apart (0: shared).
-// Bias and activation exist in PCR_EPI_BIAS_ACT kernels only; a linear kernel is never
-// handed them. Grouped kernels read `groups` problems from `group` (GPU arrays) instead
+// Bias and activation exist in PCR_EPI_BIAS_ACT and PCR_EPI_SCALED kernels only, scales
+// in PCR_EPI_SCALED ones; a linear kernel is never handed them. Grouped kernels read `groups` problems from `group` (GPU arrays) instead
 // of m, n, k and the operand fields.
 struct GroupArrays {
   int (*shape)[3];  // {m, n, k} per group (CUTLASS's GemmCoord and Shape<int,int,int>)
@@ -42,12 +42,17 @@ struct GemmArgs {
   int64_t ldc;
   void* d;
   int64_t ldd;
-  float alpha, beta;
+  double alpha, beta;
   int batch;
   int64_t batch_a, batch_b, batch_c, batch_d;
   const void* bias_n;  // D's dtype, one value per column (length n), or null
   const void* bias_m;  // D's dtype, one value per row (length m), or null
   int activation;      // pcr_activation
+  // PCR_EPI_SCALED kernels: float32 factors of acc, on the GPU (null: 1). scale_a applies
+  // to rows (m values, or one for all when !scale_a_per_row), scale_b to columns.
+  const void* scale_a;
+  const void* scale_b;
+  bool scale_a_per_row, scale_b_per_col;
   int groups;
   GroupArrays group;
   int device;    // CUDA ordinal the launch goes to (already current)

@@ -1,9 +1,11 @@
-// CUTLASS 2.x mma.sync GEMMs, one template for three arch families:
-//   sm80 family: m16n8k16, multistage (cp.async, 16-byte alignment) or the 2-stage
-//                pipelined mainloop, whose register-staged loads take any alignment; one
-//                source serves sm_80/86/89/90 SASS and the PTX for later GPUs;
-//   sm75 family: Turing m16n8k8 (fp16 only), 2-stage pipelined;
-//   sm70 family: Volta m8n8k4 (fp16 only), 2-stage pipelined.
+// CUTLASS 2.x mma.sync GEMMs, one template for four arch families:
+//   sm80 family: multistage (cp.async, 16-byte alignment) or the 2-stage pipelined
+//                mainloop, whose register-staged loads take any alignment; fp16/bf16
+//                (m16n8k16), tf32 and 3xTF32 fp32 (m16n8k8), fp64 (DMMA m8n8k4), int8
+//                (m16n8k32); one source serves sm_80/86/89/90 SASS and later GPUs' PTX;
+//   sm89 family: Ada's fp8 (m16n8k32), on the same mainloops;
+//   sm75 family: Turing m16n8k8 (fp16), 2-stage pipelined;
+//   sm70 family: Volta m8n8k4 (fp16), 2-stage pipelined.
 // The block swizzle is the data-parallel identity swizzle, or CUTLASS's stream-K swizzle,
 // which selects the stream-K kernel: its heuristic spreads the K loop of too few output
 // tiles over every SM (stream-K, or split-K when that balances better) and reduces the
@@ -120,14 +122,14 @@ struct BiasActTree {
   using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, Act>;
 
   static typename Type::Arguments arguments(const GemmArgs& p) {
-    auto* c = p.beta == 0.0f ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
+    auto* c = p.beta == 0.0 ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
     return {
         {                                                                  // act(...)
          {                                                                 // beta*C + Z
-          {{p.beta}},
+          {{float(p.beta)}},
           {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
           {                                                                // Z + col
-           {{{p.alpha}}, {}, {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}}, {}},
+           {{{float(p.alpha)}}, {}, {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}}, {}},
            {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
            {}},
           {}},
@@ -137,9 +139,13 @@ struct BiasActTree {
 };
 }  // namespace evt
 
+// Arch tags; each kernel names its MMA instruction shape (it depends on the dtype).
 struct Sm80 {
   using Arch = cutlass::arch::Sm80;
-  using Instruction = cutlass::gemm::GemmShape<16, 8, 16>;
+};
+// Ada: the sm80 family's kernels plus fp8 mma.sync m16n8k32
+struct Sm89 {
+  using Arch = cutlass::arch::Sm89;
 };
 using DataParallel = cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>;
 using StreamK = cutlass::gemm::threadblock::ThreadblockSwizzleStreamK;
@@ -147,12 +153,10 @@ using StreamK = cutlass::gemm::threadblock::ThreadblockSwizzleStreamK;
 // Volta: mma.sync m8n8k4 (fp16), 2-stage; built only by CUDA 12.x and older
 struct Sm70 {
   using Arch = cutlass::arch::Sm70;
-  using Instruction = cutlass::gemm::GemmShape<8, 8, 4>;
 };
 
 struct Sm75 {
   using Arch = cutlass::arch::Sm75;
-  using Instruction = cutlass::gemm::GemmShape<16, 8, 8>;
 };
 
 // What every CUTLASS 2.x kernel of the library does with its device-level operator
@@ -196,12 +200,16 @@ struct Kernel2x {
   }
 };
 
+// Math is the MMA's operator tag: OpMultiplyAdd, OpMultiplyAddFastF32 (3xTF32: fp32
+// inputs at fp32 accuracy on TF32 tensor cores), OpMultiplyAddSaturate (int8). The
+// epilogue computes in ElementAcc's type (fp32, fp64, or int32 for exact int32 outputs).
 template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
-          class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC,
-          class Swizzle = DataParallel, bool BiasAct = false>
+          class LayoutB, class TileShape, class WarpShape, class Instruction, int Stages,
+          int AlignAB, int AlignC, class Swizzle = DataParallel, bool BiasAct = false,
+          class ElementAcc = float, class Math = cutlass::arch::OpMultiplyAdd>
 struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
-                            WarpShape, Stages, AlignAB, AlignC, Swizzle, BiasAct>> {
-  using ElementAcc = float;
+                            WarpShape, Instruction, Stages, AlignAB, AlignC, Swizzle, BiasAct,
+                            ElementAcc, Math>> {
   using Linear =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
   using ThreadMap = cutlass::epilogue::threadblock::OutputTileThreadLayout<
@@ -212,9 +220,9 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
     using Device = cutlass::gemm::device::GemmUniversal<
         ElementA, LayoutA, ElementB, LayoutB, ElementD, cutlass::layout::RowMajor, ElementAcc,
         cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
-        typename Family::Instruction, Linear, Swizzle, Stages, AlignAB, AlignAB>;
+        Instruction, Linear, Swizzle, Stages, AlignAB, AlignAB, Math>;
     static typename Linear::Params epilogue(const GemmArgs& p) {
-      return {p.alpha, p.beta};
+      return {ElementAcc(p.alpha), ElementAcc(p.beta)};
     }
   };
   template <class Dummy>
@@ -224,8 +232,7 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
         ElementB, LayoutB, cutlass::ComplexTransform::kNone, AlignAB,
         ElementD, cutlass::layout::RowMajor, AlignC, ElementAcc, ElementAcc,
         cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
-        typename Family::Instruction, typename Tree::Type, Swizzle, Stages,
-        cutlass::arch::OpMultiplyAdd, /*epilogue stages*/ 1>::GemmKernel;
+        Instruction, typename Tree::Type, Swizzle, Stages, Math, /*epilogue stages*/ 1>::GemmKernel;
     using Device = cutlass::gemm::device::GemmUniversalBase<Kernel>;
     static typename Tree::Type::Arguments epilogue(const GemmArgs& p) {
       return Tree::arguments(p);
@@ -265,10 +272,11 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
 // pointers and leading dimensions live in GPU arrays (GemmArgs::group); the problem
 // visitor reads the sizes on the GPU (kDeviceOnly), so the host never needs them.
 template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
-          class LayoutB, class TileShape, class WarpShape, int Stages, int AlignAB, int AlignC>
+          class LayoutB, class TileShape, class WarpShape, class Instruction, int Stages,
+          int AlignAB, int AlignC>
 struct GroupedGemm
     : Kernel2x<GroupedGemm<Family, ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
-                           WarpShape, Stages, AlignAB, AlignC>> {
+                           WarpShape, Instruction, Stages, AlignAB, AlignC>> {
   using ElementAcc = float;
   using Epilogue =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
@@ -276,7 +284,7 @@ struct GroupedGemm
       ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB,
       ElementB, LayoutB, cutlass::ComplexTransform::kNone, AlignAB,
       ElementD, cutlass::layout::RowMajor, ElementAcc, cutlass::arch::OpClassTensorOp,
-      typename Family::Arch, TileShape, WarpShape, typename Family::Instruction, Epilogue,
+      typename Family::Arch, TileShape, WarpShape, Instruction, Epilogue,
       cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>, Stages,
       cutlass::gemm::kernel::GroupScheduleMode::kDeviceOnly>::GemmKernel;
   using Device = cutlass::gemm::device::GemmGrouped<GemmKernel>;
@@ -287,7 +295,7 @@ struct GroupedGemm
     static const int per_sm = std::max(1, Device::maximum_active_blocks());
     const GroupArrays& g = p.group;
     return Arguments(reinterpret_cast<cutlass::gemm::GemmCoord*>(g.shape), p.groups,
-                     p.sm_count * per_sm, {p.alpha, p.beta},
+                     p.sm_count * per_sm, {float(p.alpha), float(p.beta)},
                      reinterpret_cast<ElementA**>(const_cast<void**>(g.a)),
                      reinterpret_cast<ElementB**>(const_cast<void**>(g.b)),
                      reinterpret_cast<ElementD**>(const_cast<void**>(g.c)),

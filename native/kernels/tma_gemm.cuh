@@ -6,8 +6,9 @@
 // (cutlass::gemm::StreamKScheduler; cooperative and sm100 schedules only), whose
 // heuristic decomposition spreads the K loop of too few output tiles over every SM
 // (stream-K or split-K) with a deterministic fp32 fix-up in the workspace.
-// The epilogue is CUTLASS's linear combination, or (BiasAct) an epilogue visitor tree
-// computing act(alpha * acc + beta * C + row bias + column bias).
+// The epilogue is CUTLASS's linear combination, or an epilogue visitor tree: BiasAct
+// computes act(alpha * acc + beta * C + row bias + column bias), Scaled (quantized
+// inputs) scales acc by per-tensor, per-row and per-column factors first.
 #pragma once
 
 #include "cute/tensor.hpp"
@@ -48,10 +49,50 @@ struct BiasActTree {
 
   static typename Type::Arguments arguments(const GemmArgs& p, const void* row,
                                             const void* col) {
-    return {{{{p.beta}},
+    return {{{{float(p.beta)}},
              {},
-             {{{{p.alpha}}, {}, {static_cast<const ElementD*>(row), ElementD(0), {}}, {}},
+             {{{{float(p.alpha)}}, {}, {static_cast<const ElementD*>(row), ElementD(0), {}}, {}},
               {static_cast<const ElementD*>(col), ElementD(0), {}},
+              {}},
+             {}},
+            {p.activation}};
+  }
+};
+// The dequantizing epilogue of quantized inputs (fp8, int8):
+//   D = act(beta * C + (sa_m[m] * (sb_n[n] * (alpha * sa * sb * acc)) + bias_n[n]) + bias_m[m])
+// sa and sb are per-tensor scales read from the GPU (null: 1), sa_m and sb_n per-row and
+// per-column float vectors (null: 1), biases in D's dtype (null: 0).
+template <class TileShape, class ElementD>
+struct ScaledTree {
+  using Scalars = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>, 3>;  // alpha, sa, sb
+  using Scalar = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>>;
+  using RowScale = Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, _1, int64_t>>;
+  using ColScale = Sm90ColBroadcast<0, TileShape, float, float, Stride<_1, _0, int64_t>>;
+  using RowBias = Sm90RowBroadcast<0, TileShape, ElementD, float, Stride<_0, _1, int64_t>>;
+  using ColBias = Sm90ColBroadcast<0, TileShape, ElementD, float, Stride<_1, _0, int64_t>>;
+  using Times = Sm90Compute<cutlass::multiplies, float, float, kRound>;
+  using Fma = Sm90Compute<cutlass::homogeneous_multiply_add, float, float, kRound>;
+  using ScaledAcc = Sm90EVT<Times, Scalars, Sm90AccFetch>;
+  using RowScaled = Sm90EVT<Times, RowScale, ScaledAcc>;
+  using ColScaledPlusRow = Sm90EVT<Fma, ColScale, RowScaled, RowBias>;
+  using PlusCol = Sm90EVT<Sm90Compute<cutlass::plus, float, float, kRound>, ColScaledPlusRow,
+                          ColBias>;
+  using BetaC = Sm90EVT<Fma, Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
+  using Type = Sm90EVT<Sm90Compute<Activation, ElementD, float, kRound>, BetaC>;
+
+  static typename Type::Arguments arguments(const GemmArgs& p) {
+    const auto* sa = static_cast<const float*>(p.scale_a);
+    const auto* sb = static_cast<const float*>(p.scale_b);
+    typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
+                                        {nullptr, p.scale_a_per_row ? nullptr : sa,
+                                         p.scale_b_per_col ? nullptr : sb}};
+    return {{{{float(p.beta)}},
+             {},
+             {{{p.scale_a_per_row ? sa : nullptr, 1.0f, {}},
+               {{p.scale_b_per_col ? sb : nullptr, 1.0f, {}}, {scalars, {}, {}}, {}},
+               {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}},
+               {}},
+              {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
               {}},
              {}},
             {p.activation}};
@@ -177,20 +218,24 @@ struct Kernel3x {
 // SwapAB: the kernel computes D^T = B^T A^T, so its operands are (b, a), its problem
 // (n, m, k) and its C/D column-major: a small M then sits on the MMA's N side. The
 // generator passes A/B element types, layouts, tile and cluster already swapped.
+// Epilogue is a pcr_epilogue; ElementAcc is float, or int32_t for int8 inputs (whose
+// int32 outputs are then scaled in int32 arithmetic, exactly).
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
           class TileShape, class ClusterShape, class Schedule, int AlignAB,
-          class TileScheduler = void, bool SwapAB = false, bool BiasAct = false>
+          class TileScheduler = void, bool SwapAB = false, int Epilogue = PCR_EPI_LINEAR,
+          class ElementAcc = float>
 struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
-                            Schedule, AlignAB, TileScheduler, SwapAB, BiasAct>> {
+                            Schedule, AlignAB, TileScheduler, SwapAB, Epilogue, ElementAcc>> {
   using Cluster = ClusterShape;
-  using ElementAcc = float;
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
                                       cutlass::layout::RowMajor>;
-  using Tree = evt::BiasActTree<TileShape, ElementD>;
+  using Compute = cute::conditional_t<cute::is_same_v<ElementD, int32_t>, int32_t, float>;
+  using Linear = cutlass::epilogue::fusion::LinearCombination<ElementD, Compute, ElementD, Compute>;
   using Fusion = cute::conditional_t<
-      BiasAct, typename Tree::Type,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, ElementD, ElementAcc>>;
+      Epilogue == PCR_EPI_BIAS_ACT, typename evt::BiasActTree<TileShape, ElementD>::Type,
+      cute::conditional_t<Epilogue == PCR_EPI_SCALED,
+                          typename evt::ScaledTree<TileShape, ElementD>::Type, Linear>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -219,10 +264,13 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
     const void* a = SwapAB ? p.b : p.a;
     const void* b = SwapAB ? p.a : p.b;
     typename CollectiveEpilogue::FusionCallbacks::Arguments thread;
-    if constexpr (BiasAct)  // the kernel's rows are the problem's columns when swapped
-      thread = Tree::arguments(p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
+    if constexpr (Epilogue == PCR_EPI_BIAS_ACT)  // kernel rows are problem columns if swapped
+      thread = evt::BiasActTree<TileShape, ElementD>::arguments(
+          p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
+    else if constexpr (Epilogue == PCR_EPI_SCALED)
+      thread = evt::ScaledTree<TileShape, ElementD>::arguments(p);
     else
-      thread = {p.alpha, p.beta};
+      thread = {Compute(p.alpha), Compute(p.beta)};
     Arguments args{
         p.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
                     : cutlass::gemm::GemmUniversalMode::kGemm,
@@ -283,8 +331,8 @@ struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA,
 
   static Arguments arguments(const GemmArgs& p) {
     typename CollectiveEpilogue::FusionCallbacks::Arguments thread{};
-    thread.alpha = p.alpha;
-    thread.beta = p.beta;
+    thread.alpha = float(p.alpha);
+    thread.beta = float(p.beta);
     const GroupArrays& g = p.group;
     Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,

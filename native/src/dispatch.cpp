@@ -24,7 +24,7 @@ namespace {
 
 struct Key {
   int64_t m, n, k, batch;
-  int32_t f[18];
+  int32_t f[20];
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
 struct KeyHash {
@@ -63,9 +63,10 @@ Key key_of(const pcr_problem& p) {
   key.n = p.n;
   key.k = p.k;
   key.batch = p.batch;
-  int32_t f[18] = {p.dtype_a, p.dtype_b, p.dtype_c,     p.dtype_d,    p.layout_a, p.layout_b,
-                   p.align_a, p.align_b, p.align_c,     p.align_d,    p.c_mode,   p.cc,
-                   p.staged,  p.bias,    p.activation,  p.align_bias, p.epilogue, p.grouped};
+  int32_t f[20] = {p.dtype_a, p.dtype_b,   p.dtype_c,    p.dtype_d,  p.layout_a,
+                   p.layout_b, p.align_a, p.align_b,    p.align_c,  p.align_d,
+                   p.c_mode,  p.cc,       p.staged,     p.bias,     p.activation,
+                   p.align_bias, p.epilogue, p.grouped, p.scale_m,  p.scale_n};
   std::memcpy(key.f, f, sizeof f);
   return key;
 }
@@ -199,10 +200,10 @@ int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
                                 kStagingScratch);
   if (st != PCR_OK) return st;
   Staging s = stage_layout(p, bd, static_cast<char*>(scratch));
-  if ((s.staged & 1) && (st = launch_scale_copy(&bd.a, s.bound.a, 1.0f, stream))) return st;
-  if ((s.staged & 2) && (st = launch_scale_copy(&bd.b, s.bound.b, 1.0f, stream))) return st;
+  if ((s.staged & 1) && (st = launch_scale_copy(&bd.a, s.bound.a, 1.0, stream))) return st;
+  if ((s.staged & 2) && (st = launch_scale_copy(&bd.b, s.bound.b, 1.0, stream))) return st;
   if ((st = launch_device(s.problem, s.bound, k, stream, plan))) return st;
-  return (s.staged & 4) ? launch_scale_copy(&s.bound.d, bd.d, 1.0f, stream) : PCR_OK;
+  return (s.staged & 4) ? launch_scale_copy(&s.bound.d, bd.d, 1.0, stream) : PCR_OK;
 }
 
 int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
@@ -211,11 +212,11 @@ int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
   if (p.staged) return launch_staged(p, bd, k, stream, plan);
   int st;
   if (p.k == 0) {  // the whole answer: d = act(beta * c + bias)
-    float scale = p.c_mode == 0 ? 0.0f : float(bd.beta);
+    double scale = p.c_mode == 0 ? 0.0 : bd.beta;
     return launch_scale_copy(p.c_mode ? &bd.c : nullptr, bd.d, scale, stream,
                              p.bias ? &bd.bias : nullptr, p.activation);
   }
-  if (p.c_mode == 2 && (st = launch_scale_copy(&bd.c, bd.d, 1.0f, stream)))
+  if (p.c_mode == 2 && (st = launch_scale_copy(&bd.c, bd.d, 1.0, stream)))
     return st;  // C in D's form for the kernel, which applies beta
   return run_kernel(p, bd, k, stream, plan);
 }
@@ -223,11 +224,12 @@ int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
 // Host operands: copy each one's byte span to the GPU, run, copy D back, synchronize.
 int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
   Bound dev = bd;
-  Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d, &dev.bias};
-  const Matrix* src[] = {&bd.a, &bd.b, &bd.c, &bd.d, &bd.bias};
-  void* buffers[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d, &dev.bias, &dev.scale_m, &dev.scale_n};
+  const Matrix* src[] = {&bd.a, &bd.b, &bd.c, &bd.d, &bd.bias, &bd.scale_m, &bd.scale_n};
+  constexpr int kOps = sizeof ops / sizeof ops[0];
+  void* buffers[kOps] = {};
   int st = PCR_OK;
-  for (int i = 0; i < 5 && st == PCR_OK; ++i) {
+  for (int i = 0; i < kOps && st == PCR_OK; ++i) {
     if (!src[i]->ptr) continue;
     if (i == 2 && src[2]->ptr == src[3]->ptr) continue;  // c is d: staged with d
     uintptr_t lo, hi;
@@ -319,12 +321,12 @@ int kernel_for(const pcr_problem& p, const Bound& bd, int32_t forced, int* kerne
 }
 
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-         double alpha, double beta, const DLTensor* bias, int activation, int32_t kernel,
-         void* stream, pcr_problem* out) {
+         double alpha, double beta, const pcr_extras* extras, int32_t kernel, void* stream,
+         pcr_problem* out) {
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
   Bound bd;
-  int st = describe(a, b, c, d, alpha, beta, bias, activation, &p, &bd);
+  int st = describe(a, b, c, d, alpha, beta, extras, &p, &bd);
   if (st != PCR_OK) return st;
   int k = -1;
   if ((st = kernel_for(p, bd, kernel, &k))) return st;
@@ -334,13 +336,13 @@ int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor
 // ---- bound plans -----------------------------------------------------------------
 
 int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-                double alpha, double beta, const DLTensor* bias, int activation,
-                int32_t kernel, pcr_problem* out, pcr_plan** plan) {
+                double alpha, double beta, const pcr_extras* extras, int32_t kernel,
+                pcr_problem* out, pcr_plan** plan) {
   *plan = nullptr;
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
   Bound bd;
-  int st = describe(a, b, c, d, alpha, beta, bias, activation, &p, &bd);
+  int st = describe(a, b, c, d, alpha, beta, extras, &p, &bd);
   if (st != PCR_OK) return st;
   if (p.host)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -376,16 +378,25 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
 }
 
 int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor* c,
-             const DLTensor* d, const DLTensor* bias, cudaStream_t stream) {
+             const DLTensor* d, const pcr_extras* extras, cudaStream_t stream) {
   if (!pl) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
   const Bound* bd = &pl->bound;
   Bound fresh;
-  if (a || b || c || d || bias) {
+  if (a || b || c || d || extras) {
     if (!(a && b && d))
-      return set_error(PCR_ERR_INVALID_ARGUMENT, "a plan runs on a, b, (c,) d (, bias) together");
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "a plan runs on a, b, (c,) d (and the extras' tensors) together");
+    const bool tf32 = pl->problem.dtype_a == PCR_TF32;
+    pcr_extras x{nullptr, nullptr, nullptr, pl->problem.activation,
+                 tf32 ? PCR_MATH_TF32 : PCR_MATH_IEEE};
+    if (extras) {
+      if (extras->activation != x.activation || (extras->math != x.math && tf32))
+        return set_error(PCR_ERR_INVALID_ARGUMENT,
+                         "a plan runs with the activation and math it was built with");
+      x.bias = extras->bias, x.scale_a = extras->scale_a, x.scale_b = extras->scale_b;
+    }
     pcr_problem p;
-    int st = describe(a, b, c, d, pl->bound.alpha, pl->bound.beta, bias,
-                      pl->problem.activation, &p, &fresh);
+    int st = describe(a, b, c, d, pl->bound.alpha, pl->bound.beta, &x, &p, &fresh);
     if (st != PCR_OK) return st;
     if (!same_problem(p, pl->problem))
       return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -447,16 +458,16 @@ PCR_API int pcr_kernel_check(int32_t kernel, const pcr_problem* problem) {
 }
 
 PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                         const DLTensor* d, double alpha, double beta, const DLTensor* bias,
-                         int32_t activation, pcr_problem* out) {
+                         const DLTensor* d, double alpha, double beta,
+                         const pcr_extras* extras, pcr_problem* out) {
   Bound bd;
-  return describe(a, b, c, d, alpha, beta, bias, activation, out, &bd);
+  return describe(a, b, c, d, alpha, beta, extras, out, &bd);
 }
 
 PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                     const DLTensor* d, double alpha, double beta, const DLTensor* bias,
-                     int32_t activation, int32_t kernel, void* stream, pcr_problem* problem) {
-  return gemm(a, b, c, d, alpha, beta, bias, activation, kernel, stream, problem);
+                     const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
+                     int32_t kernel, void* stream, pcr_problem* problem) {
+  return gemm(a, b, c, d, alpha, beta, extras, kernel, stream, problem);
 }
 
 PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels,
@@ -475,11 +486,11 @@ PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels,
 
 PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
                             const DLTensor* d, double alpha, double beta,
-                            const DLTensor* bias, int32_t activation, int32_t kernel,
-                            pcr_problem* problem, pcr_plan** plan) {
+                            const pcr_extras* extras, int32_t kernel, pcr_problem* problem,
+                            pcr_plan** plan) {
   clear_error();
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_plan_create: plan is NULL");
-  return plan_create(a, b, c, d, alpha, beta, bias, activation, kernel, problem, plan);
+  return plan_create(a, b, c, d, alpha, beta, extras, kernel, problem, plan);
 }
 
 PCR_API int pcr_plan_run(pcr_plan* plan, void* stream) {
@@ -488,10 +499,10 @@ PCR_API int pcr_plan_run(pcr_plan* plan, void* stream) {
 }
 
 PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
-                              const DLTensor* c, const DLTensor* d, const DLTensor* bias,
+                              const DLTensor* c, const DLTensor* d, const pcr_extras* extras,
                               void* stream) {
   clear_error();
-  return plan_run(plan, a, b, c, d, bias, static_cast<cudaStream_t>(stream));
+  return plan_run(plan, a, b, c, d, extras, static_cast<cudaStream_t>(stream));
 }
 
 PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel) {

@@ -118,7 +118,7 @@ int group_error(int status, int group) {
 // Kernel k over `groups` GPU-side problems whose arrays `fill` writes into the stream's
 // buffer.
 template <class Fill>
-int run_grouped(const pcr_problem& p, int k, int groups, float alpha, float beta,
+int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double beta,
                 cudaStream_t stream, Fill fill) {
   if (groups == 0) return PCR_OK;
   void* buffer = nullptr;
@@ -163,7 +163,7 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     if (!a[g] || !b[g] || !d[g])
       return set_error(PCR_ERR_INVALID_ARGUMENT, "group %d: a, b and d are required", g);
     // a group without c reads no C, whatever beta is (its d is zeroed for the kernel)
-    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, nullptr, PCR_ACT_NONE,
+    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, nullptr,
                       &probs[g], &bounds[g]);
     if (st != PCR_OK) return group_error(st, g);
     const pcr_problem& q = probs[g];
@@ -221,18 +221,18 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     if (q.m == 0 || q.n == 0) continue;
     const bool has_c = q.c_mode != 0;
     if (q.k == 0) {
-      st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? float(beta) : 0.0f, stream);
+      st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? beta : 0.0, stream);
       if (st != PCR_OK) return st;
       continue;
     }
     if (beta != 0.0 && q.c_mode != 1 &&
-        (st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, 1.0f, stream)))
+        (st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, 1.0, stream)))
       return st;
     GemmArgs ga = gemm_args(q, bd);
     entries.push_back({{ga.m, ga.n, ga.k}, ga.a, ga.b, ga.c, ga.d, ga.lda, ga.ldb, ga.ldc,
                        ga.ldd});
   }
-  return run_grouped(p, k, int(entries.size()), float(alpha), float(beta), stream,
+  return run_grouped(p, k, int(entries.size()), alpha, beta, stream,
                      [&](const GroupArrays& arrays) {
                        for (size_t first = 0; first < entries.size(); first += kChunk) {
                          Chunk chunk;
@@ -264,7 +264,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   w0.shape = w->shape + 1;
   w0.strides = w->strides ? w->strides + 1 : nullptr;
   Bound bd;
-  int st = describe(x, &w0, nullptr, out_t, alpha, 0.0, nullptr, PCR_ACT_NONE, &p, &bd);
+  int st = describe(x, &w0, nullptr, out_t, alpha, 0.0, nullptr, &p, &bd);
   if (st != PCR_OK) return st;
   if (p.transposed || p.host || p.layout_a != PCR_ROW_MAJOR)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -301,7 +301,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   DeviceGuard guard;
   if ((st = guard.set(p.device))) return st;
   auto stream = static_cast<cudaStream_t>(stream_ptr);
-  if (p.k == 0) return launch_scale_copy(nullptr, bd.d, 0.0f, stream);
+  if (p.k == 0) return launch_scale_copy(nullptr, bd.d, 0.0, stream);
   Moe moe;
   moe.offsets = static_cast<const char*>(offsets->data) + offsets->byte_offset;
   moe.offset_bits = offsets->dtype.bits;
@@ -319,7 +319,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   moe.lda = bd.lda;
   moe.ldb = bd.ldb;
   moe.ldd = bd.ldd;
-  return run_grouped(p, k, int(experts), float(alpha), 0.0f, stream,
+  return run_grouped(p, k, int(experts), alpha, 0.0, stream,
                      [&](const GroupArrays& arrays) {
                        int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
                        fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);

@@ -2,9 +2,11 @@
 // the whole answer when K == 0, C brought into D's form (layout, dtype, broadcast
 // strides) before a kernel reads it, and operands staged into (or out of) aligned scratch.
 #include <algorithm>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "activation.h"
 #include "runtime.h"
@@ -12,12 +14,26 @@
 namespace pcr {
 namespace {
 
-template <class T> __device__ float to_float(T v) { return float(v); }
-template <> __device__ float to_float(__half v) { return __half2float(v); }
-template <> __device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T> __device__ T from_float(float v) { return T(v); }
-template <> __device__ __half from_float(float v) { return __float2half_rn(v); }
-template <> __device__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+// Arithmetic in fp32, or in fp64 where an end is fp64 or int32 (exact for both).
+template <class T> constexpr bool kWide = std::is_same_v<T, double> || std::is_same_v<T, int32_t>;
+template <class Src, class Dst>
+using Compute = std::conditional_t<kWide<Src> || kWide<Dst>, double, float>;
+
+template <class C, class T> __device__ C to(T v) { return C(float(v)); }
+template <> __device__ double to(double v) { return v; }
+template <> __device__ double to(int32_t v) { return double(v); }
+template <> __device__ float to(int32_t v) { return float(v); }
+template <> __device__ float to(double v) { return float(v); }
+template <class T, class C> __device__ T from(C v) { return T(v); }
+template <> __device__ __half from(float v) { return __float2half_rn(v); }
+template <> __device__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ int8_t from(float v) {  // round to nearest, saturate
+  return int8_t(max(-128, min(127, __float2int_rn(v))));
+}
+template <> __device__ int8_t from(double v) { return from<int8_t>(float(v)); }
+template <> __device__ int32_t from(double v) {
+  return int32_t(fmax(-2147483648.0, fmin(2147483647.0, rint(v))));
+}
 
 // Columns are the destination's unit-stride dimension (see launch_typed), so neighbouring
 // threads write neighbouring elements; rows stride over the grid's y dimension, kRows of
@@ -37,8 +53,10 @@ View view_of(const Matrix* m) {
 }
 
 template <class Src, class Dst>
-__global__ void scale_copy(View src, View dst, int64_t batch, float scale, View bias,
+__global__ void scale_copy(View src, View dst, int64_t batch, double scale_, View bias,
                            int activation) {
+  using C = Compute<Src, Dst>;
+  const C scale = C(scale_);
   const auto* s = static_cast<const Src*>(src.ptr);
   const auto* v_bias = static_cast<const Dst*>(bias.ptr);
   const int64_t row_step = gridDim.y;
@@ -47,26 +65,26 @@ __global__ void scale_copy(View src, View dst, int64_t batch, float scale, View 
     for (int64_t r0 = blockIdx.y; r0 < dst.rows; r0 += row_step * kRows)
       for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < dst.cols;
            c += int64_t(gridDim.x) * blockDim.x) {
-        float v[kRows];
+        C v[kRows];
 #pragma unroll
         for (int j = 0; j < kRows; ++j) {
           const int64_t r = r0 + j * row_step;
           const bool inside = s && r < dst.rows && r < src.rows && c < src.cols;
-          v[j] = inside ? scale * to_float(s[l * src.sb + r * src.s0 + c * src.s1]) : 0.0f;
-          if (v_bias && r < dst.rows) v[j] += to_float(v_bias[r * bias.s0 + c * bias.s1]);
-          v[j] = activate(activation, v[j]);
+          v[j] = inside ? scale * to<C>(s[l * src.sb + r * src.s0 + c * src.s1]) : C(0);
+          if (v_bias && r < dst.rows) v[j] += to<C>(v_bias[r * bias.s0 + c * bias.s1]);
+          if (activation != PCR_ACT_NONE) v[j] = C(activate(activation, float(v[j])));
         }
 #pragma unroll
         for (int j = 0; j < kRows; ++j) {
           const int64_t r = r0 + j * row_step;
-          if (r < dst.rows) d[r * dst.s0 + c * dst.s1] = from_float<Dst>(v[j]);
+          if (r < dst.rows) d[r * dst.s0 + c * dst.s1] = from<Dst>(v[j]);
         }
       }
   }
 }
 
 template <class Src, class Dst>
-int launch_typed(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream,
+int launch_typed(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
                  const Matrix* bias, int activation) {
   View s = view_of(src), d = view_of(&dst), v = view_of(bias);
   if (d.s0 == 1 && d.s1 != 1) {  // column-major destination: walk it column by column
@@ -85,32 +103,38 @@ int launch_typed(const Matrix* src, const Matrix& dst, float scale, cudaStream_t
   return cuda_status(cudaGetLastError(), "scale_copy launch");
 }
 
-template <class Src>
-int dispatch_dst(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream,
-                 const Matrix* bias, int activation) {
-  switch (dst.dtype) {
-    case PCR_F16: return launch_typed<Src, __half>(src, dst, scale, stream, bias, activation);
-    case PCR_BF16:
-      return launch_typed<Src, __nv_bfloat16>(src, dst, scale, stream, bias, activation);
-    case PCR_F32: return launch_typed<Src, float>(src, dst, scale, stream, bias, activation);
-    default:
-      return set_error(PCR_ERR_UNSUPPORTED, "cannot write %s outputs", dtype_name(dst.dtype));
+// Calls f(T{}) with the C++ type of a pcr_dtype; false for a dtype it does not know.
+template <class F>
+bool with_type(int dtype, F&& f) {
+  switch (dtype) {
+    case PCR_F16: f(__half{}); return true;
+    case PCR_BF16: f(__nv_bfloat16{}); return true;
+    case PCR_F32: case PCR_TF32: f(float{}); return true;
+    case PCR_F64: f(double{}); return true;
+    case PCR_S8: f(int8_t{}); return true;
+    case PCR_S32: f(int32_t{}); return true;
+    case PCR_E4M3: f(__nv_fp8_e4m3{}); return true;
+    case PCR_E5M2: f(__nv_fp8_e5m2{}); return true;
+    default: return false;
   }
 }
 
 }  // namespace
 
-int launch_scale_copy(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream,
+int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
                       const Matrix* bias, int activation) {
   if (dst.rows == 0 || dst.cols == 0 || dst.batch == 0) return PCR_OK;
-  switch (src ? src->dtype : PCR_F32) {
-    case PCR_F16: return dispatch_dst<__half>(src, dst, scale, stream, bias, activation);
-    case PCR_BF16: return dispatch_dst<__nv_bfloat16>(src, dst, scale, stream, bias, activation);
-    case PCR_F32: return dispatch_dst<float>(src, dst, scale, stream, bias, activation);
-    default:
-      return set_error(PCR_ERR_UNSUPPORTED, "c of dtype %s cannot be read",
-                       dtype_name(src->dtype));
-  }
+  int st = PCR_OK;
+  const int src_dtype = src ? src->dtype : dst.dtype;
+  bool known = with_type(src_dtype, [&](auto s) {
+    with_type(dst.dtype, [&](auto d) {
+      st = launch_typed<decltype(s), decltype(d)>(src, dst, scale, stream, bias, activation);
+    });
+  });
+  if (!known || !with_type(dst.dtype, [](auto) {}))
+    return set_error(PCR_ERR_UNSUPPORTED, "cannot convert %s to %s", dtype_name(src_dtype),
+                     dtype_name(dst.dtype));
+  return st;
 }
 
 }  // namespace pcr

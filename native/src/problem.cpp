@@ -38,6 +38,9 @@ int dtype_from_dl(DLDataType t) {
   if (t.code == kDLBfloat && t.bits == 16) return PCR_BF16;
   if (t.code == kDLInt && t.bits == 8) return PCR_S8;
   if (t.code == kDLInt && t.bits == 32) return PCR_S32;
+  // DLPack 1.1's fp8 codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2)
+  if (t.code == 10 && t.bits == 8) return PCR_E4M3;
+  if (t.code == 12 && t.bits == 8) return PCR_E5M2;
   return PCR_DTYPE_INVALID;
 }
 
@@ -213,6 +216,48 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
   return PCR_OK;
 }
 
+// A float32 scale: one value (any shape of one element), or a contiguous vector of `len`
+// (shape (len,), or (len, 1) / (1, len) along `axis` 0 / 1 of d). Sets *mode to 1 or 2.
+int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matrix* v,
+               int* mode) {
+  if (dtype_from_dl(t->dtype) != PCR_F32)
+    return set_error(PCR_ERR_UNSUPPORTED, "%s must be float32", name);
+  if (t->ndim > 2)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s must be a scalar or a vector, got %d-D",
+                     name, t->ndim);
+  int64_t count = 1, step = 1;
+  for (int i = 0; i < t->ndim; ++i) {
+    count *= t->shape[i];
+    if (t->shape[i] != 1) step = t->strides ? t->strides[i] : 1;
+  }
+  const bool along = t->ndim < 2 || t->shape[1 - axis] == 1;
+  if (count != 1 && !(count == len && along))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s has %" PRId64 " elements; pass one (per tensor) or %" PRId64
+                     " (one per %s, shaped (%" PRId64 ",) or %s)",
+                     name, count, len, axis == 0 ? "row of a" : "column of b", len,
+                     axis == 0 ? "(M, 1)" : "(1, N)");
+  v->ptr = static_cast<char*>(t->data) + t->byte_offset;
+  if (!v->ptr) return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
+  *mode = count == 1 ? 1 : 2;
+  if (*mode == 2 && (step != 1 || reinterpret_cast<uintptr_t>(v->ptr) % 16))
+    return set_error(PCR_ERR_MISALIGNED,
+                     "%s must be a contiguous vector at a 16-byte aligned address", name);
+  v->dtype = PCR_F32;
+  v->esize = 4;
+  v->rows = axis == 0 ? count : 1;  // kept as a column (axis 0) or a row (axis 1)
+  v->cols = axis == 0 ? 1 : count;
+  v->s0 = axis == 0 ? 1 : 0;
+  v->s1 = axis == 0 ? 0 : 1;
+  v->device_type = t->device.device_type;
+  v->device_id = t->device.device_id;
+  return PCR_OK;
+}
+
+bool is_quantized(int dtype) {
+  return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2;
+}
+
 bool overlaps(const Matrix& x, const Matrix& y) {
   uintptr_t xl, xh, yl, yh;
   x.extent(&xl, &xh);
@@ -258,11 +303,17 @@ void Matrix::extent(uintptr_t* lo, uintptr_t* hi) const {
 }
 
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-             double alpha, double beta, const DLTensor* bias, int activation, pcr_problem* p,
+             double alpha, double beta, const pcr_extras* extras, pcr_problem* p,
              Bound* bound) {
   clear_error();
   std::memset(p, 0, sizeof *p);
   *bound = Bound{};
+  const pcr_extras none{};
+  const pcr_extras& x = extras ? *extras : none;
+  const DLTensor* bias = x.bias;
+  const int activation = x.activation;
+  if (x.math != PCR_MATH_IEEE && x.math != PCR_MATH_TF32)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "unknown math code %d", x.math);
   if (!a || !b || !d)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
   if (!std::isfinite(alpha) || !std::isfinite(beta))
@@ -283,6 +334,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   if (c && (st = load_matrix(c, "c", true, &C))) return st;
   int bias_axis = 0;
   if (bias && (st = load_bias(bias, D, &V, &bias_axis))) return st;
+  Matrix &SA = bound->scale_m, &SB = bound->scale_n;  // canonical below
+  int scale_a = 0, scale_b = 0;
+  if (x.scale_a && (st = load_scale(x.scale_a, "scale_a", D.rows, 0, &SA, &scale_a))) return st;
+  if (x.scale_b && (st = load_scale(x.scale_b, "scale_b", D.cols, 1, &SB, &scale_b))) return st;
 
   // Batch: d holds all L matrices; each input has L of them or one shared by all.
   const int64_t L = D.batch;
@@ -326,10 +381,11 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      dtype_name(A.dtype), dtype_name(B.dtype));
 
   // Devices: all CUDA on one ordinal, or all on the host.
-  const Matrix* ops[] = {&A, &B, &D, c ? &C : nullptr, bias ? &V : nullptr};
-  const char* names[] = {"a", "b", "d", "c", "bias"};
+  const Matrix* ops[] = {&A, &B, &D, c ? &C : nullptr, bias ? &V : nullptr,
+                         scale_a ? &SA : nullptr, scale_b ? &SB : nullptr};
+  const char* names[] = {"a", "b", "d", "c", "bias", "scale_a", "scale_b"};
   bool host = is_host(D.device_type);
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 7; ++i) {
     if (!ops[i]) continue;
     if (is_host(ops[i]->device_type) != host)
       return set_error(PCR_ERR_DEVICE_MISMATCH,
@@ -368,6 +424,9 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     D.transpose();
     if (use_c) C.transpose();
     if (bias) V.transpose(), bias_axis = 3 - bias_axis;
+    std::swap(SA, SB);  // b^T's rows are b's columns
+    SA.transpose(), SB.transpose();
+    std::swap(scale_a, scale_b);
     layout_of(D, &ld_layout, &ldd);
   }
   int la, lb;
@@ -381,6 +440,19 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   p->dtype_a = A.dtype;
   p->dtype_b = B.dtype;
   p->dtype_d = D.dtype;
+  if (x.math == PCR_MATH_TF32 && A.dtype == PCR_F32)  // TF32 kernels carry their own dtype
+    p->dtype_a = p->dtype_b = PCR_TF32;
+  p->scale_m = scale_a;
+  p->scale_n = scale_b;
+  if ((scale_a || scale_b) && !is_quantized(A.dtype))
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "scale_a and scale_b dequantize int8 and fp8 inputs; a and b are %s "
+                     "(fold a per-tensor factor into alpha)", dtype_name(A.dtype));
+  if (D.dtype == PCR_S32 && (alpha != std::floor(alpha) || (use_c && beta != std::floor(beta))))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "int32 outputs are computed exactly, in int32: alpha and beta must be "
+                     "integers (got %g, %g); for scaled results ask for a float output", alpha,
+                     beta);
   p->layout_a = la;
   p->layout_b = lb;
   p->align_a = alignment_bytes(A, la, lda);
@@ -390,7 +462,9 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   p->batch = L;
   p->activation = activation;
   p->bias = bias_axis;
-  p->epilogue = bias || activation != PCR_ACT_NONE ? PCR_EPI_BIAS_ACT : PCR_EPI_LINEAR;
+  p->epilogue = scale_a || scale_b                    ? PCR_EPI_SCALED
+                : bias || activation != PCR_ACT_NONE ? PCR_EPI_BIAS_ACT
+                                                     : PCR_EPI_LINEAR;
   if (bias) {  // the address only: the vector's length is D's extent, aligned as D is
     uintptr_t v = reinterpret_cast<uintptr_t>(V.ptr);
     for (p->align_bias = 16; p->align_bias > V.esize && v % p->align_bias;) p->align_bias /= 2;
@@ -431,7 +505,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
             kd.dtype_d == p->dtype_d && kd.epilogue >= p->epilogue;
   }
   if (!known) {
-    const bool fused = p->epilogue != PCR_EPI_LINEAR;
+    static const char* const kWith[] = {"", " with a fused bias/activation epilogue",
+                                        " with scale_a/scale_b (a dequantizing epilogue)"};
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
       const pcr_kernel_desc& kd = kKernels[i]->info;
@@ -441,11 +516,12 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
       if (have.find(combo) == std::string::npos) have += (have.empty() ? "" : "; ") + combo;
     }
     return set_error(PCR_ERR_UNSUPPORTED,
-                     "no kernel in this build computes %s x %s -> %s%s; available%s: %s",
+                     "no kernel in this build computes %s x %s -> %s%s; available%s: %s%s",
                      dtype_name(p->dtype_a), dtype_name(p->dtype_b), dtype_name(p->dtype_d),
-                     fused ? " with a fused bias/activation epilogue" : "",
-                     fused ? " with one" : "",
-                     have.empty() ? "none" : have.c_str());
+                     kWith[p->epilogue], p->epilogue ? kWith[p->epilogue] : "",
+                     have.empty() ? "none" : have.c_str(),
+                     p->dtype_a == PCR_TF32 || p->dtype_a == PCR_F32
+                         ? " (tfloat32: float32 tensors with math='tf32')" : "");
   }
 
   // The device: the operands' GPU, or the current one for host operands.
@@ -478,8 +554,8 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
     g.c = bd.d.ptr;
     g.ldc = bd.ldd;
   }
-  g.alpha = float(bd.alpha);
-  g.beta = p.c_mode == 0 ? 0.0f : float(bd.beta);
+  g.alpha = bd.alpha;
+  g.beta = p.c_mode == 0 ? 0.0 : bd.beta;
   g.batch = int(p.batch);
   g.batch_a = bd.a.sb;
   g.batch_b = bd.b.sb;
@@ -488,6 +564,10 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   if (p.bias == 1) g.bias_n = bd.bias.ptr;
   if (p.bias == 2) g.bias_m = bd.bias.ptr;
   g.activation = p.activation;
+  g.scale_a = bd.scale_m.ptr;
+  g.scale_b = bd.scale_n.ptr;
+  g.scale_a_per_row = p.scale_m == 2;
+  g.scale_b_per_col = p.scale_n == 2;
   g.device = p.device;
   g.sm_count = p.sm_count;
   return g;
@@ -558,9 +638,10 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
     return set_error(PCR_ERR_UNSUPPORTED, kd.grouped ? "%s is a grouped kernel" :
                      "%s computes one GEMM (or a batch), not a grouped one", kd.name);
   if (kd.epilogue < p.epilogue)
-    return set_error(PCR_ERR_UNSUPPORTED,
-                     "%s has a plain epilogue; this call needs a fused bias/activation one",
-                     kd.name);
+    return set_error(PCR_ERR_UNSUPPORTED, "%s has a %s epilogue; this call needs a %s one",
+                     kd.name, kd.epilogue == PCR_EPI_LINEAR ? "plain" : "bias/activation",
+                     p.epilogue == PCR_EPI_SCALED ? "dequantizing (scale_a/scale_b)"
+                                                  : "fused bias/activation");
   if (kd.layout_a != p.layout_a || kd.layout_b != p.layout_b) {
     auto L = [](int l) { return l == PCR_ROW_MAJOR ? 't' : 'n'; };
     return set_error(PCR_ERR_UNSUPPORTED,

@@ -52,6 +52,9 @@ struct PyApi {
   void (*inc_ref)(PyObject*);
   void (*dec_ref)(PyObject*);
   void (*err_clear)();
+  long (*tuple_size)(PyObject*);  // Py_ssize_t
+  PyObject* (*tuple_item)(PyObject*, long);
+  long (*long_value)(PyObject*);
   PyObject* capsule_type;
   PyObject* none;
   bool ok;
@@ -69,10 +72,14 @@ const PyApi& py() {
     a.inc_ref = reinterpret_cast<decltype(a.inc_ref)>(sym("Py_IncRef"));
     a.dec_ref = reinterpret_cast<decltype(a.dec_ref)>(sym("Py_DecRef"));
     a.err_clear = reinterpret_cast<decltype(a.err_clear)>(sym("PyErr_Clear"));
+    a.tuple_size = reinterpret_cast<decltype(a.tuple_size)>(sym("PyTuple_Size"));
+    a.tuple_item = reinterpret_cast<decltype(a.tuple_item)>(sym("PyTuple_GetItem"));
+    a.long_value = reinterpret_cast<decltype(a.long_value)>(sym("PyLong_AsLong"));
     a.capsule_type = static_cast<PyObject*>(sym("PyCapsule_Type"));
     a.none = static_cast<PyObject*>(sym("_Py_NoneStruct"));
     a.ok = a.capsule_get_pointer && a.capsule_get_name && a.object_type && a.get_attr &&
-           a.inc_ref && a.dec_ref && a.err_clear && a.capsule_type && a.none;
+           a.inc_ref && a.dec_ref && a.err_clear && a.tuple_size && a.tuple_item &&
+           a.long_value && a.capsule_type && a.none;
     return a;
   }();
   return api;
@@ -170,17 +177,55 @@ int ingest(void* object, const char* name, Operand* out) {
   return PCR_OK;
 }
 
-// The operands of one call: a, b, c, d, bias (c and bias optional).
-constexpr int kOperands = 5;
+// The operands of one call: a, b, c, d, then the extras' bias, scale_a, scale_b (c and the
+// extras optional).
+constexpr int kOperands = 7;
 
-int ingest_all(void* a, void* b, void* c, void* d, void* bias, Operand ops[kOperands]) {
+// The extras tuple (bias, scale_a, scale_b, activation, math), or None / NULL.
+struct PyExtras {
+  void* tensors[3] = {};
+  pcr_extras fields{};
+  bool present = false;
+};
+
+int read_extras(void* object, PyExtras* out) {
+  const PyApi& P = py();
+  auto* obj = static_cast<PyObject*>(object);
+  if (!obj || obj == P.none) return PCR_OK;
+  long n = P.tuple_size(obj);
+  if (n != 5) {
+    P.err_clear();
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "extras must be the tuple (bias, scale_a, scale_b, activation, math)");
+  }
+  for (int i = 0; i < 3; ++i) out->tensors[i] = P.tuple_item(obj, i);
+  out->fields.activation = int32_t(P.long_value(P.tuple_item(obj, 3)));
+  out->fields.math = int32_t(P.long_value(P.tuple_item(obj, 4)));
+  out->present = true;
+  return PCR_OK;
+}
+
+const DLTensor* dl_or_null(const Operand& op) { return op.present ? &op.dl : nullptr; }
+
+// The pcr_extras of ingested operands (null when the call has none).
+const pcr_extras* extras_of(PyExtras& x, const Operand ops[kOperands]) {
+  if (!x.present) return nullptr;
+  x.fields.bias = dl_or_null(ops[4]);
+  x.fields.scale_a = dl_or_null(ops[5]);
+  x.fields.scale_b = dl_or_null(ops[6]);
+  return &x.fields;
+}
+
+int ingest_all(void* a, void* b, void* c, void* d, const PyExtras& x, Operand ops[kOperands]) {
   if (!py().ok)
     return set_error(PCR_ERR_INTERNAL,
                      "the Python-object entry points need a CPython process; use pcr_gemm");
   int st;
   if ((st = ingest(a, "a", &ops[0])) || (st = ingest(b, "b", &ops[1])) ||
       (st = ingest(c, "c", &ops[2])) || (st = ingest(d, "d", &ops[3])) ||
-      (st = ingest(bias, "bias", &ops[4])))
+      (st = ingest(x.tensors[0], "bias", &ops[4])) ||
+      (st = ingest(x.tensors[1], "scale_a", &ops[5])) ||
+      (st = ingest(x.tensors[2], "scale_b", &ops[6])))
     return st;
   if (!ops[0].present || !ops[1].present || !ops[3].present)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
@@ -212,8 +257,6 @@ int producer_stream(const Operand* ops, int32_t flags, void** stream) {
   return src ? api_stream(src->api, src->dl.device.device_id, flags, stream) : PCR_OK;
 }
 
-const DLTensor* dl_or_null(const Operand& op) { return op.present ? &op.dl : nullptr; }
-
 // A plan on its bound tensors, on the producer's current stream when flags ask for it.
 int run_bound(pcr_plan* plan, int32_t flags, void* stream) {
   auto* api = static_cast<const DLPackExchangeAPI*>(plan->stream_api);
@@ -230,27 +273,29 @@ using namespace pcr;
 extern "C" {
 
 PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-                        void* bias, int32_t activation, int32_t kernel, int32_t flags,
-                        void* stream, pcr_problem* problem) {
+                        void* extras, int32_t kernel, int32_t flags, void* stream,
+                        pcr_problem* problem) {
   clear_error();
   Operand ops[kOperands];
-  int st = ingest_all(a, b, c, d, bias, ops);
-  if (st != PCR_OK) return st;
+  PyExtras x;
+  int st;
+  if ((st = read_extras(extras, &x)) || (st = ingest_all(a, b, c, d, x, ops))) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-              dl_or_null(ops[4]), activation, kernel, stream, problem);
+              extras_of(x, ops), kernel, stream, problem);
 }
 
 PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                               void* bias, int32_t activation, int32_t kernel,
-                               pcr_problem* problem, pcr_plan** plan) {
+                               void* extras, int32_t kernel, pcr_problem* problem,
+                               pcr_plan** plan) {
   clear_error();
   Operand ops[kOperands];
-  int st = ingest_all(a, b, c, d, bias, ops);
-  if (st != PCR_OK) return st;
+  PyExtras x;
+  int st;
+  if ((st = read_extras(extras, &x)) || (st = ingest_all(a, b, c, d, x, ops))) return st;
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_plan_create: plan is NULL");
   st = plan_create(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-                   dl_or_null(ops[4]), activation, kernel, problem, plan);
+                   extras_of(x, ops), kernel, problem, plan);
   if (st == PCR_OK) {
     const Operand* src = stream_source(ops);
     (*plan)->stream_api = src ? src->api : nullptr;
@@ -258,20 +303,21 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
   return st;
 }
 
-PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* bias,
+PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
                             int32_t flags, void* stream) {
   clear_error();
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
   const PyApi& P = py();
   auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
-  if (none(a) && none(b) && none(c) && none(d) && none(bias))
+  if (none(a) && none(b) && none(c) && none(d) && none(extras))
     return run_bound(plan, flags, stream);
   Operand ops[kOperands];
-  int st = ingest_all(a, b, c, d, bias, ops);
-  if (st != PCR_OK) return st;
+  PyExtras x;
+  int st;
+  if ((st = read_extras(extras, &x)) || (st = ingest_all(a, b, c, d, x, ops))) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
-                  dl_or_null(ops[4]), static_cast<cudaStream_t>(stream));
+                  extras_of(x, ops), static_cast<cudaStream_t>(stream));
 }
 
 PCR_API int pcr_py_plan_launch(pcr_plan* plan) {
@@ -290,7 +336,7 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t 
   std::vector<const DLTensor*> views(size_t(count) * 4, nullptr);
   for (int g = 0; g < count; ++g) {
     Operand* op = &ops[size_t(g) * kOperands];
-    if (int st = ingest_all(a[g], b[g], c ? c[g] : nullptr, d[g], nullptr, op))
+    if (int st = ingest_all(a[g], b[g], c ? c[g] : nullptr, d[g], PyExtras{}, op))
       return st == PCR_ERR_PYTHON ? st
                                   : set_error(st, "group %d: %s", g,
                                               std::string(pcr_last_error()).c_str());
@@ -309,7 +355,7 @@ PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double a
   clear_error();
   Operand ops[kOperands];
   // x, w, out as a, b, d (required, d writable); offsets in c's slot
-  int st = ingest_all(x, w, offsets, out, nullptr, ops);
+  int st = ingest_all(x, w, offsets, out, PyExtras{}, ops);
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   if (!ops[2].present) return set_error(PCR_ERR_INVALID_ARGUMENT, "offsets is required");
@@ -318,13 +364,14 @@ PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double a
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-                            void* bias, int32_t activation, pcr_problem* out) {
+                            void* extras, pcr_problem* out) {
   clear_error();
   Operand ops[kOperands];
-  int st = ingest_all(a, b, c, d, bias, ops);
-  if (st != PCR_OK) return st;
+  PyExtras x;
+  int st;
+  if ((st = read_extras(extras, &x)) || (st = ingest_all(a, b, c, d, x, ops))) return st;
   return pcr_describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-                      dl_or_null(ops[4]), activation, out);
+                      extras_of(x, ops), out);
 }
 
 }  // extern "C"

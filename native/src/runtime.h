@@ -54,13 +54,16 @@ struct Matrix {
 struct Bound {
   Matrix a, b, c, d;  // c.ptr == nullptr without C
   Matrix bias;        // broadcast view over d's extent: strides (0, 1) or (1, 0); or empty
+  // float32 scales of canonical d's rows and columns (pcr_problem scale_m, scale_n): one
+  // contiguous vector of that extent, one value (rows = cols = 1), or empty
+  Matrix scale_m, scale_n;
   double alpha = 1.0, beta = 0.0;
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
 };
 
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-             double alpha, double beta, const DLTensor* bias, int activation,
-             pcr_problem* problem, Bound* bound);
+             double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
+             Bound* bound);
 // Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, CUTLASS's checks).
 int check_kernel(int k, const pcr_problem& problem, const Bound* bound);
 GemmArgs gemm_args(const pcr_problem& problem, const Bound& bound);
@@ -121,12 +124,12 @@ int kernel_for(const pcr_problem& problem, const Bound& bound, int32_t forced, i
 int select(const pcr_problem& problem, const Bound& bound, int* kernel);
 // describe + kernel choice (forced, or from the selection memo) + launch.
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-         double alpha, double beta, const DLTensor* bias, int activation, int32_t kernel,
-         void* stream, pcr_problem* problem);
+         double alpha, double beta, const pcr_extras* extras, int32_t kernel, void* stream,
+         pcr_problem* problem);
 // d = act(scale * src + bias) elementwise over d's extent and batch (src == nullptr:
 // d = act(bias), or 0; elements past a smaller src's extent read as 0), any strides,
 // converting dtypes. `bias` (d's dtype, or nullptr) is a broadcast view as in Bound.
-int launch_scale_copy(const Matrix* src, const Matrix& dst, float scale, cudaStream_t stream,
+int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
                       const Matrix* bias = nullptr, int activation = PCR_ACT_NONE);
 
 }  // namespace pcr
@@ -145,10 +148,10 @@ struct pcr_plan {
 
 namespace pcr {
 int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-                double alpha, double beta, const DLTensor* bias, int activation,
-                int32_t kernel, pcr_problem* problem, pcr_plan** out);
+                double alpha, double beta, const pcr_extras* extras, int32_t kernel,
+                pcr_problem* problem, pcr_plan** out);
 // Runs the plan on the tensors bound at creation, or on new ones (nullptr: bound ones)
 // that must describe the same problem.
 int plan_run(pcr_plan* plan, const DLTensor* a, const DLTensor* b, const DLTensor* c,
-             const DLTensor* d, const DLTensor* bias, cudaStream_t stream);
+             const DLTensor* d, const pcr_extras* extras, cudaStream_t stream);
 }  // namespace pcr

@@ -92,15 +92,17 @@ class TorchBlas(_Framework):
             return lambda a, b, c, d: t.mm(a, b, out=d)
         if beta:
             raise Unsupported(f"beta != 0 for {case.dtype}")
-        if case.dtype == "tf32":
-            def tf32(a, b, c, d):
+        if case.dtype in ("tf32", "fp32"):  # torch's TF32 switch, on or off for the call
+            tf32 = case.dtype == "tf32"
+
+            def mm32(a, b, c, d):
                 old = t.backends.cuda.matmul.allow_tf32
-                t.backends.cuda.matmul.allow_tf32 = True
+                t.backends.cuda.matmul.allow_tf32 = tf32
                 try:
                     t.mm(a, b, out=d)
                 finally:
                     t.backends.cuda.matmul.allow_tf32 = old
-            return tf32
+            return mm32
         if case.dtype == "fp8":
             one = t.ones((), device="cuda", dtype=t.float32)
             return lambda a, b, c, d: t._scaled_mm(a, b, one, one, out_dtype=d.dtype, out=d)

@@ -156,6 +156,9 @@ class Bench:
             bias = self.bias
             return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, bias=bias, activation=act,
                                            kernel=kernel)
+        mode = DTYPES[case.dtype].math
+        if mode:
+            return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, math=mode, kernel=kernel)
         if kernel is None:
             return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta)
         return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, kernel=kernel)
@@ -216,7 +219,7 @@ class Bench:
         a, b, c, d = sets[0]
         act = bias_activation(case.epilogue)
         rec["kernel"] = self.pcr.explain(a, b, c, d, 1.0, case.beta, bias=self.bias,
-                                         activation=act).kernel
+                                         activation=act, math=DTYPES[case.dtype].math).kernel
         self._compare_timed(case, sets, rec, self._ours(case))
 
     def _compare_timed(self, case, sets, rec, ours_fn):

@@ -46,6 +46,9 @@ class DType:
         lib_d: kernel ``dtype_d`` of the output.
         torch_a: torch dtype name of A and B.
         torch_d: torch dtype name of D.
+        math: the ``math=`` argument of pycutlass_rt.gemm (float32 inputs).
+        layout: the layout every case of the dtype uses (None: the group's): "tn", the
+            K-major operands that its tensor-core kernels and torch's peers take.
     """
 
     label: str
@@ -53,6 +56,8 @@ class DType:
     lib_d: str
     torch_a: str
     torch_d: str
+    math: str | None = None
+    layout: str | None = None
 
     @property
     def bytes_a(self) -> int:
@@ -71,9 +76,10 @@ _BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "int8":
 DTYPES = {d.label: d for d in (
     DType("bf16", ("bfloat16",), "bfloat16", "bfloat16", "bfloat16"),
     DType("fp16", ("float16",), "float16", "float16", "float16"),
-    DType("tf32", ("tfloat32", "float32"), "float32", "float32", "float32"),
-    DType("fp8", ("float8_e4m3fn",), "bfloat16", "float8_e4m3fn", "bfloat16"),
-    DType("int8", ("int8",), "int32", "int8", "int32"),
+    DType("tf32", ("tfloat32",), "float32", "float32", "float32", math="tf32", layout="tn"),
+    DType("fp32", ("float32",), "float32", "float32", "float32", layout="tn"),
+    DType("fp8", ("float8_e4m3fn",), "bfloat16", "float8_e4m3fn", "bfloat16", layout="tn"),
+    DType("int8", ("int8",), "int32", "int8", "int32", layout="tn"),
 )}
 #: other spellings accepted on the command line
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "tfloat32": "tf32",
@@ -136,7 +142,7 @@ def _shapes(mnks, **extra) -> list:
 
 
 GROUPS = {g.key: g for g in (
-    Group("A", "square", "compare", ("bf16", "fp16", "tf32", "fp8", "int8"),
+    Group("A", "square", "compare", ("bf16", "fp16", "tf32", "fp32", "fp8", "int8"),
           tuple(_shapes(SQUARE, layout="tt"))),
     Group("B", "decode", "compare", ("bf16", "fp8"), tuple(_shapes(DECODE))),
     Group("C", "prefill", "compare", ("bf16", "fp8"), tuple(_shapes(PREFILL))),
@@ -207,7 +213,8 @@ def cases(groups=None, dtypes=None, available=()) -> list:
             if dtypes and dtype not in dtypes:
                 continue
             for shape in group.shapes:
-                case = Case(group=key, dtype=dtype, **shape)
+                case = Case(group=key, dtype=dtype, **dict(
+                    shape, **({"layout": DTYPES[dtype].layout} if DTYPES[dtype].layout else {})))
                 skip = None
                 if dtype not in available:
                     skip = (f"not in this build (its kernels: "

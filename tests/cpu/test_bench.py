@@ -28,7 +28,8 @@ def test_groups_follow_benchmarks_md():
     g = shapes.GROUPS
     assert list(g) == list("ABCDEFGHIJ")  # I and J: issue 5's batched and grouped measures
     assert mnk("A") == [(s, s, s) for s in (1024, 2048, 4096, 8192)]
-    assert g["A"].dtypes == ("bf16", "fp16", "tf32", "fp8", "int8")
+    # fp32: issue 4's accurate mode, reported against torch in IEEE mode
+    assert g["A"].dtypes == ("bf16", "fp16", "tf32", "fp32", "fp8", "int8")
     pairs = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192),
              (8192, 28672)]
     assert shapes.NK_PAIRS == pairs
@@ -83,10 +84,13 @@ def test_available_dtypes_follow_the_kernels():
 
 def test_cases_keep_rows_outside_the_build_with_a_reason():
     cs = shapes.cases(["A"], None, ["bf16", "fp16"])
-    assert len(cs) == 5 * 4
+    assert len(cs) == 6 * 4
     run_ = [c for c in cs if c.skip is None]
     assert {c.dtype for c in run_} == {"bf16", "fp16"} and len(run_) == 8
-    assert all("not in this build" in c.skip for c in cs if c.dtype in ("tf32", "fp8", "int8"))
+    assert all("not in this build" in c.skip for c in cs
+               if c.dtype in ("tf32", "fp32", "fp8", "int8"))
+    # the tensor-core kernels of fp32, tf32, fp8 and int8 (and torch's peers) take K-major B
+    assert {c.layout for c in cs if c.dtype in ("tf32", "fp32", "fp8", "int8")} == {"tn"}
     f = shapes.cases(["F"], ["bf16"], ["bf16"])
     assert all(c.skip is None for c in f) and len(f) == 14 + 3 * 7
     assert {shapes.bias_activation(c.epilogue) for c in f} == {None, "relu", "gelu", "silu"}
@@ -301,9 +305,13 @@ def test_bench_without_a_gpu_exits_1_with_one_line(has_gpu):
 def test_bench_list_needs_no_gpu():
     r = bench_cli("--list", "-g", "A,F")
     assert r.returncode == 0, r.stderr
-    assert "A square   fp8   1024x1024x1024 tt   [skipped: not in this build" in r.stdout
+    built = shapes.available_dtypes(pcr.kernels())
+    for label in ("fp8", "int8", "tf32", "fp32"):
+        row = f"A square   {label:<5} 1024x1024x1024 tn"
+        assert row in r.stdout
+        assert (f"{row}   [skipped: not in this build" in r.stdout) == (label not in built)
     assert "F epilogue bf16  2048x8192x28672 tn bias_silu\n" in r.stdout  # runnable now
-    assert r.stdout.strip().splitlines()[-1].startswith(f"{20 + 35} cases")
+    assert r.stdout.strip().splitlines()[-1].startswith(f"{24 + 35} cases")
 
 
 # --- the CUTLASS Python interface: shim and failure handling -------------------------------

@@ -8,10 +8,12 @@ import pytest
 
 import catalog
 
+TYPES = "f16|bf16|tf32|f32|f64|s8|s32|e4m3|e5m2"
 NAME = re.compile(
-    r"^(?P<fam>sm70|sm75|sm80|sm90|sm100)_(?P<a>f16|bf16)_(?P<b>f16|bf16)_f32_(?P<d>f16|bf16|f32)_"
+    rf"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_"
+    rf"(?P<d>{TYPES})_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact))?(?:_(?P<split>streamk))?"
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact|scaled))?(?:_(?P<split>streamk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$")
 
 
@@ -22,6 +24,7 @@ def test_names_unique_and_encode_every_parameter():
         m = NAME.match(k.name)
         assert m, k.name
         assert (m["fam"], m["a"], m["b"], m["d"], m["layout"]) == (k.family, k.a, k.b, k.d, k.layout)
+        assert m["acc"] == k.acc == catalog.ACCUMULATORS.get(k.a, "f32")
         assert m["tile"] == "x".join(map(str, k.tile))
         assert int(m["align"]) == k.align
         assert (m["split"] or "none") == k.split
@@ -36,11 +39,19 @@ def test_names_unique_and_encode_every_parameter():
 
 def test_every_dtype_and_layout_combination_in_default_build():
     core = catalog.select_kernels(catalog.catalogue(), "default")
+    half = [k for k in core if k.a in ("f16", "bf16")]
     for fam in ("sm80", "sm90"):
-        combos = {(k.a, k.d, k.layout) for k in core if k.family == fam and k.align == 8}
+        combos = {(k.a, k.d, k.layout) for k in half if k.family == fam and k.align == 8}
         assert combos == {(a, d, l) for a, d in catalog.GEMM_TYPES for l in catalog.AB_LAYOUTS}
-    fallback = {(k.a, k.d, k.layout) for k in core if k.align == 1}
+    fallback = {(k.a, k.d, k.layout) for k in half if k.align == 1}
     assert len(fallback) == len(catalog.GEMM_TYPES) * len(catalog.AB_LAYOUTS)
+    # fp32 (IEEE and TF32) and fp64 in every layout at any alignment (sm80 family SASS runs
+    # on 8.x and 9.x); int8 and fp8 K-major, on sm90a and their sm80/sm89 families
+    anyalign = {(k.a, k.layout) for k in core if k.align == 1 and k.family == "sm80"}
+    assert {(a, l) for a in ("tf32", "f32", "f64") for l in catalog.AB_LAYOUTS} <= anyalign
+    quant = {(k.family, k.a, k.d) for k in core if k.a in ("s8", "e4m3")}
+    assert {("sm80", "s8", "s32"), ("sm90", "s8", "s32"), ("sm90", "s8", "bf16"),
+            ("sm89", "e4m3", "bf16"), ("sm90", "e4m3", "bf16")} <= quant
 
 
 def test_sm75_is_turing_fp16_and_testable_on_hopper():
@@ -88,12 +99,12 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     t = catalog.kernel_type(k)
     # CUTLASS sees M' = N on the 128-row side: tile 128x16, A' = B^T and B' = A^T, both
     # still K-major for a tn problem, and C/D column-major (the SwapAB flag)
-    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true, false>")
+    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true, PCR_EPI_LINEAR, float>")
     assert "RowMajor, cutlass::layout::ColumnMajor" in t
     info = catalog.kernel_info(k)
     assert info.endswith(", 1, 0}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info  # swap, not grouped
     plain = catalog.Kernel("sm90", "bf16", "bf16", "bf16", "tt", (128, 128, 64), "coop")
-    assert catalog.kernel_type(plain).endswith("false>") and catalog.kernel_info(plain).endswith(", 0, 0}")
+    assert catalog.kernel_type(plain).endswith("false, PCR_EPI_LINEAR, float>") and catalog.kernel_info(plain).endswith(", 0, 0}")
 
 
 def test_sm90_variety():
@@ -171,7 +182,8 @@ def test_list_cli_all_archs():
     out = subprocess.run([sys.executable, catalog.__file__, "--list", "--archs", "all"],
                          capture_output=True, text=True, check=True, env=env).stdout
     assert out.split() == [k.name for k in catalog.catalogue()]
-    assert {k.split("_")[0] for k in out.split()} == {"sm70", "sm75", "sm80", "sm90", "sm100"}
+    assert {k.split("_")[0] for k in out.split()} == {"sm70", "sm75", "sm80", "sm89", "sm90",
+                                                      "sm100"}
 
 
 def test_fused_epilogue_kernels_twin_plain_ones():
@@ -189,7 +201,7 @@ def test_fused_epilogue_kernels_twin_plain_ones():
     assert {(k.a, k.layout) for k in core if k.epilogue == "biasact" and k.align == 1} == \
         {(a, l) for a, _ in catalog.FUSED_TYPES for l in catalog.AB_LAYOUTS}
     src = catalog.kernel_source(fused[0])
-    assert src.rstrip().count("true>") == 1 and "PCR_EPI_BIAS_ACT" in src
+    assert "PCR_EPI_BIAS_ACT, float>" in src
 
 
 def test_grouped_kernels():

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+import pycutlass_rt as pcr
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "pycutlass_rt", *args], capture_output=True,
@@ -15,7 +17,7 @@ def test_info_json():
     r = run("info", "--json")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
-    assert info["abi"] == 2 and info["kernels"] and info["build"]["catalog"]["families"]
+    assert info["abi"] == pcr._lib.ABI_VERSION and info["kernels"] and info["build"]["catalog"]["families"]
     assert sum(len(v) for v in info["kernels"].values()) == info["build"]["kernels"]
 
 

@@ -50,20 +50,35 @@ def test_sass_for_every_requested_arch():
         assert ptx.count("sm_80") >= per_family["sm80"]
 
 
-@pytest.mark.parametrize("family,arch,must", [
-    ("sm90", "sm_90a", ["HGMMA", "UTMALDG"]),      # wgmma and TMA
-    ("sm100", "sm_100a", ["UTCHMMA", "UTMALDG"]),  # tcgen05.mma and TMA
-    ("sm80", "sm_80", ["HMMA.16816"]),             # mma.sync
-    ("sm75", "sm_75", ["HMMA.1688"]),              # Turing mma.sync
-    ("sm70", "sm_70", ["HMMA.884"]),               # Volta mma.sync (CUDA 12.x builds)
-    ("sm80", "sm_86", ["HMMA.16816"]),
-    ("sm80", "sm_89", ["HMMA.16816"]),
-    ("sm80", "sm_90", ["HMMA.16816"]),
+#: (family, input dtype) -> the MMA instruction its kernels must contain
+MMA = {
+    **{("sm90", a): "HGMMA" for a in ("float16", "bfloat16", "tfloat32")},  # wgmma
+    **{("sm90", a): "QGMMA" for a in ("float8_e4m3fn", "float8_e5m2")},
+    ("sm90", "int8"): "IGMMA",
+    **{("sm100", a): "UTCHMMA" for a in ("float16", "bfloat16")},           # tcgen05.mma
+    **{("sm100", a): "UTCQMMA" for a in ("float8_e4m3fn", "float8_e5m2")},
+    **{("sm80", a): "HMMA.16816" for a in ("float16", "bfloat16")},          # mma.sync
+    **{("sm80", a): "HMMA.1688.F32.TF32" for a in ("tfloat32", "float32")},
+    ("sm80", "float64"): "DMMA.884",
+    ("sm80", "int8"): "IMMA.16832",
+    **{("sm89", a): "QMMA.16832" for a in ("float8_e4m3fn", "float8_e5m2")},
+    ("sm75", "float16"): "HMMA.1688",                                        # Turing
+    ("sm70", "float16"): "HMMA.884",                                         # Volta (CUDA 12.x)
+}
+
+
+@pytest.mark.parametrize("family,arch", [
+    ("sm90", "sm_90a"), ("sm100", "sm_100a"), ("sm80", "sm_80"), ("sm75", "sm_75"),
+    ("sm70", "sm_70"), ("sm80", "sm_86"), ("sm80", "sm_89"), ("sm80", "sm_90"),
+    ("sm89", "sm_89"),
 ])
-def test_expected_instructions(family, arch, must):
+def test_expected_instructions(family, arch):
     tokens = pcr.info()["build"]["catalog"]["families"].get(family, [])
     if arch[3:] not in tokens:
         pytest.skip(f"this build has no {arch} code for {family}")
+    must = sorted({MMA[family, k.dtype_a] for k in pcr.kernels() if f"sm{k.family}" == family})
+    if family in ("sm90", "sm100"):
+        must.append("UTMALDG")  # TMA
     if family == "sm100" and any(k.schedule == "2sm" for k in pcr.kernels()):
         must = must + ["UTCHMMA.2CTA"]  # the MMA shared by a CTA pair
     if family == "sm80" and any(k.schedule == "multistage" for k in pcr.kernels()):

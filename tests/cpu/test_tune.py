@@ -72,7 +72,7 @@ class FakeLib:
     def pcr_select_put(self, problem, ids, count):
         return 0
 
-    def pcr_py_describe(self, a, b, c, d, alpha, beta, bias, activation, out):
+    def pcr_py_describe(self, a, b, c, d, alpha, beta, extras, out):
         ctypes.pointer(out._obj)[0] = problem(a)  # "a" carries the problem's m
         self.described.append(a)
         return 0

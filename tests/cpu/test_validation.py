@@ -29,12 +29,14 @@ class _Cai:
                                          "strides": strides}
 
 
-def describe(lib, a, b, c, d, alpha=1.0, beta=0.0, bias=None, activation=0):
+def describe(lib, a, b, c, d, alpha=1.0, beta=0.0, bias=None, activation=0, scale_a=None,
+             scale_b=None, math=0):
     """(status, problem) from the C describe step; NO_DEVICE still fills the problem."""
-    objs, _, _, keep = _dlpack.prepare((a, b, c, d, bias), _call.NAMES, None, None)
-    oa, ob, oc, od, ov = objs
+    objs, _, _, keep = _dlpack.prepare((a, b, c, d, bias, scale_a, scale_b), _call.NAMES,
+                                       None, None)
     p = _lib.Problem()
-    st = lib.pcr_py_describe(oa, ob, oc, od, alpha, beta, ov, activation, ctypes.byref(p))
+    st = lib.pcr_py_describe(*objs[:4], alpha, beta, _call.extras(objs, activation, math),
+                             ctypes.byref(p))
     return st, p
 
 
@@ -199,7 +201,7 @@ def test_host_mixed_with_device_is_rejected(lib):
     objs = [a_cap, None, None, d.__dlpack__()]
     cap, keep = _dlpack.cai_capsule(_Cai(b), "b", lambda ptr: 0)
     objs[1] = cap
-    st = lib.pcr_py_gemm(*objs, 1.0, 0.0, None, 0, -1, 0, 0, None)
+    st = lib.pcr_py_gemm(*objs[:4], 1.0, 0.0, None, -1, 0, 0, None)
     assert st == errors.ERR_DEVICE_MISMATCH and "host" in lib.last_error()
 
 
@@ -208,11 +210,11 @@ def test_cuda_array_interface_is_parsed(lib):
     caps, keep = zip(*[_dlpack.cai_capsule(_Cai(x), n, lambda p: 0) for x, n in
                        ((a, "a"), (b, "b"), (d, "d"))])
     p = _lib.Problem()
-    st = lib.pcr_py_describe(caps[0], caps[1], None, caps[2], 1.0, 0.0, None, 0, ctypes.byref(p))
+    st = lib.pcr_py_describe(caps[0], caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
     assert (p.m, p.n, p.k, p.layout_a) == (4, 6, 8, 0)
     cap_t, _ = _dlpack.cai_capsule(_Cai(a, strides=(2, 16)), "a", lambda p: 0)  # column-major view
-    assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, None, 0, ctypes.byref(p)) in (0, errors.ERR_NO_DEVICE)
+    assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p)) in (0, errors.ERR_NO_DEVICE)
     assert p.layout_a == 1
     with pytest.raises(pcr.DTypeError, match="not supported"):
         _dlpack.cai_capsule(type("X", (), {"__cuda_array_interface__": {
@@ -224,7 +226,7 @@ def test_capsules_are_read_once_and_consumed_ones_rejected(lib):
     cap = a.__dlpack__(max_version=(1, 0))
     ctypes.pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
     ctypes.pythonapi.PyCapsule_SetName(cap, b"used_dltensor_versioned")
-    st = lib.pcr_py_gemm(cap, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, None, 0, -1, 0, 0,
+    st = lib.pcr_py_gemm(cap, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, None, -1, 0, 0,
                          None)
     assert st == errors.ERR_INVALID_ARGUMENT and "already consumed" in lib.last_error()
     # an unconsumed capsule passed by the user is left for its destructor (deleter runs once)
@@ -297,16 +299,16 @@ def test_pure_c_entry_points(lib):
         return t
 
     p = _lib.Problem()
-    st = lib.pcr_describe(view(a), view(b), None, view(d), 1.0, 0.0, None, 0, ctypes.byref(p))
+    st = lib.pcr_describe(view(a), view(b), None, view(d), 1.0, 0.0, None, ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE) and (p.m, p.n, p.k) == (4, 6, 8)
     # strides given explicitly, in elements: b read as column-major through its transpose
     bt = np.ascontiguousarray(b.T)
-    st = lib.pcr_describe(view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, None, 0,
+    st = lib.pcr_describe(view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, None,
                           ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE) and p.layout_b == 1
-    st = lib.pcr_gemm(view(a), view(b), None, None, 1.0, 0.0, None, 0, -1, None, None)
+    st = lib.pcr_gemm(view(a), view(b), None, None, 1.0, 0.0, None, -1, None, None)
     assert st == errors.ERR_INVALID_ARGUMENT and "required" in lib.last_error()
-    st = lib.pcr_gemm(view(a), view(b), None, view(d), 1.0, 0.0, None, 0, 10 ** 6, None, None)
+    st = lib.pcr_gemm(view(a), view(b), None, view(d), 1.0, 0.0, None, 10 ** 6, None, None)
     assert st in (errors.ERR_KERNEL_NOT_FOUND, errors.ERR_NO_DEVICE)
 
 
@@ -314,7 +316,7 @@ def test_operands_on_two_gpus_are_rejected(lib):
     a, b, d = mats()
     caps = [_dlpack.cai_capsule(_Cai(x), n, lambda p, dev=dev: dev)
             for x, n, dev in ((a, "a", 0), (b, "b", 1), (d, "d", 0))]
-    st = lib.pcr_py_gemm(caps[0][0], caps[1][0], None, caps[2][0], 1.0, 0.0, None, 0, -1, 0, 0,
+    st = lib.pcr_py_gemm(caps[0][0], caps[1][0], None, caps[2][0], 1.0, 0.0, None, -1, 0, 0,
                          None)
     assert st == errors.ERR_DEVICE_MISMATCH
     assert "b is on cuda:1 but d is on cuda:0" in lib.last_error()
@@ -369,7 +371,7 @@ def test_bias_and_activation_errors():
     if any(k.dtype_a == "float16" and k.dtype_d == "float32" and k.epilogue == "linear"
            for k in pcr.kernels()):
         err(pcr.UnsupportedError, "float16 -> float32 with a fused bias/activation epilogue; "
-            "available with one: float16 x float16 -> float16", a, b, None, d32,
+            "available with a fused bias/activation epilogue: float16 x float16 -> float16", a, b, None, d32,
             bias=np.zeros(6, np.float32))
 
 
@@ -413,8 +415,58 @@ def test_grouped_front_door_checks():
     assert pcr.grouped_gemm([], [], None, []) == []
 
 
-def test_scales_are_refused_until_quantized_kernels_exist():
-    a, b, d = mats()
-    err(pcr.UnsupportedError, "no kernel for quantized inputs", a, b, None, d,
+def test_scales_are_checked(lib):
+    i8 = np.int8
+    a, b = mats(4, 6, 8, i8)[:2]
+    d16 = np.zeros((4, 6), F16)
+    # scales dequantize int8 / fp8 only
+    a16, b16, _ = mats()
+    err(pcr.UnsupportedError, "int8 and fp8", a16, b16, None, d16,
         scale_a=np.ones(4, np.float32))
-    err(pcr.UnsupportedError, "scale_a / scale_b", a, b, None, d, scale_b=np.ones(6, np.float32))
+    err(pcr.UnsupportedError, "must be float32", a, b, None, d16,
+        scale_a=np.ones(4, np.float16))
+    err(pcr.InvalidArgumentError, "pass one .per tensor. or 4", a, b, None, d16,
+        scale_a=np.ones(6, np.float32))
+    err(pcr.InvalidArgumentError, "or 6", a, b, None, d16, scale_b=np.ones((6, 1), np.float32))
+    err(pcr.MisalignedError, "contiguous", a, b, None, d16,
+        scale_b=np.ones(12, np.float32)[::2])
+    # kinds, and their roles once d is column-major (computed as d^T = b^T a^T)
+    for dd, want in ((d16, (2, 1)), (np.asfortranarray(d16), (1, 2))):
+        st, p = describe(lib, a, b, None, dd, scale_a=np.ones((4, 1), np.float32),
+                         scale_b=np.ones((1, 1), np.float32))
+        assert (p.scale_m, p.scale_n) == want, lib.last_error()
+        assert st in (0, errors.ERR_NO_DEVICE, errors.ERR_UNSUPPORTED)
+        if st == 0 or st == errors.ERR_NO_DEVICE:
+            assert p.epilogue == 2
+        else:
+            assert "dequantizing" in lib.last_error()
+    # Python numbers are folded into alpha: no dequantizing epilogue is needed
+    st, p = describe(lib, a16, b16, None, d16)
+    assert pcr._call.host_scales(2.0, 0.5, 3) == (3.0, None, None)
+
+
+def test_int32_outputs_take_integer_scalars():
+    a, b = mats(4, 6, 8, np.int8)[:2]
+    d = np.zeros((4, 6), np.int32)
+    err(pcr.InvalidArgumentError, r"must be\s+integers", a, b, None, d, 0.5)
+    err(pcr.InvalidArgumentError, "integers", a, b, d, d, 1.0, 0.25)
+
+
+def test_math_selects_tf32_kernels(lib):
+    a, b, d = mats(dtype=np.float32)
+    st, p = describe(lib, a, b, None, d, math=1)
+    assert p.dtype_a == 5 and p.dtype_b == 5, "tf32 math: the problem asks for TF32 kernels"
+    st, p = describe(lib, a, b, None, d)
+    assert p.dtype_a == 3, "float32 is fp32-accurate by default"
+    a16, b16, d16 = mats()
+    st, p = describe(lib, a16, b16, None, d16, math=1)
+    assert p.dtype_a == 1, "math does not apply to half precision"
+    st, _ = describe(lib, a, b, None, d, math=7)
+    assert st == errors.ERR_INVALID_ARGUMENT and "math" in lib.last_error()
+    err(pcr.InvalidArgumentError, "'ieee' or 'tf32'", a, b, None, d, math="fast")
+
+
+def test_unsupported_combination_lists_the_existing_ones():
+    a, b, _ = mats(dtype=np.float64)
+    with pytest.raises(pcr.UnsupportedError, match="available: .*float16 x float16 -> float16"):
+        pcr.gemm(a, b, None, np.zeros((4, 6), np.float16))

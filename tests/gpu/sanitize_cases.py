@@ -25,7 +25,9 @@ def main():
     # initcheck, which does not count TMA (bulk tensor) stores as writes, sees D written.
 
     def check(what, a, b, c, d, alpha=1.0, beta=0.0, plan=False, **kw):
-        want = alpha * (a.double() @ b.double())  # before the call: c may be d
+        sa, sb = kw.get("scale_a"), kw.get("scale_b")  # dequantization: (sa * a) @ (b * sb)
+        want = alpha * ((a.double() * (1 if sa is None else sa.double())) @
+                        (b.double() * (1 if sb is None else sb.double())))  # c may be d
         if c is not None and beta:
             want += beta * c.double()
         if kw.get("bias") is not None:
@@ -43,22 +45,33 @@ def main():
     bf = torch.bfloat16
 
     def output(m, n, dtype=bf):
-        return torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        return torch.full((m, n), float("nan") if dtype.is_floating_point else -77,
+                          device="cuda", dtype=dtype)
 
-    # one kernel of every family, schedule, split, swap and alignment class
-    for k in runnable_kernels(lambda k: (k.family, k.schedule, k.split, k.swap_ab,
+    def torch_dtype(name):  # tfloat32: float32 tensors with math="tf32"
+        return torch.float32 if name == "tfloat32" else getattr(torch, name)
+
+    # one kernel of every family, input dtype, schedule, split, swap and alignment class
+    for k in runnable_kernels(lambda k: (k.family, k.dtype_a, k.schedule, k.split, k.swap_ab,
                                          k.align[0] == 1, k.epilogue)):
+        if k.dtype_d == "int8":
+            continue  # saturating outputs: tests/gpu/test_dtypes.py checks them
         tm, tn, tk = k.tile
         al = k.align[0]
         m, n, kk = tm + 3, -(-(tn + 5) // al) * al, -(-(2 * tk + 1) // al) * al
         if k.split != "none":  # few tiles and deep K: the split and its fix-up run
             kk = 8 * tk
-        ta, tb, td = (getattr(torch, x) for x in (k.dtype_a, k.dtype_b, k.dtype_d))
+        ta, tb, td = (torch_dtype(x) for x in (k.dtype_a, k.dtype_b, k.dtype_d))
         a, b = matrix(m, kk, k.layout[0], ta), matrix(kk, n, k.layout[1], tb)
-        fused = {} if k.epilogue == "linear" else {
-            "bias": matrix(1, n, "t", td)[0], "activation": "relu"}
-        check(k.name, a, b, matrix(m, n, "t", td), output(m, n, td), 1.5, -0.5, kernel=k.name,
-              **fused)
+        extra = {"math": "tf32"} if k.dtype_a == "tfloat32" else {}
+        if k.epilogue != "linear":
+            extra.update(bias=matrix(1, n, "t", td)[0], activation="relu")
+        if k.epilogue == "scaled":
+            extra.update(scale_a=torch.rand(m, 1, device="cuda") + 0.5,
+                         scale_b=torch.rand(1, n, device="cuda") + 0.5)
+        alpha, beta = (1.5, -0.5) if td.is_floating_point else (2.0, -1.0)
+        check(k.name, a, b, matrix(m, n, "t", td), output(m, n, td), alpha, beta,
+              kernel=k.name, **extra)
 
     check("odd sizes (alignment 1)", matrix(67, 129, "t", bf), matrix(129, 65, "n", bf), None,
           output(67, 65))

@@ -1,8 +1,10 @@
 """Every kernel of the build that runs on this GPU, forced by name, against an fp64 reference.
 
 Integer-valued inputs in [-4, 4] give exact products (fp32 accumulation is exact at these
-sizes), so the output must equal the reference rounded to D's dtype bit for bit; random
-inputs are checked with per-dtype tolerances. D starts as NaN so unwritten elements show.
+sizes, and every input dtype holds them), so the output must equal the reference rounded to
+D's dtype bit for bit; random inputs are checked with per-dtype tolerances, integer
+outputs exactly (rounded and saturated). D starts as NaN (or -77) so unwritten elements
+show.
 """
 import math
 
@@ -13,8 +15,30 @@ from helpers import matrix as _matrix, runnable_kernels
 
 torch = pytest.importorskip("torch")
 
-TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
+TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+               "tfloat32": torch.float32, "float64": torch.float64, "int8": torch.int8,
+               "int32": torch.int32, "float8_e4m3fn": torch.float8_e4m3fn,
+               "float8_e5m2": torch.float8_e5m2}
+#: relative error allowed on random inputs, by output dtype (integer outputs: exact)
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5, torch.float64: 1e-12}
+TF32_TOL = 2e-3  # 10-bit mantissas
+#: (alpha, beta) per shape; int32 outputs take integers (computed exactly, in int32)
+SCALARS = [(1.0, 0.0), (0.5, 2.0), (1.0, 1.0), (-1.5, 0.25)]
+INT_SCALARS = [(1.0, 0.0), (2.0, -1.0), (1.0, 1.0), (-3.0, 2.0)]
+
+
+def math_of(k):
+    return "tf32" if k.dtype_a == "tfloat32" else None
+
+
+def tolerance(k, dtype):
+    return max(TOL[dtype], TF32_TOL) if k.dtype_a == "tfloat32" else TOL.get(dtype, 0.0)
+
+
+def empty(m, n, dtype):
+    """An output whose unwritten elements show: NaN, or an unlikely integer."""
+    fill = float("nan") if dtype.is_floating_point else -77
+    return torch.full((m, n), fill, device="cuda", dtype=dtype)
 
 
 KERNELS = [k.name for k in runnable_kernels()]
@@ -58,15 +82,20 @@ def reference(a, b, c, alpha, beta):
     return ref
 
 
-def check(d, ref, exact, what):
-    assert not torch.isnan(d).any(), f"{what}: unwritten (NaN) elements"
+def check(d, ref, exact, what, tol=None):
+    if d.dtype.is_floating_point:
+        assert not torch.isnan(d).any(), f"{what}: unwritten (NaN) elements"
+    else:  # integer outputs: rounded to nearest even and saturated, as the kernels do
+        info = torch.iinfo(d.dtype)
+        ref = ref.round().clamp(info.min, info.max)
+        exact = True
     if exact:
         want = ref.to(d.dtype)
         bad = (d != want).sum().item()
         assert bad == 0, f"{what}: {bad} elements differ from the exact result"
     else:
         err = ((d.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-        assert err <= TOL[d.dtype], f"{what}: relative error {err:.2e}"
+        assert err <= (tol or TOL[d.dtype]), f"{what}: relative error {err:.2e}"
 
 
 @pytest.mark.skipif(not KERNELS, reason="no kernel of this build runs on this GPU")
@@ -74,17 +103,18 @@ def check(d, ref, exact, what):
 def test_kernel(name):
     k = pcr._kernels.by_name(name)
     in_dt, out_dt = TORCH_DTYPE[k.dtype_a], TORCH_DTYPE[k.dtype_d]
+    scalars = SCALARS if out_dt.is_floating_point else INT_SCALARS
     for i, (m, n, kk) in enumerate(shapes_for(k)):
         integer = i % 2 == 0
         a = matrix(m, kk, k.layout[0], in_dt, integer)
         b = matrix(kk, n, k.layout[1], in_dt, integer)
         c = matrix(m, n, "t", out_dt, integer)
-        d = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
-        alpha, beta = [(1.0, 0.0), (0.5, 2.0), (1.0, 1.0), (-1.5, 0.25)][i % 4]
-        pcr.gemm(a, b, c, d, alpha, beta, kernel=name)
+        d = empty(m, n, out_dt)
+        alpha, beta = scalars[i % 4]
+        pcr.gemm(a, b, c, d, alpha, beta, math=math_of(k), kernel=name)
         torch.cuda.synchronize()
         check(d, reference(a, b, c, alpha, beta), integer and alpha * 4 == int(alpha * 4),
-              f"{name} {m}x{n}x{kk} alpha={alpha} beta={beta}")
+              f"{name} {m}x{n}x{kk} alpha={alpha} beta={beta}", tolerance(k, out_dt))
 
 
 @pytest.mark.skipif(not KERNELS, reason="no kernel of this build runs on this GPU")
@@ -97,11 +127,11 @@ def test_kernel_c_is_d_and_k_zero(name):
     b = matrix(kk, n, k.layout[1], in_dt, True)
     d = matrix(m, n, "t", out_dt, True)
     ref = reference(a, b, d, 1.0, 1.0)
-    pcr.gemm(a, b, d, d, 1.0, 1.0, kernel=name)
+    pcr.gemm(a, b, d, d, 1.0, 1.0, math=math_of(k), kernel=name)
     check(d, ref, True, f"{name} c is d")
     a0 = matrix(m, 0, "t", in_dt, True)
     b0 = matrix(0, n, "t", in_dt, True)
     c = matrix(m, n, "t", out_dt, True)
-    d = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
-    pcr.gemm(a0, b0, c, d, 1.0, -2.0, kernel=name)
+    d = empty(m, n, out_dt)
+    pcr.gemm(a0, b0, c, d, 1.0, -2.0, math=math_of(k), kernel=name)
     check(d, -2.0 * c.double(), True, f"{name} K=0")

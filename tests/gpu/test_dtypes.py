@@ -1,0 +1,174 @@
+"""The dtypes beyond fp16/bf16 through the public API: fp32 (IEEE and math="tf32"), fp64,
+int8 and fp8 with per-tensor, per-row and per-column scales, against fp64 references."""
+import pytest
+
+import pycutlass_rt as pcr
+from helpers import matrix, runnable_kernels
+
+torch = pytest.importorskip("torch")
+
+FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
+       "int8": torch.int8}
+TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+
+
+def built(pred):
+    return [k for k in runnable_kernels() if pred(k)]
+
+
+def rel_err(got, ref):
+    return ((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def needs(pred, what):
+    return pytest.mark.skipif(not built(pred), reason=f"no {what} kernel of this build runs here")
+
+
+def act_ref(x, activation):
+    f = torch.nn.functional
+    return {None: lambda v: v, "relu": f.relu, "silu": f.silu, "gelu": f.gelu,
+            "gelu_tanh": lambda v: f.gelu(v, approximate="tanh")}[activation](x)
+
+
+@needs(lambda k: k.dtype_a == "float32", "fp32 (3xTF32)")
+@needs(lambda k: k.dtype_a == "tfloat32", "TF32")
+def test_float32_ieee_by_default_and_tf32_on_request():
+    a = torch.randn(512, 1024, device="cuda")
+    b = torch.randn(1024, 384, device="cuda")
+    ref = a.double() @ b.double()
+    d = torch.empty(512, 384, device="cuda")
+    pcr.gemm(a, b, None, d)
+    ieee = rel_err(d, ref)
+    assert ieee < 1e-6, f"float32 default (3xTF32) error {ieee:.1e}: not fp32-accurate"
+    assert "_f32_f32_f32_f32_" in pcr.explain(a, b, None, d).kernel
+    pcr.gemm(a, b, None, d, math="tf32")
+    tf32 = rel_err(d, ref)
+    assert 1e-5 < tf32 < 3e-3, f"math='tf32' error {tf32:.1e}: not TF32 arithmetic"
+    assert "_tf32_" in pcr.explain(a, b, None, d, math="tf32").kernel
+    with pytest.raises(pcr.InvalidArgumentError, match="math"):
+        pcr.gemm(a, b, None, d, math="fp16")
+
+
+@needs(lambda k: k.dtype_a == "float64", "fp64")
+def test_float64_any_layout_and_odd_shapes():
+    for la, lb in ("tn", "nt", "tt", "nn"):
+        a = matrix(301, 129, la, torch.float64)
+        b = matrix(129, 77, lb, torch.float64)
+        c = torch.randn(301, 77, device="cuda", dtype=torch.float64)
+        d = torch.empty_like(c)
+        pcr.gemm(a, b, c, d, 0.1, -0.3)  # fp64 alpha and beta reach the kernel unrounded
+        ref = 0.1 * (a @ b) - 0.3 * c
+        assert rel_err(d, ref) < 1e-13, la + lb
+
+
+@needs(lambda k: k.dtype_a == "int8" and k.dtype_d == "int32", "int8 -> int32")
+def test_int8_to_int32_is_exact_like_torch_int_mm():
+    a = torch.randint(-128, 128, (256, 512), device="cuda", dtype=torch.int8)
+    w = torch.randint(-128, 128, (320, 512), device="cuda", dtype=torch.int8)
+    d = torch.empty(256, 320, device="cuda", dtype=torch.int32)
+    pcr.gemm(a, w.t(), None, d)
+    assert torch.equal(d, torch._int_mm(a, w.t()))
+    pcr.gemm(a, w.t(), d, d, 2, -1)  # d = 2 ab - d: integers, exactly
+    assert torch.equal(d, torch._int_mm(a, w.t()))
+    with pytest.raises(pcr.InvalidArgumentError, match="integers"):
+        pcr.gemm(a, w.t(), None, d, 0.5)
+
+
+def quantized(m, n, k, dtype):
+    if dtype == torch.int8:
+        x = torch.randint(-127, 128, (m, k), device="cuda", dtype=torch.int8)
+        w = torch.randint(-127, 128, (n, k), device="cuda", dtype=torch.int8)
+    else:
+        x = torch.randn(m, k, device="cuda").to(dtype)
+        w = torch.randn(n, k, device="cuda").to(dtype)
+    return x, w.t()  # w.t(): (K, N) column-major, the "tn" layout of a linear layer
+
+
+SCALED = built(lambda k: k.epilogue == "scaled")
+
+
+@pytest.mark.skipif(not SCALED, reason="no dequantizing kernel of this build runs here")
+@pytest.mark.parametrize("name", [k.name for k in SCALED])
+@pytest.mark.parametrize("kinds", [("vector", "vector"), ("tensor", "vector"),
+                                   ("vector", "tensor"), ("tensor", "tensor"),
+                                   ("float", None)])
+def test_scaled_kernel(name, kinds):
+    k = pcr._kernels.by_name(name)
+    in_dt = FP8.get(k.dtype_a, torch.int8)
+    out_dt = OUT[k.dtype_d]
+    m, n, kk = 200, 136, 384
+    x, w = quantized(m, n, kk, in_dt)
+    sa_vec = torch.rand(m, 1, device="cuda") + 0.5
+    sb_vec = torch.rand(1, n, device="cuda") + 0.5
+    pick = {"vector": (sa_vec, sb_vec), "tensor": (sa_vec[:1, :1].clone(),
+                                                   sb_vec[:1, :1].clone())}
+    sa = pick[kinds[0]][0] if kinds[0] in pick else 0.03
+    sb = pick[kinds[1]][1] if kinds[1] in pick else None
+    small = 1e-4 if in_dt == torch.int8 else 1.0  # int8 products: keep results in range
+    d = torch.empty(m, n, device="cuda", dtype=out_dt)
+    bias = None if out_dt == torch.int8 else torch.randn(n, device="cuda").to(out_dt)
+    act = None if out_dt == torch.int8 else "silu"
+    pcr.gemm(x, w, None, d, small, bias=bias, activation=act, scale_a=sa, scale_b=sb,
+             kernel=name)
+    torch.cuda.synchronize()
+    sa_ref = sa if torch.is_tensor(sa) else torch.tensor(sa, device="cuda")
+    sb_ref = sb if sb is not None else torch.tensor(1.0, device="cuda")
+    ref = small * (sa_ref.double() * x.double()) @ (w.double() * sb_ref.double())
+    if bias is not None:
+        ref = act_ref(ref + bias.double(), act)
+    if out_dt == torch.int8:
+        assert (d.double() - ref.round().clamp(-128, 127)).abs().max().item() <= 1
+    else:
+        assert rel_err(d, ref) <= TOL[out_dt], (name, kinds)
+
+
+@pytest.mark.skipif(not SCALED, reason="no dequantizing kernel of this build runs here")
+def test_scales_follow_a_column_major_output_and_plans():
+    k = SCALED[0]
+    in_dt, out_dt = FP8.get(k.dtype_a, torch.int8), OUT[k.dtype_d]
+    if out_dt == torch.int8:
+        pytest.skip("needs a float output")
+    m, n, kk = 96, 160, 256
+    x, w = quantized(m, n, kk, in_dt)
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+    ref = (sa[:, None].double() * x.double()) @ (w.double() * sb[None, :].double())
+    # d column-major: computed as d^T = w^T x^T, the scales swap roles inside
+    dt = torch.empty(n, m, device="cuda", dtype=out_dt).t()
+    try:
+        pcr.gemm(x, w, None, dt, scale_a=sa, scale_b=sb)
+        assert rel_err(dt, ref) <= TOL[out_dt]
+    except pcr.UnsupportedError as e:  # only tn kernels: the transposed problem is nt
+        assert "layout" in str(e) or "no kernel" in str(e)
+    d = torch.empty(m, n, device="cuda", dtype=out_dt)
+    plan = pcr.Gemm(x, w, None, d, scale_a=sa, scale_b=sb)
+    plan.run()
+    assert rel_err(d, ref) <= TOL[out_dt]
+    sa2 = sa * 2
+    plan(x, w, None, d, scale_a=sa2, scale_b=sb)  # new scales, same problem
+    assert rel_err(d, 2 * ref) <= TOL[out_dt]
+    with pytest.raises(pcr.InvalidArgumentError, match="another problem"):
+        plan(x, w, None, d, scale_a=sa[:1].clone(), scale_b=sb)  # a scalar is another kind
+
+
+@needs(lambda k: k.dtype_a in FP8 and k.epilogue == "linear", "fp8")
+def test_fp8_per_tensor_scales_match_torch_scaled_mm():
+    x, w = quantized(256, 512, 384, torch.float8_e4m3fn)
+    sa = torch.tensor(0.5, device="cuda")
+    sb = torch.tensor(0.25, device="cuda")
+    d = torch.empty(256, 512, device="cuda", dtype=torch.bfloat16)
+    pcr.gemm(x, w, None, d, scale_a=sa, scale_b=sb)
+    want = torch._scaled_mm(x, w, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    assert rel_err(d, want.double()) <= 1e-2
+    pcr.gemm(x, w, None, d, scale_a=0.5, scale_b=0.25)  # numbers: folded into alpha
+    assert rel_err(d, want.double()) <= 1e-2
+
+
+def test_unsupported_dtype_combination_lists_what_exists():
+    a = torch.randn(64, 64, device="cuda")
+    d = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(pcr.UnsupportedError, match="available"):
+        pcr.gemm(a, a, None, d)  # float32 x float32 -> bfloat16 is no kernel's
+    h = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(pcr.UnsupportedError, match="int8 and fp8"):
+        pcr.gemm(h, h, None, h.clone(), scale_a=torch.ones(1, device="cuda"))
