@@ -289,14 +289,16 @@ SM80_GROUPED_CONFIGS = [
 #: The other dtypes: (family, input, outputs, layouts, configs), configs as the lists
 #: above with the epilogues to build in place of `fused`. Quantized and TF32 inputs
 #: are K-major ("tn": the layout wgmma and int8/fp8 mma.sync take).
+#: fp32 operands need no register-staged fallback: cp.async copies 4-byte elements, so the
+#: multistage mainloop takes any alignment (and the 2-stage one would not run 3xTF32)
 SM80_TF32_CONFIGS = [
     ((128, 128, 32), (2, 2, 1), 3, 4, "none", "core", ("linear",)),
     ((64, 64, 32), (2, 2, 1), 4, 4, "none", "extended", ("linear",)),
-    ((64, 64, 16), (2, 2, 1), 2, 1, "none", "core", ("linear",)),
+    ((64, 64, 16), (2, 2, 1), 3, 1, "none", "core", ("linear",)),
 ]
 SM80_F32_CONFIGS = [  # 3xTF32: three MMAs per product, warp tiles half as wide
     ((128, 64, 16), (2, 2, 1), 4, 4, "none", "core", ("linear",)),
-    ((64, 64, 16), (2, 2, 1), 2, 1, "none", "core", ("linear",)),
+    ((64, 64, 16), (2, 2, 1), 3, 1, "none", "core", ("linear",)),
 ]
 SM80_F64_CONFIGS = [
     ((128, 128, 16), (4, 2, 1), 3, 1, "none", "core", ("linear",)),

@@ -42,6 +42,31 @@ def runnable_kernels(kind=None, grouped=False):
     return out
 
 
+def torch_dtype(name):
+    """The torch dtype of a library dtype name ("tfloat32": float32 tensors, math="tf32")."""
+    import torch
+    return torch.float32 if name == "tfloat32" else getattr(torch, name)
+
+
+def math_of(kernel):
+    """The ``math=`` a kernel answers: "tf32" for TF32 kernels, else None."""
+    return "tf32" if kernel.dtype_a == "tfloat32" else None
+
+
+def tolerance(kernel, out):
+    """Relative error allowed on random inputs for ``kernel`` writing torch dtype ``out``:
+    the output's rounding, or the inputs' arithmetic where coarser (TF32's 10-bit
+    mantissas; fp8 MMAs, which accumulate with fewer bits than fp32)."""
+    import torch
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5,
+           torch.float64: 1e-12}.get(out, 0.0)
+    if kernel.dtype_a == "tfloat32":
+        tol = max(tol, 2e-3)
+    if kernel.dtype_a.startswith("float8"):
+        tol = max(tol, 5e-4)
+    return tol
+
+
 def matrix(rows, cols, layout="t", dtype=None, *, integer=False, pad=0, offset=0):
     """A rows x cols torch CUDA matrix: row-major for layout 't', column-major for 'n'.
 

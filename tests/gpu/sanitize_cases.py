@@ -18,7 +18,7 @@ def main():
     import torch
 
     import pycutlass_rt as pcr
-    from helpers import matrix, runnable_kernels
+    from helpers import matrix, runnable_kernels, torch_dtype
 
     failures = []
     # Outputs start as NaN: an element a kernel leaves unwritten fails the check, and
@@ -47,9 +47,6 @@ def main():
     def output(m, n, dtype=bf):
         return torch.full((m, n), float("nan") if dtype.is_floating_point else -77,
                           device="cuda", dtype=dtype)
-
-    def torch_dtype(name):  # tfloat32: float32 tensors with math="tf32"
-        return torch.float32 if name == "tfloat32" else getattr(torch, name)
 
     # one kernel of every family, input dtype, schedule, split, swap and alignment class
     for k in runnable_kernels(lambda k: (k.family, k.dtype_a, k.schedule, k.split, k.swap_ab,

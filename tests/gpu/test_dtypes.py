@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
        "int8": torch.int8}
-TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+# fp8 MMAs accumulate with fewer bits than fp32: float32 outputs of fp8 inputs get 5e-4
+TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 5e-4}
 
 
 def built(pred):
@@ -97,7 +98,7 @@ def test_scaled_kernel(name, kinds):
     k = pcr._kernels.by_name(name)
     in_dt = FP8.get(k.dtype_a, torch.int8)
     out_dt = OUT[k.dtype_d]
-    m, n, kk = 200, 136, 384
+    m, n, kk = 200, 144, 384  # n: 16-byte rows of an int8 d
     x, w = quantized(m, n, kk, in_dt)
     sa_vec = torch.rand(m, 1, device="cuda") + 0.5
     sb_vec = torch.rand(1, n, device="cuda") + 0.5
