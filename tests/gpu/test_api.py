@@ -110,7 +110,7 @@ def test_errors_on_gpu():
     with pytest.raises(pcr.InvalidArgumentError, match="zero stride"):
         pcr.gemm(a[:1].expand(64, 64), b, None, d)
     with pytest.raises(pcr.UnsupportedError, match="available"):
-        pcr.gemm(a.float(), b.float(), None, d.float())
+        pcr.gemm(a.double(), b.double(), None, d.float())  # no float64 -> float32 kernel
     misaligned = torch.empty(64 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(64, 64)
     sm90 = [k.name for k in pcr.kernels() if k.family == 90 and k.dtype_a == "float16"
             and k.dtype_d == "float16" and k.layout == "tt"]

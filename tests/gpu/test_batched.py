@@ -51,9 +51,9 @@ def test_kernel_batched(name):
     k = pcr._kernels.by_name(name)
     in_dt, out_dt = torch_dtype(k.dtype_a), torch_dtype(k.dtype_d)
     tm, tn, tk = k.tile
-    al = max(k.align)  # 16-byte kernels: every batch stride a multiple of 8 elements
-    m, n, kk = tm + 8, tn + 8, 2 * tk + 8
-    L, gap = 3, 8 if al > 1 else 5
+    al = max(k.align)  # 16-byte kernels: extents and batch strides in 16-byte steps
+    m, n, kk = tm + al, tn + al, 2 * tk + al
+    L, gap = 3, al if al > 1 else 5
     a = batch(L, m, kk, k.layout[0], in_dt, gap)
     b = batch(L, kk, n, k.layout[1], in_dt, gap)
     c = batch(L, m, n, "t", out_dt, gap)
