@@ -387,10 +387,11 @@ int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor*
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "a plan runs on a, b, (c,) d (and the extras' tensors) together");
     const bool tf32 = pl->problem.dtype_a == PCR_TF32;
+    const bool f32 = tf32 || pl->problem.dtype_a == PCR_F32;  // math matters to fp32 only
     pcr_extras x{nullptr, nullptr, nullptr, pl->problem.activation,
                  tf32 ? PCR_MATH_TF32 : PCR_MATH_IEEE};
     if (extras) {
-      if (extras->activation != x.activation || (extras->math != x.math && tf32))
+      if (extras->activation != x.activation || (f32 && extras->math != x.math))
         return set_error(PCR_ERR_INVALID_ARGUMENT,
                          "a plan runs with the activation and math it was built with");
       x.bias = extras->bias, x.scale_a = extras->scale_a, x.scale_b = extras->scale_b;

@@ -22,8 +22,6 @@ using Compute = std::conditional_t<kWide<Src> || kWide<Dst>, double, float>;
 template <class C, class T> __device__ C to(T v) { return C(float(v)); }
 template <> __device__ double to(double v) { return v; }
 template <> __device__ double to(int32_t v) { return double(v); }
-template <> __device__ float to(int32_t v) { return float(v); }
-template <> __device__ float to(double v) { return float(v); }
 template <class T, class C> __device__ T from(C v) { return T(v); }
 template <> __device__ __half from(float v) { return __float2half_rn(v); }
 template <> __device__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }

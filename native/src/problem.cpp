@@ -448,11 +448,12 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     return set_error(PCR_ERR_UNSUPPORTED,
                      "scale_a and scale_b dequantize int8 and fp8 inputs; a and b are %s "
                      "(fold a per-tensor factor into alpha)", dtype_name(A.dtype));
-  if (D.dtype == PCR_S32 && (alpha != std::floor(alpha) || (use_c && beta != std::floor(beta))))
+  auto int32_valued = [](double v) { return v == std::floor(v) && std::fabs(v) < 2147483648.0; };
+  if (D.dtype == PCR_S32 && (!int32_valued(alpha) || (use_c && !int32_valued(beta))))
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "int32 outputs are computed exactly, in int32: alpha and beta must be "
-                     "integers (got %g, %g); for scaled results ask for a float output", alpha,
-                     beta);
+                     "integers in int32's range (got %g, %g); for scaled results ask for a "
+                     "float output", alpha, beta);
   p->layout_a = la;
   p->layout_b = lb;
   p->align_a = alignment_bytes(A, la, lda);

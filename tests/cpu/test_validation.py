@@ -450,6 +450,7 @@ def test_int32_outputs_take_integer_scalars():
     d = np.zeros((4, 6), np.int32)
     err(pcr.InvalidArgumentError, r"must be\s+integers", a, b, None, d, 0.5)
     err(pcr.InvalidArgumentError, "integers", a, b, d, d, 1.0, 0.25)
+    err(pcr.InvalidArgumentError, "int32's range", a, b, None, d, 2.0 ** 31)
 
 
 def test_math_selects_tf32_kernels(lib):
