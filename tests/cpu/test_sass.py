@@ -59,7 +59,7 @@ MMA = {
     **{("sm100", a): "UTCQMMA" for a in ("float8_e4m3fn", "float8_e5m2")},
     **{("sm80", a): "HMMA.16816" for a in ("float16", "bfloat16")},          # mma.sync
     **{("sm80", a): "HMMA.1688.F32.TF32" for a in ("tfloat32", "float32")},
-    ("sm80", "float64"): "DMMA.884",
+    ("sm80", "float64"): "DMMA",  # DMMA.884 (sm_8x), DMMA.8x8x4 (sm_90)
     ("sm80", "int8"): "IMMA.16832",
     **{("sm89", a): "QMMA.16832" for a in ("float8_e4m3fn", "float8_e5m2")},
     ("sm75", "float16"): "HMMA.1688",                                        # Turing
