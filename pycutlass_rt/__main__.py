@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 import pycutlass_rt as pcr
+from pycutlass_rt import _tune
 
 
 def _info_or_none(cmd: str):
@@ -185,8 +186,10 @@ def main(argv=None) -> int:
     p = sub.add_parser("tune", help="time every candidate kernel for shapes on this GPU and "
                        "cache the fastest (pycutlass_rt.tune)")
     p.add_argument("shapes", nargs="+", type=_shape, metavar="MxNxK")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
-    p.add_argument("--out-dtype", help="D's dtype: the input dtype (default) or float32")
+    p.add_argument("--dtype", default="bfloat16", choices=list(_tune.OUTPUTS),
+                   help="A's and B's dtype (tfloat32: float32 tensors with math='tf32')")
+    p.add_argument("--out-dtype", help="D's dtype (default: the first the input takes, e.g. "
+                                       "int32 for int8, bfloat16 for fp8)")
     p.add_argument("--layout", default="tn", help="A then B: t row-major, n column-major")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--strict", action="store_true", help="pin the kernels (see tune())")

@@ -167,6 +167,10 @@ class Torch(_Adapter):
         """An int32 GPU vector (offsets)."""
         return self.torch.tensor(values, dtype=self.torch.int32, device="cuda")
 
+    def ones(self, rows: int, cols: int):
+        """A float32 GPU matrix of ones (scales)."""
+        return self.torch.ones((rows, cols), dtype=self.torch.float32, device="cuda")
+
     def rel_err(self, got, ref) -> float:
         diff = (got.float() - ref).double().norm()
         return float(diff / max(float(ref.double().norm()), 1e-30))
@@ -297,6 +301,10 @@ class Cupy(_Adapter):
     def int_vector(self, values):
         """An int32 GPU vector (offsets)."""
         return self.cp.asarray(values, dtype=self.cp.int32)
+
+    def ones(self, rows: int, cols: int):
+        """A float32 GPU matrix of ones (scales)."""
+        return self.cp.ones((rows, cols), dtype=self.cp.float32)
 
     def rel_err(self, got, ref) -> float:
         cp = self.cp

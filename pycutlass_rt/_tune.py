@@ -18,13 +18,21 @@ from . import _backends, _cache, _kernels, _lib, _select, errors
 from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS
 
 DEFAULT_REPEATS = 10
-INPUT_DTYPES = ("float16", "bfloat16")
+#: input dtype -> the outputs tune() accepts for it (the build may hold fewer: the library's
+#: error then lists what it has). "tfloat32": float32 tensors multiplied with math="tf32".
+OUTPUTS = {"float16": ("float16", "float32"), "bfloat16": ("bfloat16", "float32"),
+           "float32": ("float32",), "tfloat32": ("float32",), "float64": ("float64",),
+           "int8": ("int32", "int8", "float16", "bfloat16"),
+           "float8_e4m3fn": ("bfloat16", "float16", "float32"),
+           "float8_e5m2": ("bfloat16", "float16", "float32")}
+INPUT_DTYPES = tuple(OUTPUTS)
 LAYOUTS = ("tn", "nn", "nt", "tt")
 ROTATE_BYTES = 256 << 20  # cycle operand copies until this many bytes: L2 cannot hold them
 MAX_COPIES = 8
 GRAPH_TARGET_US = 1000.0  # one timed graph replay lasts about this long
 MAX_INNER = 200
-_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "tfloat32": 4, "float64": 8,
+                  "int8": 1, "int32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 # ---- what is tuned ----------------------------------------------------------------------
@@ -42,6 +50,18 @@ class Spec:
     c_dtype: str | None = None  # None: no C (beta = 0)
     c_layout: str = "t"
     offsets: tuple = (0, 0, 0, 0)  # elements by which a, b, c, d start past an aligned base
+    #: dequantizing scales of the canonical rows and columns, as pcr_problem's scale_m and
+    #: scale_n: 0 none, 1 one value, 2 a vector (timed with float32 tensors of ones)
+    scales: tuple = (0, 0)
+
+    @property
+    def math(self) -> str | None:
+        return "tf32" if self.dtype == "tfloat32" else None
+
+    @property
+    def tensor_dtype(self) -> str:
+        """The dtype of a and b as tensors."""
+        return "float32" if self.dtype == "tfloat32" else self.dtype
 
     def bytes(self) -> int:
         i, o = _ELEMENT_BYTES[self.dtype], _ELEMENT_BYTES[self.out_dtype]
@@ -75,10 +95,11 @@ def spec_of(item, dtype: str = "bfloat16", out_dtype: str | None = None,
         raise errors.InvalidArgumentError(
             f"tune: a shape is (m, n, k) of positive integers or a dict with m, n, k; got "
             f"{item!r}") from None
-    out_dtype = out_dtype or dtype
-    if dtype not in INPUT_DTYPES or out_dtype not in (dtype, "float32"):
-        raise errors.DTypeError(f"tune: inputs are one of {INPUT_DTYPES} and the output is "
-                                f"the input dtype or float32; got {dtype} -> {out_dtype}")
+    out_dtype = out_dtype or OUTPUTS.get(dtype, (dtype,))[0]
+    if dtype not in OUTPUTS or out_dtype not in OUTPUTS[dtype]:
+        raise errors.DTypeError(
+            f"tune: got {dtype} -> {out_dtype}; inputs and their outputs are " +
+            "; ".join(f"{i} -> {'/'.join(o)}" for i, o in OUTPUTS.items()))
     if layout not in LAYOUTS:
         raise errors.InvalidArgumentError(f"tune: layout is one of {LAYOUTS}, got {layout!r}")
     return Spec(m, n, k, dtype, out_dtype, layout)
@@ -94,7 +115,7 @@ def spec_from_problem(p) -> Spec:
     # c_mode 2 means C was copied into D first: a column-major C makes that happen again
     return Spec(p.m, p.n, p.k, names[0], names[3],
                 LAYOUT_LETTERS[p.layout_a] + LAYOUT_LETTERS[p.layout_b], c_dtype,
-                "n" if p.c_mode == 2 else "t", offsets)
+                "n" if p.c_mode == 2 else "t", offsets, (p.scale_m, p.scale_n))
 
 
 # ---- operands and timing ----------------------------------------------------------------
@@ -121,14 +142,15 @@ class Operands:
 
     sets: list  # [(a, b, c, d)]
     beta: float
+    extras: dict = field(default_factory=dict)  # math, scale_a, scale_b for gemm()
 
     def call(self, kernel: str):
         from . import gemm
-        turn = itertools.cycle(self.sets)
+        turn, extras = itertools.cycle(self.sets), self.extras
 
         def run():
             a, b, c, d = next(turn)
-            gemm(a, b, c, d, 1.0, self.beta, kernel=kernel)
+            gemm(a, b, c, d, 1.0, self.beta, kernel=kernel, **extras)
         return run
 
 
@@ -137,20 +159,28 @@ def make_operands(bk, spec: Spec) -> Operands:
     oa, ob, oc, od = spec.offsets
     sets = []
     for _ in range(copies):
-        a = bk.operand(spec.m, spec.k, spec.layout[0], spec.dtype, offset=oa)
-        b = bk.operand(spec.k, spec.n, spec.layout[1], spec.dtype, offset=ob)
+        a = bk.operand(spec.m, spec.k, spec.layout[0], spec.tensor_dtype, offset=oa)
+        b = bk.operand(spec.k, spec.n, spec.layout[1], spec.tensor_dtype, offset=ob)
         c = (bk.operand(spec.m, spec.n, spec.c_layout, spec.c_dtype, offset=oc)
              if spec.c_dtype else None)
         d = bk.operand(spec.m, spec.n, "t", spec.out_dtype, offset=od)
         sets.append((a, b, c, d))
-    return Operands(sets, 1.0 if spec.c_dtype else 0.0)
+    extras = {"math": spec.math} if spec.math else {}
+    for name, kind, shape in (("scale_a", spec.scales[0], (spec.m, 1)),
+                              ("scale_b", spec.scales[1], (1, spec.n))):
+        if kind:  # ones: a dequantizing epilogue's cost does not depend on the values
+            extras[name] = bk.ones(*(shape if kind == 2 else (1, 1)))
+    return Operands(sets, 1.0 if spec.c_dtype else 0.0, extras)
 
 
 def describe(lib, ops: Operands) -> _lib.Problem:
     """The canonical problem the C side makes of the first operand set."""
     from . import _call
-    objs, _, _, keep = _call.operands(ops.sets[0], None)
-    problem = _call.describe(lib, objs, 1.0, ops.beta)
+    x = ops.extras
+    objs, _, _, keep = _call.operands(ops.sets[0], None, None, x.get("scale_a"),
+                                      x.get("scale_b"))
+    problem = _call.describe(lib, objs, 1.0, ops.beta,
+                             _call.extras(objs, 0, _call.math_code(x.get("math"))))
     del keep
     return problem
 
@@ -347,8 +377,10 @@ def tune(shapes_or_callable, *, dtype: str = "bfloat16", out_dtype: str | None =
             while every problem that reaches kernel selection (gemm calls, Gemm plans)
             is recorded, then each recorded problem (dtypes, layouts, alignments, C) is
             tuned on its own device.
-        dtype: "bfloat16" or "float16", for shapes without their own.
-        out_dtype: D's dtype: ``dtype`` (default) or "float32".
+        dtype: A's and B's dtype for shapes without their own: a key of ``OUTPUTS``
+            ("tfloat32" times float32 tensors with ``math="tf32"``). A callable's
+            problems keep their own dtypes, math and dequantizing scales.
+        out_dtype: D's dtype, one of ``OUTPUTS[dtype]`` (default: the first).
         layout: A then B, "t" row-major, "n" column-major: "tn" is ``a @ w.T`` with
             row-major weights w.
         device: CUDA ordinal the shapes are tuned on.

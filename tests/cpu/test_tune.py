@@ -297,16 +297,26 @@ def test_strict_mode_refuses_a_stale_or_missing_cache(made_on, cache_dir, monkey
     ({"m": 8, "n": 16, "k": 32, "dtype": "float16"}, _tune.Spec(8, 16, 32, "float16", "float16")),
     ({"m": 8, "n": 16, "k": 32, "out_dtype": "float32", "layout": "nt"},
      _tune.Spec(8, 16, 32, "bfloat16", "float32", "nt")),
+    ({"m": 8, "n": 16, "k": 32, "dtype": "int8"}, _tune.Spec(8, 16, 32, "int8", "int32")),
+    ({"m": 8, "n": 16, "k": 32, "dtype": "float8_e4m3fn"},
+     _tune.Spec(8, 16, 32, "float8_e4m3fn", "bfloat16")),
 ])
 def test_spec_of(item, expect):
     assert _tune.spec_of(item) == expect
+
+
+def test_tf32_specs_time_float32_tensors_with_tf32_math():
+    s = _tune.spec_of({"m": 8, "n": 16, "k": 32, "dtype": "tfloat32"})
+    assert (s.out_dtype, s.tensor_dtype, s.math) == ("float32", "float32", "tf32")
+    assert _tune.spec_of((8, 16, 32), dtype="float32").math is None
 
 
 @pytest.mark.parametrize("item, error", [
     ((0, 1, 1), errors.InvalidArgumentError), ((1.5, 2, 3), errors.InvalidArgumentError),
     ((1, 2), errors.InvalidArgumentError),
     ({"m": 1, "n": 1, "k": 1, "x": 2}, errors.InvalidArgumentError),
-    ({"m": 1, "n": 1, "k": 1, "dtype": "float32"}, errors.DTypeError),
+    ({"m": 1, "n": 1, "k": 1, "dtype": "float32", "out_dtype": "float16"}, errors.DTypeError),
+    ({"m": 1, "n": 1, "k": 1, "dtype": "int4"}, errors.DTypeError),
     ({"m": 1, "n": 1, "k": 1, "layout": "tx"}, errors.InvalidArgumentError),
 ])
 def test_spec_of_rejects(item, error):
@@ -400,7 +410,7 @@ def test_tune_rejects_bad_input_before_measuring(monkeypatch):
     with pytest.raises(errors.InvalidArgumentError):
         _tune.tune({"m": 1, "n": 1, "k": 1})
     with pytest.raises(errors.DTypeError):
-        _tune.tune([(1, 1, 1)], dtype="float64")
+        _tune.tune([(1, 1, 1)], dtype="float64", out_dtype="float16")
 
 
 def test_grouped_problems_are_reported_not_tuned():
