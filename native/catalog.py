@@ -308,7 +308,11 @@ SM80_S8_CONFIGS = [
     ((128, 128, 64), (2, 2, 1), 3, 16, "none", "core", ("linear",)),
     ((64, 64, 64), (2, 2, 1), 4, 16, "none", "extended", ("linear",)),
 ]
-SM89_FP8_CONFIGS = [((128, 64, 128), (2, 2, 1), 3, 16, "none", "core", ("linear",))]
+#: the dequantizing epilogue on the sm80/sm89 families (A100/L40-class GPUs): extended
+#: until it has run on hardware
+SM80_S8_SCALED_CONFIGS = [((128, 128, 64), (2, 2, 1), 3, 16, "none", "extended", ("scaled",))]
+SM89_FP8_CONFIGS = [((128, 64, 128), (2, 2, 1), 3, 16, "none", "core", ("linear",)),
+                    ((128, 64, 128), (2, 2, 1), 3, 16, "none", "extended", ("scaled",))]
 SM90_TF32_CONFIGS = [
     ((128, 128, 32), (2, 1, 1), "coop", "none", "core", ("linear",)),
     ((128, 128, 32), (1, 1, 1), "coop", "none", "extended", ("linear",)),
@@ -337,6 +341,7 @@ MORE_TYPES = [
     ("sm80", "f32", ("f32",), AB_LAYOUTS, SM80_F32_CONFIGS),
     ("sm80", "f64", ("f64",), AB_LAYOUTS, SM80_F64_CONFIGS),
     ("sm80", "s8", ("s32",), ("tn",), SM80_S8_CONFIGS),
+    ("sm80", "s8", ("bf16", "f16"), ("tn",), SM80_S8_SCALED_CONFIGS),
     *[("sm89", a, ("bf16", "f16", "f32"), ("tn",), SM89_FP8_CONFIGS) for a in FP8],
     ("sm90", "tf32", ("f32",), ("tn",), SM90_TF32_CONFIGS),
     ("sm90", "s8", ("s32",), ("tn",), SM90_S8_CONFIGS),
@@ -573,7 +578,7 @@ def kernel_type(k: Kernel) -> str:
     math = MATH_OPERATORS.get(k.a, "cutlass::arch::OpMultiplyAdd")
     return (f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
             f"{tile}, {warp}, {_gemm_shape(INSTRUCTIONS[k.family, k.a])}, {k.stages}, "
-            f"{k.align}, {k.align_c}, {SPLITS[k.split][2]}, {_cpp_bool(k.fused)}, "
+            f"{k.align}, {k.align_c}, {SPLITS[k.split][2]}, {EPILOGUES[k.epilogue]}, "
             f"{DTYPES[k.acc][0]}, {math}>")
 
 

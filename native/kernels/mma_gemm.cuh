@@ -10,8 +10,9 @@
 // which selects the stream-K kernel: its heuristic spreads the K loop of too few output
 // tiles over every SM (stream-K, or split-K when that balances better) and reduces the
 // fp32 partials in the workspace in a fixed order, so results stay deterministic.
-// The epilogue is CUTLASS's linear combination, or (BiasAct) an epilogue visitor tree
-// computing act(alpha * acc + beta * C + row bias + column bias) in registers.
+// The epilogue is CUTLASS's linear combination, or an epilogue visitor tree in registers:
+// BiasAct computes act(alpha * acc + beta * C + row bias + column bias), Scaled (quantized
+// inputs) scales acc by per-tensor, per-row and per-column factors first.
 #pragma once
 
 #include "cutlass/cutlass.h"
@@ -137,6 +138,55 @@ struct BiasActTree {
         {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
   }
 };
+// The dequantizing epilogue of quantized inputs (int8, fp8), as tma_gemm.cuh's:
+//   D = act(beta * C + (sa_m[m] * (sb_n[n] * (alpha * sa * sb * acc)) + bias_n[n]) + bias_m[m])
+// sa and sb are per-tensor scales read from the GPU (null: 1), sa_m and sb_n per-row and
+// per-column float vectors (null: 1), biases in D's dtype (null: 0).
+template <class ThreadMap, class ElementD>
+struct ScaledTree {
+  using Scalars = VisitorScalarBroadcast<float, Stride<_0, _0, _0>, 3>;  // alpha, sa, sb
+  using Scalar = VisitorScalarBroadcast<float>;
+  using StrideMat = Stride<int64_t, _1, int64_t>;
+  using RowScale = VisitorRowBroadcast<ThreadMap, float, Stride<_0, _1, int32_t>>;
+  using ColScale = VisitorColBroadcast<ThreadMap, float, Stride<_1, _0, int32_t>>;
+  using RowBias = VisitorRowBroadcast<ThreadMap, ElementD, Stride<_0, _1, int32_t>>;
+  using ColBias = VisitorColBroadcast<ThreadMap, ElementD, Stride<_1, _0, int32_t>>;
+  using Times = VisitorCompute<cutlass::multiplies, float, float, kRound>;
+  using Fma = VisitorCompute<cutlass::homogeneous_multiply_add, float, float, kRound>;
+  using ScaledAcc = Sm80EVT<Times, Scalars, VisitorAccFetch>;
+  using RowScaled = Sm80EVT<Times, RowScale, ScaledAcc>;
+  using ColScaledPlusRow = Sm80EVT<Fma, ColScale, RowScaled, RowBias>;
+  using PlusCol = Sm80EVT<VisitorCompute<cutlass::plus, float, float, kRound>, ColScaledPlusRow,
+                          ColBias>;
+  using BetaC = Sm80EVT<Fma, Scalar, OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
+  using Act = Sm80EVT<ActivationNode<ElementD>, BetaC>;
+  using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, Act>;
+
+  static typename Type::Arguments arguments(const GemmArgs& p) {
+    auto* c = p.beta == 0.0 ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
+    const auto* sa = static_cast<const float*>(p.scale_a);
+    const auto* sb = static_cast<const float*>(p.scale_b);
+    typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
+                                        {nullptr, p.scale_a_per_row ? nullptr : sa,
+                                         p.scale_b_per_col ? nullptr : sb}};
+    return {
+        {                                                                  // act(...)
+         {                                                                 // beta*C + Z
+          {{float(p.beta)}},
+          {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
+          {                                                                // Z + col bias
+           {                                                               // sa_m*Y + row bias
+            {p.scale_a_per_row ? sa : nullptr, 1.0f, {}},
+            {{p.scale_b_per_col ? sb : nullptr, 1.0f, {}}, {scalars, {}, {}}, {}},
+            {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}},
+            {}},
+           {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
+           {}},
+          {}},
+         {p.activation}},
+        {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
+  }
+};
 }  // namespace evt
 
 // Arch tags; each kernel names its MMA instruction shape (it depends on the dtype).
@@ -205,16 +255,17 @@ struct Kernel2x {
 // epilogue computes in ElementAcc's type (fp32, fp64, or int32 for exact int32 outputs).
 template <class Family, class ElementA, class ElementB, class ElementD, class LayoutA,
           class LayoutB, class TileShape, class WarpShape, class Instruction, int Stages,
-          int AlignAB, int AlignC, class Swizzle = DataParallel, bool BiasAct = false,
+          int AlignAB, int AlignC, class Swizzle = DataParallel, int Epilogue = PCR_EPI_LINEAR,
           class ElementAcc = float, class Math = cutlass::arch::OpMultiplyAdd>
 struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
-                            WarpShape, Instruction, Stages, AlignAB, AlignC, Swizzle, BiasAct,
+                            WarpShape, Instruction, Stages, AlignAB, AlignC, Swizzle, Epilogue,
                             ElementAcc, Math>> {
   using Linear =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
   using ThreadMap = cutlass::epilogue::threadblock::OutputTileThreadLayout<
       TileShape, WarpShape, ElementD, AlignC, /*epilogue stages*/ 1>;
-  using Tree = evt::BiasActTree<ThreadMap, ElementD>;
+  using Tree = cute::conditional_t<Epilogue == PCR_EPI_SCALED, evt::ScaledTree<ThreadMap, ElementD>,
+                                   evt::BiasActTree<ThreadMap, ElementD>>;
   template <bool Fused, class = void>
   struct Select {
     using Device = cutlass::gemm::device::GemmUniversal<
@@ -230,7 +281,7 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
     using Kernel = typename cutlass::gemm::kernel::DefaultGemmWithVisitor<
         ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB,
         ElementB, LayoutB, cutlass::ComplexTransform::kNone, AlignAB,
-        ElementD, cutlass::layout::RowMajor, AlignC, ElementAcc, ElementAcc,
+        ElementD, cutlass::layout::RowMajor, AlignC, ElementAcc, /*epilogue math*/ float,
         cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
         Instruction, typename Tree::Type, Swizzle, Stages, Math, /*epilogue stages*/ 1>::GemmKernel;
     using Device = cutlass::gemm::device::GemmUniversalBase<Kernel>;
@@ -238,14 +289,15 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
       return Tree::arguments(p);
     }
   };
-  using Device = typename Select<BiasAct>::Device;
+  static constexpr bool kVisitor = Epilogue != PCR_EPI_LINEAR;
+  using Device = typename Select<kVisitor>::Device;
   using GemmKernel = typename Device::GemmKernel;
   using Arguments = typename Device::Arguments;
 
   static Arguments arguments(const GemmArgs& p) {
     return Arguments(p.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
                                  : cutlass::gemm::GemmUniversalMode::kGemm,
-                     {p.m, p.n, p.k}, p.batch, Select<BiasAct>::epilogue(p), p.a, p.b, p.c,
+                     {p.m, p.n, p.k}, p.batch, Select<kVisitor>::epilogue(p), p.a, p.b, p.c,
                      p.d, p.batch_a, p.batch_b, p.batch_c, p.batch_d, p.lda, p.ldb, p.ldc,
                      p.ldd);
   }
