@@ -59,6 +59,19 @@ struct GemmArgs {
   int sm_count;  // multiprocessors of that device
 };
 
+// Where a dequantizing (PCR_EPI_SCALED) epilogue reads its factors: the per-tensor scales
+// and the per-row / per-column vectors, each null where the call has none (read as 1).
+struct Dequant {
+  const float *scale_a, *scale_b;        // one value each
+  const float *row_scales, *col_scales;  // m and n values
+};
+inline Dequant dequant_of(const GemmArgs& p) {
+  const auto* sa = static_cast<const float*>(p.scale_a);
+  const auto* sb = static_cast<const float*>(p.scale_b);
+  return {p.scale_a_per_row ? nullptr : sa, p.scale_b_per_col ? nullptr : sb,
+          p.scale_a_per_row ? sa : nullptr, p.scale_b_per_col ? sb : nullptr};
+}
+
 // Launch parameters a kernel builds from GemmArgs (CUTLASS's Params, TMA descriptors
 // included) live in an opaque, aligned blob of at most this many bytes, so that a
 // bound plan or a repeated call can launch without rebuilding them.

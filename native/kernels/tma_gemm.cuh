@@ -81,15 +81,13 @@ struct ScaledTree {
   using Type = Sm90EVT<Sm90Compute<Activation, ElementD, float, kRound>, BetaC>;
 
   static typename Type::Arguments arguments(const GemmArgs& p) {
-    const auto* sa = static_cast<const float*>(p.scale_a);
-    const auto* sb = static_cast<const float*>(p.scale_b);
+    const Dequant q = dequant_of(p);
     typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
-                                        {nullptr, p.scale_a_per_row ? nullptr : sa,
-                                         p.scale_b_per_col ? nullptr : sb}};
+                                        {nullptr, q.scale_a, q.scale_b}};
     return {{{{float(p.beta)}},
              {},
-             {{{p.scale_a_per_row ? sa : nullptr, 1.0f, {}},
-               {{p.scale_b_per_col ? sb : nullptr, 1.0f, {}}, {scalars, {}, {}}, {}},
+             {{{q.row_scales, 1.0f, {}},
+               {{q.col_scales, 1.0f, {}}, {scalars, {}, {}}, {}},
                {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}},
                {}},
               {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
