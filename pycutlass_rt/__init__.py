@@ -117,7 +117,7 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
         alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
     kidx = -1 if kernel is None else _call.kernel_index(kernel)
     objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
-    oa, ob, oc, od = objs[:4]
+    oa, ob, oc, od, _, _, _ = objs  # the extras' three tensors travel in `extra`
     extra = _call.extras(objs, act, mth)
     st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle, None)
     if st:
@@ -194,9 +194,9 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
         kinds = {1: "one value", 2: "a vector"}
         notes.append(f"dequantizing epilogue: row scale {kinds.get(problem.scale_m, 'none')}, "
                      f"column scale {kinds.get(problem.scale_n, 'none')}, read on the GPU")
-    if problem.dtype_a == 5:
+    if pdict["dtype_a"] == "tfloat32":
         notes.append("math='tf32': float32 tensors multiplied on TF32 tensor cores")
-    elif problem.dtype_a == 3:
+    elif pdict["dtype_a"] == "float32":
         notes.append("float32 at fp32 accuracy (3xTF32); math='tf32' is faster and coarser")
     if problem.epilogue:
         what = [x for x in ({1: "bias per column", 2: "bias per row"}.get(problem.bias),

@@ -82,10 +82,9 @@ def operands(tensors, stream, bias=None, scale_a=None, scale_b=None):
 def extras(objs, activation: int, math: int):
     """The extras argument of the pcr_py_* calls: None, or (bias, scale_a, scale_b,
     activation, math)."""
-    bias, scale_a, scale_b = objs[4:]
-    if bias is None and scale_a is None and scale_b is None and not activation and not math:
-        return None
-    return (bias, scale_a, scale_b, activation, math)
+    if objs[4] is None and objs[5] is None and objs[6] is None and not (activation or math):
+        return None  # indexed, not sliced: the hot path
+    return (objs[4], objs[5], objs[6], activation, math)
 
 
 def describe(lib, objs, alpha: float, beta: float, extra=None) -> _lib.Problem:

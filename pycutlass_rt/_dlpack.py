@@ -161,14 +161,16 @@ IMMUTABLE = ("jax", "jaxlib")
 def prepare(operands, names, stream, device_of):
     """Objects for the C call, the stream handle and flags, and values to keep alive.
 
-    ``operands`` are (a, b, c, d, *extras): the extras (bias, scales) and c may be None.
-    Raises DTypeError for non-tensors.
+    ``operands`` are (a, b, c, d, bias, scale_a, scale_b); c and the last three may be
+    None. Raises DTypeError for non-tensors.
     """
     get = _strategy.get
-    a, b, c, d, *extras = operands
+    a, b, c, d, bias, scale_a, scale_b = operands  # named, not looped: the hot path
     if (get(type(a)) is EXCHANGE and get(type(b)) is EXCHANGE and get(type(d)) is EXCHANGE
             and (c is None or get(type(c)) is EXCHANGE)
-            and all(x is None or get(type(x)) is EXCHANGE for x in extras)):
+            and (bias is None or get(type(bias)) is EXCHANGE)
+            and (scale_a is None or get(type(scale_a)) is EXCHANGE)
+            and (scale_b is None or get(type(scale_b)) is EXCHANGE)):
         # The hot path (torch): C reads the tensors and the producer's stream itself.
         if stream is None:
             return operands, 0, STREAM_FROM_PRODUCER, None

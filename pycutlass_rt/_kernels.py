@@ -10,6 +10,9 @@ from ._lib import KernelDesc, load
 
 DTYPE_NAMES = {1: "float16", 2: "bfloat16", 3: "float32", 4: "float64", 5: "tfloat32",
                6: "float8_e4m3fn", 7: "float8_e5m2", 8: "int8", 9: "int32"}
+#: bytes per element, by dtype name (tfloat32: a float32 tensor)
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "tfloat32": 4,
+               "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "int32": 4}
 LAYOUT_LETTERS = {0: "t", 1: "n"}  # t = row-major, n = column-major
 SCHEDULES = {0: "multistage", 1: "pipelined", 2: "cooperative", 3: "pingpong", 4: "1sm",
              5: "2sm"}

@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from . import _cache
-from ._kernels import DTYPE_NAMES, EPILOGUES, LAYOUT_LETTERS, KernelInfo
+from ._kernels import DTYPE_BYTES, DTYPE_NAMES, EPILOGUES, LAYOUT_LETTERS, KernelInfo
 from .errors import UnsupportedError
 
 TABLE_FILE = "table_v1.json"
@@ -161,8 +161,6 @@ def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int) -> tuple[int, 
     return dp_waves * iters + -(-sk_tiles * iters // units), busy, max(peers, 1)
 
 
-_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "tfloat32": 4,
-          "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "int32": 4}
 #: tensor-core rate of an input dtype relative to fp16 (fp32 inputs: 3xTF32, three TF32
 #: MMAs per product; fp64: DMMA, about 1/16 on the sm80/sm90 data-centre parts)
 _RATE = {"float8_e4m3fn": 2.0, "float8_e5m2": 2.0, "int8": 2.0, "tfloat32": 0.5,
@@ -182,8 +180,8 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
     sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms)
     rate = tflops_sm * _RATE.get(kern.dtype_a, 1.0)
     compute_us = sm_iters * 2.0 * tm * tn * tk / (rate * 1e6 * efficiency(kern, cc))
-    nbytes = max(batch, 1) * (m * k * _BYTES[kern.dtype_a] + k * n * _BYTES[kern.dtype_b]
-                              + m * n * _BYTES[kern.dtype_d])
+    nbytes = max(batch, 1) * (m * k * DTYPE_BYTES[kern.dtype_a] +
+                              k * n * DTYPE_BYTES[kern.dtype_b] + m * n * DTYPE_BYTES[kern.dtype_d])
     memory_us = nbytes / (gbps_sm * 1e3 * min(sms, busy / BW_SATURATION))
     fixup_us = 0.0
     if peers > 1:

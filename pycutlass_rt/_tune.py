@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from . import _backends, _cache, _kernels, _lib, _select, errors
-from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS
+from ._kernels import DTYPE_BYTES, DTYPE_NAMES, LAYOUT_LETTERS
 
 DEFAULT_REPEATS = 10
 #: input dtype -> the outputs tune() accepts for it (the build may hold fewer: the library's
@@ -31,8 +31,6 @@ ROTATE_BYTES = 256 << 20  # cycle operand copies until this many bytes: L2 canno
 MAX_COPIES = 8
 GRAPH_TARGET_US = 1000.0  # one timed graph replay lasts about this long
 MAX_INNER = 200
-_ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "tfloat32": 4, "float64": 8,
-                  "int8": 1, "int32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 # ---- what is tuned ----------------------------------------------------------------------
@@ -64,8 +62,8 @@ class Spec:
         return "float32" if self.dtype == "tfloat32" else self.dtype
 
     def bytes(self) -> int:
-        i, o = _ELEMENT_BYTES[self.dtype], _ELEMENT_BYTES[self.out_dtype]
-        c = _ELEMENT_BYTES[self.c_dtype] if self.c_dtype else 0
+        i, o = DTYPE_BYTES[self.dtype], DTYPE_BYTES[self.out_dtype]
+        c = DTYPE_BYTES[self.c_dtype] if self.c_dtype else 0
         return (self.m * self.k + self.k * self.n) * i + self.m * self.n * (o + c)
 
 
@@ -109,7 +107,7 @@ def spec_from_problem(p) -> Spec:
     """Operands that reproduce a recorded canonical problem, alignments included."""
     names = [DTYPE_NAMES[x] if x else None for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
     aligns = (p.align_a, p.align_b, p.align_c, p.align_d)
-    offsets = tuple(a // _ELEMENT_BYTES[t] if t and 0 < a < 16 else 0
+    offsets = tuple(a // DTYPE_BYTES[t] if t and 0 < a < 16 else 0
                     for a, t in zip(aligns, names))
     c_dtype = names[2] if p.c_mode else None
     # c_mode 2 means C was copied into D first: a column-major C makes that happen again

@@ -124,12 +124,13 @@ int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaSt
   if (dst.rows == 0 || dst.cols == 0 || dst.batch == 0) return PCR_OK;
   int st = PCR_OK;
   const int src_dtype = src ? src->dtype : dst.dtype;
-  bool known = with_type(src_dtype, [&](auto s) {
-    with_type(dst.dtype, [&](auto d) {
+  bool known_dst = false;
+  const bool known_src = with_type(src_dtype, [&](auto s) {
+    known_dst = with_type(dst.dtype, [&](auto d) {
       st = launch_typed<decltype(s), decltype(d)>(src, dst, scale, stream, bias, activation);
     });
   });
-  if (!known || !with_type(dst.dtype, [](auto) {}))
+  if (!known_src || !known_dst)
     return set_error(PCR_ERR_UNSUPPORTED, "cannot convert %s to %s", dtype_name(src_dtype),
                      dtype_name(dst.dtype));
   return st;

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .._kernels import DTYPE_BYTES
+
 #: (N, K) pairs of groups B and C: the projections of 8B- and 70B-class transformer layers.
 NK_PAIRS = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192),
             (8192, 28672)]
@@ -61,18 +63,17 @@ class DType:
 
     @property
     def bytes_a(self) -> int:
-        return _BYTES[self.torch_a]
+        return DTYPE_BYTES[self.torch_a]
 
     @property
     def bytes_d(self) -> int:
-        return _BYTES[self.torch_d]
+        return DTYPE_BYTES[self.torch_d]
 
     @property
     def title(self) -> str:
         return self.label if self.torch_a == self.torch_d else f"{self.label}->{self.lib_d}"
 
 
-_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "int8": 1, "int32": 4}
 DTYPES = {d.label: d for d in (
     DType("bf16", ("bfloat16",), "bfloat16", "bfloat16", "bfloat16"),
     DType("fp16", ("float16",), "float16", "float16", "float16"),
