@@ -119,12 +119,11 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
     objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
     oa, ob, oc, od, _, _, _ = objs  # the extras' three tensors travel in `extra`
     extra = _call.extras(objs, act, mth)
-    st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle, None)
+    st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
     if st:
         if st == errors.NEED_SELECTION:
             _call.remember(lib, objs, alpha, beta, extra)
-            st = lib.pcr_py_gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle,
-                                 None)
+            st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
         if st:
             raise lib.error(st)
     _lib.note_cuda_used()

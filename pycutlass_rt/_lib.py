@@ -16,7 +16,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_size_t, c_void
 
 from . import errors
 
-ABI_VERSION = 3  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
+ABI_VERSION = 4  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
 LIBRARY_ENV = "PYCUTLASS_RT_LIBRARY"
 LIBRARY_NAME = "libpycutlass_rt.so"
 STREAM_FROM_PRODUCER = 1  # PCR_STREAM_FROM_PRODUCER
@@ -166,7 +166,36 @@ _SIGNATURES = {
     #                     void* extras, pcr_problem* out);
     "pcr_py_describe": (True, c_int, [py_object] * 4 + [
         c_double, c_double, py_object, POINTER(Problem)]),
+    # const void* pcr_py_builtins(void);
+    "pcr_py_builtins": (True, c_void_p, []),
 }
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef, as pcr_py_builtins() returns an array of them."""
+
+    _fields_ = [("name", c_char_p), ("function", c_void_p), ("flags", c_int),
+                ("doc", c_char_p)]
+
+
+def _builtins(table: int | None) -> dict:
+    """name -> builtin function, for the library's METH_FASTCALL entry points.
+
+    The per-call entry points (gemm, plan_run, plan_launch) are called as builtins: ctypes
+    spends microseconds converting ten arguments, a builtin takes them as they are. Each
+    returns the status as an int; their C prototypes are in pycutlass_rt.h.
+    """
+    if not table:
+        raise errors.LibraryError("pcr_py_builtins(): CPython's API was not found in this "
+                                  "process")
+    new = ctypes.pythonapi.PyCFunction_NewEx
+    new.restype, new.argtypes = py_object, [c_void_p, c_void_p, c_void_p]  # self, module: NULL
+    out = {}
+    entry = _MethodDef.from_address(table)
+    while entry.name:  # the static array lives as long as the library (never unloaded)
+        out[entry.name.decode()] = new(ctypes.addressof(entry), None, None)
+        entry = _MethodDef.from_address(ctypes.addressof(entry) + ctypes.sizeof(_MethodDef))
+    return out
 
 
 class Library:
@@ -192,6 +221,13 @@ class Library:
             raise errors.LibraryError(
                 f"{path} has ABI version {abi}, this Python package expects {ABI_VERSION}; "
                 f"reinstall pycutlass_rt, or point {LIBRARY_ENV} at a matching build")
+        calls = _builtins(self.pcr_py_builtins())
+        #: builtin: gemm(a, b, c, d, alpha, beta, extras, kernel, flags, stream) -> status
+        self.gemm = calls["gemm"]
+        #: builtin: plan_run(plan, a, b, c, d, extras, flags, stream) -> status
+        self.plan_run = calls["plan_run"]
+        #: builtin: plan_launch(plan) -> status
+        self.plan_launch = calls["plan_launch"]
 
     def last_error(self) -> str:
         msg = self.pcr_last_error()

@@ -74,8 +74,7 @@ class Gemm:
         # stream in Python at each run; with it (torch), C asks the producer itself.
         self._stream_of = None if flags else (lambda: _dlpack._framework_stream(d) or 0)
         # run() with neither tensors nor stream, the hottest call: one argument, prebuilt
-        self._launch = functools.partial(lib.pcr_py_plan_launch,
-                                         ctypes.c_void_p(self._handle)) if flags else None
+        self._launch = functools.partial(lib.plan_launch, self._handle) if flags else None
         index = ctypes.c_int32()
         lib.check(lib.pcr_plan_kernel(self._handle, ctypes.byref(index)))
         #: name of the kernel the plan launches
@@ -112,7 +111,7 @@ class Gemm:
         objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a,
                                                    scale_b)
         extra = _call.extras(objs, self._act, self._math)
-        st = self._lib.pcr_py_plan_run(self._handle, *objs[:4], extra, flags, handle)
+        st = self._lib.plan_run(self._handle, *objs[:4], extra, flags, handle)
         if st:
             raise self._lib.error(st)
         del keep

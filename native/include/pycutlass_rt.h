@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 3
+#define PCR_ABI_VERSION 4
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -285,6 +285,15 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t 
                                 void* stream, pcr_problem* problem);
 PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
                             int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+/* The per-call entry points as CPython builtins (METH_FASTCALL): a PyMethodDef array,
+ * ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments without
+ * ctypes' conversions (an 11-argument ctypes call costs microseconds of host time) and
+ * returns the status as an int:
+ *   gemm(a, b, c, d, alpha: float, beta: float, extras, kernel: int, flags: int,
+ *        stream: int)                                  -> pcr_py_gemm(..., problem=NULL)
+ *   plan_run(plan: int, a, b, c, d, extras, flags: int, stream: int) -> pcr_py_plan_run
+ *   plan_launch(plan: int)                             -> pcr_py_plan_launch */
+PCR_API const void* pcr_py_builtins(void);
 
 #ifdef __cplusplus
 }

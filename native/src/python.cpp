@@ -55,6 +55,10 @@ struct PyApi {
   long (*tuple_size)(PyObject*);  // Py_ssize_t
   PyObject* (*tuple_item)(PyObject*, long);
   long (*long_value)(PyObject*);
+  void* (*long_pointer)(PyObject*);
+  PyObject* (*long_from)(long);
+  double (*float_value)(PyObject*);
+  PyObject* (*err_occurred)();
   PyObject* capsule_type;
   PyObject* none;
   bool ok;
@@ -75,11 +79,16 @@ const PyApi& py() {
     a.tuple_size = reinterpret_cast<decltype(a.tuple_size)>(sym("PyTuple_Size"));
     a.tuple_item = reinterpret_cast<decltype(a.tuple_item)>(sym("PyTuple_GetItem"));
     a.long_value = reinterpret_cast<decltype(a.long_value)>(sym("PyLong_AsLong"));
+    a.long_pointer = reinterpret_cast<decltype(a.long_pointer)>(sym("PyLong_AsVoidPtr"));
+    a.long_from = reinterpret_cast<decltype(a.long_from)>(sym("PyLong_FromLong"));
+    a.float_value = reinterpret_cast<decltype(a.float_value)>(sym("PyFloat_AsDouble"));
+    a.err_occurred = reinterpret_cast<decltype(a.err_occurred)>(sym("PyErr_Occurred"));
     a.capsule_type = static_cast<PyObject*>(sym("PyCapsule_Type"));
     a.none = static_cast<PyObject*>(sym("_Py_NoneStruct"));
     a.ok = a.capsule_get_pointer && a.capsule_get_name && a.object_type && a.get_attr &&
            a.inc_ref && a.dec_ref && a.err_clear && a.tuple_size && a.tuple_item &&
-           a.long_value && a.capsule_type && a.none;
+           a.long_value && a.long_pointer && a.long_from && a.float_value && a.err_occurred &&
+           a.capsule_type && a.none;
     return a;
   }();
   return api;
@@ -265,6 +274,87 @@ int run_bound(pcr_plan* plan, int32_t flags, void* stream) {
                   static_cast<cudaStream_t>(stream));
 }
 
+// ---- builtins (pcr_py_builtins) ------------------------------------------------------
+
+// CPython's PyMethodDef and METH_FASTCALL (stable since 3.7)
+struct MethodDef {
+  const char* name;
+  void* function;
+  int flags;
+  const char* doc;
+};
+constexpr int kFastCall = 0x0080;
+using Args = PyObject* const*;
+
+// Reads a builtin's positional arguments; false (with the error set) on a wrong count or type.
+struct ArgReader {
+  Args args;
+  long count;
+  const char* name;
+  bool ok = true;
+
+  bool expect(long n) {
+    if (count == n) return true;
+    set_error(PCR_ERR_INVALID_ARGUMENT, "%s takes %ld arguments, got %ld", name, n, count);
+    return ok = false;
+  }
+  // a Python float, int or None (0) read as `T` through `read`
+  template <class T, class Read>
+  T number(int i, Read read) {
+    if (args[i] == py().none) return T{};
+    T v = read(args[i]);
+    if (py().err_occurred()) {
+      py().err_clear();
+      set_error(PCR_ERR_INVALID_ARGUMENT, "%s: argument %d is not a number", name, i);
+      ok = false;
+    }
+    return v;
+  }
+  double real(int i) { return number<double>(i, py().float_value); }
+  int32_t integer(int i) { return int32_t(number<long>(i, py().long_value)); }
+  void* pointer(int i) { return number<void*>(i, py().long_pointer); }
+};
+
+PyObject* status(int st) { return py().long_from(st); }
+
+PyObject* builtin_gemm(PyObject*, Args args, long n) {
+  clear_error();
+  ArgReader r{args, n, "gemm"};
+  if (!r.expect(10)) return status(PCR_ERR_INVALID_ARGUMENT);
+  double alpha = r.real(4), beta = r.real(5);
+  int32_t kernel = r.integer(7), flags = r.integer(8);
+  void* stream = r.pointer(9);
+  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
+  return status(pcr_py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel,
+                            flags, stream, nullptr));
+}
+
+PyObject* builtin_plan_run(PyObject*, Args args, long n) {
+  clear_error();
+  ArgReader r{args, n, "plan_run"};
+  if (!r.expect(8)) return status(PCR_ERR_INVALID_ARGUMENT);
+  auto* plan = static_cast<pcr_plan*>(r.pointer(0));
+  int32_t flags = r.integer(6);
+  void* stream = r.pointer(7);
+  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
+  return status(pcr_py_plan_run(plan, args[1], args[2], args[3], args[4], args[5], flags, stream));
+}
+
+PyObject* builtin_plan_launch(PyObject*, Args args, long n) {
+  clear_error();
+  ArgReader r{args, n, "plan_launch"};
+  if (!r.expect(1)) return status(PCR_ERR_INVALID_ARGUMENT);
+  auto* plan = static_cast<pcr_plan*>(r.pointer(0));
+  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
+  return status(pcr_py_plan_launch(plan));
+}
+
+const MethodDef kBuiltins[] = {
+    {"gemm", reinterpret_cast<void*>(builtin_gemm), kFastCall, nullptr},
+    {"plan_run", reinterpret_cast<void*>(builtin_plan_run), kFastCall, nullptr},
+    {"plan_launch", reinterpret_cast<void*>(builtin_plan_launch), kFastCall, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+
 }  // namespace
 }  // namespace pcr
 
@@ -362,6 +452,8 @@ PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double a
   return moe_gemm(&ops[0].dl, &ops[1].dl, &ops[2].dl, &ops[3].dl, alpha, kernel, stream,
                   problem);
 }
+
+PCR_API const void* pcr_py_builtins(void) { return py().ok ? kBuiltins : nullptr; }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
                             void* extras, pcr_problem* out) {

@@ -55,6 +55,19 @@ def test_every_abi_function_is_bound():
     assert int(re.search(r"#define PCR_ABI_VERSION (\d+)", header_text()).group(1)) == _lib.ABI_VERSION
 
 
+def test_builtins_are_named_in_the_header_and_check_their_arguments(lib):
+    for name in ("gemm", "plan_run", "plan_launch"):
+        assert callable(getattr(lib, name)) and f" *   {name}(" in header_text()
+    assert lib.gemm(1, 2) == errors.ERR_INVALID_ARGUMENT
+    assert "takes 10 arguments, got 2" in lib.last_error()
+    assert lib.gemm(None, None, None, None, "x", 0.0, None, -1, 0, 0) == errors.ERR_INVALID_ARGUMENT
+    assert "argument 4 is not a number" in lib.last_error()
+    assert lib.plan_run(0, None, None, None, None, None, 0, 0) == errors.ERR_INVALID_ARGUMENT
+    assert lib.plan_launch(0) == errors.ERR_INVALID_ARGUMENT and "NULL" in lib.last_error()
+    with pytest.raises(errors.InvalidArgumentError, match="not a number"):
+        lib.check(lib.plan_launch("plan"))
+
+
 def test_loads_and_reports(lib):
     assert lib.pcr_abi_version() == _lib.ABI_VERSION
     info = pcr.info()
