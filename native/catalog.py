@@ -58,6 +58,9 @@ INSTRUCTIONS = {
     **{("sm80", a): (16, 8, 8) for a in ("tf32", "f32")},
     ("sm80", "f64"): (8, 8, 4),
     ("sm80", "s8"): (16, 8, 32),
+    ("sm75", "s8"): (8, 8, 16),
+    # 1x1x1: SIMT (CUDA-core FMA), fp32 and fp64 where the tensor cores lack them
+    **{(f, a): (1, 1, 1) for f in ("sm70", "sm75") for a in ("f32", "f64")},
     **{("sm89", a): (16, 8, 32) for a in ("e4m3", "e5m2")},
 }
 #: CUTLASS 2.x: input dtype -> MMA operator tag (OpMultiplyAdd otherwise); fp32 inputs
@@ -308,11 +311,20 @@ SM80_S8_CONFIGS = [
     ((128, 128, 64), (2, 2, 1), 3, 16, "none", "core", ("linear",)),
     ((64, 64, 64), (2, 2, 1), 4, 16, "none", "extended", ("linear",)),
 ]
-#: the dequantizing epilogue on the sm80/sm89 families (A100/L40-class GPUs): extended
-#: until it has run on hardware
-SM80_S8_SCALED_CONFIGS = [((128, 128, 64), (2, 2, 1), 3, 16, "none", "extended", ("scaled",))]
-SM89_FP8_CONFIGS = [((128, 64, 128), (2, 2, 1), 3, 16, "none", "core", ("linear",)),
-                    ((128, 64, 128), (2, 2, 1), 3, 16, "none", "extended", ("scaled",))]
+#: the dequantizing epilogue on the sm80/sm89 families (A100/L40-class GPUs)
+SM80_S8_SCALED_CONFIGS = [((128, 128, 64), (2, 2, 1), 3, 16, "none", "core", ("scaled",))]
+SM89_FP8_CONFIGS = [((128, 64, 128), (2, 2, 1), 3, 16, "none", "core", ("linear", "scaled"))]
+#: Volta and Turing: SIMT fp32 (IEEE, as cuBLAS's sgemm) and fp64 (those GPUs' fp64 runs on
+#: CUDA cores), any alignment; Turing's int8 IMMA (m8n8k16), K-major
+SIMT_F32_CONFIGS = [
+    ((128, 128, 8), (4, 2, 1), 2, 1, "none", "extended", ("linear",)),
+    ((64, 64, 8), (2, 2, 1), 2, 1, "none", "extended", ("linear",)),
+]
+SIMT_F64_CONFIGS = [((64, 64, 8), (2, 2, 1), 2, 1, "none", "extended", ("linear",))]
+SM75_S8_CONFIGS = [
+    ((128, 128, 64), (2, 2, 1), 2, 16, "none", "extended", ("linear",)),
+    ((64, 64, 64), (2, 2, 1), 2, 16, "none", "extended", ("linear",)),
+]
 SM90_TF32_CONFIGS = [
     ((128, 128, 32), (2, 1, 1), "coop", "none", "core", ("linear",)),
     ((128, 128, 32), (1, 1, 1), "coop", "none", "extended", ("linear",)),
@@ -323,9 +335,10 @@ SM90_S8_CONFIGS = [
     ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
 ]
 SM90_S8_SCALED_CONFIGS = [((128, 128, 128), (1, 1, 1), "coop", "none", "core", ("scaled",))]
-#: fp8 accumulates in two register sets (CUTLASS promotes the MMA's partial sums into fp32
-#: every few K blocks, as cuBLAS does without fast accumulation): a 128x256 tile spills
-#: and ran at 0.33x cuBLAS on the H200, 128x128 reached 0.92x at 4096^3
+#: fp8 adds the MMA's partial sums into fp32 every 128 of K, as cuBLAS does without fast
+#: accumulation, from a second (here a third: kernels/fp8_mainloop.cuh) register set: a
+#: 128x256 tile spills (0.33x cuBLAS on the H200); 128x128 with the overlapped promotion
+#: runs at 0.95-1.0x at 4096^3-8192^3
 SM90_FP8_CONFIGS = [
     ((128, 128, 128), (2, 1, 1), "coop", "none", "core", ("linear", "scaled")),
     ((128, 128, 128), (1, 1, 1), "coop", "none", "extended", ("linear",)),
@@ -337,11 +350,14 @@ SM100_FP8_CONFIGS = [
 ]
 FP8 = ("e4m3", "e5m2")
 MORE_TYPES = [
+    *[(f, a, (a,), AB_LAYOUTS, configs) for f in ("sm70", "sm75")
+      for a, configs in (("f32", SIMT_F32_CONFIGS), ("f64", SIMT_F64_CONFIGS))],
+    ("sm75", "s8", ("s32",), ("tn",), SM75_S8_CONFIGS),
     ("sm80", "tf32", ("f32",), AB_LAYOUTS, SM80_TF32_CONFIGS),
     ("sm80", "f32", ("f32",), AB_LAYOUTS, SM80_F32_CONFIGS),
     ("sm80", "f64", ("f64",), AB_LAYOUTS, SM80_F64_CONFIGS),
     ("sm80", "s8", ("s32",), ("tn",), SM80_S8_CONFIGS),
-    ("sm80", "s8", ("bf16", "f16"), ("tn",), SM80_S8_SCALED_CONFIGS),
+    ("sm80", "s8", ("bf16", "f16", "s8"), ("tn",), SM80_S8_SCALED_CONFIGS),
     *[("sm89", a, ("bf16", "f16", "f32"), ("tn",), SM89_FP8_CONFIGS) for a in FP8],
     ("sm90", "tf32", ("f32",), ("tn",), SM90_TF32_CONFIGS),
     ("sm90", "s8", ("s32",), ("tn",), SM90_S8_CONFIGS),

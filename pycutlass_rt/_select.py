@@ -175,7 +175,8 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
     sms = max(sm_count, 1)
     tflops_sm, gbps_sm = device_params(cc)
     tm, tn, tk = kern.tile
-    tiles = -(-m // tm) * -(-n // tn) * max(batch, 1)
+    cm, cn = kern.cluster[:2]  # clusters launch whole: a 2x1 cluster over one tile row
+    tiles = -(-m // (tm * cm)) * cm * -(-n // (tn * cn)) * cn * max(batch, 1)  # idles half
     iters = max(-(-k // tk), 1)
     sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms)
     rate = tflops_sm * _RATE.get(kern.dtype_a, 1.0)

@@ -4,8 +4,9 @@
 //                (m16n8k16), tf32 and 3xTF32 fp32 (m16n8k8), fp64 (DMMA m8n8k4), int8
 //                (m16n8k32); one source serves sm_80/86/89/90 SASS and later GPUs' PTX;
 //   sm89 family: Ada's fp8 (m16n8k32), on the same mainloops;
-//   sm75 family: Turing m16n8k8 (fp16), 2-stage pipelined;
-//   sm70 family: Volta m8n8k4 (fp16), 2-stage pipelined.
+//   sm75 family: Turing m16n8k8 (fp16) and m8n8k16 (int8), 2-stage pipelined;
+//   sm70 family: Volta m8n8k4 (fp16), 2-stage pipelined;
+//   sm70/sm75 also SIMT fp32 and fp64 (CUDA-core FMA), 2-stage pipelined.
 // The block swizzle is the data-parallel identity swizzle, or CUTLASS's stream-K swizzle,
 // which selects the stream-K kernel: its heuristic spreads the K loop of too few output
 // tiles over every SM (stream-K, or split-K when that balances better) and reduces the
@@ -248,6 +249,13 @@ struct Kernel2x {
   }
 };
 
+// Instruction is the MMA's shape; 1x1x1 makes a SIMT kernel (CUDA-core FMA: fp32 and
+// fp64 on Volta and Turing, whose tensor cores lack them).
+template <class Instruction>
+using OpClassOf = cute::conditional_t<Instruction::kM == 1 && Instruction::kN == 1 &&
+                                          Instruction::kK == 1,
+                                      cutlass::arch::OpClassSimt, cutlass::arch::OpClassTensorOp>;
+
 // Math is the MMA's operator tag: OpMultiplyAdd, OpMultiplyAddFastF32 (3xTF32: fp32
 // inputs at fp32 accuracy on TF32 tensor cores), OpMultiplyAddSaturate (int8). The
 // epilogue computes in ElementAcc's type (fp32, fp64, or int32 for exact int32 outputs).
@@ -268,7 +276,7 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
   struct Select {
     using Device = cutlass::gemm::device::GemmUniversal<
         ElementA, LayoutA, ElementB, LayoutB, ElementD, cutlass::layout::RowMajor, ElementAcc,
-        cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
+        OpClassOf<Instruction>, typename Family::Arch, TileShape, WarpShape,
         Instruction, Linear, Swizzle, Stages, AlignAB, AlignAB, Math>;
     static typename Linear::Params epilogue(const GemmArgs& p) {
       return {ElementAcc(p.alpha), ElementAcc(p.beta)};
@@ -280,7 +288,7 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
         ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB,
         ElementB, LayoutB, cutlass::ComplexTransform::kNone, AlignAB,
         ElementD, cutlass::layout::RowMajor, AlignC, ElementAcc, /*epilogue math*/ float,
-        cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape,
+        OpClassOf<Instruction>, typename Family::Arch, TileShape, WarpShape,
         Instruction, typename Tree::Type, Swizzle, Stages, Math, /*epilogue stages*/ 1>::GemmKernel;
     using Device = cutlass::gemm::device::GemmUniversalBase<Kernel>;
     static typename Tree::Type::Arguments epilogue(const GemmArgs& p) {

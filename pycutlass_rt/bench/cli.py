@@ -36,8 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "layouts, epilogue, host, regret, batched, grouped); repeat or "
                    "comma-separate; default all")
     p.add_argument("--dtype", action="append", type=parse_dtypes, default=[],
-                   help="bf16, fp16, tf32, fp8, int8; repeat or comma-separate; default every "
-                   "dtype (those not in this build are listed as such)")
+                   help=f"{', '.join(shapes.DTYPES)}; repeat or comma-separate; default "
+                   "every dtype (those not in this build are listed as such)")
     p.add_argument("--out", help="results folder (default ./bench-results/<gpu>-<date>)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke run")
     p.add_argument("--no-cutlass", action="store_true",

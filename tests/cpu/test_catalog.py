@@ -54,10 +54,16 @@ def test_every_dtype_and_layout_combination_in_default_build():
             ("sm89", "e4m3", "bf16"), ("sm90", "e4m3", "bf16")} <= quant
 
 
-def test_sm75_is_turing_fp16_and_testable_on_hopper():
+def test_sm75_is_turing_fp16_int8_simt_and_testable_on_hopper():
     sm75 = [k for k in catalog.catalogue() if k.family == "sm75"]
-    assert {k.a for k in sm75} == {"f16"} and {k.schedule for k in sm75} == {"pipelined"}
-    assert {k.align for k in sm75} == {8, 1}
+    assert {k.a for k in sm75} == {"f16", "s8", "f32", "f64"}
+    assert {k.schedule for k in sm75} == {"pipelined"}
+    assert {k.align for k in sm75} == {16, 8, 1}
+    # fp32 and fp64 on CUDA cores (1x1x1 SIMT), any alignment, every layout
+    simt = [k for k in sm75 if k.a in ("f32", "f64")]
+    assert {catalog.INSTRUCTIONS["sm75", k.a] for k in simt} == {(1, 1, 1)}
+    assert {k.align for k in simt} == {1} and {k.layout for k in simt} == set(catalog.AB_LAYOUTS)
+    assert {(k.d, k.layout) for k in sm75 if k.a == "s8"} == {("s32", "tn")}
     per_family, _ = catalog.plan(["75", "90"], None, (13, 0))
     assert per_family["sm75"] == ["75", "90"] and per_family["sm80"] == ["90"]
 
@@ -149,7 +155,7 @@ def test_arch_plan():
     assert per_family == {"sm80": ["80"]}
     assert "CUDA 13.0 dropped sm_70" in notes[0] and "CUDA 12.x toolkit" in notes[0]
     assert catalog.plan(["70"], {"sm_70"}, (12, 4)) == ({"sm70": ["70"]}, [])
-    assert {k.a for k in catalog.catalogue() if k.family == "sm70"} == {"f16"}
+    assert {k.a for k in catalog.catalogue() if k.family == "sm70"} == {"f16", "f32", "f64"}
 
 
 def test_gencode_one_front_end_pass_plus_ptx():

@@ -63,7 +63,10 @@ MMA = {
     ("sm80", "int8"): "IMMA.16832",
     **{("sm89", a): "QMMA.16832" for a in ("float8_e4m3fn", "float8_e5m2")},
     ("sm75", "float16"): "HMMA.1688",                                        # Turing
+    ("sm75", "int8"): "IMMA.8816",
     ("sm70", "float16"): "HMMA.884",                                         # Volta (CUDA 12.x)
+    **{(f, "float32"): "FFMA" for f in ("sm70", "sm75")},                    # SIMT
+    **{(f, "float64"): "DFMA" for f in ("sm70", "sm75")},
 }
 
 
