@@ -289,9 +289,9 @@ SM80_GROUPED_CONFIGS = [
     ((64, 64, 32), (2, 2, 1), 6, "extended"),
 ]
 
-#: The other dtypes: (family, input, outputs, layouts, configs), configs as the lists
-#: above with the epilogues to build in place of `fused`. Quantized and TF32 inputs
-#: are K-major ("tn": the layout wgmma and int8/fp8 mma.sync take).
+#: The other dtypes: (family, input, outputs, layouts, configs[, "swap"]), configs as the
+#: lists above with the epilogues to build in place of `fused`; "swap": swap-AB kernels.
+#: Quantized and TF32 inputs are K-major ("tn": the layout wgmma and int8/fp8 mma.sync take).
 #: fp32 operands need no register-staged fallback: cp.async copies 4-byte elements, so the
 #: multistage mainloop takes any alignment (and the 2-stage one would not run 3xTF32)
 SM80_TF32_CONFIGS = [
@@ -344,6 +344,12 @@ SM90_FP8_CONFIGS = [
     ((128, 128, 128), (1, 1, 1), "coop", "none", "extended", ("linear",)),
     ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear", "scaled")),
 ]
+#: fp8 decode (M <= 64 against large weights): swap-AB stream-K, as SM90_SWAP_CONFIGS
+SM90_FP8_SWAP_CONFIGS = [
+    ((16, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
+    ((32, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
+    ((64, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
+]
 SM100_FP8_CONFIGS = [
     ((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", ("linear",)),
     ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear",)),
@@ -363,13 +369,14 @@ MORE_TYPES = [
     ("sm90", "s8", ("s32",), ("tn",), SM90_S8_CONFIGS),
     ("sm90", "s8", ("bf16", "f16", "s8"), ("tn",), SM90_S8_SCALED_CONFIGS),
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_CONFIGS) for a in FP8],
+    *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_SWAP_CONFIGS, "swap") for a in FP8],
     *[("sm100", a, ("bf16",), ("tn",), SM100_FP8_CONFIGS) for a in FP8],
 ]
 
 
 def _more_types() -> list[Kernel]:
     out = []
-    for family, a, outputs, layouts, configs in MORE_TYPES:
+    for family, a, outputs, layouts, configs, *swap in MORE_TYPES:
         acc = ACCUMULATORS.get(a, "f32")
         for d, layout, config in itertools.product(outputs, layouts, configs):
             if family in TMA_FAMILIES:
@@ -383,7 +390,7 @@ def _more_types() -> list[Kernel]:
                 if epi == "scaled" and d == "f32" and family not in TMA_FAMILIES:
                     continue
                 out.append(Kernel(family, a, a, d, layout, tile, schedule, acc=acc, split=split,
-                                  epilogue=epi, tier=tier, **extra))
+                                  epilogue=epi, tier=tier, swap=swap == ["swap"], **extra))
     return out
 
 

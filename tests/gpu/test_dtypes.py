@@ -152,7 +152,10 @@ def test_scales_follow_a_column_major_output_and_plans():
         plan(x, w, None, d, scale_a=sa[:1].clone(), scale_b=sb)  # a scalar is another kind
 
 
-@needs(lambda k: k.dtype_a in FP8 and k.epilogue == "linear", "fp8")
+@needs(lambda k: (k.dtype_a, k.dtype_d, k.epilogue) == ("float8_e4m3fn", "bfloat16", "linear"),
+       "e4m3 -> bf16")
+@needs(lambda k: (k.dtype_a, k.dtype_d, k.epilogue) == ("float8_e4m3fn", "bfloat16", "scaled"),
+       "e4m3 -> bf16 dequantizing")
 def test_fp8_per_tensor_scales_match_torch_scaled_mm():
     x, w = quantized(256, 512, 384, torch.float8_e4m3fn)
     sa = torch.tensor(0.5, device="cuda")
