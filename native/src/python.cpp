@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime.h"
@@ -67,28 +68,33 @@ struct PyApi {
 const PyApi& py() {
   static const PyApi api = [] {
     PyApi a{};
-    auto sym = [](const char* name) { return dlsym(RTLD_DEFAULT, name); };
-    a.capsule_get_pointer =
-        reinterpret_cast<decltype(a.capsule_get_pointer)>(sym("PyCapsule_GetPointer"));
-    a.capsule_get_name = reinterpret_cast<decltype(a.capsule_get_name)>(sym("PyCapsule_GetName"));
-    a.object_type = reinterpret_cast<decltype(a.object_type)>(sym("PyObject_Type"));
-    a.get_attr = reinterpret_cast<decltype(a.get_attr)>(sym("PyObject_GetAttrString"));
-    a.inc_ref = reinterpret_cast<decltype(a.inc_ref)>(sym("Py_IncRef"));
-    a.dec_ref = reinterpret_cast<decltype(a.dec_ref)>(sym("Py_DecRef"));
-    a.err_clear = reinterpret_cast<decltype(a.err_clear)>(sym("PyErr_Clear"));
-    a.tuple_size = reinterpret_cast<decltype(a.tuple_size)>(sym("PyTuple_Size"));
-    a.tuple_item = reinterpret_cast<decltype(a.tuple_item)>(sym("PyTuple_GetItem"));
-    a.long_value = reinterpret_cast<decltype(a.long_value)>(sym("PyLong_AsLong"));
-    a.long_pointer = reinterpret_cast<decltype(a.long_pointer)>(sym("PyLong_AsVoidPtr"));
-    a.long_from = reinterpret_cast<decltype(a.long_from)>(sym("PyLong_FromLong"));
-    a.float_value = reinterpret_cast<decltype(a.float_value)>(sym("PyFloat_AsDouble"));
-    a.err_occurred = reinterpret_cast<decltype(a.err_occurred)>(sym("PyErr_Occurred"));
-    a.capsule_type = static_cast<PyObject*>(sym("PyCapsule_Type"));
-    a.none = static_cast<PyObject*>(sym("_Py_NoneStruct"));
-    a.ok = a.capsule_get_pointer && a.capsule_get_name && a.object_type && a.get_attr &&
-           a.inc_ref && a.dec_ref && a.err_clear && a.tuple_size && a.tuple_item &&
-           a.long_value && a.long_pointer && a.long_from && a.float_value && a.err_occurred &&
-           a.capsule_type && a.none;
+    bool found = true;
+    auto load = [&found](auto& field, const char* name) {  // a function or an object
+      using T = std::remove_reference_t<decltype(field)>;
+      void* symbol = dlsym(RTLD_DEFAULT, name);
+      if constexpr (std::is_pointer_v<T> && std::is_function_v<std::remove_pointer_t<T>>)
+        field = reinterpret_cast<T>(symbol);
+      else
+        field = static_cast<T>(symbol);
+      found = found && symbol;
+    };
+    load(a.capsule_get_pointer, "PyCapsule_GetPointer");
+    load(a.capsule_get_name, "PyCapsule_GetName");
+    load(a.object_type, "PyObject_Type");
+    load(a.get_attr, "PyObject_GetAttrString");
+    load(a.inc_ref, "Py_IncRef");
+    load(a.dec_ref, "Py_DecRef");
+    load(a.err_clear, "PyErr_Clear");
+    load(a.tuple_size, "PyTuple_Size");
+    load(a.tuple_item, "PyTuple_GetItem");
+    load(a.long_value, "PyLong_AsLong");
+    load(a.long_pointer, "PyLong_AsVoidPtr");
+    load(a.long_from, "PyLong_FromLong");
+    load(a.float_value, "PyFloat_AsDouble");
+    load(a.err_occurred, "PyErr_Occurred");
+    load(a.capsule_type, "PyCapsule_Type");
+    load(a.none, "_Py_NoneStruct");
+    a.ok = found;
     return a;
   }();
   return api;
@@ -245,6 +251,13 @@ int ingest_all(void* a, void* b, void* c, void* d, const PyExtras& x, Operand op
   return PCR_OK;
 }
 
+// The entry points with an extras object: the tuple read, then every operand ingested.
+int ingest_call(void* a, void* b, void* c, void* d, void* extras, Operand ops[kOperands],
+                PyExtras* x) {
+  if (int st = read_extras(extras, x)) return st;
+  return ingest_all(a, b, c, d, *x, ops);
+}
+
 // The operand whose producer names the work stream: the first GPU operand (d first: the
 // output's stream orders the write) whose exchange API offers a current stream.
 const Operand* stream_source(const Operand* ops) {
@@ -368,8 +381,8 @@ PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
-  int st;
-  if ((st = read_extras(extras, &x)) || (st = ingest_all(a, b, c, d, x, ops))) return st;
+  int st = ingest_call(a, b, c, d, extras, ops, &x);
+  if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
               extras_of(x, ops), kernel, stream, problem);
@@ -381,8 +394,8 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
-  int st;
-  if ((st = read_extras(extras, &x)) || (st = ingest_all(a, b, c, d, x, ops))) return st;
+  int st = ingest_call(a, b, c, d, extras, ops, &x);
+  if (st != PCR_OK) return st;
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_plan_create: plan is NULL");
   st = plan_create(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
                    extras_of(x, ops), kernel, problem, plan);
@@ -403,8 +416,8 @@ PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, 
     return run_bound(plan, flags, stream);
   Operand ops[kOperands];
   PyExtras x;
-  int st;
-  if ((st = read_extras(extras, &x)) || (st = ingest_all(a, b, c, d, x, ops))) return st;
+  int st = ingest_call(a, b, c, d, extras, ops, &x);
+  if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
                   extras_of(x, ops), static_cast<cudaStream_t>(stream));
@@ -460,8 +473,8 @@ PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, do
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
-  int st;
-  if ((st = read_extras(extras, &x)) || (st = ingest_all(a, b, c, d, x, ops))) return st;
+  int st = ingest_call(a, b, c, d, extras, ops, &x);
+  if (st != PCR_OK) return st;
   return pcr_describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
                       extras_of(x, ops), out);
 }
