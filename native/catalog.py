@@ -231,12 +231,17 @@ SM90_CONFIGS = [
     ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended", False),
 ]
 #: sm90a swap-AB configurations for decode (M <= 64 against large weights), in problem
-#: terms: the weights' N takes the cooperative kernel's 128 rows, M the MMA's narrow N
-#: side, and stream-K spreads the long K loop of few output tiles over every SM.
+#: terms: the weights' N takes the MMA's 64 or 128 rows, M its narrow N side. Stream-K
+#: spreads the long K loop of few 128-row tiles over every SM, at the cost of a serial
+#: fix-up chain; the 64-row ping-pong tiles put twice as many CTAs on the weights without
+#: one, and read the activations in boxes of M's own size (TMA boxes mostly out of bounds,
+#: as a 64-row tile's are at M = 1, load slowly).
 SM90_SWAP_CONFIGS = [
     ((16, 128, 128), (1, 1, 1), "coop", "streamk", "extended", False),
     ((32, 128, 128), (1, 1, 1), "coop", "streamk", "extended", True),
     ((64, 128, 128), (1, 1, 1), "coop", "streamk", "extended", False),
+    ((16, 64, 128), (1, 1, 1), "pingpong", "none", "core", False),
+    ((32, 64, 128), (1, 1, 1), "pingpong", "none", "extended", False),
 ]
 #: the layouts swap-AB kernels are built for: activations row-major, weights K-major
 #: (a torch Linear's weight.t())
@@ -245,8 +250,8 @@ SWAP_LAYOUTS = ["tn"]
 #: tiles whose M spans the CTA pair of an even cluster
 SM100_CONFIGS = [
     ((128, 128, 64), (1, 1, 1), "1sm", "none", "extended", False),
-    ((128, 256, 64), (1, 1, 1), "1sm", "none", "extended", False),
-    ((256, 128, 64), (2, 1, 1), "2sm", "none", "extended", False),
+    ((128, 256, 64), (1, 1, 1), "1sm", "none", "extended", True),
+    ((256, 128, 64), (2, 1, 1), "2sm", "none", "extended", True),
     ((256, 256, 64), (2, 1, 1), "2sm", "none", "extended", False),
 ]
 #: sm70 (Volta, fp16 only): the 2-stage mainloop, also as the any-alignment fallback
@@ -344,15 +349,17 @@ SM90_FP8_CONFIGS = [
     ((128, 128, 128), (1, 1, 1), "coop", "none", "extended", ("linear",)),
     ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear", "scaled")),
 ]
-#: fp8 decode (M <= 64 against large weights): swap-AB stream-K, as SM90_SWAP_CONFIGS
+#: fp8 decode (M <= 64 against large weights): swap-AB, as SM90_SWAP_CONFIGS
 SM90_FP8_SWAP_CONFIGS = [
     ((16, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
     ((32, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
     ((64, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
+    ((16, 64, 128), (1, 1, 1), "pingpong", "none", "core", ("linear",)),
+    ((32, 64, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
 ]
-SM100_FP8_CONFIGS = [
-    ((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", ("linear",)),
-    ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear",)),
+SM100_FP8_CONFIGS = [  # tcgen05 accumulates fp8 products in fp32: no promotion needed
+    ((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", ("linear", "scaled")),
+    ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear", "scaled")),
 ]
 FP8 = ("e4m3", "e5m2")
 MORE_TYPES = [
@@ -370,7 +377,7 @@ MORE_TYPES = [
     ("sm90", "s8", ("bf16", "f16", "s8"), ("tn",), SM90_S8_SCALED_CONFIGS),
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_CONFIGS) for a in FP8],
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_SWAP_CONFIGS, "swap") for a in FP8],
-    *[("sm100", a, ("bf16",), ("tn",), SM100_FP8_CONFIGS) for a in FP8],
+    *[("sm100", a, ("bf16", "f16", "f32"), ("tn",), SM100_FP8_CONFIGS) for a in FP8],
 ]
 
 

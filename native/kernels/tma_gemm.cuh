@@ -101,12 +101,15 @@ struct ScaledTree {
 };
 }  // namespace evt
 
+// kSmsPerMma: how many SMs (CTAs) one MMA tile spans along M; the epilogue works per CTA.
 struct Sm90Cooperative {
+  static constexpr int kSmsPerMma = 1;
   using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 struct Sm90Pingpong {
+  static constexpr int kSmsPerMma = 1;
   using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
@@ -123,11 +126,13 @@ struct Sm90GroupedPingpong {
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
 struct Sm100OneSm {
+  static constexpr int kSmsPerMma = 1;
   using Arch = cutlass::arch::Sm100;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecialized1SmSm100;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized1Sm;
 };
 struct Sm100TwoSm {  // a CTA pair shares each MMA: tile M spans both SMs, cluster M even
+  static constexpr int kSmsPerMma = 2;
   using Arch = cutlass::arch::Sm100;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecialized2SmSm100;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized2Sm;
@@ -259,10 +264,13 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
                                       cutlass::layout::RowMajor>;
   using Compute = cute::conditional_t<cute::is_same_v<ElementD, int32_t>, int32_t, float>;
   using Linear = cutlass::epilogue::fusion::LinearCombination<ElementD, Compute, ElementD, Compute>;
+  // The epilogue trees broadcast bias and scale vectors over one CTA's tile
+  using CtaTile = decltype(cute::shape_div(
+      TileShape{}, cute::Shape<cute::Int<Schedule::kSmsPerMma>, cute::_1, cute::_1>{}));
   using Fusion = cute::conditional_t<
-      Epilogue == PCR_EPI_BIAS_ACT, typename evt::BiasActTree<TileShape, ElementD>::Type,
+      Epilogue == PCR_EPI_BIAS_ACT, typename evt::BiasActTree<CtaTile, ElementD>::Type,
       cute::conditional_t<Epilogue == PCR_EPI_SCALED,
-                          typename evt::ScaledTree<TileShape, ElementD>::Type, Linear>>;
+                          typename evt::ScaledTree<CtaTile, ElementD>::Type, Linear>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -292,10 +300,10 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
     const void* b = SwapAB ? p.a : p.b;
     typename CollectiveEpilogue::FusionCallbacks::Arguments thread;
     if constexpr (Epilogue == PCR_EPI_BIAS_ACT)  // kernel rows are problem columns if swapped
-      thread = evt::BiasActTree<TileShape, ElementD>::arguments(
+      thread = evt::BiasActTree<CtaTile, ElementD>::arguments(
           p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
     else if constexpr (Epilogue == PCR_EPI_SCALED)
-      thread = evt::ScaledTree<TileShape, ElementD>::arguments(p);
+      thread = evt::ScaledTree<CtaTile, ElementD>::arguments(p);
     else
       thread = {Compute(p.alpha), Compute(p.beta)};
     Arguments args{

@@ -99,8 +99,13 @@ def test_stream_k_where_cutlass_supports_it():
 
 def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     swapped = [k for k in catalog.catalogue() if k.swap]
-    assert swapped and all(k.family == "sm90" and k.split == "streamk" for k in swapped)
+    assert swapped and all(k.family == "sm90" for k in swapped)
+    # stream-K on 128 weight rows, or ping-pong on 64 without a split
+    assert all((k.schedule, k.split, k.tile[1]) in {("coop", "streamk", 128), ("pingpong", "none", 64)}
+               for k in swapped)
     assert {k.tile[0] for k in swapped} == {16, 32, 64}  # problem terms: M is the narrow side
+    pp = next(k for k in swapped if k.tile == (16, 64, 128) and k.a == "bf16")
+    assert "cute::Shape<cute::_64, cute::_16, cute::_128>" in catalog.kernel_type(pp)
     k = next(k for k in swapped if k.tile == (16, 128, 128) and k.layout == "tn")
     t = catalog.kernel_type(k)
     # CUTLASS sees M' = N on the 128-row side: tile 128x16, A' = B^T and B' = A^T, both
