@@ -7,29 +7,26 @@
 
 A sample is one swept problem (GPU, dtypes, layout, M, N, K) with the time of every
 candidate kernel. Kernels are compared as configurations: the name with dtypes and
-layouts replaced by ``*`` (``sm90_*_128x256x64_c2x1_coop_a8``), so one rule serves every
-dtype and layout. Per arch family, a small decision tree over M, N and K bounds is grown
-greedily: a cell's configurations are ranked by the geometric mean of their time relative
-to the best at each sample; a cell is split at the M, N or K bound that most reduces the
-regret (time of the cell's first configuration over the best) while that cuts the geomean
-regret by at least MIN_GAIN (0.2%). The leaves, left (<= bound) before right, become the
-family's rules, read first-match by pycutlass_rt/_select.py: max_m/max_n/max_k bounds,
-kernel-name patterns best first, and in ``source`` the sweep files (path@sha256 prefix)
-they came from. Rules belong to the device's preferred family (sm90 from H100/H200 sweeps)
-and may name kernels of every family that runs there: an H200 sweep of sm80 kernels
-competes with the sm90 ones. Alignment-fallback kernels (``_a1``) are never a rule's
-choice: they serve the problems nothing else accepts.
+layouts replaced by ``*`` (``sm90_*_128x256x64_c2x1_coop_a8``), so one entry serves every
+dtype and layout. Per arch family the fit calibrates the analytic model of
+pycutlass_rt/_select.py: for each configuration, the mean of log(measured / model time)
+at each swept shape, over each M bucket (powers of 4) and over all samples (``calibration``
+in the table; _select.py uses the finest level that timed a candidate's configuration). The calibration belongs to the device's preferred family (sm90 from
+H100/H200 sweeps) and covers kernels of every family that runs there: an H200 sweep of
+sm80 kernels competes with the sm90 ones. The family's hand rules (a ``source`` that
+starts with ``hand:``) stay first; its other rules are dropped. Alignment-fallback kernels
+(``_a1``) are left out: they serve the problems nothing else accepts.
 
 --check reports, per family, the geomean of best/chosen and the share of samples within
-5% of the best, for the table, for the analytic model alone, and for the choice in effect
-when the sweep ran (its rank 0).
+5% of the best, for the table, for the table refitted without each sample's shape
+("held out": how it does on shapes no sweep measured), for the analytic model alone, and
+for the choice in effect when the sweep ran (its rank 0).
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import csv
-import functools
 import hashlib
 import json
 import math
@@ -47,13 +44,12 @@ from pycutlass_rt import _select  # noqa: E402  (pure Python: loads no library)
 from pycutlass_rt._kernels import KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
-TABLE_FORMAT = 1  # what _select.TABLE_FORMATS reads
-MAX_DEPTH = 8
-MIN_GAIN = 0.002  # a split must cut its cell's geomean regret by at least 0.2%
-MIN_SHAPES = 2    # distinct shapes on each side of a split
+TABLE_FORMAT = 2  # what _select.TABLE_FORMATS reads (2: with calibrations)
 WITHIN = 1.05     # "close to the best" in --check
 
-_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "tf32": "tfloat32",
+           "f64": "float64", "s8": "int8", "s32": "int32", "e4m3": "float8_e4m3fn",
+           "e5m2": "float8_e5m2"}
 _SCHEDULES = {"coop": "cooperative", "pingpong": "pingpong", "1sm": "1sm", "2sm": "2sm"}
 _SPLITS = {"streamk": "stream_k", "splitk": "split_k"}
 _NAME = re.compile(r"^sm(?P<family>\d+)_(?P<a>[a-z0-9]+)_(?P<b>[a-z0-9]+)_(?P<acc>[a-z0-9]+)_"
@@ -61,12 +57,7 @@ _NAME = re.compile(r"^sm(?P<family>\d+)_(?P<a>[a-z0-9]+)_(?P<b>[a-z0-9]+)_(?P<ac
                    r"a(?P<align>\d+)$")
 
 
-def config_of(kernel: str) -> str:
-    """sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8 -> sm90_*_128x256x64_c2x1_coop_a8."""
-    m = _NAME.match(kernel)
-    if not m:
-        raise ValueError(f"not a kernel name: {kernel!r}")
-    return f"sm{m['family']}_*_{m['tile']}_{m['rest']}_a{m['align']}"
+config_of = _select.config_of  # sm90_bf16_..._tn_128x256x64_c2x1_coop_a8 -> sm90_*_128x256x64_c2x1_coop_a8
 
 
 def kernel_info(name: str, index: int = 0) -> KernelInfo:
@@ -113,18 +104,6 @@ class Sample:
     @property
     def best(self) -> float:
         return min(self.times.values())
-
-    @functools.cached_property
-    def by_config(self) -> dict:
-        """Configuration -> its fastest time here (read after every row is in)."""
-        out: dict = {}
-        for name, us in self.times.items():
-            config = config_of(name)
-            out[config] = min(us, out.get(config, us))
-        return out
-
-    def time_of(self, config: str) -> float | None:
-        return self.by_config.get(config)
 
 
 def file_label(path: str, digest: str) -> str:
@@ -176,67 +155,33 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
 
 # ---- fitting ------------------------------------------------------------------------------
 
-def rank_configs(samples: list[Sample]) -> list[tuple[str, float]]:
-    """Configurations best first by the geomean of time / best over the samples they ran."""
-    logs = collections.defaultdict(list)
+def model_us(s: Sample, name: str) -> float:
+    """The analytic model's time for kernel ``name`` on sample ``s``."""
+    return _select.model_time(kernel_info(name), s.m, s.n, s.k, s.sm_count, s.cc)
+
+
+def calibrate(samples: list[Sample]) -> dict:
+    """One family's calibration: {"residuals": {level: {config: mean log(measured/model)}}}."""
+    logs: dict = collections.defaultdict(lambda: collections.defaultdict(list))
     for s in samples:
-        best = s.best
-        for config, us in s.by_config.items():
-            logs[config].append(math.log(us / best))
-    scored = [(sum(v) / len(v), -len(v), c) for c, v in logs.items()]
-    return [(c, math.exp(mean)) for mean, _, c in sorted(scored)]
+        keys = _select.bucket_keys(s.m, s.n, s.k)
+        for name, us in s.times.items():
+            r = math.log(us / model_us(s, name))
+            for key in keys:
+                logs[key][config_of(name)].append(r)
+    return {"residuals": {key: {c: round(sum(v) / len(v), 4) for c, v in sorted(per.items())}
+                          for key, per in sorted(logs.items())},
+            "samples": len(samples),
+            "shapes": len({s.shape for s in samples}),
+            "source": sorted({s.source for s in samples})}
 
 
-def chosen_time(s: Sample, prefer: list[str]) -> float:
-    """The time of the first preferred configuration that ran this sample."""
-    for config in prefer:
-        us = s.time_of(config)
-        if us is not None:
-            return us
-    return s.times[s.order[0]]
-
-
-def regret(samples: list[Sample], prefer: list[str]) -> float:
-    """Sum of log(chosen / best): 0 when every sample gets its best."""
-    return sum(math.log(chosen_time(s, prefer) / s.best) for s in samples)
-
-
-def cell_cost(samples: list[Sample]) -> float:
-    return regret(samples, [c for c, _ in rank_configs(samples)])
-
-
-def best_split(samples: list[Sample]):
-    """(cost, dimension, bound) of the split that leaves the least regret, or None."""
-    best = None
-    for dim in ("m", "n", "k"):
-        values = sorted({getattr(s, dim) for s in samples})
-        for bound in values[:-1]:
-            left = [s for s in samples if getattr(s, dim) <= bound]
-            right = [s for s in samples if getattr(s, dim) > bound]
-            if min(len({s.shape for s in left}), len({s.shape for s in right})) < MIN_SHAPES:
-                continue
-            cost = cell_cost(left) + cell_cost(right)
-            if best is None or cost < best[0] - 1e-12:
-                best = (cost, dim, bound)
-    return best
-
-
-def grow(samples: list[Sample], bounds: dict, depth: int = 0) -> list[dict]:
-    """The rules for one cell: itself as a leaf, or its left then its right leaves."""
-    split = best_split(samples) if depth < MAX_DEPTH else None
-    if split and cell_cost(samples) - split[0] >= len(samples) * math.log(1 + MIN_GAIN):
-        _, dim, bound = split
-        left_bounds = {**bounds, f"max_{dim}": min(bound, bounds.get(f"max_{dim}", bound))}
-        return (grow([s for s in samples if getattr(s, dim) <= bound], left_bounds, depth + 1)
-                + grow([s for s in samples if getattr(s, dim) > bound], bounds, depth + 1))
-    ranked = rank_configs(samples)
-    prefer = [c for c, _ in ranked]
-    return [{**{b: bounds[b] for b in ("max_m", "max_n", "max_k") if b in bounds},
-             "prefer": prefer,
-             "geomean_vs_best": [round(g, 4) for _, g in ranked],
-             "regret": round(math.exp(regret(samples, prefer) / len(samples)), 4),
-             "shapes": len({s.shape for s in samples}),
-             "source": sorted({s.source for s in samples})}]
+def calibrations(samples: list[Sample]) -> dict:
+    """{"sm90": calibrate(its samples), ...} for the families the samples cover."""
+    by_family = collections.defaultdict(list)
+    for s in samples:
+        by_family[f"sm{s.family}"].append(s)
+    return {fam: calibrate(ss) for fam, ss in sorted(by_family.items())}
 
 
 def is_hand_rule(rule: dict) -> bool:
@@ -245,25 +190,26 @@ def is_hand_rule(rule: dict) -> bool:
 
 
 def fit(samples: list[Sample], sources: list[dict], base: dict | None = None) -> dict:
-    """The table: fitted rules for the families the samples cover, ``base``'s for the rest.
+    """The table: calibrations for the families the samples cover, ``base``'s rules kept.
 
-    ``base``'s hand rules stay first in their family: they cover what sweeps do not see
-    (e.g. launch-bound sizes, where host cost matters more than device time).
+    In a calibrated family only ``base``'s hand rules stay (first): they cover what sweeps
+    do not see (e.g. launch-bound sizes, where host cost matters more than device time).
     """
-    by_family = collections.defaultdict(list)
-    for s in samples:
-        by_family[f"sm{s.family}"].append(s)
+    cal = calibrations(samples)
     families = dict((base or {}).get("families", {}))
-    families.update({fam: [r for r in families.get(fam, []) if is_hand_rule(r)] + grow(ss, {})
-                     for fam, ss in sorted(by_family.items())})
-    fitted = ", ".join(sorted(by_family)) or "none"
+    families.update({fam: [r for r in families.get(fam, []) if is_hand_rule(r)] for fam in cal})
+    calibrated = ", ".join(cal) or "none"
     return {"format": TABLE_FORMAT,
-            "about": f"Families {fitted} fitted by heuristics/fit.py from the sweeps in "
-                     "'sources' (each rule names its own); others as in the base table. "
-                     "Rules are read first-match: max_m/max_n/max_k bounds, kernel-name "
-                     "patterns best first; unnamed candidates follow in analytic-model order.",
+            "about": f"Families {calibrated} calibrated by heuristics/fit.py from the sweeps "
+                     "in 'sources' (each calibration names its own); rules as in the base "
+                     "table. Rules are read first-match (max_m/max_n/max_k bounds, kernel-name "
+                     "patterns best first); then calibrated model times (the model's estimate "
+                     "times exp(residual) at the finest level that measured the configuration: "
+                     "the shape, its M bucket, all samples); unnamed, unmeasured candidates "
+                     "follow in model order.",
             "sources": sources,
-            "families": dict(sorted(families.items()))}
+            "families": dict(sorted(families.items())),
+            "calibration": {**(base or {}).get("calibration", {}), **cal}}
 
 
 # ---- checking -----------------------------------------------------------------------------
@@ -275,15 +221,29 @@ def _model_choice(s: Sample, rules: dict) -> float:
     return s.times[_select.rank(problem, cands, order, rules).ranked[0][0].name]
 
 
+def _held_out(samples: list[Sample], table: dict) -> list[float]:
+    """Each sample's pick by the table recalibrated without the sample's shape."""
+    out = {}
+    for shape in {s.shape for s in samples}:
+        rest = [s for s in samples if s.shape != shape]
+        t = {**table, "calibration": {**table.get("calibration", {}), **calibrations(rest)}}
+        out.update({id(s): _model_choice(s, t) for s in samples if s.shape == shape})
+    return [out[id(s)] for s in samples]
+
+
 SELECTORS = {
-    "table": lambda s, table: _model_choice(s, table),
-    "model only": lambda s, table: _model_choice(s, {"families": {}}),
-    "when swept": lambda s, table: s.times[s.order[0]],
+    "table": lambda ss, table: [_model_choice(s, table) for s in ss],
+    "held out": _held_out,
+    "model only": lambda ss, table: [_model_choice(s, {"families": {}}) for s in ss],
+    "when swept": lambda ss, table: [s.times[s.order[0]] for s in ss],
 }
 
 
 def check(table: dict, samples: list[Sample]) -> dict:
-    """{family: {selector: {"geomean": best/chosen, "within_5pct": %, "worst": [...]}}}."""
+    """{family: {selector: {"geomean": best/chosen, "within_5pct": %, "worst": [...]}}}.
+
+    "held out" is reported for families the table calibrates.
+    """
     by_family = collections.defaultdict(list)
     for s in samples:
         by_family[f"sm{s.family}"].append(s)
@@ -291,7 +251,9 @@ def check(table: dict, samples: list[Sample]) -> dict:
     for fam, ss in sorted(by_family.items()):
         report[fam] = {}
         for name, pick in SELECTORS.items():
-            ratios = [(s.best / pick(s, table), s) for s in ss]
+            if name == "held out" and fam not in table.get("calibration", {}):
+                continue
+            ratios = [(s.best / us, s) for s, us in zip(ss, pick(ss, table))]
             close = sum(r >= 1 / WITHIN for r, _ in ratios)
             worst = sorted(ratios, key=lambda r: r[0])[:3]
             report[fam][name] = {
@@ -338,7 +300,7 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump(table, f, indent=1)
             f.write("\n")
-        print(f"{args.out}: {sum(len(r) for r in table['families'].values())} rules from "
+        print(f"{args.out}: {', '.join(table['calibration'])} calibrated from "
               f"{len(samples)} samples", file=sys.stderr)
     print(format_report(check(table, samples)))
     return 0

@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", nargs="+", default=["decode", "prefill", "square"],
                     choices=sorted(GRIDS))
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16"])
+    ap.add_argument("--out-dtype", help="the output dtype (default: each input dtype's first "
+                    "in pycutlass_rt.tune's list, e.g. bfloat16 for float8_e4m3fn)")
     ap.add_argument("--layouts", nargs="+", default=["tn", "tt"])
     ap.add_argument("--reps", type=int, default=_tune.DEFAULT_REPEATS,
                     help="timed graph replays per kernel (median kept)")
@@ -76,7 +78,8 @@ def main(argv=None) -> int:
         writer.writeheader()
         for dtype, layout in itertools.product(args.dtypes, args.layouts):
             for i, (m, n, k) in enumerate(grid):
-                spec = _tune.spec_of((m, n, k), dtype, dtype, layout)
+                spec = _tune.spec_of((m, n, k), dtype, args.out_dtype or _tune.OUTPUTS[dtype][0],
+                                     layout)
                 ops = _tune.make_operands(bk, spec)
                 problem = _tune.describe(lib, ops)
                 for rank, kern in enumerate(_tune.candidates(lib, problem)):
@@ -90,7 +93,7 @@ def main(argv=None) -> int:
                     writer.writerow({"gpu": dev["gpu"], "sm_count": dev["sm_count"],
                                      "cc": problem.cc, "driver": dev["driver"],
                                      "library": dev["build"], "dtype": dtype,
-                                     "dtype_d": dtype, "layout": layout,
+                                     "dtype_d": spec.out_dtype, "layout": layout,
                                      # as computed: selection sees the oriented problem
                                      # (N = 1 runs as D^T = B^T A^T, M = 1)
                                      "m": problem.m, "n": problem.n,

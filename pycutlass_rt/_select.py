@@ -4,10 +4,12 @@ A problem arrives in canonical form (D row-major, see pcr_problem). Candidates a
 build's kernels of the right dtypes and layouts that the C side accepts (alignment,
 image for this GPU). They are ordered by (1) the per-device tuned cache written by
 ``pycutlass_rt.tune`` (an exact-problem dictionary look-up; a pinned entry admits its
-kernel only), (2) the device's family preference (sm90a before the sm80 family on
-Hopper), (3) the first rule of the shipped table matching the shape, whose patterns
-name kernels best first, (4) the analytic model for the rest. The C side memoizes the
-ranked list per problem, so this runs once per distinct shape.
+kernel only), (2) the first rule of the shipped table matching the shape, whose patterns
+name kernels best first, (3) for a family the table calibrates from measured sweeps, the
+analytic model corrected by what the sweeps measured for each kernel configuration near
+the shape, (4) the device's family preference (sm90a before the sm80 family on Hopper)
+and the plain model for the rest. The C side memoizes the ranked list per problem, so
+this runs once per distinct shape.
 """
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ import ctypes
 import fnmatch
 import functools
 import json
+import math
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -24,7 +28,7 @@ from ._kernels import DTYPE_BYTES, DTYPE_NAMES, EPILOGUES, LAYOUT_LETTERS, Kerne
 from .errors import UnsupportedError
 
 TABLE_FILE = "table_v1.json"
-TABLE_FORMATS = (1,)  # the "format" values of heuristics/*.json this module reads
+TABLE_FORMATS = (1, 2)  # the "format" values of heuristics/*.json this module reads
 
 
 @dataclass
@@ -77,6 +81,58 @@ def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None
         if all(bound not in rule or value <= rule[bound]
                for bound, value in (("max_m", m), ("max_n", n), ("max_k", k))):
             return rule
+    return None
+
+
+# ---- calibration: the model corrected by measured sweeps -------------------------------
+#
+# A calibrated family's table entry holds, for every kernel configuration a sweep timed,
+# the mean of log(measured / model time) at each swept shape, over each M bucket (powers
+# of 4: M in [16, 64) is bucket 2) and over all samples. A candidate's estimate is its
+# model time times exp(its residual at the finest level that measured its configuration):
+# a swept shape gets what was measured there, any other shape the model corrected by how
+# far off it was for that configuration at similar M. Unlike rules fitted per shape
+# region, this keeps the model's sense of tiles, waves and splits between swept shapes:
+# on the H200 sweeps, shapes held out of the fit get a kernel within 5% of the best 85%
+# of the time, against 63% for the per-region rules it replaced and 80% for the model
+# alone (heuristics/fit.py --check reports these figures).
+
+_CONFIG = re.compile(r"^(sm\d+)_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[tn]{2}_(\d+x\d+x\d+_.+)$")
+
+
+def config_of(name: str) -> str:
+    """A kernel's configuration: its name without dtypes and layouts, as rules name it.
+
+    >>> config_of("sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8")
+    'sm90_*_128x256x64_c2x1_coop_a8'
+    """
+    m = _CONFIG.match(name)
+    if not m:
+        raise ValueError(f"not a kernel name: {name!r}")
+    return f"{m[1]}_*_{m[2]}"
+
+
+def bucket_keys(m: int, n: int, k: int) -> tuple:
+    """The calibration levels of a problem, finest first: the shape, its M bucket, all.
+
+    >>> bucket_keys(16, 4096, 4096)
+    ('16x4096x4096', 'm2', '*')
+    """
+    return (f"{m}x{n}x{k}", f"m{(max(m, 1).bit_length() - 1) // 2}", "*")
+
+
+def calibration(family: int, rules: dict | None = None) -> dict | None:
+    """The table's calibration of ``family`` ({"residuals": {level: {config: r}}}), or None."""
+    rules = table() if rules is None else rules
+    return rules.get("calibration", {}).get(f"sm{family}")
+
+
+def residual(cal: dict, config: str, keys: tuple) -> tuple | None:
+    """(log(measured / model), level) at the finest level that measured ``config``."""
+    for key in keys:
+        level = cal["residuals"].get(key, {})
+        if config in level:
+            return level[config], key
     return None
 
 
@@ -194,13 +250,15 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
 
 def rank(problem, candidates: list[KernelInfo], family_order: list[int],
          rules: dict | None = None) -> Choice:
-    """Orders the accepted candidates for ``problem`` by table rule, family, then model.
+    """Orders the accepted candidates for ``problem``: table rule, calibration, family, model.
 
     The rule of the device's own family (``family_order[0]``) may name kernels of any
     family that runs here (on an H200 an sm80 stream-K kernel wins a few shapes): those
-    come first, in the rule's order. The rest follow family by family, each ordered by
-    its family's rule, then by the model. ``problem`` needs m, n, k and sm_count (cc is
-    used when present); ``rules`` replaces the shipped table (heuristics/fit.py --check).
+    come first, in the rule's order. If that family is calibrated, every other candidate
+    whose configuration a sweep timed follows, by calibrated time, whatever its family.
+    The rest follow family by family, each ordered by its family's rule, then by the
+    model. ``problem`` needs m, n, k and sm_count (cc is used when present); ``rules``
+    replaces the shipped table (heuristics/fit.py --check).
     """
     m, n, k, sms = problem.m, problem.n, problem.k, problem.sm_count
     cc = getattr(problem, "cc", None)
@@ -223,6 +281,17 @@ def rank(problem, candidates: list[KernelInfo], family_order: list[int],
     ranked = [(c, why) for c, why in ordered(runs_here, lead) if why.startswith("table")]
     rule_used = lead if ranked else None
     named = {c.name for c, _ in ranked}
+    cal = calibration(family_order[0], rules) if family_order else None
+    if cal:
+        keys, measured = bucket_keys(m * batch, n, k), []
+        for c in runs_here:
+            hit = None if c.name in named else residual(cal, config_of(c.base_name), keys)
+            if hit:
+                us = model_time(c, m, n, k, sms, cc, batch) * math.exp(hit[0])
+                measured.append((us, c.name, c, hit[1]))
+        ranked += [(c, f"calibrated model (~{us:.3g} us; sweeps at {key})")
+                   for us, _, c, key in sorted(measured, key=lambda t: t[:2])]
+        named |= {c.name for _, _, c, _ in measured}
     for fam in family_order:
         group = [c for c in candidates if c.family == fam and c.name not in named]
         if not group:

@@ -73,26 +73,52 @@ def test_kernel_names_decode_for_the_model(name, fields):
     assert k.name == name and all(getattr(k, f) == v for f, v in fields.items())
 
 
-def test_fit_splits_where_the_winner_changes_and_traces_sources(tmp_path):
-    table, _, (path,) = fitted(tmp_path, small_vs_big())
-    rules = table["families"]["sm90"]
-    assert [r.get("max_m") for r in rules] == [64, None]
-    assert rules[0]["prefer"] == [fit.config_of(SMALL), fit.config_of(BIG)]
-    assert rules[1]["prefer"] == [fit.config_of(BIG), fit.config_of(SMALL)]
-    assert rules[1]["geomean_vs_best"] == [1.0, 1.3] and rules[1]["regret"] == 1.0
-    assert (rules[0]["shapes"], rules[1]["shapes"]) == (3, 2)
+def pick(table, m, n=4096, k=4096, names=(SMALL, BIG)):
+    """The kernel (and why) the table's selection puts first for an m x n x k problem."""
+    cands = [fit.kernel_info(name, i) for i, name in enumerate(names)]
+    p = types.SimpleNamespace(m=m, n=n, k=k, sm_count=132, cc=90)
+    first, why = _select.rank(p, cands, [90, 80, 75], table).ranked[0]
+    return first.name, why
+
+
+def test_fit_calibrates_the_model_per_bucket_and_traces_sources(tmp_path):
+    table, samples, (path,) = fitted(tmp_path, small_vs_big())
+    cal = table["calibration"]["sm90"]
+    assert table["format"] in _select.TABLE_FORMATS and table["families"]["sm90"] == []
     digest = table["sources"][0]["sha256"]
     assert len(digest) == 64 and table["sources"][0]["rows"] == 10
-    assert all(r["source"] == [f"{path}@{digest[:16]}"] for r in rules)
-    assert table["format"] in _select.TABLE_FORMATS
-    assert not {"max_m", "max_n", "max_k"} & rules[-1].keys()
+    assert cal["source"] == [f"{path}@{digest[:16]}"] and (cal["samples"], cal["shapes"]) == (5, 5)
+    # levels: each swept shape, M buckets (powers of 4), all; values: mean log(measured / model)
+    assert set(cal["residuals"]) == {"*", "m0", "m2", "m3", "m4", "m6", "1x4096x4096",
+                                     "16x4096x4096", "64x4096x4096", "512x4096x4096",
+                                     "4096x4096x4096"}
+    s = next(s for s in samples if s.m == 512)
+    assert cal["residuals"]["m4"][fit.config_of(BIG)] == round(math.log(10.0 / fit.model_us(s, BIG)), 4)
+    assert cal["residuals"]["512x4096x4096"] == cal["residuals"]["m4"]  # one shape in the bucket
+    every = [math.log(s.times[BIG] / fit.model_us(s, BIG)) for s in samples]
+    assert cal["residuals"]["*"][fit.config_of(BIG)] == round(sum(every) / len(every), 4)
 
 
-def test_each_rule_names_only_the_sweeps_it_came_from(tmp_path):
+def test_calibrated_selection_picks_each_samples_fastest_kernel(tmp_path):
+    table, samples, _ = fitted(tmp_path, small_vs_big())
+    for s in samples:
+        name, why = pick(table, s.m)
+        assert name == min(s.times, key=s.times.get) and why.startswith("calibrated model")
+    assert pick(table, 8)[0] == SMALL and pick(table, 8192)[0] == BIG  # between the samples
+
+
+def test_calibration_tells_n_buckets_apart(tmp_path):
+    """Few tiles (N = 4096): stream-K wins; many (N = 28672): the ping-pong tile."""
+    times = {(m, n, 4096): {SK: 8.0 if n == 4096 else 30.0, SMALL: 10.0 if n == 4096 else 25.0}
+             for m in (1, 16, 64) for n in (4096, 28672)}
+    table = fitted(tmp_path, times)[0]
+    assert pick(table, 16, n=4096, names=(SK, SMALL))[0] == SK
+    assert pick(table, 16, n=28672, names=(SK, SMALL))[0] == SMALL
+
+
+def test_each_calibration_names_the_sweeps_it_came_from(tmp_path):
     table, _, paths = fitted(tmp_path, small_vs_big(ms=(1, 16, 64)), small_vs_big(ms=(512, 4096)))
-    small_rule, big_rule = table["families"]["sm90"]
-    assert [s.split("@")[0] for s in small_rule["source"]] == [paths[0]]
-    assert [s.split("@")[0] for s in big_rule["source"]] == [paths[1]]
+    assert [s.split("@")[0] for s in table["calibration"]["sm90"]["source"]] == paths
 
 
 def test_source_paths_are_relative_to_the_repository():
@@ -100,61 +126,38 @@ def test_source_paths_are_relative_to_the_repository():
         "heuristics/sweeps/h200.csv@" + "ab" * 8
 
 
-def test_fit_splits_on_n_when_n_decides(tmp_path):
-    """Few tiles (N = 4096): stream-K wins; many (N = 28672): the data-parallel tile."""
-    times = {(m, n, 4096): {SK: 8.0 if n == 4096 else 30.0, SMALL: 10.0 if n == 4096 else 25.0}
-             for m in (1, 16, 64) for n in (4096, 28672)}
-    rules = fitted(tmp_path, times)[0]["families"]["sm90"]
-    assert rules[0]["max_n"] == 4096 and rules[0]["prefer"][0] == fit.config_of(SK)
-    assert rules[1]["prefer"][0] == fit.config_of(SMALL)
+def test_unmeasured_configurations_follow_in_model_order(tmp_path):
+    table = fitted(tmp_path, small_vs_big())[0]
+    ranked = [(k.name, why) for k, why in _select.rank(
+        types.SimpleNamespace(m=16, n=4096, k=4096, sm_count=132, cc=90),
+        [fit.kernel_info(name, i) for i, name in enumerate((SK, BIG, SMALL))], [90], table).ranked]
+    assert [n for n, _ in ranked[:2]] == [SMALL, BIG]
+    assert ranked[2][0] == SK and ranked[2][1].startswith("analytic model")
 
 
-def test_small_differences_make_no_rule(tmp_path):
-    times = {(m, 4096, 4096): {SMALL: 10.0, BIG: 10.0 + (0.01 if m <= 64 else -0.01)}
-             for m in (1, 16, 64, 512, 4096)}
-    rules = fitted(tmp_path, times)[0]["families"]["sm90"]
-    assert len(rules) == 1 and rules[0]["regret"] < 1.01
-
-
-def test_fitted_table_drives_selection(tmp_path, monkeypatch):
-    table, samples, _ = fitted(tmp_path, small_vs_big())
-    monkeypatch.setattr(_select, "table", lambda: table)
-    ks = [fit.kernel_info(BIG, 0), fit.kernel_info(SMALL, 1)]
-    prob = lambda m: types.SimpleNamespace(m=m, n=4096, k=4096, sm_count=132)  # noqa: E731
-    assert _select.rank(prob(8), ks, [90]).ranked[0][0].name == SMALL
-    assert _select.rank(prob(8192), ks, [90]).ranked[0][0].name == BIG
-    # the rule _select.py matches for each sample puts its fastest kernel first
-    for s in samples:
-        rule = _select.matching_rule(90, s.m, s.n, s.k, table)
-        assert rule["prefer"][0] == fit.config_of(min(s.times, key=s.times.get))
-
-
-def test_rules_of_the_gpus_family_may_name_every_family_that_runs_there(tmp_path):
+def test_the_gpus_calibration_covers_every_family_that_runs_there(tmp_path):
     """On an H200 an sm80 kernel competes with the sm90 ones; an A100 table stays as is."""
     times = {k: {**v, A100: 5.0} for k, v in small_vs_big().items()}  # sm80 wins everywhere
     fallback = "sm80_bf16_bf16_f32_bf16_tn_64x64x32_w2x2_s2_a1"
-    times[(1, 4096, 4096)][fallback] = 1.0  # fastest, but a fallback is never a rule's pick
+    times[(1, 4096, 4096)][fallback] = 1.0  # fastest, but fallbacks are left out of the fit
     path = write_sweep(tmp_path / "h200.csv", times)
     samples, sources, skipped = fit.read_samples([path])
     assert skipped == 1 and {s.family for s in samples} == {90}
     base = {"format": 1, "families": {"sm80": [{"prefer": ["sm80_*_hand"]}], "sm90": []}}
     table = fit.fit(samples, sources, base)
     assert table["families"]["sm80"] == [{"prefer": ["sm80_*_hand"]}]
-    (rule,) = table["families"]["sm90"]
-    assert rule["prefer"][0] == "sm80_*_128x128x32_w2x2_s4_a8"
-    p = types.SimpleNamespace(m=16, n=4096, k=4096, sm_count=132, cc=90)
-    cands = [fit.kernel_info(name, i) for i, name in enumerate([SMALL, BIG, A100])]
-    ranked = _select.rank(p, cands, [90, 80, 75], table).ranked
-    assert ranked[0][0].name == A100 and ranked[0][1].startswith("table rule")
+    assert set(table["calibration"]) == {"sm90"}
+    name, why = pick(table, 16, names=(SMALL, BIG, A100))
+    assert name == A100 and why.startswith("calibrated model")
 
 
-def test_hand_rules_of_a_fitted_family_stay_first(tmp_path):
+def test_hand_rules_of_a_calibrated_family_stay_first(tmp_path):
     hand = {"max_m": 64, "max_n": 64, "prefer": [SMALL], "source": ["hand: launch-bound"]}
     old_fit = {"max_m": 9, "prefer": [BIG], "source": ["old.csv@0"]}
     base = {"format": 1, "families": {"sm90": [hand, old_fit]}}
     table, _, _ = fitted(tmp_path, small_vs_big(), base=base)
-    rules = table["families"]["sm90"]
-    assert rules[0] == hand and old_fit not in rules and len(rules) == 3
+    assert table["families"]["sm90"] == [hand]
+    assert pick(table, 64, n=64, k=64, names=(BIG, SMALL)) == (SMALL, f"table rule {SMALL!r}")
 
 
 def test_check_reports_regret_per_selector(tmp_path):
@@ -182,6 +185,7 @@ def test_cli_fits_then_checks(tmp_path, capsys):
     assert fit.main([path, "--base", str(base), "--out", str(out)]) == 0
     out_text = capsys.readouterr().out
     assert "sm90   table       best/chosen geomean 1.000, 100.0% within 5%" in out_text
+    assert "sm90   held out" in out_text  # recalibrated without each sample's shape
     assert set(json.loads(out.read_text())["families"]) == {"sm75", "sm90"}
     assert fit.main([path, "--check", str(out)]) == 0
     assert "sm90   when swept" in capsys.readouterr().out

@@ -36,14 +36,19 @@ def test_families_for():
 
 def test_table_is_shipped_and_well_formed():
     t = _select.table()
-    assert t["format"] == 1 and set(t["families"]) >= {"sm80", "sm90"}
-    for rules in t["families"].values():
-        assert not {"max_m", "max_n", "max_k"} & rules[-1].keys(), "the last rule must match every shape"
+    assert t["format"] in _select.TABLE_FORMATS and set(t["families"]) >= {"sm80", "sm90"}
+    for fam, rules in t["families"].items():
+        if fam not in t.get("calibration", {}):  # else the calibration orders what rules leave
+            assert not {"max_m", "max_n", "max_k"} & rules[-1].keys(), \
+                "the last rule must match every shape"
+    cal = t["calibration"]["sm90"]
+    assert cal["residuals"]["*"] and all(src.split("@")[0] in {s["file"] for s in t["sources"]}
+                                         for src in cal["source"])
 
 
 def test_large_problems_take_the_big_cooperative_tile():
     c = _select.rank(prob(8192, 8192, 8192), FAKE, [90, 80])
-    assert c.ranked[0][0].name == FAKE[0].name and "table rule" in c.ranked[0][1]
+    assert c.ranked[0][0].name == FAKE[0].name and "calibrated model" in c.ranked[0][1]
     # kernels no rule names: the GPU's own family first (sm90a before sm80 on Hopper)
     bare = _select.rank(prob(8192, 8192, 8192), FAKE, [90, 80], rules={"families": {}})
     assert [k.family for k, _ in bare.ranked] == [90, 90, 80, 80]
