@@ -93,9 +93,9 @@ def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None
 # a swept shape gets what was measured there, any other shape the model corrected by how
 # far off it was for that configuration at similar M. Unlike rules fitted per shape
 # region, this keeps the model's sense of tiles, waves and splits between swept shapes:
-# on the H200 sweeps, shapes held out of the fit get a kernel within 5% of the best 85%
-# of the time, against 63% for the per-region rules it replaced and 80% for the model
-# alone (heuristics/fit.py --check reports these figures).
+# on the H200 bf16 sweeps, shapes held out of the fit got a kernel within 5% of the best
+# 85% of the time, against 63% for the per-region rules it replaced and 75% for the model
+# alone (heuristics/fit.py --check reports these figures for any sweep).
 
 _CONFIG = re.compile(r"^(sm\d+)_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[tn]{2}_(\d+x\d+x\d+_.+)$")
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One session on a lent GPU machine (an H200): build the library for sm_90/sm_90a, then
+# run the phases named on the command line, in order; logs and results go under $OUT.
+#
+#   bash benchmarks/h200.sh build sweep fit test bench
+#
+# build  cmake + ninja into build/h200 (kept on a warm machine; up-to-date objects stay;
+#        leave it out to use a library carried in build/h200/libpycutlass_rt.so)
+# sweep  heuristics/sweep.py: bf16 decode and awkward shapes, fp8 e4m3 -> bf16 (all tn),
+#        into build/sweeps
+# fit    heuristics/fit.py on the shipped sweeps plus build/sweeps: the table, recalibrated
+# test   the GPU test suite (compute-sanitizer cases last)
+# bench  python -m pycutlass_rt bench $PCR_BENCH (default: --quick --no-cutlass)
+#
+# PCR_KERNELS is the kernel filter of the build. The machine has no network: the pinned
+# nvidia-cutlass wheel travels in .whl/ (pip download it there; .whl is git-ignored).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT" build/sweeps
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+BUILD=build/h200
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PYCUTLASS_RT_LIBRARY="$PWD/$BUILD/libpycutlass_rt.so"
+KERNELS=${PCR_KERNELS:-'sm90_bf16_bf16_f32_bf16_*;sm80_bf16_bf16_f32_bf16_*;sm90_e4m3_e4m3_f32_bf16_*'}
+
+phase_build() {
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPYCUTLASS_RT_ARCHS='90;90a' \
+    -DPYCUTLASS_RT_KERNELS="$KERNELS" >"$OUT/build.log" 2>&1 &&
+    ninja -C "$BUILD" -j "$(nproc)" >>"$OUT/build.log" 2>&1
+}
+
+phase_sweep() {
+  python3 heuristics/sweep.py --grid decode --dtypes bfloat16 --layouts tn \
+    --out build/sweeps/h200_bf16_tn_decode.csv &&
+    python3 heuristics/sweep.py --grid awkward --dtypes bfloat16 --layouts tn \
+      --out build/sweeps/h200_bf16_tn_awkward.csv &&
+    python3 heuristics/sweep.py --grid decode prefill square --dtypes float8_e4m3fn \
+      --layouts tn --out build/sweeps/h200_fp8_tn.csv
+}
+
+phase_fit() {
+  cp build/sweeps/*.csv heuristics/sweeps/ &&
+    python3 heuristics/fit.py heuristics/sweeps/h200_*.csv --base heuristics/table_v1.json \
+      --out heuristics/table_v1.json 2>&1 | tee "$OUT/fit.log"
+}
+
+phase_test() {
+  timeout 480 python3 -m pytest tests/gpu -q -rs -p no:cacheprovider -m "not sanitizer" \
+    --junitxml="$OUT/gpu-tests.xml" \
+    2>&1 | tee "$OUT/gpu-tests.log" | tail -25
+  timeout 120 python3 -m pytest tests/gpu -q -p no:cacheprovider -m sanitizer \
+    2>&1 | tee "$OUT/gpu-sanitizer.log" | tail -5
+}
+
+phase_bench() {
+  # shellcheck disable=SC2086
+  timeout "${PCR_BENCH_TIMEOUT:-480}" python3 -m pycutlass_rt bench ${PCR_BENCH:---quick --no-cutlass} \
+    --out build/bench \
+    2>&1 | tee "$OUT/bench.log" | tail -60
+}
+
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+status=0
+for phase in "$@"; do
+  echo "== $phase $(date +%T)"
+  "phase_$phase" || { status=$?; echo "== $phase failed ($status)"; break; }
+done
+# results travel back as one archive ($OUT keeps at most 8 files)
+tar czf "$OUT/results.tgz" build/sweeps build/bench heuristics/table_v1.json 2>/dev/null
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
+exit "$status"
