@@ -11,11 +11,12 @@ layouts replaced by ``*`` (``sm90_*_128x256x64_c2x1_coop_a8``), so one entry ser
 dtype and layout. Per arch family the fit calibrates the analytic model of
 pycutlass_rt/_select.py: for each configuration, the mean of log(measured / model time)
 at each swept shape, over each M bucket (powers of 4) and over all samples (``calibration``
-in the table; _select.py uses the finest level that timed a candidate's configuration). The calibration belongs to the device's preferred family (sm90 from
-H100/H200 sweeps) and covers kernels of every family that runs there: an H200 sweep of
-sm80 kernels competes with the sm90 ones. The family's hand rules (a ``source`` that
-starts with ``hand:``) stay first; its other rules are dropped. Alignment-fallback kernels
-(``_a1``) are left out: they serve the problems nothing else accepts.
+in the table; _select.py uses the finest level that timed a candidate's configuration).
+The calibration belongs to the device's preferred family (sm90 from H100/H200 sweeps) and
+covers kernels of every family that runs there: an H200 sweep of sm80 kernels competes
+with the sm90 ones. The family's hand rules (a ``source`` that starts with ``hand:``) stay
+first; its other rules are dropped. Alignment-fallback kernels (``_a1``) are left out:
+they serve the problems nothing else accepts.
 
 --check reports, per family, the geomean of best/chosen and the share of samples within
 5% of the best, for the table, for the table refitted without each sample's shape
@@ -57,7 +58,7 @@ _NAME = re.compile(r"^sm(?P<family>\d+)_(?P<a>[a-z0-9]+)_(?P<b>[a-z0-9]+)_(?P<ac
                    r"a(?P<align>\d+)$")
 
 
-config_of = _select.config_of  # sm90_bf16_..._tn_128x256x64_c2x1_coop_a8 -> sm90_*_128x256x64_c2x1_coop_a8
+config_of = _select.config_of  # a kernel name without dtypes and layouts
 
 
 def kernel_info(name: str, index: int = 0) -> KernelInfo:
