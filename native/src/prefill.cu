@@ -103,10 +103,9 @@ int launch_typed(const Matrix* src, const Matrix& dst, double scale, cudaStream_
   const int64_t gy = std::min<int64_t>(d.rows, std::max<int64_t>(1, 1024 / gx));
   const int64_t gz = std::min<int64_t>(dst.batch, std::max<int64_t>(1, 1024 / (gx * gy)));
   dim3 grid(unsigned(gx), unsigned(gy), unsigned(std::min<int64_t>(gz, 65535)));
-  if (bias || activation != PCR_ACT_NONE)
-    scale_copy<Src, Dst, true><<<grid, 256, 0, stream>>>(s, d, dst.batch, scale, v, activation);
-  else
-    scale_copy<Src, Dst, false><<<grid, 256, 0, stream>>>(s, d, dst.batch, scale, v, activation);
+  auto* kernel = bias || activation != PCR_ACT_NONE ? scale_copy<Src, Dst, true>
+                                                    : scale_copy<Src, Dst, false>;
+  kernel<<<grid, 256, 0, stream>>>(s, d, dst.batch, scale, v, activation);
   return cuda_status(cudaGetLastError(), "scale_copy launch");
 }
 
