@@ -177,12 +177,17 @@ def calibrate(samples: list[Sample]) -> dict:
             "source": sorted({s.source for s in samples})}
 
 
+def by_family(samples: list[Sample]) -> dict:
+    """{"sm90": its samples, ...}, families in name order."""
+    out = collections.defaultdict(list)
+    for s in samples:
+        out[f"sm{s.family}"].append(s)
+    return dict(sorted(out.items()))
+
+
 def calibrations(samples: list[Sample]) -> dict:
     """{"sm90": calibrate(its samples), ...} for the families the samples cover."""
-    by_family = collections.defaultdict(list)
-    for s in samples:
-        by_family[f"sm{s.family}"].append(s)
-    return {fam: calibrate(ss) for fam, ss in sorted(by_family.items())}
+    return {fam: calibrate(ss) for fam, ss in by_family(samples).items()}
 
 
 def is_hand_rule(rule: dict) -> bool:
@@ -245,11 +250,8 @@ def check(table: dict, samples: list[Sample]) -> dict:
 
     "held out" is reported for families the table calibrates.
     """
-    by_family = collections.defaultdict(list)
-    for s in samples:
-        by_family[f"sm{s.family}"].append(s)
     report = {}
-    for fam, ss in sorted(by_family.items()):
+    for fam, ss in by_family(samples).items():
         report[fam] = {}
         for name, pick in SELECTORS.items():
             if name == "held out" and fam not in table.get("calibration", {}):

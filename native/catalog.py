@@ -349,14 +349,10 @@ SM90_FP8_CONFIGS = [
     ((128, 128, 128), (1, 1, 1), "coop", "none", "extended", ("linear",)),
     ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear", "scaled")),
 ]
-#: fp8 decode (M <= 64 against large weights): swap-AB, as SM90_SWAP_CONFIGS
-SM90_FP8_SWAP_CONFIGS = [
-    ((16, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
-    ((32, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
-    ((64, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
-    ((16, 64, 128), (1, 1, 1), "pingpong", "none", "core", ("linear",)),
-    ((32, 64, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
-]
+#: fp8 decode (M <= 64 against large weights): SM90_SWAP_CONFIGS' tiles and tiers, plain
+#: epilogue only
+SM90_FP8_SWAP_CONFIGS = [(tile, cluster, schedule, split, tier, ("linear",))
+                         for tile, cluster, schedule, split, tier, _ in SM90_SWAP_CONFIGS]
 SM100_FP8_CONFIGS = [  # tcgen05 accumulates fp8 products in fp32: no promotion needed
     ((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", ("linear", "scaled")),
     ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear", "scaled")),
