@@ -200,8 +200,12 @@ int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
                                 kStagingScratch);
   if (st != PCR_OK) return st;
   Staging s = stage_layout(p, bd, static_cast<char*>(scratch));
-  if ((s.staged & 1) && (st = launch_scale_copy(&bd.a, s.bound.a, 1.0, stream))) return st;
-  if ((s.staged & 2) && (st = launch_scale_copy(&bd.b, s.bound.b, 1.0, stream))) return st;
+  const Matrix* src[2];
+  const Matrix* dst[2];
+  int inputs = 0;
+  if (s.staged & 1) src[inputs] = &bd.a, dst[inputs++] = &s.bound.a;
+  if (s.staged & 2) src[inputs] = &bd.b, dst[inputs++] = &s.bound.b;
+  if ((st = launch_stage_copies(src, dst, inputs, stream))) return st;
   if ((st = launch_device(s.problem, s.bound, k, stream, plan))) return st;
   return (s.staged & 4) ? launch_scale_copy(&s.bound.d, bd.d, 1.0, stream) : PCR_OK;
 }

@@ -109,6 +109,65 @@ int launch_typed(const Matrix* src, const Matrix& dst, double scale, cudaStream_
   return cuda_status(cudaGetLastError(), "scale_copy launch");
 }
 
+// Staging of inputs into aligned scratch (same dtype, rows contiguous on both sides): each
+// thread writes one 16-byte chunk of a destination row from the source's elements, which
+// may sit at any 2-byte offset, and zeros past the source's extent. Up to two operands
+// share one launch (blockIdx.z). On the H200 the general copy above took 9.9 us for an
+// 8 MB operand, mostly 64-bit index arithmetic per element.
+struct RowCopy {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t src_ld = 0, dst_ld = 0, src_rows = 0, src_cols = 0, rows = 0, chunks = 0;
+};
+
+template <class E>  // an unsigned integer of the element's size
+__device__ __forceinline__ void stage_chunk(const RowCopy& job) {
+  constexpr int kPer = 16 / sizeof(E);
+  const int64_t chunk = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (chunk >= job.chunks) return;
+  const int64_t c0 = chunk * kPer;
+  for (int64_t r = blockIdx.y; r < job.rows; r += gridDim.y) {
+    const E* s = static_cast<const E*>(job.src) + r * job.src_ld;
+    uint32_t w[4] = {0, 0, 0, 0};  // the chunk's four words, in registers
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const uint64_t x = r < job.src_rows && c0 + i < job.src_cols ? uint64_t(s[c0 + i]) : 0;
+      constexpr int kBits = 8 * sizeof(E);
+      w[i * kBits / 32] |= uint32_t(x << (i * kBits % 32));
+      if constexpr (kBits == 64) w[i * kBits / 32 + 1] = uint32_t(x >> 32);
+    }
+    *reinterpret_cast<uint4*>(static_cast<E*>(job.dst) + r * job.dst_ld + c0) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// One branch per operand, so that each reads its RowCopy from the parameter bank: picking
+// one with `blockIdx.z ? b : a` copied both to local memory and read every field back
+// from there (39 us for the 8 MB operand on the H200).
+template <class E>
+__global__ void stage_rows(RowCopy a, RowCopy b) {
+  if (blockIdx.z == 0)
+    stage_chunk<E>(a);
+  else
+    stage_chunk<E>(b);
+}
+
+// The RowCopy of src into dst, or false where the fast path does not apply: dtypes
+// differ, a batch, no unit-stride dimension shared by both, an unaligned destination.
+bool row_copy(const Matrix& src, const Matrix& dst, RowCopy* out) {
+  if (src.dtype != dst.dtype || src.batch > 1 || dst.batch > 1 || 16 % dst.esize) return false;
+  const bool rows = dst.s1 == 1;  // row-major destination, else column-major (s0 == 1)
+  const int64_t src_inner = rows ? src.s1 : src.s0, dst_ld = rows ? dst.s0 : dst.s1;
+  const int64_t per = 16 / dst.esize;
+  if ((!rows && dst.s0 != 1) || src_inner > 1 || dst_ld % per ||
+      reinterpret_cast<uintptr_t>(dst.ptr) % 16)
+    return false;
+  *out = {src.ptr, dst.ptr, rows ? src.s0 : src.s1, dst_ld, rows ? src.rows : src.cols,
+          rows ? src.cols : src.rows, rows ? dst.rows : dst.cols, 0};
+  out->chunks = ((rows ? dst.cols : dst.rows) + per - 1) / per;
+  return true;
+}
+
 // Calls f(T{}) with the C++ type of a pcr_dtype; false for a dtype it does not know.
 template <class F>
 bool with_type(int dtype, F&& f) {
@@ -142,6 +201,35 @@ int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaSt
     return set_error(PCR_ERR_UNSUPPORTED, "cannot convert %s to %s", dtype_name(src_dtype),
                      dtype_name(dst.dtype));
   return st;
+}
+
+}  // namespace pcr
+
+namespace pcr {
+
+int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], int count,
+                        cudaStream_t stream) {
+  RowCopy jobs[2];
+  int fast = 0, esize = 0;
+  for (int i = 0; i < count; ++i) {
+    if (fast < 2 && (fast == 0 || dst[i]->esize == esize) &&
+        row_copy(*src[i], *dst[i], &jobs[fast])) {
+      ++fast;
+      esize = dst[i]->esize;
+      continue;
+    }
+    int st = launch_scale_copy(src[i], *dst[i], 1.0, stream);
+    if (st != PCR_OK) return st;
+  }
+  if (!fast) return PCR_OK;
+  int64_t chunks = 0, rows = 0;
+  for (int i = 0; i < fast; ++i)
+    chunks = std::max(chunks, jobs[i].chunks), rows = std::max(rows, jobs[i].rows);
+  dim3 grid(unsigned((chunks + 127) / 128), unsigned(std::min<int64_t>(rows, 65535)), fast);
+  auto* kernel = esize == 1 ? stage_rows<uint8_t> : esize == 2 ? stage_rows<uint16_t>
+               : esize == 4 ? stage_rows<uint32_t> : stage_rows<uint64_t>;
+  kernel<<<grid, 128, 0, stream>>>(jobs[0], jobs[1]);
+  return cuda_status(cudaGetLastError(), "stage_rows launch");
 }
 
 }  // namespace pcr

@@ -604,8 +604,9 @@ Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {
     Matrix& m = *mats[i];
     m.rows = ext[dims[i][0]];
     m.cols = ext[dims[i][1]];
-    int64_t per16 = 16 / m.esize;
-    int64_t ld = ((row[i] ? m.cols : m.rows) + per16 - 1) / per16 * per16;
+    // rows start on 128-byte lines: TMA boxes of rows that straddle lines load slower
+    int64_t per128 = 128 / m.esize;
+    int64_t ld = ((row[i] ? m.cols : m.rows) + per128 - 1) / per128 * per128;
     m.ptr = base ? base + st.bytes : nullptr;
     m.s0 = row[i] ? ld : 1;
     m.s1 = row[i] ? 1 : ld;

@@ -68,9 +68,9 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
 int check_kernel(int k, const pcr_problem& problem, const Bound* bound);
 GemmArgs gemm_args(const pcr_problem& problem, const Bound& bound);
 // A problem with `staged` operands as its kernel sees it: those operands copied into
-// scratch at `base` in their own layout, zero-padded so that every contiguous extent and
-// leading dimension is a multiple of 16 bytes (which may pad M, N or K, and stage more
-// operands); base == nullptr computes the layout and size only.
+// scratch at `base` in their own layout, zero-padded so that every contiguous extent is a
+// multiple of 16 bytes (which may pad M, N or K, and stage more operands) and every
+// leading dimension one of 128; base == nullptr computes the layout and size only.
 struct Staging {
   pcr_problem problem;  // the kernel's problem: padded extents, staged == 0
   Bound bound;          // the kernel's operands
@@ -131,6 +131,11 @@ int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor
 // converting dtypes. `bias` (d's dtype, or nullptr) is a broadcast view as in Bound.
 int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
                       const Matrix* bias = nullptr, int activation = PCR_ACT_NONE);
+// dst[i] = src[i] (zero-padded past src's extent) for operands staged into aligned
+// scratch: same-dtype copies with contiguous rows (or columns) in one launch, the rest
+// through launch_scale_copy.
+int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], int count,
+                        cudaStream_t stream);
 
 }  // namespace pcr
 
