@@ -7,7 +7,7 @@
 # build  cmake + ninja into build/h200 (kept on a warm machine; up-to-date objects stay;
 #        leave it out to use a library carried in build/h200/libpycutlass_rt.so)
 # sweep  heuristics/sweep.py: bf16 decode and awkward shapes, fp8 e4m3 -> bf16 (all tn),
-#        into build/sweeps
+#        into build/sweeps (or the sweeps PCR_SWEEPS names)
 # fit    heuristics/fit.py on the shipped sweeps plus build/sweeps: the table, recalibrated
 # test   the GPU test suite (compute-sanitizer cases last)
 # bench  python -m pycutlass_rt bench $PCR_BENCH (default: --quick --no-cutlass)
@@ -33,13 +33,18 @@ phase_build() {
     ninja -C "$BUILD" -j "$(nproc)" >>"$OUT/build.log" 2>&1
 }
 
+# PCR_SWEEPS: what phase_sweep runs, "file=grid[,grid...]:dtype" entries (all tn)
+SWEEPS=${PCR_SWEEPS:-"bf16_tn_decode=decode:bfloat16 bf16_tn_awkward=awkward:bfloat16
+  fp8_tn=decode,prefill,square:float8_e4m3fn"}
+
 phase_sweep() {
-  python3 heuristics/sweep.py --grid decode --dtypes bfloat16 --layouts tn \
-    --out build/sweeps/h200_bf16_tn_decode.csv &&
-    python3 heuristics/sweep.py --grid awkward --dtypes bfloat16 --layouts tn \
-      --out build/sweeps/h200_bf16_tn_awkward.csv &&
-    python3 heuristics/sweep.py --grid decode prefill square --dtypes float8_e4m3fn \
-      --layouts tn --out build/sweeps/h200_fp8_tn.csv
+  local entry name grids dtype
+  for entry in $SWEEPS; do
+    name=${entry%%=*} grids=${entry#*=} dtype=${grids##*:} grids=${grids%:*}
+    # shellcheck disable=SC2086
+    python3 heuristics/sweep.py --grid ${grids//,/ } --dtypes "$dtype" --layouts tn \
+      --out "build/sweeps/h200_$name.csv" || return
+  done
 }
 
 phase_fit() {

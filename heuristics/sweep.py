@@ -32,8 +32,13 @@ except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from pycutlass_rt.bench.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: F401
 
+#: few output tiles against a long K, where split-K and stream-K kernels compete with the
+#: data-parallel tiles (group D's 256x256x65536 among them)
+LONG_K = [(128, 128, 65536), (256, 256, 16384), (256, 512, 65536), (512, 512, 32768),
+          (128, 1024, 32768), (1024, 1024, 16384), (256, 1024, 8192), (384, 384, 24576)]
 #: the shape lists of BENCHMARKS.md groups B, C, A and D (one copy, in pycutlass_rt.bench)
-GRIDS = {"decode": DECODE, "prefill": PREFILL, "square": SQUARE, "awkward": AWKWARD}
+GRIDS = {"decode": DECODE, "prefill": PREFILL, "square": SQUARE, "awkward": AWKWARD,
+         "longk": LONG_K}
 COLUMNS = ["gpu", "sm_count", "cc", "driver", "library", "dtype", "dtype_d", "layout", "m",
            "n", "k", "kernel", "rank", "median_us", "tflops"]
 
@@ -63,6 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-m", type=int, help="only shapes with M <= this")
     ap.add_argument("--kernels", help="time only candidates matching these ';'-separated "
                     "name patterns (to add new kernels to an earlier sweep)")
+    ap.add_argument("--append", action="store_true",
+                    help="add the rows to --out (an earlier sweep of the same columns)")
     args = ap.parse_args(argv)
 
     lib = pcr._lib.load()
@@ -73,9 +80,15 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     grid = [s for s in shapes(args.grid) if args.max_m is None or s[0] <= args.max_m]
     patterns = args.kernels.split(";") if args.kernels else ["*"]
-    with open(args.out, "w", newline="") as f, bk.device(args.device):
+    append = args.append and os.path.exists(args.out)
+    if append:
+        with open(args.out, newline="") as f:
+            if next(csv.reader(f), None) != COLUMNS:
+                raise SystemExit(f"{args.out}: not a sweep with columns {COLUMNS}")
+    with open(args.out, "a" if append else "w", newline="") as f, bk.device(args.device):
         writer = csv.DictWriter(f, COLUMNS)
-        writer.writeheader()
+        if not append:
+            writer.writeheader()
         for dtype, layout in itertools.product(args.dtypes, args.layouts):
             for i, (m, n, k) in enumerate(grid):
                 spec = _tune.spec_of((m, n, k), dtype, args.out_dtype or _tune.OUTPUTS[dtype][0],

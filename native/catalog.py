@@ -86,8 +86,16 @@ TMA_GROUPED_SCHEDULES = {"coop": "Sm90GroupedCooperative", "pingpong": "Sm90Grou
 #: work decomposition -> (pcr_split, CUTLASS 3.x tile scheduler, CUTLASS 2.x swizzle).
 #: "streamk": CUTLASS's stream-K, whose heuristic spreads the K loop of too few output
 #: tiles over every SM (stream-K or split-K), with a deterministic fp32 fix-up.
+#: "splitk": parallel split-K, K cut into equal slices that run as one batched GEMM (the
+#: family's own kernel, fp32 output, under this translation unit's own scheduler or
+#: swizzle tag) into partials summed by a second kernel (native/kernels/split_k.cuh).
 SPLITS = {"none": ("PCR_SPLIT_NONE", "void", "pcr::mma::DataParallel"),
-          "streamk": ("PCR_STREAM_K", "cutlass::gemm::StreamKScheduler", "pcr::mma::StreamK")}
+          "streamk": ("PCR_STREAM_K", "cutlass::gemm::StreamKScheduler", "pcr::mma::StreamK"),
+          # the tags of a split-K kernel's unsplit inner kernel
+          "splitk": ("PCR_SPLIT_K", "pcr::split::Local<cutlass::gemm::PersistentScheduler>",
+                     "pcr::split::Local<pcr::mma::DataParallel>")}
+#: family header -> the split-K header its split-K kernels include too
+SPLIT_K_HEADERS = {"tma_gemm.cuh": "split_k_tma.cuh", "mma_gemm.cuh": "split_k.cuh"}
 #: epilogue -> pcr_epilogue. "biasact": act(alpha * acc + beta * C + bias), with the bias
 #: (per row or per column) and the activation chosen per call, fused in the epilogue.
 #: "scaled" (quantized inputs): the same after scaling acc by per-tensor, per-row and
@@ -229,6 +237,8 @@ SM90_CONFIGS = [
     ((128, 64, 64), (1, 1, 1), "coop", "streamk", "extended", False),
     ((128, 128, 64), (1, 1, 1), "coop", "streamk", "extended", True),
     ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended", False),
+    # few output tiles, very long K (256x256x65536): slices run side by side, no serial fix-up
+    ((128, 128, 64), (1, 1, 1), "coop", "splitk", "core", False),
 ]
 #: sm90a swap-AB configurations for decode (M <= 64 against large weights), in problem
 #: terms: the weights' N takes the MMA's 64 or 128 rows, M its narrow N side. Stream-K
@@ -273,6 +283,7 @@ SM80_CONFIGS = [
     ((64, 64, 32), (2, 2, 1), 6, 8, "none", "extended", True),
     ((256, 128, 32), (4, 2, 1), 3, 8, "none", "extended", False),
     ((128, 128, 32), (2, 2, 1), 4, 8, "streamk", "extended", True),
+    ((128, 128, 32), (2, 2, 1), 4, 8, "splitk", "extended", False),
     # alignment fallback: 2-stage register-staged loads accept any address and stride
     ((64, 64, 32), (2, 2, 1), 2, 1, "none", "core", True),
 ]
@@ -575,7 +586,13 @@ def _cpp_bool(v: bool) -> str:
     return "true" if v else "false"
 
 
-def kernel_type(k: Kernel) -> str:
+def kernel_type(k: Kernel, unsplit: bool = False) -> str:
+    """The C++ type of kernel ``k``; ``unsplit``: a split-K kernel's inner (fp32) kernel."""
+    if k.split == "splitk" and not unsplit:  # the unsplit kernel writes fp32 partials
+        inner = kernel_type(dataclasses.replace(k, d="f32"), unsplit=True)
+        tm, tn, tk = k.tile
+        return (f"pcr::split::SplitK<{inner}, {DTYPES[k.d][0]}, {tm}, {tn}, {tk}, "
+                f"{_cpp_bool(k.layout[0] == 't')}, {_cpp_bool(k.layout[1] == 'n')}, {k.align}>")
     ea, eb, ed = (DTYPES[x][0] for x in (k.a, k.b, k.d))
     la, lb = (LAYOUTS[x][0] for x in k.layout)
     if k.grouped:
@@ -621,7 +638,9 @@ def kernel_info(k: Kernel) -> str:
 
 
 def kernel_source(k: Kernel) -> str:
-    return (BANNER + f'#include "{FAMILIES[k.family].header}"\n\n'
+    header = FAMILIES[k.family].header
+    split = f'#include "{SPLIT_K_HEADERS[header]}"\n' if k.split == "splitk" else ""
+    return (BANNER + f'#include "{header}"\n{split}\n'
             f"// {k.name}\n"
             f"using Op_{k.ident} = {kernel_type(k)};\n\n"
             f"extern const pcr::KernelEntry pcr_kernel_{k.ident}{{\n"

@@ -144,9 +144,10 @@ def residual(cal: dict, config: str, keys: tuple) -> tuple | None:
 #            share of the split K loop) times one iteration's tensor-core time;
 #   memory:  bytes of A, B and D over the DRAM bandwidth the busy SMs can draw (too few
 #            busy SMs cannot saturate it);
-#   fix-up:  a split tile's fp32 partial sums, added by its peers one after another (the
-#            deterministic reduction): per peer, the partial's round trip through L2 and
-#            the wait on the previous peer's flag.
+#   fix-up:  stream-K: a split tile's fp32 partial sums, added by its peers one after
+#            another (the deterministic reduction): per peer, the partial's round trip
+#            through L2 and the wait on the previous peer's flag. Parallel split-K: every
+#            slice's fp32 partials written and read back by a second kernel, at DRAM speed.
 # Constants are datasheet figures, with two calibrated on an H200 sweep (heuristics/
 # sweeps/h200_bf16.csv): ~2 us per split peer, and split kernels at 0.8-1.0x the speed
 # of their data-parallel twin. On that sweep the model alone picks a kernel within 5% of
@@ -162,8 +163,11 @@ BW_SATURATION = 0.6  # fraction of the SMs that must stream to saturate DRAM
 OVERLAP = 0.1        # share of the shorter of compute and memory that does not overlap
 FIXUP_GBPS = 150.0   # per-SM L2 bandwidth for split partials
 FIXUP_SYNC_US = 2.0  # per peer: the wait on the previous peer's flag (H200 sweep)
-SPLIT_MIN_ITERS = 4  # serial split-K keeps >= 4 K tiles per split (no catalogue kernel yet)
-SPLIT_MAX = 16
+#: parallel split-K (native/kernels/split_k.cuh): >= 4 K tiles per slice, <= 128 slices,
+#: and the reduction kernel's launch and tail
+SPLIT_MIN_ITERS = 4
+SPLIT_MAX = 128
+SPLIT_REDUCE_US = 2.0
 STREAMK_MIN_ITERS = 8  # CUTLASS's min_iters_per_sk_unit_
 #: mainloop efficiency at the kernel family's own arch, by schedule
 SCHEDULE_EFF = {"cooperative": 0.80, "pingpong": 0.78, "1sm": 0.80, "2sm": 0.85,
@@ -192,10 +196,33 @@ def efficiency(kern: KernelInfo, cc: int) -> float:
     return eff
 
 
-def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int) -> tuple[int, int, int]:
+def split_slices(kern: KernelInfo, m: int, n: int, k: int, sms: int, batch: int = 1) -> int:
+    """Slices S of a parallel split-K kernel, as native/kernels/split_k.cuh chooses them.
+
+    The most that keep one wave (output tiles x S <= SMs) and >= 4 K tiles per slice,
+    among the counts that cut K into equal slices of whole K tiles (of the kernel's
+    alignment when K is not whole tiles); 1 for a batch or when no count >= 2 does.
+
+    >>> kern = KernelInfo(0, "", 90, "bfloat16", "bfloat16", "float32", "bfloat16", "tn",
+    ...                   (128, 128, 64), (1, 1, 1), (0, 0, 0), 0, "cooperative", "linear",
+    ...                   "split_k", (8, 8, 8))
+    >>> split_slices(kern, 256, 256, 65536, 132)  # 4 tiles: 33 fit, 32 divides 1024 K tiles
+    32
+    """
+    tm, tn, tk = kern.tile
+    tiles = -(-m // tm) * -(-n // tn)
+    unit = tk if k % tk == 0 else kern.align[0]
+    if batch > 1 or tiles <= 0 or k % unit:
+        return 1
+    cap = min(sms // tiles, k // (SPLIT_MIN_ITERS * tk), SPLIT_MAX)
+    return next((s for s in range(cap, 1, -1) if (k // unit) % s == 0), 1)
+
+
+def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int,
+              slices: int = 1) -> tuple[int, int, int]:
     """(K iterations on the busiest SM, busy SMs, peers per split tile) for the split mode.
 
-    ``split_k``: serial split-K, factor min(ceil(SMs / tiles), iters / 4) in [1, 16].
+    ``split_k``: parallel split-K, ``slices`` (see split_slices) units per tile, all at once.
     ``stream_k``: CUTLASS 3.x's heuristic: data-parallel unless the last wave is less
     than half full; then the last 1-2 waves' K loops are spread over at most one wave of
     units of >= 8 iterations each (the sm80 family's CUTLASS 2.x stream-K is modelled
@@ -203,7 +230,7 @@ def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int) -> tuple[int, 
     """
     waves = -(-tiles // sms)
     if kern.split == "split_k":
-        s = max(1, min(-(-sms // tiles), iters // SPLIT_MIN_ITERS, SPLIT_MAX))
+        s = max(slices, 1)
         return -(-tiles * s // sms) * -(-iters // s), min(tiles * s, sms), s
     full, rem = divmod(tiles, sms)
     if kern.split != "stream_k" or rem == 0 or 2 * rem >= sms or iters <= STREAMK_MIN_ITERS:
@@ -234,14 +261,17 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
     cm, cn = kern.cluster[:2]  # clusters launch whole: a 2x1 cluster over one tile row
     tiles = -(-m // (tm * cm)) * cm * -(-n // (tn * cn)) * cn * max(batch, 1)  # idles half
     iters = max(-(-k // tk), 1)
-    sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms)
+    slices = split_slices(kern, m, n, k, sms, batch) if kern.split == "split_k" else 1
+    sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms, slices)
     rate = tflops_sm * _RATE.get(kern.dtype_a, 1.0)
     compute_us = sm_iters * 2.0 * tm * tn * tk / (rate * 1e6 * efficiency(kern, cc))
     nbytes = max(batch, 1) * (m * k * DTYPE_BYTES[kern.dtype_a] +
                               k * n * DTYPE_BYTES[kern.dtype_b] + m * n * DTYPE_BYTES[kern.dtype_d])
     memory_us = nbytes / (gbps_sm * 1e3 * min(sms, busy / BW_SATURATION))
     fixup_us = 0.0
-    if peers > 1:
+    if kern.split == "split_k":  # partials out and back in (the output's bytes are counted)
+        fixup_us = SPLIT_REDUCE_US + slices * m * n * 4 * 2 / (gbps_sm * 1e3 * sms)
+    elif peers > 1:
         fixup_us = peers * (tm * tn * 4 * 2 / (FIXUP_GBPS * 1e3) + FIXUP_SYNC_US)
     return max(compute_us, memory_us) + OVERLAP * min(compute_us, memory_us) + fixup_us
 

@@ -13,7 +13,7 @@ NAME = re.compile(
     rf"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_"
     rf"(?P<d>{TYPES})_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact|scaled))?(?:_(?P<split>streamk))?"
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact|scaled))?(?:_(?P<split>streamk|splitk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$")
 
 
@@ -229,3 +229,20 @@ def test_grouped_kernels():
         assert catalog.kernel_info(k).endswith(", 1}")
     core = catalog.select_kernels(kernels, "default")
     assert {(k.family, k.layout) for k in core if k.grouped} >= {("sm90", "tn"), ("sm80", "nn")}
+
+
+def test_split_k_kernels_wrap_their_unsplit_fp32_twin():
+    """A split-K kernel's source instantiates the same kernel with fp32 output and no split,
+    inside pcr::split::SplitK with its tile and K-majorness (native/kernels/split_k.cuh)."""
+    kernels = {k.name: k for k in catalog.catalogue()}
+    for name, k in kernels.items():
+        if k.split != "splitk":
+            continue
+        inner = catalog.kernel_type(catalog.dataclasses.replace(k, d="f32"), unsplit=True)
+        src = catalog.kernel_source(k)
+        tm, tn, tk = k.tile
+        major = ("true" if k.layout[0] == "t" else "false", "true" if k.layout[1] == "n" else "false")
+        assert f"pcr::split::SplitK<{inner}, {catalog.DTYPES[k.d][0]}, {tm}, {tn}, {tk}, " \
+               f"{major[0]}, {major[1]}, {k.align}>" in src, name
+        assert "#include \"split_k" in src and "PCR_SPLIT_K" in src and "pcr::split::Local<" in inner
+    assert {k.family for k in kernels.values() if k.split == "splitk"} == {"sm80", "sm90"}

@@ -86,7 +86,8 @@ SM90 = [config(i, 90, *c) for i, c in enumerate([
     ((128, 128, 64), (2, 1), "pingpong"), ((64, 256, 64), (1, 1), "pingpong"),
     ((64, 64, 128), (1, 1), "pingpong"), ((128, 64, 64), (1, 1), "cooperative", "stream_k"),
     ((128, 128, 64), (1, 1), "cooperative", "stream_k"),
-    ((128, 256, 64), (1, 1), "cooperative", "stream_k")])]
+    ((128, 256, 64), (1, 1), "cooperative", "stream_k"),
+    ((128, 128, 64), (1, 1), "cooperative", "split_k")])]
 SM80 = [config(20 + i, 80, *c) for i, c in enumerate([
     ((128, 128, 32), (2, 2), "multistage", "none", 4),
     ((128, 256, 32), (2, 4), "multistage", "none", 3),
@@ -106,14 +107,32 @@ def model_best(kernels, m, n, k, sms=132, cc=90):
 
 @pytest.mark.parametrize("m", [1, 16, 64])
 def test_decode_takes_a_64_row_data_parallel_tile(m):
-    """M <= 64 x 4096 x 4096: 64x128 / 64x64x128 ping-pong 13-22 us, stream-K 27-43 us."""
-    best = model_best(SM90, m, 4096, 4096)
+    """M <= 64 x 4096 x 4096: 64x128 / 64x64x128 ping-pong 13-22 us, stream-K 27-43 us.
+
+    Split-K is left out: the model puts it first here (~11 us), the H200 measured 18 us
+    (its 128-row TMA boxes at M <= 64 are mostly out of bounds, which the model does not
+    price); the calibration corrects it (next test).
+    """
+    best = model_best([c for c in SM90 if c.split != "split_k"], m, 4096, 4096)
     assert best.split == "none" and best.tile[0] == 64, best.name
 
 
-def test_few_tiles_and_a_long_k_loop_take_stream_k():
-    """256 x 256 x 65536: stream-K 128x64 55 us, the best data-parallel kernel 109 us."""
-    assert model_best(SM90, 256, 256, 65536).split == "stream_k"
+@pytest.mark.parametrize("m", [2, 4, 24, 48])
+def test_calibration_keeps_split_k_off_decode_shapes_no_sweep_timed(m):
+    """The shipped table's M buckets carry split-K's measured excess at M <= 64 (about
+    e^0.45 over the model): between swept M values the calibrated ranking still puts a
+    64-row tile first."""
+    p = types.SimpleNamespace(m=m, n=4096, k=4096, sm_count=132, cc=90)
+    assert f"{m}x4096x4096" not in _select.calibration(90)["residuals"]
+    best = _select.rank(p, SM90, [90]).ranked[0][0]
+    assert best.split != "split_k" and best.tile[0] == 64, best.name
+
+
+def test_few_tiles_and_a_long_k_loop_take_split_k():
+    """256 x 256 x 65536: split-K 26.5 us, stream-K 128x64 54 us, data-parallel 109 us."""
+    assert model_best(SM90, 256, 256, 65536).split == "split_k"
+    no_split_k = [c for c in SM90 if c.split != "split_k"]
+    assert model_best(no_split_k, 256, 256, 65536).split == "stream_k"
 
 
 H200_FEW_TILES = [(16, 4096, 14336), (128, 4096, 14336), (1, 8192, 28672), (256, 256, 65536)]
@@ -163,12 +182,27 @@ def test_stream_k_follows_cutlass_decomposition():
     assert _select.decompose(sk, 140, 64, 132) == (68, 132, 2)
 
 
-@pytest.mark.parametrize("tiles, iters, factor", [(32, 128, 5), (32, 8, 2), (1, 4096, 16),
-                                                  (132, 128, 1), (64, 3, 1)])
-def test_split_k_factor(tiles, iters, factor):
-    """min(ceil(SMs / tiles), K iterations / 4), in [1, 16], as the C side computes it."""
-    sk = next(c for c in SM80 if c.split == "split_k")
-    assert _select.decompose(sk, tiles, iters, 132)[2] == factor
+@pytest.mark.parametrize("m, n, k, sms, slices", [
+    (256, 256, 65536, 132, 32),    # 4 tiles: 33 fit one wave, 32 divides 1024 K tiles
+    (128, 128, 65536, 132, 128),   # capped at 128
+    (128, 128, 1 << 20, 132, 128),
+    (16, 4096, 14336, 132, 4),     # 32 tiles
+    (16, 4096, 14336, 108, 2),     # 3 fit, 3 does not divide 224 K tiles
+    (256, 256, 65544, 132, 3),     # K not whole tiles: 8-element units, 8193 = 3 x 2731
+    (256, 256, 512, 132, 2),       # >= 4 K tiles per slice
+    (256, 256, 256, 132, 1),
+    (4096, 4096, 4096, 132, 1)])   # more tiles than SMs
+def test_split_slices(m, n, k, sms, slices):
+    """Parallel split-K's slice count, as native/kernels/split_k.cuh computes it."""
+    sk = next(c for c in SM90 if c.split == "split_k")
+    assert _select.split_slices(sk, m, n, k, sms) == slices
+    assert _select.split_slices(sk, m, n, k, sms, batch=2) == 1
+
+
+def test_split_k_runs_every_slice_at_once():
+    sk = next(c for c in SM90 if c.split == "split_k")
+    # 4 tiles x 32 slices of 32 K tiles each: one wave, 128 SMs busy, no serial peers
+    assert _select.decompose(sk, 4, 1024, 132, 32) == (32, 128, 32)
 
 
 def test_memory_bound_time_is_bytes_over_bandwidth():
