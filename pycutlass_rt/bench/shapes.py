@@ -145,10 +145,10 @@ def _shapes(mnks, **extra) -> list:
 GROUPS = {g.key: g for g in (
     Group("A", "square", "compare", ("bf16", "fp16", "tf32", "fp32", "fp8", "int8"),
           tuple(_shapes(SQUARE, layout="tt"))),
-    Group("B", "decode", "compare", ("bf16", "fp8"), tuple(_shapes(DECODE))),
-    Group("C", "prefill", "compare", ("bf16", "fp8"), tuple(_shapes(PREFILL))),
-    Group("D", "awkward", "compare", ("bf16",), tuple(_shapes(AWKWARD))),
-    Group("E", "layouts", "compare", ("bf16",),
+    Group("B", "decode", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(DECODE))),
+    Group("C", "prefill", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(PREFILL))),
+    Group("D", "awkward", "compare", ("bf16", "fp16"), tuple(_shapes(AWKWARD))),
+    Group("E", "layouts", "compare", ("bf16", "fp16"),
           tuple([s for lay in LAYOUTS for s in _shapes(SQUARE[2:3], layout=lay)] +
                 _shapes(SQUARE[2:3], pad=PAD))),
     Group("F", "epilogue", "compare", ("bf16",),
@@ -156,7 +156,7 @@ GROUPS = {g.key: g for g in (
                 [s for act in ACTIVATIONS for s in _shapes(EPILOGUE_SHAPES,
                                                            epilogue=f"bias_{act}")])),
     Group("G", "host", "host", ("bf16",), tuple(_shapes(HOST_SHAPES))),
-    Group("H", "regret", "regret", ("bf16", "fp8"), tuple(_shapes(DECODE + PREFILL + AWKWARD))),
+    Group("H", "regret", "regret", ("bf16", "fp16", "fp8"), tuple(_shapes(DECODE + PREFILL + AWKWARD))),
     Group("I", "batched", "compare", ("bf16",),
           tuple(s for L in BATCHES for s in _shapes(BATCHED_SHAPES, layout="tt", batch=L))),
     Group("J", "grouped", "grouped", ("bf16",),
