@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -106,6 +107,12 @@ class Sample:
     def best(self) -> float:
         return min(self.times.values())
 
+    @functools.cached_property
+    def residuals(self) -> dict:
+        """Kernel name -> log(measured / model time), computed once (read after every row
+        is in): "held out" recalibrates from the same samples for every swept shape."""
+        return {name: math.log(us / model_us(self, name)) for name, us in self.times.items()}
+
 
 def file_label(path: str, digest: str) -> str:
     """heuristics/sweeps/h200_bf16.csv@1a2b3c4d5e6f7a8b (relative to the repository)."""
@@ -166,8 +173,7 @@ def calibrate(samples: list[Sample]) -> dict:
     logs: dict = collections.defaultdict(lambda: collections.defaultdict(list))
     for s in samples:
         keys = _select.bucket_keys(s.m, s.n, s.k)
-        for name, us in s.times.items():
-            r = math.log(us / model_us(s, name))
+        for name, r in s.residuals.items():
             for key in keys:
                 logs[key][config_of(name)].append(r)
     return {"residuals": {key: {c: round(sum(v) / len(v), 4) for c, v in sorted(per.items())}
