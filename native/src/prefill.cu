@@ -155,7 +155,7 @@ __global__ void stage_rows(RowCopy a, RowCopy b) {
 // The RowCopy of src into dst, or false where the fast path does not apply: dtypes
 // differ, a batch, no unit-stride dimension shared by both, an unaligned destination.
 bool row_copy(const Matrix& src, const Matrix& dst, RowCopy* out) {
-  if (src.dtype != dst.dtype || src.batch > 1 || dst.batch > 1 || 16 % dst.esize) return false;
+  if (src.dtype != dst.dtype || src.batch > 1 || dst.batch > 1) return false;
   const bool rows = dst.s1 == 1;  // row-major destination, else column-major (s0 == 1)
   const int64_t src_inner = rows ? src.s1 : src.s0, dst_ld = rows ? dst.s0 : dst.s1;
   const int64_t per = 16 / dst.esize;
