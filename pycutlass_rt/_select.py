@@ -293,6 +293,12 @@ def rank(problem, candidates: list[KernelInfo], family_order: list[int],
     m, n, k, sms = problem.m, problem.n, problem.k, problem.sm_count
     cc = getattr(problem, "cc", None)
     batch = max(getattr(problem, "batch", 1), 1)
+    times: dict = {}
+
+    def model_us(c):  # each candidate's model time once: the passes below all read it
+        if c.name not in times:
+            times[c.name] = model_time(c, m, n, k, sms, cc, batch)
+        return times[c.name]
 
     def ordered(group, rule):
         prefer = rule["prefer"] if rule else []
@@ -300,7 +306,7 @@ def rank(problem, candidates: list[KernelInfo], family_order: list[int],
         for c in group:  # rules name plain kernels: a fused one ranks as its plain twin
             pos = next((i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(c.base_name, p)),
                        len(prefer))
-            keyed.append((pos, model_time(c, m, n, k, sms, cc, batch), c.name, c))
+            keyed.append((pos, model_us(c), c.name, c))
         return [(c, f"table rule {prefer[pos]!r}" if pos < len(prefer)
                  else f"analytic model (~{us:.3g} us)")
                 for pos, us, _, c in sorted(keyed, key=lambda t: t[:3])]
@@ -317,7 +323,7 @@ def rank(problem, candidates: list[KernelInfo], family_order: list[int],
         for c in runs_here:
             hit = None if c.name in named else residual(cal, config_of(c.base_name), keys)
             if hit:
-                us = model_time(c, m, n, k, sms, cc, batch) * math.exp(hit[0])
+                us = model_us(c) * math.exp(hit[0])
                 measured.append((us, c.name, c, hit[1]))
         ranked += [(c, f"calibrated model (~{us:.3g} us; sweeps at {key})")
                    for us, _, c, key in sorted(measured, key=lambda t: t[:2])]
