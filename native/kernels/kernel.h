@@ -109,6 +109,11 @@ struct KernelEntry {
 // Sets the calling thread's error message (see pcr_last_error) and returns `status`.
 int set_error(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// Whether kernels built for it launch as programmatic dependents (PDL: the launch may
+// start while the previous kernel in the stream drains, and waits in-kernel, at
+// griddepcontrol.wait, before touching global memory). On unless PYCUTLASS_RT_PDL=0.
+bool programmatic_launch();
+
 // Raises a kernel's dynamic shared memory limit once per device (the call is not free and
 // must not happen inside stream capture more than needed).
 int ensure_smem_limit(const void* func, int device, int bytes, std::atomic<uint64_t>* done_mask);

@@ -213,6 +213,8 @@ struct Sm75 {
 // through the prepared operator (Op::Prepared) with the shared-memory limit raised.
 template <class Op>
 struct Kernel2x {
+  static constexpr bool kProgrammatic = false;  // no grid dependency wait in these kernels
+
   static int can_implement(const GemmArgs& p) {
     cutlass::Status s = Op::Device::can_implement(Op::arguments(p));
     if (s == cutlass::Status::kSuccess) return PCR_OK;

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <new>
 
+#include "cutlass/arch/grid_dependency_control.h"
+
 #include "kernel.h"
 
 namespace pcr::split {
@@ -49,6 +51,10 @@ struct Sum {
 
 template <class ElementD>
 __global__ void __launch_bounds__(kChunks * kGroups) sum_slices(Sum<ElementD> a) {
+  // Launched as the slices' programmatic dependent (sm90a): wait for their partials (a
+  // no-op elsewhere). No early trigger of its own: a next GEMM's resident CTAs would take
+  // the shared memory the remaining blocks of this grid need.
+  cutlass::arch::wait_on_dependent_grids();
   __shared__ float4 part[kGroups][kChunks];
   const int tx = threadIdx.x % kChunks, ty = threadIdx.x / kChunks;
   const int64_t chunks = a.ldw / 4;
@@ -174,10 +180,20 @@ struct SplitK {
     const auto& prep = *static_cast<const Prepared*>(prepared);
     int st = Inner::launch(&prep.inner, prep.inner_workspace, device, stream);
     if (st != PCR_OK) return st;
-    sum_slices<ElementD><<<prep.grid, kChunks * kGroups, 0, stream>>>(prep.sum);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = prep.grid;
+    config.blockDim = dim3(kChunks * kGroups);
+    config.stream = stream;
+    config.attrs = &pdl;
+    config.numAttrs = Inner::kProgrammatic && programmatic_launch() ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&config, sum_slices<ElementD>, prep.sum);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
       return set_error(PCR_ERR_CUDA, "split-K reduction launch failed: %s", cudaGetErrorString(e));
+    }
     return PCR_OK;
   }
 

@@ -14,6 +14,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cutlass/arch/grid_dependency_control.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"  // device_kernel
@@ -61,13 +62,32 @@ struct BiasActTree {
             {p.activation}};
   }
 };
+// A scalar broadcast that reads its scalars after the grid dependency wait. CUTLASS's
+// reads them when constructed, which consumer warps do before any wait: in a
+// programmatic launch, a scale the previous kernel writes could be read too early.
+struct WaitForPrimary {
+  CUTLASS_HOST_DEVICE WaitForPrimary() {
+#if defined(__CUDA_ARCH__)
+    cutlass::arch::wait_on_dependent_grids();
+#endif
+  }
+};
+template <class Element, class StrideMNL, int Count>
+struct ScalarsAfterWait : WaitForPrimary, Sm90ScalarBroadcast<Element, StrideMNL, Count> {
+  using Base = Sm90ScalarBroadcast<Element, StrideMNL, Count>;
+  CUTLASS_HOST_DEVICE ScalarsAfterWait() {}
+  CUTLASS_HOST_DEVICE ScalarsAfterWait(typename Base::Params const& params,
+                                       typename Base::SharedStorage const& storage)
+      : WaitForPrimary(), Base(params, storage) {}
+};
+
 // The dequantizing epilogue of quantized inputs (fp8, int8):
 //   D = act(beta * C + (sa_m[m] * (sb_n[n] * (alpha * sa * sb * acc)) + bias_n[n]) + bias_m[m])
 // sa and sb are per-tensor scales read from the GPU (null: 1), sa_m and sb_n per-row and
 // per-column float vectors (null: 1), biases in D's dtype (null: 0).
 template <class TileShape, class ElementD>
 struct ScaledTree {
-  using Scalars = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>, 3>;  // alpha, sa, sb
+  using Scalars = ScalarsAfterWait<float, Stride<_0, _0, int64_t>, 3>;  // alpha, sa, sb
   using Scalar = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>>;
   using RowScale = Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, _1, int64_t>>;
   using ColScale = Sm90ColBroadcast<0, TileShape, float, float, Stride<_1, _0, int64_t>>;
@@ -224,18 +244,25 @@ struct Kernel3x {
         Op::GemmKernel::initialize_workspace(prep.args, workspace, stream) != cutlass::Status::kSuccess)
       return set_error(PCR_ERR_CUDA, "workspace initialization failed: %s",
                        cudaGetErrorString(cudaGetLastError()));
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = cute::size<0>(typename Op::Cluster{});
-    cluster.val.clusterDim.y = cute::size<1>(typename Op::Cluster{});
-    cluster.val.clusterDim.z = cute::size<2>(typename Op::Cluster{});
+    cudaLaunchAttribute attrs[2];
+    unsigned n = 0;
+    if (cute::size(typename Op::Cluster{}) > 1) {
+      attrs[n].id = cudaLaunchAttributeClusterDimension;
+      attrs[n].val.clusterDim.x = cute::size<0>(typename Op::Cluster{});
+      attrs[n].val.clusterDim.y = cute::size<1>(typename Op::Cluster{});
+      attrs[n++].val.clusterDim.z = cute::size<2>(typename Op::Cluster{});
+    }
+    if (Op::kProgrammatic && programmatic_launch()) {
+      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
     cudaLaunchConfig_t config{};
     config.gridDim = prep.grid;
     config.blockDim = prep.block;
     config.dynamicSmemBytes = Op::GemmKernel::SharedStorageSize;
     config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = cute::size(typename Op::Cluster{}) > 1 ? 1 : 0;
+    config.attrs = attrs;
+    config.numAttrs = n;
     void* params[] = {&prep.params};
     cudaError_t e = cudaLaunchKernelExC(&config, device_function(), params);
     if (e != cudaSuccess) {
@@ -259,6 +286,15 @@ template <class ElementA, class ElementB, class ElementD, class LayoutA, class L
 struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
                             Schedule, AlignAB, TileScheduler, SwapAB, Epilogue, ElementAcc>> {
   using Cluster = ClusterShape;
+  // sm90a kernels wait at griddepcontrol.wait before their first global load and hint
+  // the next launch at their last tile (CUTLASS_ENABLE_GDC_FOR_SM90), so they may launch
+  // as programmatic dependents: their prologue then overlaps the previous kernel's tail.
+  // sm100a's equivalent is not enabled: no sm100 hardware here to run it on.
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+  static constexpr bool kProgrammatic = cute::is_same_v<typename Schedule::Arch, cutlass::arch::Sm90>;
+#else
+  static constexpr bool kProgrammatic = false;
+#endif
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
                                       cutlass::layout::RowMajor>;
@@ -334,6 +370,9 @@ template <class ElementA, class ElementB, class ElementD, class LayoutA, class L
 struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA, LayoutB,
                                           TileShape, ClusterShape, Schedule, AlignAB>> {
   using Cluster = ClusterShape;
+  // CUTLASS's grouped kernels have no dependency wait, and every warp reads the group
+  // sizes from GPU memory to schedule its tiles: never launched as a dependent.
+  static constexpr bool kProgrammatic = false;
   using ElementAcc = float;
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using LayoutD = cutlass::layout::RowMajor;

@@ -106,6 +106,14 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0 && cudaSetDevice(previous_) == cudaSuccess) t_context_device = previous_;
 }
 
+bool programmatic_launch() {
+  static const bool on = [] {
+    const char* v = getenv("PYCUTLASS_RT_PDL");
+    return !(v && strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 int ensure_smem_limit(const void* func, int device, int bytes, std::atomic<uint64_t>* done) {
   uint64_t bit = uint64_t(1) << (device & 63);
   if (bytes < (48 << 10) || (done->load(std::memory_order_acquire) & bit)) return PCR_OK;

@@ -89,3 +89,14 @@ def test_expected_instructions(family, arch):
     sass = cuobjdump("-sass", "-arch", arch)
     for instr in must:
         assert instr in sass, f"{instr} missing from {arch} SASS"
+
+
+def test_sm90a_kernels_wait_for_their_predecessor():
+    """Launched as programmatic dependents, every non-grouped sm90a GEMM must hold the grid
+    dependency wait (griddepcontrol.wait: ACQBULK); grouped ones launch plainly."""
+    want = sum(1 for k in pcr.kernels() if k.family == 90 and not k.grouped)
+    if not want or "90a" not in pcr.info()["build"]["catalog"]["families"].get("sm90", []):
+        pytest.skip("this build has no sm90a GEMM")
+    functions = cuobjdump("-sass", "-arch", "sm_90a").split("Function : ")[1:]
+    waiting = [f for f in functions if re.search(r"\b[HQI]GMMA\b", f) and "ACQBULK" in f]
+    assert len(waiting) >= want, f"{len(waiting)} of {want} sm90a GEMMs wait for their predecessor"
