@@ -359,6 +359,9 @@ SM90_FP8_CONFIGS = [
     ((128, 128, 128), (2, 1, 1), "coop", "none", "core", ("linear", "scaled")),
     ((128, 128, 128), (1, 1, 1), "coop", "none", "extended", ("linear",)),
     ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear", "scaled")),
+    # few tiles against a long K (128 x 4096 x 14336: 32 tiles); the reduction scales by
+    # alpha only, so dequantizing calls take the other kernels
+    ((128, 128, 128), (1, 1, 1), "coop", "splitk", "extended", ("linear",)),
 ]
 #: fp8 decode (M <= 64 against large weights): SM90_SWAP_CONFIGS' tiles and tiers, plain
 #: epilogue only

@@ -12,8 +12,14 @@ from helpers import matrix, runnable_kernels, tolerance, torch_dtype
 torch = pytest.importorskip("torch")
 
 KERNELS = [k.name for k in runnable_kernels() if k.split == "split_k"]
-#: 4 tiles x 32 slices; 25 slices of 5.125 K tiles (8-element units); one tile row, 16 slices
-SHAPES = [(256, 256, 16384), (200, 136, 8200), (24, 520, 32768)]
+#: 4 tiles x 32 slices; 25 slices of 41 alignment units each, a K that is not whole K tiles
+#: (8200 for 8-element units, 16400 for fp8's 16); one tile row, 16 slices
+SHAPES = ["256x256x16384", "200x136x1025align", "24x520x32768"]
+
+
+def shape(kern, spec):
+    m, n, k = spec.split("x")
+    return int(m), int(n), (1025 * kern.align[0] if k == "1025align" else int(k))
 
 
 def operands(kern, m, n, k, integer):
@@ -24,10 +30,11 @@ def operands(kern, m, n, k, integer):
 
 
 @pytest.mark.skipif(not KERNELS, reason="no split-K kernel of this build runs on this GPU")
-@pytest.mark.parametrize("m, n, k", SHAPES)
+@pytest.mark.parametrize("spec", SHAPES)
 @pytest.mark.parametrize("name", KERNELS)
-def test_split_k_is_exact_and_deterministic(name, m, n, k):
+def test_split_k_is_exact_and_deterministic(name, spec):
     kern = pcr._kernels.by_name(name)
+    m, n, k = shape(kern, spec)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert _select.split_slices(kern, m, n, k, sms) > 1
     out_dt = torch_dtype(kern.dtype_d)
@@ -53,7 +60,7 @@ def test_split_k_is_exact_and_deterministic(name, m, n, k):
 @pytest.mark.parametrize("name", KERNELS)
 def test_split_k_c_is_d_and_graph_replay(name):
     kern = pcr._kernels.by_name(name)
-    m, n, k = SHAPES[0]
+    m, n, k = shape(kern, SHAPES[0])
     a, b, d = operands(kern, m, n, k, True)
     want = (a.double() @ b.double() + d.double()).to(d.dtype)
     pcr.gemm(a, b, d, d, 1.0, 1.0, kernel=name)  # C is D: read and written by one thread
