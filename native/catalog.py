@@ -90,7 +90,7 @@ TMA_GROUPED_SCHEDULES = {"coop": "Sm90GroupedCooperative", "pingpong": "Sm90Grou
 #: family's own kernel, fp32 output, under this translation unit's own scheduler or
 #: swizzle tag) into partials summed by a second kernel (native/kernels/split_k.cuh).
 SPLITS = {"none": ("PCR_SPLIT_NONE", "void", "pcr::mma::DataParallel"),
-          "streamk": ("PCR_STREAM_K", "cutlass::gemm::StreamKScheduler", "pcr::mma::StreamK"),
+          "streamk": ("PCR_STREAM_K", "pcr::tma::StreamK", "pcr::mma::StreamK"),
           # the tags of a split-K kernel's unsplit inner kernel
           "splitk": ("PCR_SPLIT_K", "pcr::split::Local<cutlass::gemm::PersistentScheduler>",
                      "pcr::split::Local<pcr::mma::DataParallel>")}
@@ -235,6 +235,9 @@ SM90_CONFIGS = [
     ((64, 32, 128), (1, 1, 1), "pingpong", "none", "extended", False),
     ((64, 16, 256), (1, 1, 1), "pingpong", "none", "extended", False),
     ((128, 64, 64), (1, 1, 1), "coop", "streamk", "extended", False),
+    # 1024^3: 128 tiles on 132 SMs, both consumer warpgroups on each (a ping-pong CTA with
+    # one tile leaves one idle)
+    ((128, 64, 64), (1, 1, 1), "coop", "none", "extended", False),
     ((128, 128, 64), (1, 1, 1), "coop", "streamk", "extended", True),
     ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended", False),
     # few output tiles, very long K (256x256x65536): slices run side by side, no serial fix-up

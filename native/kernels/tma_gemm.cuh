@@ -3,7 +3,7 @@
 //   sm100a (tcgen05/UMMA): 1-SM and 2-SM schedules.
 // The collective builders pick the instructions from the arch tag and the schedule.
 // The tile scheduler is CUTLASS's persistent data-parallel one, or stream-K
-// (cutlass::gemm::StreamKScheduler; cooperative and sm100 schedules only), whose
+// (StreamK below, CUTLASS's; cooperative and sm100 schedules only), whose
 // heuristic decomposition spreads the K loop of too few output tiles over every SM
 // (stream-K or split-K) with a deterministic fp32 fix-up in the workspace.
 // fp8 without fast accumulation runs fp8_mainloop.cuh's overlapped promotion.
@@ -120,6 +120,22 @@ struct ScaledTree {
   }
 };
 }  // namespace evt
+
+// The stream-K tile scheduler tag of the library's sm90a kernels: CUTLASS's scheduler but
+// for is_last_tile, which CUTLASS 4.2's does not compile with CUTLASS_ENABLE_GDC_FOR_SM90
+// (a const member function binds a member to a non-const reference). It only tells the
+// kernel when to let its dependents launch early; "never" lets them launch when the
+// kernel exits, as after a plain kernel. The kernels still wait for their predecessor.
+struct StreamK {};
+template <class TileShape, class ClusterShape>
+struct StreamKScheduler
+    : cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape> {
+  using cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape,
+                                                                          ClusterShape>::
+      PersistentTileSchedulerSm90StreamK;
+  template <class WorkTileInfo>
+  CUTLASS_DEVICE bool is_last_tile(WorkTileInfo const&, uint32_t = 1) const { return false; }
+};
 
 // kSmsPerMma: how many SMs (CTAs) one MMA tile spans along M; the epilogue works per CTA.
 struct Sm90Cooperative {
@@ -425,3 +441,16 @@ struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA,
 };
 
 }  // namespace pcr::tma
+
+namespace cutlass::gemm::kernel::detail {
+template <class ArchTag, class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
+struct TileSchedulerSelector<pcr::tma::StreamK, ArchTag, TileShape, ClusterShape,
+                             SchedulerPipelineStageCount>  // other archs: CUTLASS's own
+    : TileSchedulerSelector<StreamKScheduler, ArchTag, TileShape, ClusterShape,
+                            SchedulerPipelineStageCount> {};
+template <class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
+struct TileSchedulerSelector<pcr::tma::StreamK, arch::Sm90, TileShape, ClusterShape,
+                             SchedulerPipelineStageCount> {
+  using Scheduler = pcr::tma::StreamKScheduler<TileShape, ClusterShape>;
+};
+}  // namespace cutlass::gemm::kernel::detail
