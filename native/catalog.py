@@ -235,9 +235,6 @@ SM90_CONFIGS = [
     ((64, 32, 128), (1, 1, 1), "pingpong", "none", "extended", False),
     ((64, 16, 256), (1, 1, 1), "pingpong", "none", "extended", False),
     ((128, 64, 64), (1, 1, 1), "coop", "streamk", "extended", False),
-    # 1024^3: 128 tiles on 132 SMs, both consumer warpgroups on each (a ping-pong CTA with
-    # one tile leaves one idle)
-    ((128, 64, 64), (1, 1, 1), "coop", "none", "extended", False),
     ((128, 128, 64), (1, 1, 1), "coop", "streamk", "extended", True),
     ((128, 256, 64), (1, 1, 1), "coop", "streamk", "extended", False),
     # few output tiles, very long K (256x256x65536): slices run side by side, no serial fix-up
@@ -362,9 +359,6 @@ SM90_FP8_CONFIGS = [
     ((128, 128, 128), (2, 1, 1), "coop", "none", "core", ("linear", "scaled")),
     ((128, 128, 128), (1, 1, 1), "coop", "none", "extended", ("linear",)),
     ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear", "scaled")),
-    # few tiles against a long K (128 x 4096 x 14336: 32 tiles); the reduction scales by
-    # alpha only, so dequantizing calls take the other kernels
-    ((128, 128, 128), (1, 1, 1), "coop", "splitk", "extended", ("linear",)),
 ]
 #: fp8 decode (M <= 64 against large weights): SM90_SWAP_CONFIGS' tiles and tiers, plain
 #: epilogue only

@@ -109,9 +109,10 @@ struct KernelEntry {
 // Sets the calling thread's error message (see pcr_last_error) and returns `status`.
 int set_error(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// Whether kernels built for it launch as programmatic dependents (PDL: the launch may
+// Whether this launch of a kernel built for it is a programmatic dependent (PDL: it may
 // start while the previous kernel in the stream drains, and waits in-kernel, at
-// griddepcontrol.wait, before touching global memory). On unless PYCUTLASS_RT_PDL=0.
+// griddepcontrol.wait, before touching global memory). The runtime decides per launch
+// (dispatch.cpp, programmatic_suits); PYCUTLASS_RT_PDL=0 turns it off.
 bool programmatic_launch();
 
 // Raises a kernel's dynamic shared memory limit once per device (the call is not free and

@@ -277,12 +277,24 @@ int PreparedLaunch::prepare(int k, const GemmArgs& g, size_t bytes, void* ws) {
   return PCR_OK;
 }
 
+// Whether kernel k runs `g` as a programmatic dependent (PDL). Measured on the H200
+// (benchmarks/results/h200-2026-12-01-c/pdl.md): it saves 0.3-2 us per launch where the
+// launch latency shows (1024^3 7.3 -> 6.4 us), but a ping-pong kernel whose CTAs each hold
+// one tile over a long K, with two or more tile rows, or whose tiles outnumber the SMs,
+// ran 5-38% slower (256x4096x14336: 48 -> 65 us); those launch plainly.
+static bool programmatic_suits(const pcr_kernel_desc& d, const GemmArgs& g) {
+  if (d.schedule != PCR_SCHED_PINGPONG || g.k <= 2048) return true;
+  const int64_t rows = (g.m + d.tile_m - 1) / d.tile_m;
+  return rows == 1 && (g.n + d.tile_n - 1) / d.tile_n <= g.sm_count;
+}
+
 int PreparedLaunch::launch(int k, const GemmArgs& g, size_t bytes, void* ws,
                            cudaStream_t stream) {
   if (!matches(k, g) || workspace != ws) {
     int st = prepare(k, g, bytes, ws);
     if (st != PCR_OK) return st;
   }
+  allow_programmatic(programmatic_suits(kKernels[k]->info, g));
   return kKernels[k]->ops.launch(blob, ws, g.device, stream);
 }
 

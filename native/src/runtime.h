@@ -32,6 +32,10 @@ class DeviceGuard {
   int previous_ = -1;
 };
 int cuda_status(cudaError_t e, const char* what);
+
+// Whether the calling thread's next launches may be programmatic dependents (see
+// programmatic_launch in kernels/kernel.h; PreparedLaunch::launch sets it per launch).
+void allow_programmatic(bool on);
 // Whether the build holds an image of kernel `k` that loads on `device` (cached).
 int kernel_runs_on(int k, int device, bool* runs);
 
