@@ -86,3 +86,12 @@ def matrix(rows, cols, layout="t", dtype=None, *, integer=False, pad=0, offset=0
         flat = (torch.rand(size, device="cuda") * 2 - 1).to(dtype)
     x = flat[offset:].view(shape)
     return x[:, :cols] if layout == "t" else x[:, :rows].t()
+
+
+def empty(rows, cols, dtype=None):
+    """A rows x cols torch CUDA output whose unwritten elements show: NaN (bfloat16 by
+    default), or an unlikely integer (-77) for integer dtypes."""
+    import torch
+    dtype = dtype or torch.bfloat16
+    fill = float("nan") if dtype.is_floating_point else -77
+    return torch.full((rows, cols), fill, device="cuda", dtype=dtype)

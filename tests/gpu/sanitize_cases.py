@@ -18,7 +18,7 @@ def main():
     import torch
 
     import pycutlass_rt as pcr
-    from helpers import matrix, runnable_kernels, torch_dtype
+    from helpers import empty, matrix, runnable_kernels, torch_dtype
 
     failures = []
     # Outputs start as NaN: an element a kernel leaves unwritten fails the check, and
@@ -44,10 +44,6 @@ def main():
 
     bf = torch.bfloat16
 
-    def output(m, n, dtype=bf):
-        return torch.full((m, n), float("nan") if dtype.is_floating_point else -77,
-                          device="cuda", dtype=dtype)
-
     # one kernel of every family, input dtype, schedule, split, swap and alignment class
     for k in runnable_kernels(lambda k: (k.family, k.dtype_a, k.schedule, k.split, k.swap_ab,
                                          k.align[0] == 1, k.epilogue)):
@@ -67,36 +63,36 @@ def main():
             extra.update(scale_a=torch.rand(m, 1, device="cuda") + 0.5,
                          scale_b=torch.rand(1, n, device="cuda") + 0.5)
         alpha, beta = (1.5, -0.5) if td.is_floating_point else (2.0, -1.0)
-        check(k.name, a, b, matrix(m, n, "t", td), output(m, n, td), alpha, beta,
+        check(k.name, a, b, matrix(m, n, "t", td), empty(m, n, td), alpha, beta,
               kernel=k.name, **extra)
 
     check("odd sizes (alignment 1)", matrix(67, 129, "t", bf), matrix(129, 65, "n", bf), None,
-          output(67, 65))
+          empty(67, 65))
     check("shifted view", matrix(96, 72, "t", bf, offset=1), matrix(72, 40, "t", bf), None,
-          output(96, 40))
+          empty(96, 40))
     check("k = 0", matrix(80, 0, "t", bf), matrix(0, 48, "t", bf), matrix(80, 48, "n", bf),
-          output(80, 48), 1.0, 2.0)
+          empty(80, 48), 1.0, 2.0)
     d = matrix(130, 136, "t", bf)
     check("c is d", matrix(130, 264, "t", bf), matrix(264, 136, "t", bf), d, d, 1.0, 1.0)
     a, b = matrix(257, 1025, "t", bf), matrix(1025, 520, "n", bf)  # 2^27 MACs, odd K
-    assert pcr.explain(a, b, None, output(257, 520)).problem["staged"], "not staged"
-    check("staged", a, b, None, output(257, 520))
-    check("plan", matrix(200, 136, "n", bf), matrix(136, 264, "t", bf), None, output(200, 264),
+    assert pcr.explain(a, b, None, empty(257, 520)).problem["staged"], "not staged"
+    check("staged", a, b, None, empty(257, 520))
+    check("plan", matrix(200, 136, "n", bf), matrix(136, 264, "t", bf), None, empty(200, 264),
           plan=True)
 
     check("batch", matrix(3 * 70, 72, "t", bf).reshape(3, 70, 72), matrix(72, 48, "n", bf), None,
           torch.full((3, 70, 48), float("nan"), device="cuda", dtype=bf))
     check("bias per row + relu", matrix(90, 64, "t", bf), matrix(64, 56, "t", bf), None,
-          output(90, 56), bias=matrix(90, 1, "t", bf), activation="relu")
+          empty(90, 56), bias=matrix(90, 1, "t", bf), activation="relu")
 
     if any(k.grouped for k in pcr.kernels()):
         sizes = [(0, 40, 64), (1, 8, 8), (70, 48, 96), (130, 136, 64)]
         As = [matrix(m, k, "t", bf) for m, n, k in sizes]
         Bs = [matrix(k, n, "t", bf) for m, n, k in sizes]
-        Ds = [output(m, n) for m, n, k in sizes]
+        Ds = [empty(m, n) for m, n, k in sizes]
         pcr.grouped_gemm(As, Bs, None, Ds)
         x, w = matrix(300, 64, "t", bf), matrix(4 * 64, 40, "t", bf).reshape(4, 64, 40)
-        out = output(300, 40)
+        out = empty(300, 40)
         ends = torch.tensor([100, 100, 250, 300], device="cuda", dtype=torch.int32)
         pcr.moe_gemm(x, w, ends, out)
         torch.cuda.synchronize()

@@ -11,19 +11,13 @@ import math
 import pytest
 
 import pycutlass_rt as pcr
-from helpers import math_of, matrix as _matrix, runnable_kernels, tolerance, torch_dtype
+from helpers import empty, math_of, matrix as _matrix, runnable_kernels, tolerance, torch_dtype
 
 torch = pytest.importorskip("torch")
 
 #: (alpha, beta) per shape; int32 outputs take integers (computed exactly, in int32)
 SCALARS = [(1.0, 0.0), (0.5, 2.0), (1.0, 1.0), (-1.5, 0.25)]
 INT_SCALARS = [(1.0, 0.0), (2.0, -1.0), (1.0, 1.0), (-3.0, 2.0)]
-
-
-def empty(m, n, dtype):
-    """An output whose unwritten elements show: NaN, or an unlikely integer."""
-    fill = float("nan") if dtype.is_floating_point else -77
-    return torch.full((m, n), fill, device="cuda", dtype=dtype)
 
 
 KERNELS = [k.name for k in runnable_kernels()]

@@ -8,7 +8,7 @@ clobber its predecessor's inputs. Values stay small integers, so results are exa
 import pytest
 
 import pycutlass_rt as pcr
-from helpers import math_of, matrix, runnable_kernels, torch_dtype
+from helpers import empty, math_of, matrix, runnable_kernels, torch_dtype
 
 torch = pytest.importorskip("torch")
 
@@ -54,8 +54,7 @@ def test_back_to_back_kernels_see_each_others_writes(name):
     first = matrix(m, n, "t", out_dt, integer=True)
     step = (a.double() @ b.double())
     want = (first.double() + STEPS * step).to(out_dt)
-    bufs = [torch.full((m, n), float("nan") if out_dt.is_floating_point else -77,
-                       device="cuda", dtype=out_dt) for _ in range(2)]
+    bufs = [empty(m, n, out_dt) for _ in range(2)]
 
     def through_c(prev, out):  # C is the previous D; D is the previous C
         pcr.gemm(a, b, prev, out, 1.0, 1.0, math=math_of(kern), kernel=name)
@@ -96,7 +95,7 @@ def test_previous_output_as_next_a(name):
     want = first.double()
     for _ in range(STEPS):
         want = view(want) @ p.double()
-    bufs = [torch.full((side, side), float("nan"), device="cuda", dtype=dt) for _ in range(2)]
+    bufs = [empty(side, side, dt) for _ in range(2)]
     got = run_chain(lambda prev, out: pcr.gemm(view(prev), p, None, out, kernel=name),
                     first, bufs)
     torch.cuda.synchronize()
