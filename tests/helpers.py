@@ -95,3 +95,17 @@ def empty(rows, cols, dtype=None):
     dtype = dtype or torch.bfloat16
     fill = float("nan") if dtype.is_floating_point else -77
     return torch.full((rows, cols), fill, device="cuda", dtype=dtype)
+
+
+def reference(a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
+    """``act(alpha * a @ b + beta * c + bias)`` in float64 (bias broadcasts as numpy does:
+    (N,) per column, (M, 1) per row)."""
+    import torch
+    ref = alpha * (a.double() @ b.double())
+    if c is not None and beta != 0:
+        ref = ref + beta * c.double()
+    if bias is not None:
+        ref = ref + bias.double()
+    f = torch.nn.functional
+    return {None: lambda v: v, "relu": f.relu, "silu": f.silu, "gelu": f.gelu,
+            "gelu_tanh": lambda v: f.gelu(v, approximate="tanh")}[activation](ref)

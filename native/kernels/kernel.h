@@ -86,8 +86,10 @@ struct KernelOps {
   // kPreparedAlign-aligned). Host work only: no allocation, no GPU work.
   int (*prepare)(const GemmArgs&, void* workspace, void* prepared);
   // Resets the workspace's per-launch state (stream-K / split-K barriers) and enqueues
-  // the kernel on `stream`; never allocates or synchronizes.
-  int (*launch)(const void* prepared, void* workspace, int device, cudaStream_t stream);
+  // the kernel on `stream`; never allocates or synchronizes. `programmatic`: launch it as
+  // a programmatic dependent (see programmatic_dependent) if it was built to be one.
+  int (*launch)(const void* prepared, void* workspace, int device, cudaStream_t stream,
+                bool programmatic);
   // The __global__ function, used to ask the driver whether an image runs on a device.
   const void* (*device_function)();
 };
@@ -109,11 +111,16 @@ struct KernelEntry {
 // Sets the calling thread's error message (see pcr_last_error) and returns `status`.
 int set_error(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// Whether this launch of a kernel built for it is a programmatic dependent (PDL: it may
-// start while the previous kernel in the stream drains, and waits in-kernel, at
-// griddepcontrol.wait, before touching global memory). The runtime decides per launch
-// (dispatch.cpp, programmatic_suits); PYCUTLASS_RT_PDL=0 turns it off.
-bool programmatic_launch();
+// The launch attribute of a programmatic dependent (PDL): the launch may start while the
+// previous kernel in the stream drains, and waits in-kernel, at griddepcontrol.wait, before
+// touching global memory. Only kernels built with that wait (Op::kProgrammatic) take it;
+// the runtime decides per prepared launch (dispatch.cpp, programmatic_suits).
+inline cudaLaunchAttribute programmatic_dependent() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
 
 // Raises a kernel's dynamic shared memory limit once per device (the call is not free and
 // must not happen inside stream capture more than needed).

@@ -234,7 +234,8 @@ struct Kernel2x {
     return PCR_OK;
   }
 
-  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
+  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream,
+                    bool /*programmatic: never, see kProgrammatic*/) {
     static std::atomic<uint64_t> smem_done{0};
     int st = ensure_smem_limit(Op::device_function(), device,
                                int(sizeof(typename Op::GemmKernel::SharedStorage)), &smem_done);

@@ -175,20 +175,19 @@ struct SplitK {
     return PCR_OK;
   }
 
-  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
+  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream,
+                    bool programmatic) {
     (void)workspace;  // the partials' and the inner kernel's places are in the prepared launch
     const auto& prep = *static_cast<const Prepared*>(prepared);
-    int st = Inner::launch(&prep.inner, prep.inner_workspace, device, stream);
+    int st = Inner::launch(&prep.inner, prep.inner_workspace, device, stream, programmatic);
     if (st != PCR_OK) return st;
-    cudaLaunchAttribute pdl;
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute pdl = programmatic_dependent();
     cudaLaunchConfig_t config{};
     config.gridDim = prep.grid;
     config.blockDim = dim3(kChunks * kGroups);
     config.stream = stream;
     config.attrs = &pdl;
-    config.numAttrs = Inner::kProgrammatic && programmatic_launch() ? 1 : 0;
+    config.numAttrs = Inner::kProgrammatic && programmatic ? 1 : 0;
     cudaError_t e = cudaLaunchKernelEx(&config, sum_slices<ElementD>, prep.sum);
     if (e != cudaSuccess) {
       cudaGetLastError();

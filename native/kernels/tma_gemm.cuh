@@ -81,7 +81,7 @@ struct ScalarsAfterWait : WaitForPrimary, Sm90ScalarBroadcast<Element, StrideMNL
       : WaitForPrimary(), Base(params, storage) {}
 };
 
-// The dequantizing epilogue of quantized inputs (fp8, int8):
+// The dequantizing epilogue of quantized inputs (fp8, int8), in the kernel's M and N:
 //   D = act(beta * C + (sa_m[m] * (sb_n[n] * (alpha * sa * sb * acc)) + bias_n[n]) + bias_m[m])
 // sa and sb are per-tensor scales read from the GPU (null: 1), sa_m and sb_n per-row and
 // per-column float vectors (null: 1), biases in D's dtype (null: 0).
@@ -103,17 +103,22 @@ struct ScaledTree {
   using BetaC = Sm90EVT<Fma, Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
   using Type = Sm90EVT<Sm90Compute<Activation, ElementD, float, kRound>, BetaC>;
 
-  static typename Type::Arguments arguments(const GemmArgs& p) {
+  // swap: the kernel's rows are the problem's columns (swap-AB kernels)
+  static typename Type::Arguments arguments(const GemmArgs& p, bool swap) {
     const Dequant q = dequant_of(p);
+    const float* per_m = swap ? q.col_scales : q.row_scales;  // along the kernel's M and N
+    const float* per_n = swap ? q.row_scales : q.col_scales;
+    const void* bias_m = swap ? p.bias_n : p.bias_m;
+    const void* bias_n = swap ? p.bias_m : p.bias_n;
     typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
                                         {nullptr, q.scale_a, q.scale_b}};
     return {{{{float(p.beta)}},
              {},
-             {{{q.row_scales, 1.0f, {}},
-               {{q.col_scales, 1.0f, {}}, {scalars, {}, {}}, {}},
-               {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}},
+             {{{per_m, 1.0f, {}},
+               {{per_n, 1.0f, {}}, {scalars, {}, {}}, {}},
+               {static_cast<const ElementD*>(bias_n), ElementD(0), {}},
                {}},
-              {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
+              {static_cast<const ElementD*>(bias_m), ElementD(0), {}},
               {}},
              {}},
             {p.activation}};
@@ -250,7 +255,8 @@ struct Kernel3x {
     return PCR_OK;
   }
 
-  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream) {
+  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream,
+                    bool programmatic) {
     static std::atomic<uint64_t> smem_done{0};
     int st = ensure_smem_limit(device_function(), device, Op::GemmKernel::SharedStorageSize,
                                &smem_done);
@@ -268,10 +274,7 @@ struct Kernel3x {
       attrs[n].val.clusterDim.y = cute::size<1>(typename Op::Cluster{});
       attrs[n++].val.clusterDim.z = cute::size<2>(typename Op::Cluster{});
     }
-    if (Op::kProgrammatic && programmatic_launch()) {
-      attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attrs[n++].val.programmaticStreamSerializationAllowed = 1;
-    }
+    if (Op::kProgrammatic && programmatic) attrs[n++] = programmatic_dependent();
     cudaLaunchConfig_t config{};
     config.gridDim = prep.grid;
     config.blockDim = prep.block;
@@ -355,7 +358,7 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
       thread = evt::BiasActTree<CtaTile, ElementD>::arguments(
           p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
     else if constexpr (Epilogue == PCR_EPI_SCALED)
-      thread = evt::ScaledTree<CtaTile, ElementD>::arguments(p);
+      thread = evt::ScaledTree<CtaTile, ElementD>::arguments(p, SwapAB);
     else
       thread = {Compute(p.alpha), Compute(p.beta)};
     Arguments args{

@@ -106,16 +106,12 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0 && cudaSetDevice(previous_) == cudaSuccess) t_context_device = previous_;
 }
 
-static thread_local bool t_programmatic = true;
-
-void allow_programmatic(bool on) { t_programmatic = on; }
-
-bool programmatic_launch() {
+bool pdl_enabled() {
   static const bool enabled = [] {
     const char* v = getenv("PYCUTLASS_RT_PDL");
     return !(v && strcmp(v, "0") == 0);
   }();
-  return enabled && t_programmatic;
+  return enabled;
 }
 
 int ensure_smem_limit(const void* func, int device, int bytes, std::atomic<uint64_t>* done) {

@@ -266,17 +266,6 @@ bool same_problem(const pcr_problem& x, const pcr_problem& y) {
 
 }  // namespace
 
-int PreparedLaunch::prepare(int k, const GemmArgs& g, size_t bytes, void* ws) {
-  kernel = -1;  // empty until the parameters are complete
-  int st = kKernels[k]->ops.prepare(g, ws, blob);
-  if (st != PCR_OK) return st;
-  kernel = k;
-  args = g;
-  workspace_bytes = bytes;
-  workspace = ws;
-  return PCR_OK;
-}
-
 // Whether kernel k runs `g` as a programmatic dependent (PDL). Measured on the H200
 // (benchmarks/results/h200-2026-12-01-c/pdl.md): it saves 0.3-2 us per launch where the
 // launch latency shows (1024^3 7.3 -> 6.4 us), but a ping-pong kernel whose CTAs each hold
@@ -288,14 +277,25 @@ static bool programmatic_suits(const pcr_kernel_desc& d, const GemmArgs& g) {
   return rows == 1 && (g.n + d.tile_n - 1) / d.tile_n <= g.sm_count;
 }
 
+int PreparedLaunch::prepare(int k, const GemmArgs& g, size_t bytes, void* ws) {
+  kernel = -1;  // empty until the parameters are complete
+  int st = kKernels[k]->ops.prepare(g, ws, blob);
+  if (st != PCR_OK) return st;
+  kernel = k;
+  args = g;
+  workspace_bytes = bytes;
+  workspace = ws;
+  programmatic = pdl_enabled() && programmatic_suits(kKernels[k]->info, g);
+  return PCR_OK;
+}
+
 int PreparedLaunch::launch(int k, const GemmArgs& g, size_t bytes, void* ws,
                            cudaStream_t stream) {
   if (!matches(k, g) || workspace != ws) {
     int st = prepare(k, g, bytes, ws);
     if (st != PCR_OK) return st;
   }
-  allow_programmatic(programmatic_suits(kKernels[k]->info, g));
-  return kKernels[k]->ops.launch(blob, ws, g.device, stream);
+  return kKernels[k]->ops.launch(blob, ws, g.device, stream, programmatic);
 }
 
 int launch(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {

@@ -272,11 +272,18 @@ constexpr double kStageMinMacs = double(1 << 27);
 // Marks the operands a large device problem copies into 16-byte-aligned scratch (odd
 // leading dimensions, offset views), so that the TMA / cp.async kernels can run it. A C
 // that D's kernel cannot read in place is copied into D (or D's scratch) first.
-// Batched problems and fused epilogues are not staged (their kernels would read the
-// padding as data); the any-alignment kernels run them.
+// Batched problems are not staged; the any-alignment kernels run them. Staging pads each
+// copy's contiguous extent, so a fused epilogue's problem is staged only where that
+// extent is K (zeros add nothing) or D's N with no vector along N (bias, column scales),
+// which would otherwise be read past its end.
 void stage_misaligned(pcr_problem* p) {
-  if (p->host || p->k == 0 || p->batch > 1 || p->epilogue != PCR_EPI_LINEAR ||
+  if (p->host || p->k == 0 || p->batch > 1 ||
       double(p->m) * double(p->n) * double(p->k) < kStageMinMacs)
+    return;
+  if (p->epilogue != PCR_EPI_LINEAR &&
+      ((p->align_a < 16 && p->layout_a != PCR_ROW_MAJOR) ||
+       (p->align_b < 16 && p->layout_b != PCR_COL_MAJOR) ||
+       (p->align_d < 16 && (p->bias == 1 || p->scale_n == 2))))
     return;
   if (p->align_a < 16) p->staged |= 1, p->align_a = 16;
   if (p->align_b < 16) p->staged |= 2, p->align_b = 16;

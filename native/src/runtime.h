@@ -33,9 +33,9 @@ class DeviceGuard {
 };
 int cuda_status(cudaError_t e, const char* what);
 
-// Whether the calling thread's next launches may be programmatic dependents (see
-// programmatic_launch in kernels/kernel.h; PreparedLaunch::launch sets it per launch).
-void allow_programmatic(bool on);
+// Whether launches may be programmatic dependents at all (kernels/kernel.h,
+// programmatic_dependent); PYCUTLASS_RT_PDL=0 turns them off for the process.
+bool pdl_enabled();
 // Whether the build holds an image of kernel `k` that loads on `device` (cached).
 int kernel_runs_on(int k, int device, bool* runs);
 
@@ -98,6 +98,7 @@ struct PreparedLaunch {
   GemmArgs args{};
   size_t workspace_bytes = 0;
   void* workspace = nullptr;
+  bool programmatic = false;  // launch as a programmatic dependent (dispatch.cpp)
   alignas(kPreparedAlign) unsigned char blob[kMaxPrepared];
 
   bool matches(int k, const GemmArgs& g) const {

@@ -6,7 +6,7 @@ into ``d`` (with ``bias`` and the activation of a ``bias_<act>`` epilogue), or r
 loaded says so in ``error`` and is reported, never fatal.
 
 - cuBLAS through torch (``torch.mm(out=)``, ``torch.addmm`` for beta, ``torch._scaled_mm``
-  for fp8, ``torch._int_mm`` for int8); a bias + activation epilogue is torch's unfused
+  for fp8 with the per-tensor scales pycutlass_rt gets too, ``torch._int_mm`` for int8); a bias + activation epilogue is torch's unfused
   sequence, ``torch.addmm(bias, a, b, out=d)`` then the activation in place on ``d``; a
   batch is ``torch.bmm(out=)``, a grouped (MoE) case a loop of ``torch.mm(out=)`` over the
   experts' rows;
@@ -26,11 +26,16 @@ import tempfile
 import time
 import types
 
-from .shapes import bias_activation, expert_rows
+from .shapes import DTYPES, bias_activation, expert_rows
 
 
 class Unsupported(Exception):
     """A peer cannot run this case (the message says why)."""
+
+
+def dequant_scales(case, fw) -> tuple:
+    """The case dtype's per-tensor (scale_a, scale_b) as float32 GPU scalars, or ()."""
+    return tuple(fw.ones(1, 1) * s for s in DTYPES[case.dtype].scales)
 
 
 def expert_loop(mm, case):
@@ -104,8 +109,8 @@ class TorchBlas(_Framework):
                     t.backends.cuda.matmul.allow_tf32 = old
             return mm32
         if case.dtype == "fp8":
-            one = t.ones((), device="cuda", dtype=t.float32)
-            return lambda a, b, c, d: t._scaled_mm(a, b, one, one, out_dtype=d.dtype, out=d)
+            sa, sb = dequant_scales(case, fw)
+            return lambda a, b, c, d: t._scaled_mm(a, b, sa, sb, out_dtype=d.dtype, out=d)
         if case.dtype == "int8":
             return lambda a, b, c, d: t._int_mm(a, b, out=d)
         raise Unsupported(f"no torch operation for {case.dtype}")

@@ -9,7 +9,7 @@ import itertools
 import math
 
 from . import timing
-from .peers import Unsupported
+from .peers import Unsupported, dequant_scales
 from .shapes import DTYPES, GROUPS, bias_activation, expert_rows
 from .timing import Contestant
 
@@ -156,12 +156,19 @@ class Bench:
             bias = self.bias
             return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, bias=bias, activation=act,
                                            kernel=kernel)
-        mode = DTYPES[case.dtype].math
-        if mode:
-            return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, math=mode, kernel=kernel)
-        if kernel is None:
+        kw = self._dtype_kwargs(case)
+        if kernel is None and not kw:
             return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta)
-        return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, kernel=kernel)
+        return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, kernel=kernel, **kw)
+
+    def _dtype_kwargs(self, case) -> dict:
+        """The arguments of pycutlass_rt.gemm a case's dtype needs: math=, the scales."""
+        dt = DTYPES[case.dtype]
+        kw = {"math": dt.math} if dt.math else {}
+        scales = dequant_scales(case, self.fw)
+        if scales:
+            kw.update(scale_a=scales[0], scale_b=scales[1])
+        return kw
 
     @staticmethod
     def _on_sets(fn, sets):
@@ -219,7 +226,7 @@ class Bench:
         a, b, c, d = sets[0]
         act = bias_activation(case.epilogue)
         rec["kernel"] = self.pcr.explain(a, b, c, d, 1.0, case.beta, bias=self.bias,
-                                         activation=act, math=DTYPES[case.dtype].math).kernel
+                                         activation=act, **self._dtype_kwargs(case)).kernel
         self._compare_timed(case, sets, rec, self._ours(case))
 
     def _compare_timed(self, case, sets, rec, ours_fn):
@@ -316,7 +323,7 @@ class Bench:
     def _regret(self, case, sets, rec):
         """Group H: every kernel that accepts the problem, forced, against the chosen one."""
         a, b, c, d = sets[0]
-        ex = self.pcr.explain(a, b, c, d, 1.0, case.beta)
+        ex = self.pcr.explain(a, b, c, d, 1.0, case.beta, **self._dtype_kwargs(case))
         names = [name for name, _ in ex.ranked]
         rec.update(chosen=ex.kernel, candidates=names)
         if not names:

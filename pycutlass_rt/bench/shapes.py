@@ -51,6 +51,9 @@ class DType:
         math: the ``math=`` argument of pycutlass_rt.gemm (float32 inputs).
         layout: the layout every case of the dtype uses (None: the group's): "tn", the
             K-major operands that its tensor-core kernels and torch's peers take.
+        scales: per-tensor dequantizing factors (scale_a, scale_b) that pycutlass_rt and
+            cuBLAS both get, as GPU scalars, for quantized inputs. Their product is 1, so
+            the check's reference needs no scaling, and a factor dropped fails it.
     """
 
     label: str
@@ -60,6 +63,7 @@ class DType:
     torch_d: str
     math: str | None = None
     layout: str | None = None
+    scales: tuple = ()
 
     @property
     def bytes_a(self) -> int:
@@ -79,7 +83,8 @@ DTYPES = {d.label: d for d in (
     DType("fp16", ("float16",), "float16", "float16", "float16"),
     DType("tf32", ("tfloat32",), "float32", "float32", "float32", math="tf32", layout="tn"),
     DType("fp32", ("float32",), "float32", "float32", "float32", layout="tn"),
-    DType("fp8", ("float8_e4m3fn",), "bfloat16", "float8_e4m3fn", "bfloat16", layout="tn"),
+    DType("fp8", ("float8_e4m3fn",), "bfloat16", "float8_e4m3fn", "bfloat16", layout="tn",
+          scales=(2.0, 0.5)),
     DType("int8", ("int8",), "int32", "int8", "int32", layout="tn"),
 )}
 #: other spellings accepted on the command line

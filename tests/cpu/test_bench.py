@@ -391,17 +391,22 @@ class NumpyFw:
         self.captures = 0
         self.torch = types.SimpleNamespace(
             mm=lambda a, b, out: np.matmul(a, b, out=out),
-            addmm=lambda c, a, b, beta, out: np.add(a @ b, beta * c, out=out))
+            addmm=lambda c, a, b, beta, out: np.add(a @ b, beta * c, out=out),
+            _scaled_mm=lambda a, b, sa, sb, out_dtype, out: np.multiply(a @ b, sa * sb, out=out))
         self.rng = np.random.default_rng(0)
 
     def operand(self, rows, cols, layout, dtype, pad=0, fill=True):
         outer, inner = (rows, cols) if layout == "t" else (cols, rows)
-        dt = np.float32 if dtype == "bfloat16" else np.dtype(dtype)
+        dt = np.float32 if dtype in ("bfloat16", "float8_e4m3fn") else np.dtype(dtype)
         x = self.rng.uniform(-1, 1, (outer, inner + pad)).astype(dt)[:, :inner]
         return x if layout == "t" else x.T
 
     def sync(self):
         pass
+
+    @staticmethod
+    def ones(rows, cols):
+        return np.ones((rows, cols), np.float32)
 
     @staticmethod
     def poison(x):
@@ -448,11 +453,17 @@ class NumpyFw:
         return {"torch": "fake"}
 
 
-def fake_pcr(kernels=("k_best", "k_slow"), slow=(), wrong=(), plan=True):
-    """pycutlass_rt as numpy: forced kernels in ``slow`` sleep, those in ``wrong`` add 1."""
-    def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
+def fake_pcr(kernels=("k_best", "k_slow"), slow=(), wrong=(), plan=True, scales=None):
+    """pycutlass_rt as numpy: forced kernels in ``slow`` sleep, those in ``wrong`` add 1;
+    ``scales`` (a list) records the (scale_a, scale_b) of each call, which apply."""
+    def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None, scale_a=None,
+             scale_b=None):
         if kernel in slow:
             time.sleep(2e-4)
+        if scales is not None:
+            scales.append((scale_a, scale_b))
+        for s in (scale_a, scale_b):
+            alpha = alpha * (1.0 if s is None else float(s.item()))
         r = alpha * (a @ b) + (1.0 if kernel in wrong else 0.0)
         np.add(r, beta * c, out=d) if beta else np.copyto(d, r)
         return d
@@ -606,6 +617,23 @@ def test_regret_case_finds_the_best_kernel():
     assert r["status"] == "ok" and r["chosen"] == "k_chosen" and r["best"] == "k_fast"
     assert 0 < r["best_over_chosen"] < 1 and set(r["kernels"]) == {"k_chosen", "k_fast"}
     assert all(c["ok"] for c in r["kernel_checks"].values())
+
+
+def test_quantized_cases_give_both_sides_the_same_scales():
+    seen = []
+    b = bench(fake_pcr(scales=seen))
+    r = b.run(shapes.Case("B", "fp8", 16, 64, 64))
+    assert r["status"] == "ok" and r["check"]["ok"] and r["check"]["peer_rel_err"] < 1e-6
+    assert {(float(sa.item()), float(sb.item())) for sa, sb in seen} == {(2.0, 0.5)}
+    h = bench(fake_pcr(kernels=("k1", "k2"), scales=seen)).run(shapes.Case("H", "fp8", 16, 64, 64))
+    assert h["status"] == "ok" and all(c["ok"] for c in h["kernel_checks"].values())
+    assert all(sa is not None and sb is not None for sa, sb in seen)
+    # a side that dropped a scale would be off by 2x: the check sees it
+    dropped = fake_pcr()
+    gemm = dropped.gemm
+    dropped.gemm = lambda *args, scale_b=None, **kw: gemm(*args, **kw)
+    bad = bench(dropped).run(shapes.Case("B", "fp8", 16, 64, 64))
+    assert not bad["check"]["ok"]
 
 
 def test_suite_writes_json_and_prints_a_summary(tmp_path, monkeypatch):

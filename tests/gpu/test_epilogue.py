@@ -7,30 +7,14 @@ K = 0 and the transposed (column-major d) orientation are checked on the chosen 
 import pytest
 
 import pycutlass_rt as pcr
-from helpers import matrix, runnable_kernels
+from helpers import matrix, reference, runnable_kernels
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
-
 TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-ACTIVATIONS = {
-    None: lambda x: x,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-}
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 FUSED = [k.name for k in runnable_kernels() if k.epilogue == "bias_act"]
-
-
-def reference(a, b, c, alpha, beta, bias, activation):
-    ref = alpha * (a.double() @ b.double())
-    if c is not None and beta != 0:
-        ref = ref + beta * c.double()
-    if bias is not None:
-        ref = ref + bias.double()  # (N,) or (M, 1): numpy broadcasting, as pcr documents
-    return ACTIVATIONS[activation](ref)
 
 
 def check(d, ref, what):

@@ -11,7 +11,8 @@ import math
 import pytest
 
 import pycutlass_rt as pcr
-from helpers import empty, math_of, matrix as _matrix, runnable_kernels, tolerance, torch_dtype
+from helpers import (empty, math_of, matrix as _matrix, reference, runnable_kernels, tolerance,
+                     torch_dtype)
 
 torch = pytest.importorskip("torch")
 
@@ -52,13 +53,6 @@ def shapes_for(k):
         n = -(-n // d_al) * d_al
         out.append((m, n, kk))
     return out
-
-
-def reference(a, b, c, alpha, beta):
-    ref = alpha * (a.double() @ b.double())
-    if c is not None and beta != 0:
-        ref += beta * c.double()
-    return ref
 
 
 def check(d, ref, exact, what, tol=0.0):

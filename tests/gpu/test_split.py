@@ -7,7 +7,7 @@ import pytest
 
 import pycutlass_rt as pcr
 from pycutlass_rt import _select
-from helpers import matrix, runnable_kernels, tolerance, torch_dtype
+from helpers import empty, matrix, reference, runnable_kernels, tolerance, torch_dtype
 
 torch = pytest.importorskip("torch")
 
@@ -40,15 +40,15 @@ def test_split_k_is_exact_and_deterministic(name, spec):
     out_dt = torch_dtype(kern.dtype_d)
     # integers in [-4, 4]: every partial sum is exact in fp32, so D is the rounded reference
     a, b, c = operands(kern, m, n, k, True)
-    d = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
+    d = empty(m, n, out_dt)
     pcr.gemm(a, b, c, d, 0.5, 2.0, kernel=name)
-    want = (0.5 * (a.double() @ b.double()) + 2.0 * c.double()).to(out_dt)
+    want = reference(a, b, c, 0.5, 2.0).to(out_dt)
     assert torch.equal(d, want), f"{(d != want).sum().item()} elements differ"
     # random data: within tolerance, and the same bits on every run (slices summed in order)
     a, b, c = operands(kern, m, n, k, False)
     first = torch.empty((m, n), device="cuda", dtype=out_dt)
     pcr.gemm(a, b, c, first, 1.0, -1.0, kernel=name)
-    ref = a.double() @ b.double() - c.double()
+    ref = reference(a, b, c, 1.0, -1.0)
     err = ((first.double() - ref).norm() / ref.norm()).item()
     assert err <= tolerance(kern, out_dt), f"relative error {err:.2e}"
     again = torch.empty_like(first)
@@ -62,7 +62,7 @@ def test_split_k_c_is_d_and_graph_replay(name):
     kern = pcr._kernels.by_name(name)
     m, n, k = shape(kern, SHAPES[0])
     a, b, d = operands(kern, m, n, k, True)
-    want = (a.double() @ b.double() + d.double()).to(d.dtype)
+    want = reference(a, b, d, 1.0, 1.0).to(d.dtype)
     pcr.gemm(a, b, d, d, 1.0, 1.0, kernel=name)  # C is D: read and written by one thread
     assert torch.equal(d, want)
     # inside a CUDA graph: both launches (slices, sum) captured, the workspace reused
@@ -75,4 +75,4 @@ def test_split_k_c_is_d_and_graph_replay(name):
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, (a.double() @ b.double()).to(out.dtype))
+    assert torch.equal(out, reference(a, b).to(out.dtype))
