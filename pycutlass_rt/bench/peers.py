@@ -6,7 +6,8 @@ into ``d`` (with ``bias`` and the activation of a ``bias_<act>`` epilogue), or r
 loaded says so in ``error`` and is reported, never fatal.
 
 - cuBLAS through torch (``torch.mm(out=)``, ``torch.addmm`` for beta, ``torch._scaled_mm``
-  for fp8 with the per-tensor scales pycutlass_rt gets too, ``torch._int_mm`` for int8); a bias + activation epilogue is torch's unfused
+  for fp8, with the per-tensor scales pycutlass_rt gets too, ``torch._int_mm`` for int8);
+  a bias + activation epilogue is torch's unfused
   sequence, ``torch.addmm(bias, a, b, out=d)`` then the activation in place on ``d``; a
   batch is ``torch.bmm(out=)``, a grouped (MoE) case a loop of ``torch.mm(out=)`` over the
   experts' rows;
