@@ -77,6 +77,7 @@ class Bench:
         self.fw, self.pcr, self.peers, self.settings = fw, pcr, peers, settings
         self.l2_bytes = l2_bytes
         self.free_bytes = free_bytes
+        self._kwargs = {}  # dtype label -> _dtype_kwargs (its scale tensors made once)
 
     # -- operands ---------------------------------------------------------------------
     def operands(self, case) -> list:
@@ -162,13 +163,16 @@ class Bench:
         return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, kernel=kernel, **kw)
 
     def _dtype_kwargs(self, case) -> dict:
-        """The arguments of pycutlass_rt.gemm a case's dtype needs: math=, the scales."""
-        dt = DTYPES[case.dtype]
-        kw = {"math": dt.math} if dt.math else {}
-        scales = dequant_scales(case, self.fw)
-        if scales:
-            kw.update(scale_a=scales[0], scale_b=scales[1])
-        return kw
+        """The arguments of pycutlass_rt.gemm a case's dtype needs: math=, the scales (GPU
+        scalars, made once per dtype and shared by every case and candidate kernel)."""
+        if case.dtype not in self._kwargs:
+            dt = DTYPES[case.dtype]
+            kw = {"math": dt.math} if dt.math else {}
+            scales = dequant_scales(case, self.fw)
+            if scales:
+                kw.update(scale_a=scales[0], scale_b=scales[1])
+            self._kwargs[case.dtype] = kw
+        return self._kwargs[case.dtype]
 
     @staticmethod
     def _on_sets(fn, sets):
