@@ -191,7 +191,9 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
     notes = []
     if problem.scale_m or problem.scale_n:
         kinds = {1: "one value", 2: "a vector"}
-        notes.append(f"dequantizing epilogue: row scale {kinds.get(problem.scale_m, 'none')}, "
+        where = ("the dequantizing epilogue" if problem.epilogue == 2 else
+                 "the linear epilogue (per-tensor scales only)")
+        notes.append(f"scales in {where}: row scale {kinds.get(problem.scale_m, 'none')}, "
                      f"column scale {kinds.get(problem.scale_n, 'none')}, read on the GPU")
     if pdict["dtype_a"] == "tfloat32":
         notes.append("math='tf32': float32 tensors multiplied on TF32 tensor cores")

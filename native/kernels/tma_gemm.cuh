@@ -81,6 +81,27 @@ struct ScalarsAfterWait : WaitForPrimary, Sm90ScalarBroadcast<Element, StrideMNL
       : WaitForPrimary(), Base(params, storage) {}
 };
 
+// The linear epilogue of quantized inputs with float outputs: D = beta * C + (alpha * sa *
+// sb) * acc, sa and sb per-tensor scales read from the GPU after the grid dependency wait
+// (null: 1). CUTLASS's LinearCombination with two more scalars, so a call with per-tensor
+// scale tensors runs at the plain kernel's speed; C is not loaded when beta == 0.
+template <class ElementD>
+struct TensorScaledLinear {
+  using Scalars = ScalarsAfterWait<float, Stride<_0, _0, int64_t>, 3>;  // alpha, sa, sb
+  using Scalar = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>>;
+  using ScaledAcc = Sm90EVT<Sm90Compute<cutlass::multiplies, float, float, kRound>, Scalars,
+                            Sm90AccFetch>;
+  using Type = Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>,
+                       Scalar, Sm90SrcFetch<ElementD>, ScaledAcc>;
+
+  static typename Type::Arguments arguments(const GemmArgs& p) {
+    const Dequant q = dequant_of(p);
+    typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
+                                        {nullptr, q.scale_a, q.scale_b}};
+    return {{{float(p.beta)}}, {}, {scalars, {}, {}}, {}};
+  }
+};
+
 // The dequantizing epilogue of quantized inputs (fp8, int8), in the kernel's M and N:
 //   D = act(beta * C + (sa_m[m] * (sb_n[n] * (alpha * sa * sb * acc)) + bias_n[n]) + bias_m[m])
 // sa and sb are per-tensor scales read from the GPU (null: 1), sa_m and sb_n per-row and
@@ -318,7 +339,12 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
   using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
                                       cutlass::layout::RowMajor>;
   using Compute = cute::conditional_t<cute::is_same_v<ElementD, int32_t>, int32_t, float>;
-  using Linear = cutlass::epilogue::fusion::LinearCombination<ElementD, Compute, ElementD, Compute>;
+  // quantized inputs into a float output: the linear epilogue also applies per-tensor scales
+  static constexpr bool kTensorScales =
+      sizeof(ElementA) == 1 && !cute::is_same_v<ElementD, int32_t>;
+  using Linear = cute::conditional_t<
+      kTensorScales, typename evt::TensorScaledLinear<ElementD>::Type,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, Compute, ElementD, Compute>>;
   // The epilogue trees broadcast bias and scale vectors over one CTA's tile
   using CtaTile = decltype(cute::shape_div(
       TileShape{}, cute::Shape<cute::Int<Schedule::kSmsPerMma>, cute::_1, cute::_1>{}));
@@ -359,6 +385,8 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
           p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
     else if constexpr (Epilogue == PCR_EPI_SCALED)
       thread = evt::ScaledTree<CtaTile, ElementD>::arguments(p, SwapAB);
+    else if constexpr (kTensorScales)
+      thread = evt::TensorScaledLinear<ElementD>::arguments(p);
     else
       thread = {Compute(p.alpha), Compute(p.beta)};
     Arguments args{

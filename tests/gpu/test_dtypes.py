@@ -117,6 +117,40 @@ def test_scaled_kernel(name, kinds):
         assert rel_err(d, ref) <= TOL[out_dt], (name, kinds)
 
 
+#: plain kernels that also apply per-tensor scale tensors (sm90a/sm100a, quantized inputs,
+#: float outputs: tma_gemm.cuh's TensorScaledLinear)
+TENSOR_SCALED = built(lambda k: k.epilogue == "linear" and k.family >= 90 and not k.grouped
+                      and k.dtype_a in (*FP8, "int8") and k.dtype_d != "int32")
+
+
+@pytest.mark.skipif(not TENSOR_SCALED, reason="no plain kernel reading scale tensors runs here")
+@pytest.mark.parametrize("name", [k.name for k in TENSOR_SCALED])
+def test_plain_kernel_applies_per_tensor_scale_tensors(name):
+    k = pcr._kernels.by_name(name)
+    x, w = quantized(200, 144, 384, FP8.get(k.dtype_a, torch.int8))
+    d = torch.empty(200, 144, device="cuda", dtype=OUT[k.dtype_d])
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+    for scales, factor in (((sa, sb), 0.125), ((sa, None), 0.5), ((None, sb), 0.25)):
+        d.fill_(float("nan"))
+        pcr.gemm(x, w, None, d, 2.0, scale_a=scales[0], scale_b=scales[1], kernel=name)
+        assert rel_err(d, reference(x, w, alpha=2.0 * factor)) <= TOL[d.dtype], (name, factor)
+    sa.fill_(4.0)  # read on the GPU at every launch: a new value needs no new call setup
+    pcr.gemm(x, w, None, d, scale_a=sa, scale_b=sb, kernel=name)
+    assert rel_err(d, reference(x, w, alpha=1.0)) <= TOL[d.dtype], name
+
+
+@pytest.mark.skipif(not TENSOR_SCALED, reason="no plain kernel reading scale tensors runs here")
+def test_per_tensor_scale_tensors_choose_a_plain_kernel():
+    k = TENSOR_SCALED[0]
+    x, w = quantized(256, 512, 384, FP8.get(k.dtype_a, torch.int8))
+    d = torch.empty(256, 512, device="cuda", dtype=OUT[k.dtype_d])
+    one = torch.ones(1, device="cuda")
+    assert "_scaled_" not in pcr.explain(x, w, None, d, scale_a=one, scale_b=one).kernel
+    vec = torch.ones(256, 1, device="cuda")  # a vector needs the dequantizing epilogue
+    chosen = pcr.explain(x, w, None, d, scale_a=vec, scale_b=one).kernel
+    assert chosen is None or "_scaled_" in chosen
+
+
 @pytest.mark.skipif(not SCALED, reason="no dequantizing kernel of this build runs here")
 def test_scales_follow_a_column_major_output_and_plans():
     k = SCALED[0]
