@@ -69,8 +69,10 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
             (folded into alpha), or a float32 GPU tensor of one element (per tensor), of
             M elements for scale_a (one per row of a: shape (M,) or (M, 1)) or of N for
             scale_b (one per column of b: (N,) or (1, N)). Vectors must be contiguous and
-            16-byte aligned. Tensor scales run the dequantizing epilogue (kernels named
-            ``_scaled``).
+            16-byte aligned. Per-tensor scale tensors alone are read by the plain sm90a
+            and sm100a kernels; vectors, or scale tensors with a bias or activation (and
+            any scale tensor on older families), run the dequantizing epilogue (kernels
+            named ``_scaled``).
         math: for float32 inputs: None or "ieee" (default: fp32 accuracy, 3xTF32 tensor
             cores) or "tf32" (TF32 tensor cores: 10-bit mantissas, faster, like torch's
             ``allow_tf32``). Ignored for other dtypes.

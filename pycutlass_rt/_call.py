@@ -47,7 +47,7 @@ def math_code(math) -> int:
 
 def host_scales(alpha: float, scale_a, scale_b):
     """Folds Python-number scales into alpha: (alpha, scale_a, scale_b) with only tensor
-    scales left (read on the GPU by the dequantizing epilogue)."""
+    scales left (read on the GPU by the kernel's epilogue)."""
     if isinstance(scale_a, numbers.Real):
         alpha, scale_a = alpha * float(scale_a), None
     if isinstance(scale_b, numbers.Real):
