@@ -193,8 +193,8 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
     notes = []
     if problem.scale_m or problem.scale_n:
         kinds = {1: "one value", 2: "a vector"}
-        where = ("the dequantizing epilogue" if problem.epilogue == 2 else
-                 "the linear epilogue (per-tensor scales only)")
+        where = ("the dequantizing epilogue" if _kernels.EPILOGUES[problem.epilogue] == "scaled"
+                 else "the linear epilogue (per-tensor scales only)")
         notes.append(f"scales in {where}: row scale {kinds.get(problem.scale_m, 'none')}, "
                      f"column scale {kinds.get(problem.scale_n, 'none')}, read on the GPU")
     if pdict["dtype_a"] == "tfloat32":
