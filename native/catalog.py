@@ -203,6 +203,12 @@ class Kernel:
         return self.epilogue != "linear"
 
     @property
+    def tensor_scales(self) -> bool:
+        """The linear epilogue also multiplies by per-tensor scale_a/scale_b tensors."""
+        return (self.family in TMA_FAMILIES and self.epilogue == "linear" and not self.grouped
+                and DTYPES[self.a][2] == 1 and self.d != "s32")  # quantized inputs
+
+    @property
     def align_c(self) -> int:
         return 1 if self.align == 1 else 16 // DTYPES[self.d][2]
 
@@ -617,7 +623,7 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
         return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
                 f"{_cute_shape(cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
                 f"{SPLITS[k.split][1]}, {_cpp_bool(k.swap)}, {EPILOGUES[k.epilogue]}, "
-                f"{DTYPES[k.acc][0]}>")
+                f"{DTYPES[k.acc][0]}, {_cpp_bool(k.tensor_scales)}>")
     tile, warp = _gemm_shape(k.tile), _gemm_shape(_warp_tile(k))
     math = MATH_OPERATORS.get(k.a, "cutlass::arch::OpMultiplyAdd")
     return (f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
@@ -633,7 +639,7 @@ def kernel_info(k: Kernel) -> str:
         LAYOUTS[k.layout[0]][1], LAYOUTS[k.layout[1]][1],
         *k.tile, *k.cluster, *k.warps, k.stages, SCHEDULES[k.schedule],
         EPILOGUES[k.epilogue], SPLITS[k.split][0],
-        k.align, k.align, k.align_c, int(k.swap), int(k.grouped),
+        k.align, k.align, k.align_c, int(k.swap), int(k.grouped), int(k.tensor_scales),
     ]
     return "{" + ", ".join(map(str, fields)) + "}"
 

@@ -13,7 +13,7 @@ import ctypes
 import json
 from dataclasses import dataclass, field
 
-from . import _call, _kernels, _lib, _select, errors
+from . import _call, _dlpack, _kernels, _lib, _select, errors
 from ._grouped import grouped_gemm, moe_gemm
 from ._kernels import KernelInfo, kernels
 from ._plan import Gemm
@@ -70,9 +70,10 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
             M elements for scale_a (one per row of a: shape (M,) or (M, 1)) or of N for
             scale_b (one per column of b: (N,) or (1, N)). Vectors must be contiguous and
             16-byte aligned. Per-tensor scale tensors alone are read by the plain sm90a
-            and sm100a kernels; vectors, or scale tensors with a bias or activation (and
-            any scale tensor on older families), run the dequantizing epilogue (kernels
-            named ``_scaled``).
+            and sm100a fp8 kernels (``KernelInfo.tensor_scales``); vectors, scale tensors
+            with a bias or activation, int8 with a float or int8 output, and any scale
+            tensor on older families run the dequantizing epilogue (kernels named
+            ``_scaled``).
         math: for float32 inputs: None or "ieee" (default: fp32 accuracy, 3xTF32 tensor
             cores) or "tf32" (TF32 tensor cores: 10-bit mantissas, faster, like torch's
             ``allow_tf32``). Ignored for other dtypes.
@@ -113,14 +114,23 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
         alpha = _call.scalar(alpha, "alpha")
     if type(beta) is not float:
         beta = _call.scalar(beta, "beta")
-    act = 0 if activation is None else _call.activation_code(activation)
-    mth = 0 if math is None else _call.math_code(math)
-    if scale_a is not None or scale_b is not None:
-        alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
-    kidx = -1 if kernel is None else _call.kernel_index(kernel)
-    objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
-    oa, ob, oc, od, _, _, _ = objs  # the extras' three tensors travel in `extra`
-    extra = _call.extras(objs, act, mth)
+    x = _dlpack.EXCHANGE_TYPES
+    if (type(a) in x and type(b) in x and type(d) in x and (c is None or type(c) in x)
+            and bias is None and scale_a is None and scale_b is None and activation is None
+            and math is None and stream is None and kernel is None):
+        # The hottest path (torch, a plain GEMM on the producer's stream): C reads the
+        # tensors and the stream itself, with nothing prepared here.
+        objs, keep, extra, kidx = (a, b, c, d), None, None, -1
+        flags, handle = _lib.STREAM_FROM_PRODUCER, 0
+    else:
+        act = 0 if activation is None else _call.activation_code(activation)
+        mth = 0 if math is None else _call.math_code(math)
+        if scale_a is not None or scale_b is not None:
+            alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
+        kidx = -1 if kernel is None else _call.kernel_index(kernel)
+        objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
+        extra = _call.extras(objs, act, mth)
+    oa, ob, oc, od = objs[:4]  # the extras' three tensors travel in `extra`
     st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
     if st:
         if st == errors.NEED_SELECTION:

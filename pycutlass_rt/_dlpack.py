@@ -30,6 +30,8 @@ KDL_CPU, KDL_CUDA, KDL_CUDA_HOST = 1, 2, 3
 # ---- strategies, chosen once per type ---------------------------------------------
 EXCHANGE, CAPSULE, DLPACK, CAI = "exchange", "capsule", "dlpack", "cai"
 _strategy: dict[type, str] = {}
+#: the types of EXCHANGE strategy, for the entry points' one-line hot-path test
+EXCHANGE_TYPES: set[type] = set()
 _versioned: dict[type, bool] = {}  # whether __dlpack__ accepts max_version
 
 
@@ -57,6 +59,8 @@ def strategy(tp: type, name: str) -> str:
                 "read; pass an object with __dlpack__ (torch, cupy, jax, numpy) or "
                 "__cuda_array_interface__ (numba)")
         _strategy[tp] = s
+        if s == EXCHANGE:
+            EXCHANGE_TYPES.add(tp)
     return s
 
 
@@ -164,13 +168,12 @@ def prepare(operands, names, stream, device_of):
     ``operands`` are (a, b, c, d, bias, scale_a, scale_b); c and the last three may be
     None. Raises DTypeError for non-tensors.
     """
-    get = _strategy.get
+    x = EXCHANGE_TYPES
     a, b, c, d, bias, scale_a, scale_b = operands  # named, not looped: the hot path
-    if (get(type(a)) is EXCHANGE and get(type(b)) is EXCHANGE and get(type(d)) is EXCHANGE
-            and (c is None or get(type(c)) is EXCHANGE)
-            and (bias is None or get(type(bias)) is EXCHANGE)
-            and (scale_a is None or get(type(scale_a)) is EXCHANGE)
-            and (scale_b is None or get(type(scale_b)) is EXCHANGE)):
+    if (type(a) in x and type(b) in x and type(d) in x and (c is None or type(c) in x)
+            and (bias is None or type(bias) in x)
+            and (scale_a is None or type(scale_a) in x)
+            and (scale_b is None or type(scale_b) in x)):
         # The hot path (torch): C reads the tensors and the producer's stream itself.
         if stream is None:
             return operands, 0, STREAM_FROM_PRODUCER, None

@@ -42,6 +42,8 @@ class KernelInfo:
     align: tuple  # required alignment of A, B, C/D in elements
     swap_ab: bool = False  # runs as D^T = B^T A^T; tile and cluster are in problem terms
     grouped: bool = False  # a grouped kernel (pycutlass_rt.grouped_gemm, moe_gemm)
+    #: a linear epilogue that also multiplies by per-tensor scale_a/scale_b tensors
+    tensor_scales: bool = False
 
     @property
     def base_name(self) -> str:
@@ -66,7 +68,8 @@ def _all() -> tuple:
             warps=(desc.warps_m, desc.warps_n, desc.warps_k), stages=desc.stages,
             schedule=SCHEDULES[desc.schedule], epilogue=EPILOGUES[desc.epilogue],
             split=SPLITS[desc.split], align=(desc.align_a, desc.align_b, desc.align_c),
-            swap_ab=bool(desc.swap_ab), grouped=bool(desc.grouped)))
+            swap_ab=bool(desc.swap_ab), grouped=bool(desc.grouped),
+            tensor_scales=bool(desc.tensor_scales)))
     return tuple(out)
 
 

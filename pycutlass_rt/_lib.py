@@ -16,7 +16,7 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_size_t, c_void
 
 from . import errors
 
-ABI_VERSION = 4  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
+ABI_VERSION = 5  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
 LIBRARY_ENV = "PYCUTLASS_RT_LIBRARY"
 LIBRARY_NAME = "libpycutlass_rt.so"
 STREAM_FROM_PRODUCER = 1  # PCR_STREAM_FROM_PRODUCER
@@ -42,7 +42,8 @@ class KernelDesc(ctypes.Structure):
                 ("warps_m", c_int32), ("warps_n", c_int32), ("warps_k", c_int32),
                 ("stages", c_int32), ("schedule", c_int32), ("epilogue", c_int32),
                 ("split", c_int32), ("align_a", c_int32), ("align_b", c_int32),
-                ("align_c", c_int32), ("swap_ab", c_int32), ("grouped", c_int32)]
+                ("align_c", c_int32), ("swap_ab", c_int32), ("grouped", c_int32),
+                ("tensor_scales", c_int32)]
 
 
 class Problem(ctypes.Structure):

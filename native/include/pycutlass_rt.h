@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 4
+#define PCR_ABI_VERSION 5
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -142,6 +142,9 @@ typedef struct {
   int32_t swap_ab;  /* 1: runs as D^T = B^T A^T (small M on the MMA's N side); the fields
                        above describe the problem the caller sees, not the swapped one */
   int32_t grouped;  /* 1: a grouped kernel (pcr_grouped_gemm, pcr_moe_gemm) */
+  int32_t tensor_scales; /* 1: a LINEAR epilogue that also multiplies by per-tensor
+                            scale_a/scale_b tensors (quantized inputs, non-int32 D, sm90a
+                            and sm100a); other LINEAR kernels take scales only as numbers */
 } pcr_kernel_desc;
 
 /* A validated problem in canonical form (D row-major; see `transposed`). Filled by

@@ -21,8 +21,8 @@ namespace pcr {
 // dtype and is never null (it points at D when beta == 0, and is then never read).
 // `batch` > 1 repeats the GEMM over matrices `batch_*` elements apart (0: shared).
 // Bias and activation exist in PCR_EPI_BIAS_ACT and PCR_EPI_SCALED kernels only, scales
-// in PCR_EPI_SCALED ones and, per tensor, in the linear sm90a/sm100a kernels of quantized
-// inputs with float outputs (tma_gemm.cuh, TensorScaledLinear). Grouped kernels read
+// in PCR_EPI_SCALED ones and, per tensor, in the linear kernels whose descriptor sets
+// tensor_scales (tma_gemm.cuh, TensorScaledLinear). Grouped kernels read
 // `groups` problems from `group` (GPU arrays) instead of m, n, k and the operand fields.
 struct GroupArrays {
   int (*shape)[3];  // {m, n, k} per group (CUTLASS's GemmCoord and Shape<int,int,int>)

@@ -318,13 +318,15 @@ struct Kernel3x {
 // (n, m, k) and its C/D column-major: a small M then sits on the MMA's N side. The
 // generator passes A/B element types, layouts, tile and cluster already swapped.
 // Epilogue is a pcr_epilogue; ElementAcc is float, or int32_t for int8 inputs (whose
-// int32 outputs are then scaled in int32 arithmetic, exactly).
+// int32 outputs are then scaled in int32 arithmetic, exactly). TensorScales: the linear
+// epilogue also multiplies by per-tensor scale tensors (the catalogue's tensor_scales).
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
           class TileShape, class ClusterShape, class Schedule, int AlignAB,
           class TileScheduler = void, bool SwapAB = false, int Epilogue = PCR_EPI_LINEAR,
-          class ElementAcc = float>
+          class ElementAcc = float, bool TensorScales = false>
 struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
-                            Schedule, AlignAB, TileScheduler, SwapAB, Epilogue, ElementAcc>> {
+                            Schedule, AlignAB, TileScheduler, SwapAB, Epilogue, ElementAcc,
+                            TensorScales>> {
   using Cluster = ClusterShape;
   // sm90a kernels wait at griddepcontrol.wait before their first global load and hint
   // the next launch at their last tile (CUTLASS_ENABLE_GDC_FOR_SM90), so they may launch
@@ -339,11 +341,11 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
   using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
                                       cutlass::layout::RowMajor>;
   using Compute = cute::conditional_t<cute::is_same_v<ElementD, int32_t>, int32_t, float>;
-  // quantized inputs into a float output: the linear epilogue also applies per-tensor scales
-  static constexpr bool kTensorScales =
-      sizeof(ElementA) == 1 && !cute::is_same_v<ElementD, int32_t>;
+  static_assert(!TensorScales || (Epilogue == PCR_EPI_LINEAR && sizeof(ElementA) == 1 &&
+                                   !cute::is_same_v<ElementD, int32_t>),
+                "per-tensor scale tensors: a linear epilogue of quantized inputs, float D");
   using Linear = cute::conditional_t<
-      kTensorScales, typename evt::TensorScaledLinear<ElementD>::Type,
+      TensorScales, typename evt::TensorScaledLinear<ElementD>::Type,
       cutlass::epilogue::fusion::LinearCombination<ElementD, Compute, ElementD, Compute>>;
   // The epilogue trees broadcast bias and scale vectors over one CTA's tile
   using CtaTile = decltype(cute::shape_div(
@@ -385,7 +387,7 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
           p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
     else if constexpr (Epilogue == PCR_EPI_SCALED)
       thread = evt::ScaledTree<CtaTile, ElementD>::arguments(p, SwapAB);
-    else if constexpr (kTensorScales)
+    else if constexpr (TensorScales)
       thread = evt::TensorScaledLinear<ElementD>::arguments(p);
     else
       thread = {Compute(p.alpha), Compute(p.beta)};

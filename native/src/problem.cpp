@@ -258,12 +258,6 @@ bool is_quantized(int dtype) {
   return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2;
 }
 
-// The linear sm90a/sm100a kernels of quantized inputs with a float output also apply
-// per-tensor scale_a and scale_b (kernels/tma_gemm.cuh, TensorScaledLinear).
-bool takes_tensor_scales(const pcr_kernel_desc& kd) {
-  return kd.family >= 90 && is_quantized(kd.dtype_a) && kd.dtype_d != PCR_S32 && !kd.grouped;
-}
-
 bool overlaps(const Matrix& x, const Matrix& y) {
   uintptr_t xl, xh, yl, yh;
   x.extent(&xl, &xh);
@@ -477,8 +471,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   p->activation = activation;
   p->bias = bias_axis;
   // Per-tensor scales alone are a linear problem: the linear kernels that read them
-  // (takes_tensor_scales) run it at their own speed; vectors, bias or an activation with
-  // scales need the dequantizing epilogue.
+  // (pcr_kernel_desc::tensor_scales) run it at their own speed; vectors, bias or an
+  // activation with scales need the dequantizing epilogue.
   const bool fused = bias || activation != PCR_ACT_NONE;
   p->epilogue = scale_a == 2 || scale_b == 2 || ((scale_a || scale_b) && fused)
                     ? PCR_EPI_SCALED
@@ -657,7 +651,7 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
   if (kd.grouped != (p.grouped != 0))
     return set_error(PCR_ERR_UNSUPPORTED, kd.grouped ? "%s is a grouped kernel" :
                      "%s computes one GEMM (or a batch), not a grouped one", kd.name);
-  if (kd.epilogue == PCR_EPI_LINEAR && (p.scale_m || p.scale_n) && !takes_tensor_scales(kd))
+  if (kd.epilogue == PCR_EPI_LINEAR && (p.scale_m || p.scale_n) && !kd.tensor_scales)
     return set_error(PCR_ERR_UNSUPPORTED,
                      "%s reads no scale tensors; this call needs a dequantizing epilogue, or "
                      "scales given as numbers (folded into alpha)", kd.name);

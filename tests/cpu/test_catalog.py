@@ -110,12 +110,12 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     t = catalog.kernel_type(k)
     # CUTLASS sees M' = N on the 128-row side: tile 128x16, A' = B^T and B' = A^T, both
     # still K-major for a tn problem, and C/D column-major (the SwapAB flag)
-    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true, PCR_EPI_LINEAR, float>")
+    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true, PCR_EPI_LINEAR, float, false>")
     assert "RowMajor, cutlass::layout::ColumnMajor" in t
     info = catalog.kernel_info(k)
-    assert info.endswith(", 1, 0}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info  # swap, not grouped
+    assert info.endswith(", 1, 0, 0}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info  # swap; not grouped, no tensor scales
     plain = catalog.Kernel("sm90", "bf16", "bf16", "bf16", "tt", (128, 128, 64), "coop")
-    assert catalog.kernel_type(plain).endswith("false, PCR_EPI_LINEAR, float>") and catalog.kernel_info(plain).endswith(", 0, 0}")
+    assert catalog.kernel_type(plain).endswith("false, PCR_EPI_LINEAR, float, false>") and catalog.kernel_info(plain).endswith(", 0, 0, 0}")
 
 
 def test_sm90_variety():
@@ -212,7 +212,27 @@ def test_fused_epilogue_kernels_twin_plain_ones():
     assert {(k.a, k.layout) for k in core if k.epilogue == "biasact" and k.align == 1} == \
         {(a, l) for a, _ in catalog.FUSED_TYPES for l in catalog.AB_LAYOUTS}
     src = catalog.kernel_source(fused[0])
-    assert "PCR_EPI_BIAS_ACT, float>" in src
+    assert "PCR_EPI_BIAS_ACT, float, false>" in src
+
+
+def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
+    """The one statement of which kernels read per-tensor scale tensors in their linear
+    epilogue: the template argument and the registry's descriptor both come from it."""
+    kernels = catalog.catalogue()
+    flagged = [k for k in kernels if k.tensor_scales]
+    # int8's linear kernels write exact int32; its float outputs come from _scaled_ kernels
+    assert {k.a for k in flagged} == {"e4m3", "e5m2"}
+    assert {k.family for k in flagged} == {"sm90", "sm100"}
+    assert all(k.epilogue == "linear" and k.d != "s32" and not k.grouped for k in flagged)
+    assert len(flagged) == sum(1 for k in kernels if k.a in catalog.FP8
+                               and k.family in catalog.TMA_FAMILIES and k.epilogue == "linear")
+    int8_plain = [k for k in kernels if k.a == "s8" and k.d == "s32" and k.family == "sm90"]
+    assert int8_plain and not any(k.tensor_scales for k in int8_plain)
+    for k in (flagged[0], int8_plain[0]):
+        flag = "true" if k.tensor_scales else "false"
+        src = catalog.kernel_source(k)
+        assert src.count(f", {flag}>;") == 1  # the template's last argument
+        assert catalog.kernel_info(k).endswith(f", {int(k.tensor_scales)}}}")
 
 
 def test_grouped_kernels():
@@ -226,7 +246,7 @@ def test_grouped_kernels():
         t = catalog.kernel_type(k)
         assert t.startswith("pcr::tma::GroupedGemm<" if k.family == "sm90"
                             else "pcr::mma::GroupedGemm<"), t
-        assert catalog.kernel_info(k).endswith(", 1}")
+        assert catalog.kernel_info(k).endswith(", 1, 0}")  # grouped, no tensor scales
     core = catalog.select_kernels(kernels, "default")
     assert {(k.family, k.layout) for k in core if k.grouped} >= {("sm90", "tn"), ("sm80", "nn")}
 

@@ -117,10 +117,8 @@ def test_scaled_kernel(name, kinds):
         assert rel_err(d, ref) <= TOL[out_dt], (name, kinds)
 
 
-#: plain kernels that also apply per-tensor scale tensors (sm90a/sm100a, quantized inputs,
-#: float outputs: tma_gemm.cuh's TensorScaledLinear)
-TENSOR_SCALED = built(lambda k: k.epilogue == "linear" and k.family >= 90 and not k.grouped
-                      and k.dtype_a in (*FP8, "int8") and k.dtype_d != "int32")
+#: plain kernels that also apply per-tensor scale tensors (tma_gemm.cuh's TensorScaledLinear)
+TENSOR_SCALED = built(lambda k: k.tensor_scales)
 
 
 @pytest.mark.skipif(not TENSOR_SCALED, reason="no plain kernel reading scale tensors runs here")
