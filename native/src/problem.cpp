@@ -44,15 +44,6 @@ int dtype_from_dl(DLDataType t) {
   return PCR_DTYPE_INVALID;
 }
 
-int esize_of(int dtype) {
-  switch (dtype) {
-    case PCR_F16: case PCR_BF16: return 2;
-    case PCR_F32: case PCR_S32: case PCR_TF32: return 4;
-    case PCR_F64: return 8;
-    default: return 1;
-  }
-}
-
 bool is_host(int device_type) { return device_type == kDLCPU || device_type == kDLCUDAHost; }
 
 // A 2-D matrix, or a 3-D batch of them (batch dimension first).

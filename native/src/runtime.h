@@ -10,6 +10,16 @@ namespace pcr {
 
 void clear_error();
 
+// Bytes per element of a pcr_dtype (fp8 and int8: 1).
+inline int esize_of(int dtype) {
+  switch (dtype) {
+    case PCR_F16: case PCR_BF16: return 2;
+    case PCR_F32: case PCR_S32: case PCR_TF32: return 4;
+    case PCR_F64: return 8;
+    default: return 1;
+  }
+}
+
 // ---- registry (generated registry.cpp) ----
 extern const KernelEntry* const kKernels[];
 extern const int kKernelCount;
