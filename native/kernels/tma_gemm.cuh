@@ -343,7 +343,7 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
   using Compute = cute::conditional_t<cute::is_same_v<ElementD, int32_t>, int32_t, float>;
   static_assert(!TensorScales || (Epilogue == PCR_EPI_LINEAR && sizeof(ElementA) == 1 &&
                                    !cute::is_same_v<ElementD, int32_t>),
-                "per-tensor scale tensors: a linear epilogue of quantized inputs, float D");
+                "per-tensor scale tensors: a linear epilogue of quantized inputs, non-int32 D");
   using Linear = cute::conditional_t<
       TensorScales, typename evt::TensorScaledLinear<ElementD>::Type,
       cutlass::epilogue::fusion::LinearCombination<ElementD, Compute, ElementD, Compute>>;
