@@ -83,8 +83,8 @@ def kernels() -> list[KernelInfo]:
 
     Example:
         >>> import pycutlass_rt as pcr
-        >>> names = [k.name for k in pcr.kernels()]
-        >>> all(n.startswith(("sm75_", "sm80_", "sm90_", "sm100_")) for n in names)
+        >>> ks = pcr.kernels()
+        >>> all(k.name.startswith(f"sm{k.family}_") for k in ks)  # names lead with the family
         True
     """
     return list(_all())
