@@ -26,7 +26,7 @@ class KernelInfo:
 
     index: int
     name: str
-    family: int  # 75, 80, 90 or 100: the arch family (sm80 SASS also serves 8.6/8.9/9.0)
+    family: int  # 70, 75, 80, 89, 90 or 100: the arch family (sm80 SASS also serves 8.6/8.9/9.0)
     dtype_a: str
     dtype_b: str
     dtype_acc: str

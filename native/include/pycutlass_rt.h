@@ -128,7 +128,7 @@ typedef struct {
 /* Everything a kernel's name encodes. Names are stable identities across builds. */
 typedef struct {
   const char* name;
-  int32_t family;        /* 75, 80, 90, 100: arch family (sm80 SASS also serves 86/89/90) */
+  int32_t family;        /* 70, 75, 80, 89, 90, 100: arch family (sm80 SASS also serves 86/89/90) */
   int32_t dtype_a, dtype_b, dtype_acc, dtype_d; /* pcr_dtype; C has D's dtype */
   int32_t layout_a, layout_b;                   /* pcr_layout; C and D are row-major */
   int32_t tile_m, tile_n, tile_k;
