@@ -655,7 +655,7 @@ def kernel_source(k: Kernel) -> str:
             f"using Op_{k.ident} = {kernel_type(k)};\n\n"
             f"extern const pcr::KernelEntry pcr_kernel_{k.ident}{{\n"
             f"    {kernel_info(k)},\n"
-            f"    pcr::ops_of<Op_{k.ident}>()}};\n")
+            f"    pcr::ops_of<Op_{k.ident}, {_cpp_bool(k.grouped)}>()}};\n")
 
 
 def registry_source(kernels: list[Kernel], build: dict) -> str:

@@ -95,15 +95,6 @@ struct KernelOps {
   const void* (*device_function)();
 };
 
-// The KernelOps of a family template instantiation (static members of the same names).
-template <class Op>
-constexpr KernelOps ops_of() {
-  static_assert(sizeof(typename Op::Prepared) <= kMaxPrepared, "raise kMaxPrepared");
-  static_assert(alignof(typename Op::Prepared) <= kPreparedAlign, "raise kPreparedAlign");
-  return {&Op::can_implement, &Op::workspace_size, &Op::prepare, &Op::launch,
-          &Op::device_function};
-}
-
 struct KernelEntry {
   pcr_kernel_desc info;
   KernelOps ops;
@@ -111,6 +102,47 @@ struct KernelEntry {
 
 // Sets the calling thread's error message (see pcr_last_error) and returns `status`.
 int set_error(int status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Whether `g` has work for a kernel: every extent positive, and a group count exactly when
+// the kernel is a grouped one. CUTLASS's host code (can_implement, get_workspace_size,
+// to_underlying_arguments) divides by these extents: an empty batch that once reached
+// can_implement killed the process with SIGFPE. The runtime launches no kernel for an empty
+// problem; this check makes that an invariant every kernel family inherits (ops_of).
+inline int check_extents(const GemmArgs& g, bool grouped) {
+  if (g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0 && (grouped ? g.groups > 0 : g.groups == 0))
+    return PCR_OK;
+  return set_error(PCR_ERR_INTERNAL,
+                   "a kernel was handed a problem without work (m %d, n %d, k %d, batch %d, "
+                   "groups %d); such problems launch no kernel, so this is a library bug",
+                   g.m, g.n, g.k, g.batch, g.groups);
+}
+
+// A family's operations behind check_extents: nothing with an empty extent reaches CUTLASS.
+template <class Op, bool kGrouped>
+struct Guarded {
+  static int can_implement(const GemmArgs& g) {
+    int st = check_extents(g, kGrouped);
+    return st != PCR_OK ? st : Op::can_implement(g);
+  }
+  static size_t workspace_size(const GemmArgs& g) {
+    return check_extents(g, kGrouped) == PCR_OK ? Op::workspace_size(g) : 0;
+  }
+  static int prepare(const GemmArgs& g, void* workspace, void* prepared) {
+    int st = check_extents(g, kGrouped);
+    return st != PCR_OK ? st : Op::prepare(g, workspace, prepared);
+  }
+};
+
+// The KernelOps of a family template instantiation (static members of the same names),
+// guarded against empty extents.
+template <class Op, bool kGrouped>
+constexpr KernelOps ops_of() {
+  static_assert(sizeof(typename Op::Prepared) <= kMaxPrepared, "raise kMaxPrepared");
+  static_assert(alignof(typename Op::Prepared) <= kPreparedAlign, "raise kPreparedAlign");
+  using G = Guarded<Op, kGrouped>;
+  return {&G::can_implement, &G::workspace_size, &G::prepare, &Op::launch,
+          &Op::device_function};
+}
 
 // The launch attribute of a programmatic dependent (PDL): the launch may start while the
 // previous kernel in the stream drains, and waits in-kernel, at griddepcontrol.wait, before

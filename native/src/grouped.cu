@@ -66,21 +66,38 @@ struct Moe {
   int64_t lda, ldb, ldd;
 };
 
-__global__ void fill_moe(Moe p, GroupArrays out) {
+// Expert e's rows [*start, *end) of x and out, as the offsets say.
+__device__ void expert_rows(const Moe& p, int e, int64_t* start, int64_t* end) {
   auto at = [&](int i) -> int64_t {
     return p.offset_bits == 32 ? int64_t(static_cast<const int32_t*>(p.offsets)[i])
                                : static_cast<const int64_t*>(p.offsets)[i];
   };
+  int64_t s = p.boundaries ? at(e) : (e ? at(e - 1) : 0);
+  int64_t t = p.boundaries ? at(e + 1) : at(e);
+  // rows outside [0, tokens) do not exist: clamp rather than trust the router
+  *start = s < 0 ? 0 : (s > p.tokens ? p.tokens : s);
+  *end = t < *start ? *start : (t > p.tokens ? p.tokens : t);
+}
+
+__global__ void fill_moe(Moe p, GroupArrays out) {
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < p.experts;
        e += gridDim.x * blockDim.x) {
-    int64_t start = p.boundaries ? at(e) : (e ? at(e - 1) : 0);
-    int64_t end = p.boundaries ? at(e + 1) : at(e);
-    // rows outside [0, tokens) do not exist: clamp rather than trust the router
-    start = start < 0 ? 0 : (start > p.tokens ? p.tokens : start);
-    end = end < start ? start : (end > p.tokens ? p.tokens : end);
+    int64_t start, end;
+    expert_rows(p, e, &start, &end);
     char* rows = p.out + start * p.out_row;  // C (never read: beta = 0) and D
     put(out, e, {{int(end - start), p.n, p.k}, p.x + start * p.x_row, p.w + e * p.w_expert,
                  rows, rows, p.lda, p.ldb, p.ldd, p.ldd});
+  }
+}
+
+// K = 0: each expert's rows of out are alpha * (an empty sum) = 0; rows no expert covers
+// stay as they are, as with K > 0. One block row per expert, threads across the bytes.
+__global__ void zero_moe_rows(Moe p, int64_t row_bytes) {
+  for (int e = blockIdx.y; e < p.experts; e += gridDim.y) {
+    int64_t start, end;
+    expert_rows(p, e, &start, &end);
+    for (int64_t r = start + blockIdx.x; r < end; r += gridDim.x)
+      for (int64_t i = threadIdx.x; i < row_bytes; i += blockDim.x) p.out[r * p.out_row + i] = 0;
   }
 }
 
@@ -258,21 +275,24 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   if (w->ndim != 3)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "w must be 3-D (experts, K, N), got a %d-D tensor", w->ndim);
-  // x (T, K) @ w[e] (K, N) -> out (T, N), validated as one GEMM on expert 0's matrix
+  const int64_t experts = w->shape[0];
+  const int64_t w_step = w->strides ? w->strides[0] : w->shape[1] * w->shape[2];
+  if (experts < 0 || experts >= (int64_t(1) << 31) || w_step < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "w has a bad expert dimension or stride");
+  // x (T, K) @ w[e] (K, N) -> out (T, N), validated as one GEMM on expert 0's matrix. With
+  // no expert (E = 0) w has no storage: an unread stand-in lets x and out be validated.
+  alignas(16) static const char kNoExpert[16] = {};
   DLTensor w0 = *w;
   w0.ndim = 2;
   w0.shape = w->shape + 1;
   w0.strides = w->strides ? w->strides + 1 : nullptr;
+  if (experts == 0) w0.data = const_cast<char*>(kNoExpert), w0.byte_offset = 0;
   Bound bd;
   int st = describe(x, &w0, nullptr, out_t, alpha, 0.0, nullptr, &p, &bd);
   if (st != PCR_OK) return st;
   if (p.transposed || p.host || p.layout_a != PCR_ROW_MAJOR)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "moe_gemm takes row-major GPU x and out (one token per row)");
-  const int64_t experts = w->shape[0];
-  const int64_t w_step = w->strides ? w->strides[0] : w->shape[1] * w->shape[2];
-  if (experts < 0 || experts >= (int64_t(1) << 31) || w_step < 0)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "w has a bad expert dimension or stride");
   const int esize = bd.b.esize;
   if ((w_step * esize) % 16 && experts > 1) p.align_b = std::min(p.align_b, 2);
   // offsets: int32 or int64, contiguous, on x's GPU; E + 1 boundaries or E ends
@@ -301,7 +321,6 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   DeviceGuard guard;
   if ((st = guard.set(p.device))) return st;
   auto stream = static_cast<cudaStream_t>(stream_ptr);
-  if (p.k == 0) return launch_scale_copy(nullptr, bd.d, 0.0, stream);
   Moe moe;
   moe.offsets = static_cast<const char*>(offsets->data) + offsets->byte_offset;
   moe.offset_bits = offsets->dtype.bits;
@@ -319,6 +338,12 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   moe.lda = bd.lda;
   moe.ldb = bd.ldb;
   moe.ldd = bd.ldd;
+  if (p.k == 0) {
+    const int64_t row_bytes = p.n * bd.d.esize;
+    dim3 grid(unsigned(std::min<int64_t>(p.m, 256)), unsigned(std::min<int64_t>(experts, 65535)));
+    zero_moe_rows<<<grid, 256, 0, stream>>>(moe, row_bytes);
+    return cuda_status(cudaGetLastError(), "MoE GEMM with K = 0");
+  }
   return run_grouped(p, k, int(experts), alpha, 0.0, stream,
                      [&](const GroupArrays& arrays) {
                        int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));

@@ -229,7 +229,8 @@ int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matri
                      name, count, len, axis == 0 ? "row of a" : "column of b", len,
                      axis == 0 ? "(M, 1)" : "(1, N)");
   v->ptr = static_cast<char*>(t->data) + t->byte_offset;
-  if (!v->ptr) return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
+  if (!v->ptr && count > 0)  // an empty vector (of an empty M or N) has no storage
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
   *mode = count == 1 ? 1 : 2;
   if (*mode == 2 && (step != 1 || reinterpret_cast<uintptr_t>(v->ptr) % 16))
     return set_error(PCR_ERR_MISALIGNED,
@@ -637,8 +638,8 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
                      dtype_name(kd.dtype_d), dtype_name(p.dtype_a), dtype_name(p.dtype_b),
                      dtype_name(p.dtype_d));
   // An empty problem launches no kernel (d = beta * c at most): any kernel of these
-  // dtypes may be named for it.
-  if (p.m == 0 || p.n == 0 || p.k == 0) return PCR_OK;
+  // dtypes may be named for it, and none may see its extents (kernel.h, check_extents).
+  if (p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0) return PCR_OK;
   if (kd.grouped != (p.grouped != 0))
     return set_error(PCR_ERR_UNSUPPORTED, kd.grouped ? "%s is a grouped kernel" :
                      "%s computes one GEMM (or a batch), not a grouped one", kd.name);

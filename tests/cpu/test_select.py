@@ -249,7 +249,7 @@ def test_choose_checks_through_the_library(lib):
     p = _lib.Problem(m=127, n=1000, k=4097, dtype_a=code[k0.dtype_a], dtype_b=code[k0.dtype_b],
                      dtype_d=code[k0.dtype_d], layout_a="tn".index(k0.layout[0]),
                      layout_b="tn".index(k0.layout[1]), align_a=2, align_b=16, align_c=16,
-                     align_d=16, device=-1, cc=90, sm_count=132)
+                     align_d=16, device=-1, cc=90, sm_count=132, batch=1)  # as describe()
     choice = _select.choose(lib, p, ks)
     for k, why in choice.ranked:
         assert k.align[0] == 1, f"{k.name} accepted a 2-byte-aligned A"
