@@ -221,7 +221,10 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
     if problem.c_mode == 2:
         notes.append("c is first copied into d (other layout, dtype or broadcast strides), "
                      "then the kernel reads d as C: one extra pass over d")
-    if problem.k == 0:
+    work = bool(problem.m and problem.n and problem.k and problem.batch)
+    if not (problem.m and problem.n and problem.batch):
+        notes.append("empty output (M, N or the batch is 0): nothing is computed or launched")
+    elif problem.k == 0:
         notes.append("K = 0: d = act(beta * c + bias) by an elementwise kernel, no GEMM "
                      "kernel is launched")
     if problem.host:
@@ -230,9 +233,10 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
         which = [x for bit, x in ((1, "a"), (2, "b"), (4, "d")) if problem.staged & bit]
         notes.append(f"{', '.join(which)} not 16-byte aligned (leading dimension or address): "
                      "copied through aligned scratch around the kernel, one extra pass each")
-    choice = _select.choose(lib, problem, kernels())
-    ranked = [(k.name, why) for k, why in choice.ranked]
-    rejected = [(k.name, why) for k, why in choice.rejected]
+    # a problem without GEMM work takes no kernel, whatever the build holds
+    choice = _select.choose(lib, problem, kernels()) if work else None
+    ranked = [(k.name, why) for k, why in choice.ranked] if work else []
+    rejected = [(k.name, why) for k, why in choice.rejected] if work else []
     if kernel is not None:
         forced = kernels()[_call.kernel_index(kernel)]
         st = lib.pcr_kernel_check(forced.index, ctypes.byref(problem))
@@ -240,6 +244,9 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
             return Explanation(None, f"forced kernel rejected: {lib.last_error()}", pdict,
                                ranked, rejected, notes)
         return Explanation(forced.name, "forced with kernel=", pdict, ranked, rejected, notes)
+    if not work:
+        return Explanation(None, "no GEMM kernel runs: the problem has no GEMM work", pdict,
+                           ranked, rejected, notes)
     if not ranked:
         return Explanation(None, str(_call.no_candidates(problem, choice)), pdict, ranked,
                            rejected, notes)

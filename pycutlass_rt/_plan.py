@@ -77,8 +77,9 @@ class Gemm:
         self._launch = functools.partial(lib.plan_launch, self._handle) if flags else None
         index = ctypes.c_int32()
         lib.check(lib.pcr_plan_kernel(self._handle, ctypes.byref(index)))
-        #: name of the kernel the plan launches
-        self.kernel: str = _kernels.kernels()[index.value].name
+        #: name of the kernel the plan launches (None: the problem has no GEMM work)
+        self.kernel: str | None = (_kernels.kernels()[index.value].name
+                                   if index.value >= 0 else None)
         #: (M, N, K) of the problem as computed (after orienting d row-major)
         self.shape = (problem.m, problem.n, problem.k)
 

@@ -305,9 +305,6 @@ def tune_one(lib, bk, spec: Spec, recorded=None, *, repeats: int = DEFAULT_REPEA
     if recorded is not None and recorded.grouped:  # one GEMM's operands cannot stand in
         return Tuned(_cache.problem_key(recorded), None, None, None, None,
                      note="grouped GEMMs are not tuned: the table and model order them"), recorded
-    if recorded is not None and 0 in (recorded.m, recorded.n, recorded.k, recorded.batch):
-        return Tuned(_cache.problem_key(recorded), None, None, None, None,
-                     note="an empty problem launches no GEMM kernel: nothing to tune"), recorded
     ops = make_operands(bk, spec)
     problem = describe(lib, ops)
     target = recorded if recorded is not None else problem

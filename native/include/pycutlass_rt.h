@@ -208,6 +208,8 @@ PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c
  * kernel >= 0 forces that kernel. kernel == -1 takes the kernel remembered for this
  * problem by pcr_select_put; when none is remembered, nothing is launched, *problem is
  * filled and PCR_NEED_SELECTION is returned: choose, pcr_select_put, and call again.
+ * A problem without GEMM work (M, N, K or the batch 0) needs no kernel: with -1 it never
+ * asks for a selection (K = 0 computes d = act(beta * c + bias) elementwise).
  * Host (kDLCPU) operands are staged through device memory and the call synchronizes. */
 PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
                      const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
@@ -234,6 +236,7 @@ PCR_API int pcr_plan_run(pcr_plan* plan, void* stream);
 PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
                               const DLTensor* c, const DLTensor* d, const pcr_extras* extras,
                               void* stream);
+/* The plan's kernel index; -1 for a problem without GEMM work (no kernel launches). */
 PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
 PCR_API void pcr_plan_destroy(pcr_plan* plan);
 

@@ -330,8 +330,15 @@ int select(const pcr_problem& p, const Bound& bd, int* kernel) {
                    reasons.c_str());
 }
 
-// A forced kernel (checked), or the selected one.
+// A forced kernel (checked), or the selected one. A problem without GEMM work (an empty
+// extent, or K = 0: d = act(beta * c + bias) elementwise) launches no GEMM kernel, so it
+// takes none (-1) and asks for no selection: its result does not hinge on which kernels
+// the build holds for its layouts.
 int kernel_for(const pcr_problem& p, const Bound& bd, int32_t forced, int* kernel) {
+  if (forced == -1 && !has_gemm_work(p)) {
+    *kernel = -1;
+    return PCR_OK;
+  }
   if (forced == -1) return select(p, bd, kernel);
   if (forced < 0)
     return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d is not in this build", forced);
@@ -375,7 +382,7 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
   pl->problem = p;
   pl->bound = bd;
   pl->kernel = k;
-  if (p.m && p.n && p.k && p.batch) {
+  if (has_gemm_work(p)) {
     DeviceGuard guard;
     st = guard.set(p.device);
     size_t scratch = stage_layout(p, bd, nullptr).bytes;

@@ -639,7 +639,7 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
                      dtype_name(p.dtype_d));
   // An empty problem launches no kernel (d = beta * c at most): any kernel of these
   // dtypes may be named for it, and none may see its extents (kernel.h, check_extents).
-  if (p.m == 0 || p.n == 0 || p.k == 0 || p.batch == 0) return PCR_OK;
+  if (!has_gemm_work(p)) return PCR_OK;
   if (kd.grouped != (p.grouped != 0))
     return set_error(PCR_ERR_UNSUPPORTED, kd.grouped ? "%s is a grouped kernel" :
                      "%s computes one GEMM (or a batch), not a grouped one", kd.name);

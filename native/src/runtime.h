@@ -132,7 +132,10 @@ int run_prepared(int k, const GemmArgs& g, cudaStream_t stream);
 enum Pool { kKernelWorkspace = 0, kStagingScratch = 1, kGroupArrays = 2 };
 int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Pool pool,
                   bool* temporary = nullptr);
-// A forced kernel (checked against the problem), or the selected one.
+// Whether a described problem runs a GEMM kernel at all (no empty extent, K > 0).
+inline bool has_gemm_work(const pcr_problem& p) { return p.m && p.n && p.k && p.batch; }
+// A forced kernel (checked against the problem), the selected one, or -1 for a problem
+// without GEMM work (unless forced).
 int kernel_for(const pcr_problem& problem, const Bound& bound, int32_t forced, int* kernel);
 // The kernel for a described problem: the memoized selection's first candidate that
 // accepts it, PCR_NEED_SELECTION when nothing is memoized, or the rejections.
