@@ -70,13 +70,16 @@ MATH_OPERATORS = {"f32": "cutlass::arch::OpMultiplyAddFastF32",
 #: layout letter (CUTLASS/BLAS naming: t = row-major, n = column-major)
 LAYOUTS = {"t": ("cutlass::layout::RowMajor", "PCR_ROW_MAJOR"),
            "n": ("cutlass::layout::ColumnMajor", "PCR_COL_MAJOR")}
+#: schedule -> pcr_schedule. A name's words are the C constants' own (PCR_SCHED_<WORD>), as
+#: for splits (PCR_SPLIT_) and epilogues (PCR_EPI_): KernelInfo decodes them back through
+#: the generated pycutlass_rt/_abi.py (tests/cpu/test_abi.py holds the two together).
 SCHEDULES = {
     "multistage": "PCR_SCHED_MULTISTAGE",
     "pipelined": "PCR_SCHED_PIPELINED",
-    "coop": "PCR_SCHED_COOPERATIVE",
+    "coop": "PCR_SCHED_COOP",
     "pingpong": "PCR_SCHED_PINGPONG",
-    "1sm": "PCR_SCHED_SM100_1SM",
-    "2sm": "PCR_SCHED_SM100_2SM",
+    "1sm": "PCR_SCHED_1SM",
+    "2sm": "PCR_SCHED_2SM",
 }
 #: schedule -> the tag struct of native/kernels/tma_gemm.cuh
 TMA_SCHEDULES = {"coop": "Sm90Cooperative", "pingpong": "Sm90Pingpong",
@@ -90,9 +93,9 @@ TMA_GROUPED_SCHEDULES = {"coop": "Sm90GroupedCooperative", "pingpong": "Sm90Grou
 #: family's own kernel, fp32 output, under this translation unit's own scheduler or
 #: swizzle tag) into partials summed by a second kernel (native/kernels/split_k.cuh).
 SPLITS = {"none": ("PCR_SPLIT_NONE", "void", "pcr::mma::DataParallel"),
-          "streamk": ("PCR_STREAM_K", "pcr::tma::StreamK", "pcr::mma::StreamK"),
+          "streamk": ("PCR_SPLIT_STREAMK", "pcr::tma::StreamK", "pcr::mma::StreamK"),
           # the tags of a split-K kernel's unsplit inner kernel
-          "splitk": ("PCR_SPLIT_K", "pcr::split::Local<cutlass::gemm::PersistentScheduler>",
+          "splitk": ("PCR_SPLIT_SPLITK", "pcr::split::Local<cutlass::gemm::PersistentScheduler>",
                      "pcr::split::Local<pcr::mma::DataParallel>")}
 #: family header -> the split-K header its split-K kernels include too
 SPLIT_K_HEADERS = {"tma_gemm.cuh": "split_k_tma.cuh", "mma_gemm.cuh": "split_k.cuh"}
@@ -100,7 +103,7 @@ SPLIT_K_HEADERS = {"tma_gemm.cuh": "split_k_tma.cuh", "mma_gemm.cuh": "split_k.c
 #: (per row or per column) and the activation chosen per call, fused in the epilogue.
 #: "scaled" (quantized inputs): the same after scaling acc by per-tensor, per-row and
 #: per-column factors.
-EPILOGUES = {"linear": "PCR_EPI_LINEAR", "biasact": "PCR_EPI_BIAS_ACT",
+EPILOGUES = {"linear": "PCR_EPI_LINEAR", "biasact": "PCR_EPI_BIASACT",
              "scaled": "PCR_EPI_SCALED"}
 
 

@@ -86,21 +86,23 @@ typedef enum {
 
 typedef enum { PCR_ROW_MAJOR = 0, PCR_COL_MAJOR = 1 } pcr_layout;
 
-/* Mainloop schedules. */
+/* Mainloop schedules. Each constant's name past PCR_SCHED_, lowercased, is the word kernel
+ * names use (native/catalog.py): ..._c2x1_coop_a8 is PCR_SCHED_COOP; likewise for pcr_split
+ * (PCR_SPLIT_) and pcr_epilogue (PCR_EPI_). */
 typedef enum {
   PCR_SCHED_MULTISTAGE = 0,  /* sm80 family: cp.async multistage */
   PCR_SCHED_PIPELINED = 1,   /* sm75/sm80 families: 2-stage register-staged (any alignment) */
-  PCR_SCHED_COOPERATIVE = 2, /* sm90a: TMA warp-specialized cooperative */
+  PCR_SCHED_COOP = 2,        /* sm90a: TMA warp-specialized cooperative */
   PCR_SCHED_PINGPONG = 3,    /* sm90a: TMA warp-specialized ping-pong */
-  PCR_SCHED_SM100_1SM = 4,   /* sm100a: tcgen05 MMA on one SM */
-  PCR_SCHED_SM100_2SM = 5    /* sm100a: tcgen05 MMA shared by a CTA pair */
+  PCR_SCHED_1SM = 4,         /* sm100a: tcgen05 MMA on one SM */
+  PCR_SCHED_2SM = 5          /* sm100a: tcgen05 MMA shared by a CTA pair */
 } pcr_schedule;
 
-/* Epilogues: LINEAR computes alpha * acc + beta * c; BIAS_ACT adds an optional bias
+/* Epilogues: LINEAR computes alpha * acc + beta * c; BIASACT adds an optional bias
  * (per row or per column) and applies a pcr_activation chosen per call; SCALED (quantized
  * inputs) also multiplies acc by scale_a (per tensor or per row) and scale_b (per tensor
  * or per column). Each one can compute the ones before it. */
-typedef enum { PCR_EPI_LINEAR = 0, PCR_EPI_BIAS_ACT = 1, PCR_EPI_SCALED = 2 } pcr_epilogue;
+typedef enum { PCR_EPI_LINEAR = 0, PCR_EPI_BIASACT = 1, PCR_EPI_SCALED = 2 } pcr_epilogue;
 typedef enum {
   PCR_ACT_NONE = 0,
   PCR_ACT_RELU = 1,
@@ -108,11 +110,42 @@ typedef enum {
   PCR_ACT_GELU_TANH = 3,  /* the tanh approximation (torch's approximate="tanh") */
   PCR_ACT_SILU = 4        /* x * sigmoid(x) */
 } pcr_activation;
-typedef enum { PCR_SPLIT_NONE = 0, PCR_SPLIT_K = 1, PCR_STREAM_K = 2 } pcr_split;
+/* Work decompositions: SPLITK cuts K into slices whose partials a second kernel sums;
+ * STREAMK is CUTLASS's stream-K (the K loops of too few tiles spread over every SM). */
+typedef enum { PCR_SPLIT_NONE = 0, PCR_SPLIT_SPLITK = 1, PCR_SPLIT_STREAMK = 2 } pcr_split;
 /* How float32 inputs are multiplied: at fp32 accuracy (3xTF32 tensor-op or SIMT kernels),
  * or on TF32 tensor cores (10-bit mantissas; kernels whose dtype_a is PCR_TF32). Ignored
  * for other dtypes. */
 typedef enum { PCR_MATH_IEEE = 0, PCR_MATH_TF32 = 1 } pcr_math;
+
+/* The coded fields of pcr_problem (the struct keeps them as int32_t: its layout is fixed). */
+/* c_mode: how C reaches the kernel. */
+typedef enum {
+  PCR_C_NONE = 0,   /* no C (beta = 0, or c not given) */
+  PCR_C_READ = 1,   /* the kernel reads C where it is */
+  PCR_C_COPIED = 2  /* C is first copied into D (other layout or dtype, broadcast strides,
+                       misaligned), and the kernel reads D as C */
+} pcr_c_mode;
+/* staged: bits of the operands copied through 16-byte-aligned scratch around the kernel. */
+typedef enum { PCR_STAGED_A = 1, PCR_STAGED_B = 2, PCR_STAGED_D = 4 } pcr_staged;
+/* bias: the axis the bias vector runs along, in canonical (row-major) d. */
+typedef enum {
+  PCR_BIAS_NONE = 0,
+  PCR_BIAS_PER_COLUMN = 1, /* one value per column: shape (N,) or (1, N) */
+  PCR_BIAS_PER_ROW = 2     /* one value per row: shape (M, 1) */
+} pcr_bias_axis;
+/* scale_m, scale_n: the dequantizing scale of canonical d's rows and columns. */
+typedef enum {
+  PCR_SCALE_NONE = 0,
+  PCR_SCALE_TENSOR = 1,  /* one value for the whole tensor */
+  PCR_SCALE_VECTOR = 2   /* one value per row (scale_m) or per column (scale_n) */
+} pcr_scale_kind;
+/* grouped: which entry point's problem this is. */
+typedef enum {
+  PCR_GROUPED_NONE = 0,  /* one GEMM, or a batch (pcr_gemm, pcr_describe, plans) */
+  PCR_GROUPED_LIST = 1,  /* pcr_grouped_gemm: `batch` groups given as lists */
+  PCR_GROUPED_MOE = 2    /* pcr_moe_gemm: `batch` experts, groups from row offsets */
+} pcr_grouped;
 
 /* What a GEMM computes beyond alpha * a @ b + beta * c; a NULL pcr_extras* means none. */
 typedef struct {
@@ -155,22 +188,23 @@ typedef struct {
   int32_t dtype_a, dtype_b, dtype_c, dtype_d; /* dtype_c = PCR_DTYPE_INVALID without C */
   int32_t layout_a, layout_b;
   int32_t align_a, align_b, align_c, align_d; /* bytes: largest of 16/8/4/2/1 that holds */
-  int32_t c_mode;      /* 0 no C (beta = 0), 1 C read by the kernel, 2 C copied into D first */
+  int32_t c_mode;      /* pcr_c_mode: no C (beta = 0), C read by the kernel, or copied first */
   int32_t transposed;  /* 1: computed as D^T = B^T A^T */
   int32_t host;        /* 1: host (numpy) operands, staged through device memory */
-  int32_t staged;      /* bits 1 a, 2 b, 4 d: copied through 16-byte-aligned scratch */
+  int32_t staged;      /* pcr_staged bits: a, b, d copied through 16-byte-aligned scratch */
   int32_t device;      /* CUDA ordinal */
   int32_t cc;          /* compute capability of that device, e.g. 90 */
   int32_t sm_count;
   int64_t batch;       /* L: GEMMs in the batch (1 for 2-D operands) */
-  int32_t bias;        /* 0 none, 1 one value per column of canonical d, 2 one per row */
+  int32_t bias;        /* pcr_bias_axis: none, one value per column of canonical d, per row */
   int32_t activation;  /* pcr_activation */
   int32_t align_bias;  /* bytes, as align_a */
   int32_t epilogue;    /* pcr_epilogue the problem needs */
-  int32_t grouped;     /* 0 one GEMM (or a batch); 1 a grouped GEMM of `batch` groups, 2 the
-                          same from row offsets (MoE); m, n, k are then the largest extents */
-  int32_t scale_m;     /* scale of canonical d's rows: 0 none, 1 one value, 2 one per row */
-  int32_t scale_n;     /* scale of its columns: 0 none, 1 one value, 2 one per column */
+  int32_t grouped;     /* pcr_grouped: one GEMM (or a batch), a grouped GEMM of `batch`
+                          groups, or the same from row offsets (MoE); m, n, k are then the
+                          largest extents */
+  int32_t scale_m;     /* pcr_scale_kind of canonical d's rows: none, one value, one per row */
+  int32_t scale_n;     /* pcr_scale_kind of its columns: none, one value, one per column */
 } pcr_problem;
 
 /* ---- library ------------------------------------------------------------------- */
@@ -203,13 +237,20 @@ PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c
                          const DLTensor* d, double alpha, double beta,
                          const pcr_extras* extras, pcr_problem* out);
 
+/* The `kernel` argument of the launching entry points: an index (pcr_kernel_info) forces
+ * that kernel; PCR_KERNEL_SELECT takes the one remembered by pcr_select_put. A plan of a
+ * problem that launches no kernel reports PCR_KERNEL_NONE (pcr_plan_kernel). */
+#define PCR_KERNEL_SELECT (-1)
+#define PCR_KERNEL_NONE (-1)
+
 /* d = act(alpha * (scale_a * a) @ (b * scale_b) + beta * c + bias) on `stream` (a
  * cudaStream_t; NULL = legacy default); `extras` may be NULL.
- * kernel >= 0 forces that kernel. kernel == -1 takes the kernel remembered for this
- * problem by pcr_select_put; when none is remembered, nothing is launched, *problem is
- * filled and PCR_NEED_SELECTION is returned: choose, pcr_select_put, and call again.
- * A problem without GEMM work (M, N, K or the batch 0) needs no kernel: with -1 it never
- * asks for a selection (K = 0 computes d = act(beta * c + bias) elementwise).
+ * kernel >= 0 forces that kernel. kernel == PCR_KERNEL_SELECT takes the kernel
+ * remembered for this problem by pcr_select_put; when none is remembered, nothing is
+ * launched, *problem is filled and PCR_NEED_SELECTION is returned: choose,
+ * pcr_select_put, and call again. A problem without GEMM work (M, N, K or the batch 0)
+ * needs no kernel: with PCR_KERNEL_SELECT it never asks for a selection (K = 0 computes
+ * d = act(beta * c + bias) elementwise).
  * Host (kDLCPU) operands are staged through device memory and the call synchronizes. */
 PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
                      const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
@@ -220,7 +261,7 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
 /* ---- bound plans ----------------------------------------------------------------
  * A plan is one problem with its kernel chosen, its workspace allocated and its launch
  * parameters built: running it is a launch and nothing else, so it is cheap and safe
- * inside CUDA-graph capture. Create: like pcr_gemm (kernel -1 needs a remembered
+ * inside CUDA-graph capture. Create: like pcr_gemm (PCR_KERNEL_SELECT needs a remembered
  * selection, else PCR_NEED_SELECTION with *problem filled). The tensors given at
  * creation are bound (the caller keeps them alive); pcr_plan_run_with takes others that
  * describe the same problem. Runs of one plan must not overlap on different streams
@@ -236,7 +277,7 @@ PCR_API int pcr_plan_run(pcr_plan* plan, void* stream);
 PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
                               const DLTensor* c, const DLTensor* d, const pcr_extras* extras,
                               void* stream);
-/* The plan's kernel index; -1 for a problem without GEMM work (no kernel launches). */
+/* The plan's kernel index; PCR_KERNEL_NONE for a problem without GEMM work. */
 PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
 PCR_API void pcr_plan_destroy(pcr_plan* plan);
 
@@ -269,28 +310,36 @@ PCR_API int pcr_select_clear(void);
  * left unconsumed), or an object whose type exposes __dlpack_c_exchange_api__. With
  * PCR_STREAM_FROM_PRODUCER the stream is the producer's current work stream when an
  * operand's exchange API offers one, else `stream`. `extras` is NULL, None, or the tuple
- * (bias, scale_a, scale_b, activation, math) of pcr_extras' fields (tensors or None). */
+ * (bias, scale_a, scale_b, activation, math) of pcr_extras' fields (tensors or None).
+ * pcr_py_object* marks those PyObject* arguments (plain void* to the compiler); other
+ * pointers, the stream included, are not Python objects. */
+typedef void pcr_py_object;
 #define PCR_STREAM_FROM_PRODUCER 1
-PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-                        void* extras, int32_t kernel, int32_t flags, void* stream,
-                        pcr_problem* problem);
-PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                               void* extras, int32_t kernel, pcr_problem* problem,
+PCR_API int pcr_py_gemm(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
+                        pcr_py_object* d, double alpha, double beta, pcr_py_object* extras,
+                        int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+PCR_API int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
+                               pcr_py_object* d, double alpha, double beta,
+                               pcr_py_object* extras, int32_t kernel, pcr_problem* problem,
                                pcr_plan** plan);
 /* a, b, c, d and extras all None/NULL: run on the bound tensors. */
-PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
+PCR_API int pcr_py_plan_run(pcr_plan* plan, pcr_py_object* a, pcr_py_object* b,
+                            pcr_py_object* c, pcr_py_object* d, pcr_py_object* extras,
                             int32_t flags, void* stream);
 /* The same on the bound tensors and the producer's current stream: the fewest arguments
  * for the hottest call (a plan over exchange-API tensors, e.g. torch). */
 PCR_API int pcr_py_plan_launch(pcr_plan* plan);
-PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-                            void* extras, pcr_problem* out);
+PCR_API int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
+                            pcr_py_object* d, double alpha, double beta,
+                            pcr_py_object* extras, pcr_problem* out);
 /* a, b, c, d: arrays of `count` objects (c may be NULL, or hold None). */
-PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
-                                double alpha, double beta, int32_t kernel, int32_t flags,
-                                void* stream, pcr_problem* problem);
-PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
-                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_object** c,
+                                pcr_py_object** d, int32_t count, double alpha, double beta,
+                                int32_t kernel, int32_t flags, void* stream,
+                                pcr_problem* problem);
+PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
+                            pcr_py_object* out, double alpha, int32_t kernel, int32_t flags,
+                            void* stream, pcr_problem* problem);
 /* The per-call entry points as CPython builtins (METH_FASTCALL): a PyMethodDef array,
  * ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments without
  * ctypes' conversions (an 11-argument ctypes call costs microseconds of host time) and

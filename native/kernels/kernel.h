@@ -20,7 +20,7 @@ namespace pcr {
 // A and B are row- or column-major as the kernel's layouts say; C has D's layout and
 // dtype and is never null (it points at D when beta == 0, and is then never read).
 // `batch` > 1 repeats the GEMM over matrices `batch_*` elements apart (0: shared).
-// Bias and activation exist in PCR_EPI_BIAS_ACT and PCR_EPI_SCALED kernels only, scales
+// Bias and activation exist in PCR_EPI_BIASACT and PCR_EPI_SCALED kernels only, scales
 // in PCR_EPI_SCALED ones and, per tensor, in the linear kernels whose descriptor sets
 // tensor_scales (tma_gemm.cuh, TensorScaledLinear). Grouped kernels read
 // `groups` problems from `group` (GPU arrays) instead of m, n, k and the operand fields.

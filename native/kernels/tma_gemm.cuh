@@ -351,7 +351,7 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
   using CtaTile = decltype(cute::shape_div(
       TileShape{}, cute::Shape<cute::Int<Schedule::kSmsPerMma>, cute::_1, cute::_1>{}));
   using Fusion = cute::conditional_t<
-      Epilogue == PCR_EPI_BIAS_ACT, typename evt::BiasActTree<CtaTile, ElementD>::Type,
+      Epilogue == PCR_EPI_BIASACT, typename evt::BiasActTree<CtaTile, ElementD>::Type,
       cute::conditional_t<Epilogue == PCR_EPI_SCALED,
                           typename evt::ScaledTree<CtaTile, ElementD>::Type, Linear>>;
 
@@ -382,7 +382,7 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
     const void* a = SwapAB ? p.b : p.a;
     const void* b = SwapAB ? p.a : p.b;
     typename CollectiveEpilogue::FusionCallbacks::Arguments thread;
-    if constexpr (Epilogue == PCR_EPI_BIAS_ACT)  // kernel rows are problem columns if swapped
+    if constexpr (Epilogue == PCR_EPI_BIASACT)  // kernel rows are problem columns if swapped
       thread = evt::BiasActTree<CtaTile, ElementD>::arguments(
           p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
     else if constexpr (Epilogue == PCR_EPI_SCALED)

@@ -58,7 +58,7 @@ Key key_of(const pcr_problem& p) {
   // A grouped problem's M is its largest group's (the MoE form: every routed token), which
   // changes from call to call; the choice does not hinge on it, so powers of two bucket it
   // and a new routing reuses the remembered kernels instead of asking Python again.
-  if (p.grouped)
+  if (p.grouped != PCR_GROUPED_NONE)
     for (key.m = p.m ? 1 : 0; key.m < p.m;) key.m *= 2;
   key.n = p.n;
   key.k = p.k;
@@ -203,11 +203,11 @@ int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
   const Matrix* src[2];
   const Matrix* dst[2];
   int inputs = 0;
-  if (s.staged & 1) src[inputs] = &bd.a, dst[inputs++] = &s.bound.a;
-  if (s.staged & 2) src[inputs] = &bd.b, dst[inputs++] = &s.bound.b;
+  if (s.staged & PCR_STAGED_A) src[inputs] = &bd.a, dst[inputs++] = &s.bound.a;
+  if (s.staged & PCR_STAGED_B) src[inputs] = &bd.b, dst[inputs++] = &s.bound.b;
   if ((st = launch_stage_copies(src, dst, inputs, stream))) return st;
   if ((st = launch_device(s.problem, s.bound, k, stream, plan))) return st;
-  return (s.staged & 4) ? launch_scale_copy(&s.bound.d, bd.d, 1.0, stream) : PCR_OK;
+  return (s.staged & PCR_STAGED_D) ? launch_scale_copy(&s.bound.d, bd.d, 1.0, stream) : PCR_OK;
 }
 
 int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
@@ -216,11 +216,11 @@ int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
   if (p.staged) return launch_staged(p, bd, k, stream, plan);
   int st;
   if (p.k == 0) {  // the whole answer: d = act(beta * c + bias)
-    double scale = p.c_mode == 0 ? 0.0 : bd.beta;
-    return launch_scale_copy(p.c_mode ? &bd.c : nullptr, bd.d, scale, stream,
-                             p.bias ? &bd.bias : nullptr, p.activation);
+    const bool has_c = p.c_mode != PCR_C_NONE;
+    return launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? bd.beta : 0.0, stream,
+                             p.bias != PCR_BIAS_NONE ? &bd.bias : nullptr, p.activation);
   }
-  if (p.c_mode == 2 && (st = launch_scale_copy(&bd.c, bd.d, 1.0, stream)))
+  if (p.c_mode == PCR_C_COPIED && (st = launch_scale_copy(&bd.c, bd.d, 1.0, stream)))
     return st;  // C in D's form for the kernel, which applies beta
   return run_kernel(p, bd, k, stream, plan);
 }
@@ -332,14 +332,14 @@ int select(const pcr_problem& p, const Bound& bd, int* kernel) {
 
 // A forced kernel (checked), or the selected one. A problem without GEMM work (an empty
 // extent, or K = 0: d = act(beta * c + bias) elementwise) launches no GEMM kernel, so it
-// takes none (-1) and asks for no selection: its result does not hinge on which kernels
+// takes none (PCR_KERNEL_NONE) and asks for no selection: its result does not hinge on which kernels
 // the build holds for its layouts.
 int kernel_for(const pcr_problem& p, const Bound& bd, int32_t forced, int* kernel) {
-  if (forced == -1 && !has_gemm_work(p)) {
-    *kernel = -1;
+  if (forced == PCR_KERNEL_SELECT && !has_gemm_work(p)) {
+    *kernel = PCR_KERNEL_NONE;
     return PCR_OK;
   }
-  if (forced == -1) return select(p, bd, kernel);
+  if (forced == PCR_KERNEL_SELECT) return select(p, bd, kernel);
   if (forced < 0)
     return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d is not in this build", forced);
   int st = check_kernel(forced, p, &bd);

@@ -169,7 +169,7 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
   std::memset(&p, 0, sizeof p);
-  p.grouped = 1;
+  p.grouped = PCR_GROUPED_LIST;
   if (count < 0 || (count > 0 && (!a || !b || !d)))
     return set_error(PCR_ERR_INVALID_ARGUMENT, "grouped GEMM: need count >= 0 and a, b, d");
   if (count == 0) return PCR_OK;
@@ -203,12 +203,12 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
                        "row-major) or device; one grouped launch needs them alike", g, lead);
   }
   p = probs[lead];
-  p.grouped = 1;
+  p.grouped = PCR_GROUPED_LIST;
   p.batch = count;
   p.staged = 0;
   p.transposed = 0;
-  p.c_mode = beta != 0.0 ? 1 : 0;
-  p.dtype_c = p.c_mode ? p.dtype_d : PCR_DTYPE_INVALID;
+  p.c_mode = beta != 0.0 ? PCR_C_READ : PCR_C_NONE;
+  p.dtype_c = p.c_mode != PCR_C_NONE ? p.dtype_d : PCR_DTYPE_INVALID;
   p.align_c = 16;
   for (int g = 0; g < count; ++g) {
     const pcr_problem& q = probs[g];
@@ -219,7 +219,7 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     p.align_a = std::min(p.align_a, q.align_a);
     p.align_b = std::min(p.align_b, q.align_b);
     p.align_d = std::min(p.align_d, q.align_d);
-    if (q.c_mode == 1) p.align_c = std::min(p.align_c, q.align_c);
+    if (q.c_mode == PCR_C_READ) p.align_c = std::min(p.align_c, q.align_c);
   }
 
   // The kernel first: a call that needs a selection returns before any GPU work.
@@ -236,13 +236,13 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     const pcr_problem& q = probs[g];
     const Bound& bd = bounds[g];
     if (q.m == 0 || q.n == 0) continue;
-    const bool has_c = q.c_mode != 0;
+    const bool has_c = q.c_mode != PCR_C_NONE;
     if (q.k == 0) {
       st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? beta : 0.0, stream);
       if (st != PCR_OK) return st;
       continue;
     }
-    if (beta != 0.0 && q.c_mode != 1 &&
+    if (beta != 0.0 && q.c_mode != PCR_C_READ &&
         (st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, 1.0, stream)))
       return st;
     GemmArgs ga = gemm_args(q, bd);
@@ -269,7 +269,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
   std::memset(&p, 0, sizeof p);
-  p.grouped = 2;
+  p.grouped = PCR_GROUPED_MOE;
   if (!x || !w || !offsets || !out_t)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "moe_gemm: x, w, offsets and out are required");
   if (w->ndim != 3)
@@ -312,7 +312,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   if (offsets->device.device_id != p.device)
     return set_error(PCR_ERR_DEVICE_MISMATCH, "offsets is on cuda:%d but out is on cuda:%d",
                      offsets->device.device_id, p.device);
-  p.grouped = 2;
+  p.grouped = PCR_GROUPED_MOE;
   p.batch = experts;
 
   if (p.m == 0 || p.n == 0 || experts == 0) return PCR_OK;

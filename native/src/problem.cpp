@@ -157,7 +157,8 @@ int alignment_bytes(const Matrix& m, int layout, int64_t ld) {
 }
 
 // The bias as a broadcast view over d (rows x cols), numpy's rules: shape (N,), (1, N) or
-// (1, 1, N) adds one value per column (*axis = 1), (M, 1) or (1, M, 1) one per row (2).
+// (1, 1, N) adds one value per column (*axis = PCR_BIAS_PER_COLUMN), (M, 1) or (1, M, 1)
+// one per row (PCR_BIAS_PER_ROW).
 int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
   if (t->ndim < 1 || t->ndim > 3)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -181,9 +182,9 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
                      "whole batch: pass shape (N,) or (M, 1)", shape[0]);
   int64_t len, step;
   if (shape[1] == 1 && shape[2] == D.cols) {
-    *axis = 1, len = shape[2], step = stride[2];
+    *axis = PCR_BIAS_PER_COLUMN, len = shape[2], step = stride[2];
   } else if (shape[2] == 1 && shape[1] == D.rows) {
-    *axis = 2, len = shape[1], step = stride[1];
+    *axis = PCR_BIAS_PER_ROW, len = shape[1], step = stride[1];
   } else {
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "bias of shape (%" PRId64 ", %" PRId64 ") does not broadcast against d "
@@ -202,13 +203,14 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
   v->device_id = t->device.device_id;
   v->rows = D.rows;
   v->cols = D.cols;
-  v->s0 = *axis == 2 ? 1 : 0;
-  v->s1 = *axis == 1 ? 1 : 0;
+  v->s0 = *axis == PCR_BIAS_PER_ROW ? 1 : 0;
+  v->s1 = *axis == PCR_BIAS_PER_COLUMN ? 1 : 0;
   return PCR_OK;
 }
 
 // A float32 scale: one value (any shape of one element), or a contiguous vector of `len`
-// (shape (len,), or (len, 1) / (1, len) along `axis` 0 / 1 of d). Sets *mode to 1 or 2.
+// (shape (len,), or (len, 1) / (1, len) along `axis` 0 / 1 of d). Sets *mode to
+// PCR_SCALE_TENSOR or PCR_SCALE_VECTOR.
 int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matrix* v,
                int* mode) {
   if (dtype_from_dl(t->dtype) != PCR_F32)
@@ -231,8 +233,8 @@ int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matri
   v->ptr = static_cast<char*>(t->data) + t->byte_offset;
   if (!v->ptr && count > 0)  // an empty vector (of an empty M or N) has no storage
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
-  *mode = count == 1 ? 1 : 2;
-  if (*mode == 2 && (step != 1 || reinterpret_cast<uintptr_t>(v->ptr) % 16))
+  *mode = count == 1 ? PCR_SCALE_TENSOR : PCR_SCALE_VECTOR;
+  if (*mode == PCR_SCALE_VECTOR && (step != 1 || reinterpret_cast<uintptr_t>(v->ptr) % 16))
     return set_error(PCR_ERR_MISALIGNED,
                      "%s must be a contiguous vector at a 16-byte aligned address", name);
   v->dtype = PCR_F32;
@@ -275,13 +277,14 @@ void stage_misaligned(pcr_problem* p) {
   if (p->epilogue != PCR_EPI_LINEAR &&
       ((p->align_a < 16 && p->layout_a != PCR_ROW_MAJOR) ||
        (p->align_b < 16 && p->layout_b != PCR_COL_MAJOR) ||
-       (p->align_d < 16 && (p->bias == 1 || p->scale_n == 2))))
+       (p->align_d < 16 && (p->bias == PCR_BIAS_PER_COLUMN || p->scale_n == PCR_SCALE_VECTOR))))
     return;
-  if (p->align_a < 16) p->staged |= 1, p->align_a = 16;
-  if (p->align_b < 16) p->staged |= 2, p->align_b = 16;
-  if (p->align_d < 16) p->staged |= 4, p->align_d = 16;
-  if (p->c_mode == 1 && (p->align_c < 16 || (p->staged & 4))) p->c_mode = 2;
-  if (p->c_mode == 2) p->align_c = p->align_d;
+  if (p->align_a < 16) p->staged |= PCR_STAGED_A, p->align_a = 16;
+  if (p->align_b < 16) p->staged |= PCR_STAGED_B, p->align_b = 16;
+  if (p->align_d < 16) p->staged |= PCR_STAGED_D, p->align_d = 16;
+  if (p->c_mode == PCR_C_READ && (p->align_c < 16 || (p->staged & PCR_STAGED_D)))
+    p->c_mode = PCR_C_COPIED;
+  if (p->c_mode == PCR_C_COPIED) p->align_c = p->align_d;
 }
 
 }  // namespace
@@ -331,10 +334,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   // c is validated whenever given, and read only when beta != 0.
   const bool use_c = c && beta != 0.0;
   if (c && (st = load_matrix(c, "c", true, &C))) return st;
-  int bias_axis = 0;
+  int bias_axis = PCR_BIAS_NONE;
   if (bias && (st = load_bias(bias, D, &V, &bias_axis))) return st;
   Matrix &SA = bound->scale_m, &SB = bound->scale_n;  // canonical below
-  int scale_a = 0, scale_b = 0;
+  int scale_a = PCR_SCALE_NONE, scale_b = PCR_SCALE_NONE;
   if (x.scale_a && (st = load_scale(x.scale_a, "scale_a", D.rows, 0, &SA, &scale_a))) return st;
   if (x.scale_b && (st = load_scale(x.scale_b, "scale_b", D.cols, 1, &SB, &scale_b))) return st;
 
@@ -422,7 +425,9 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     B.transpose();
     D.transpose();
     if (use_c) C.transpose();
-    if (bias) V.transpose(), bias_axis = 3 - bias_axis;
+    if (bias)  // d^T's columns are d's rows
+      V.transpose(), bias_axis = bias_axis == PCR_BIAS_PER_ROW ? PCR_BIAS_PER_COLUMN
+                                                               : PCR_BIAS_PER_ROW;
     std::swap(SA, SB);  // b^T's rows are b's columns
     SA.transpose(), SB.transpose();
     std::swap(scale_a, scale_b);
@@ -466,9 +471,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   // (pcr_kernel_desc::tensor_scales) run it at their own speed; vectors, bias or an
   // activation with scales need the dequantizing epilogue.
   const bool fused = bias || activation != PCR_ACT_NONE;
-  p->epilogue = scale_a == 2 || scale_b == 2 || ((scale_a || scale_b) && fused)
+  const bool scaled = scale_a != PCR_SCALE_NONE || scale_b != PCR_SCALE_NONE;
+  p->epilogue = scale_a == PCR_SCALE_VECTOR || scale_b == PCR_SCALE_VECTOR || (scaled && fused)
                     ? PCR_EPI_SCALED
-                : fused ? PCR_EPI_BIAS_ACT
+                : fused ? PCR_EPI_BIASACT
                         : PCR_EPI_LINEAR;
   if (bias) {  // the address only: the vector's length is D's extent, aligned as D is
     uintptr_t v = reinterpret_cast<uintptr_t>(V.ptr);
@@ -489,11 +495,11 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     // first copied into D, and the kernel then reads D as C.
     if (c_is_d || (C.dtype == D.dtype && layout_of(C, &lc, &ldc) && lc == PCR_ROW_MAJOR &&
                    C.s0 > 0)) {
-      p->c_mode = 1;
+      p->c_mode = PCR_C_READ;
       bound->ldc = c_is_d ? ldd : ldc;
       p->align_c = alignment_bytes(C, PCR_ROW_MAJOR, bound->ldc);
     } else {
-      p->c_mode = 2;
+      p->c_mode = PCR_C_COPIED;
       p->align_c = p->align_d;
     }
   } else {
@@ -510,7 +516,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
             kd.dtype_d == p->dtype_d && kd.epilogue >= p->epilogue;
   }
   if (!known) {
-    static const char* const kWith[] = {"", " with a fused bias/activation epilogue",
+    static const char* const kWith[] = {"",  // by pcr_epilogue: LINEAR, BIASACT, SCALED
+                                        " with a fused bias/activation epilogue",
                                         " with scale_a/scale_b (a dequantizing epilogue)"};
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
@@ -523,7 +530,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     return set_error(PCR_ERR_UNSUPPORTED,
                      "no kernel in this build computes %s x %s -> %s%s; available%s: %s%s",
                      dtype_name(p->dtype_a), dtype_name(p->dtype_b), dtype_name(p->dtype_d),
-                     kWith[p->epilogue], p->epilogue ? kWith[p->epilogue] : "",
+                     kWith[p->epilogue], p->epilogue != PCR_EPI_LINEAR ? kWith[p->epilogue] : "",
                      have.empty() ? "none" : have.c_str(),
                      p->dtype_a == PCR_TF32 || p->dtype_a == PCR_F32
                          ? " (tfloat32: float32 tensors with math='tf32')" : "");
@@ -552,7 +559,7 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   g.ldb = bd.ldb;
   g.d = bd.d.ptr;
   g.ldd = bd.ldd;
-  if (p.c_mode == 1) {
+  if (p.c_mode == PCR_C_READ) {
     g.c = bd.c.ptr;
     g.ldc = bd.ldc;
   } else {  // no C, or C already copied into D
@@ -560,19 +567,19 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
     g.ldc = bd.ldd;
   }
   g.alpha = bd.alpha;
-  g.beta = p.c_mode == 0 ? 0.0 : bd.beta;
+  g.beta = p.c_mode == PCR_C_NONE ? 0.0 : bd.beta;
   g.batch = int(p.batch);
   g.batch_a = bd.a.sb;
   g.batch_b = bd.b.sb;
-  g.batch_c = p.c_mode == 1 ? bd.c.sb : bd.d.sb;
+  g.batch_c = p.c_mode == PCR_C_READ ? bd.c.sb : bd.d.sb;
   g.batch_d = bd.d.sb;
-  if (p.bias == 1) g.bias_n = bd.bias.ptr;
-  if (p.bias == 2) g.bias_m = bd.bias.ptr;
+  if (p.bias == PCR_BIAS_PER_COLUMN) g.bias_n = bd.bias.ptr;
+  if (p.bias == PCR_BIAS_PER_ROW) g.bias_m = bd.bias.ptr;
   g.activation = p.activation;
   g.scale_a = bd.scale_m.ptr;
   g.scale_b = bd.scale_n.ptr;
-  g.scale_a_per_row = p.scale_m == 2;
-  g.scale_b_per_col = p.scale_n == 2;
+  g.scale_a_per_row = p.scale_m == PCR_SCALE_VECTOR;
+  g.scale_b_per_col = p.scale_n == PCR_SCALE_VECTOR;
   g.device = p.device;
   g.sm_count = p.sm_count;
   return g;
@@ -583,6 +590,7 @@ Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {
   st.problem.staged = 0;
   if (!p.staged) return st;
   Matrix* mats[] = {&st.bound.a, &st.bound.b, &st.bound.d};
+  const int bits[] = {PCR_STAGED_A, PCR_STAGED_B, PCR_STAGED_D};
   int64_t* lds[] = {&st.bound.lda, &st.bound.ldb, &st.bound.ldd};
   bool row[] = {p.layout_a == PCR_ROW_MAJOR, p.layout_b == PCR_ROW_MAJOR, true};
   // Each operand's (rows, cols) as dimensions of the problem: 0 = M, 1 = N, 2 = K.
@@ -595,16 +603,16 @@ Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {
     for (int i = 0; i < 3; ++i) {
       int64_t per16 = 16 / mats[i]->esize;
       int inner = dims[i][row[i] ? 1 : 0];
-      if (staged & (1 << i)) ext[inner] = (ext[inner] + per16 - 1) / per16 * per16;
+      if (staged & bits[i]) ext[inner] = (ext[inner] + per16 - 1) / per16 * per16;
       for (int j = 0; j < 3; ++j)
         if (ext[dims[j][0]] != mats[j]->rows || ext[dims[j][1]] != mats[j]->cols)
-          staged |= 1 << j;
+          staged |= bits[j];
     }
   st.problem.m = ext[0];
   st.problem.n = ext[1];
   st.problem.k = ext[2];
   for (int i = 0; i < 3; ++i) {
-    if (!(staged & (1 << i))) continue;
+    if (!(staged & bits[i])) continue;
     Matrix& m = *mats[i];
     m.rows = ext[dims[i][0]];
     m.cols = ext[dims[i][1]];
@@ -620,9 +628,9 @@ Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {
   st.staged = staged;
   int* aligns[] = {&st.problem.align_a, &st.problem.align_b, &st.problem.align_d};
   for (int i = 0; i < 3; ++i)
-    if (staged & (1 << i)) *aligns[i] = 16;
-  if ((staged & 4) && st.problem.c_mode) {  // C is copied into D's scratch first
-    st.problem.c_mode = 2;
+    if (staged & bits[i]) *aligns[i] = 16;
+  if ((staged & PCR_STAGED_D) && st.problem.c_mode != PCR_C_NONE) {  // C into D's scratch
+    st.problem.c_mode = PCR_C_COPIED;
     st.problem.align_c = 16;
   }
   return st;
@@ -640,10 +648,11 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
   // An empty problem launches no kernel (d = beta * c at most): any kernel of these
   // dtypes may be named for it, and none may see its extents (kernel.h, check_extents).
   if (!has_gemm_work(p)) return PCR_OK;
-  if (kd.grouped != (p.grouped != 0))
+  if (kd.grouped != (p.grouped != PCR_GROUPED_NONE))
     return set_error(PCR_ERR_UNSUPPORTED, kd.grouped ? "%s is a grouped kernel" :
                      "%s computes one GEMM (or a batch), not a grouped one", kd.name);
-  if (kd.epilogue == PCR_EPI_LINEAR && (p.scale_m || p.scale_n) && !kd.tensor_scales)
+  if (kd.epilogue == PCR_EPI_LINEAR &&
+      (p.scale_m != PCR_SCALE_NONE || p.scale_n != PCR_SCALE_NONE) && !kd.tensor_scales)
     return set_error(PCR_ERR_UNSUPPORTED,
                      "%s reads no scale tensors; this call needs a dequantizing epilogue, or "
                      "scales given as numbers (folded into alpha)", kd.name);
@@ -664,8 +673,8 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
       {"a", p.align_a, kd.align_a * es_ab},
       {"b", p.align_b, kd.align_b * es_ab},
       {"d", p.align_d, kd.align_c * es_d},
-      {"c", p.c_mode == 1 ? p.align_c : 16, kd.align_c * es_d},
-      {"bias", p.bias ? p.align_bias : 16, kd.align_c * es_d},
+      {"c", p.c_mode == PCR_C_READ ? p.align_c : 16, kd.align_c * es_d},
+      {"bias", p.bias != PCR_BIAS_NONE ? p.align_bias : 16, kd.align_c * es_d},
   };
   for (auto& r : req)
     if (r.have < r.need)
@@ -681,7 +690,8 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
       return set_error(PCR_ERR_UNSUPPORTED, "%s has no image for this GPU (compute %d.%d)",
                        kd.name, p.cc / 10, p.cc % 10);
   }
-  if (bound && !p.grouped) {  // grouped sizes live on the GPU: nothing to judge here
+  // grouped sizes live on the GPU: nothing to judge here
+  if (bound && p.grouped == PCR_GROUPED_NONE) {
     // CUTLASS judges the operands the kernel will read: staged ones at an aligned address
     alignas(256) static char aligned_base[256];
     Staging s = stage_layout(p, *bound, aligned_base);

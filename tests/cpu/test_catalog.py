@@ -212,7 +212,7 @@ def test_fused_epilogue_kernels_twin_plain_ones():
     assert {(k.a, k.layout) for k in core if k.epilogue == "biasact" and k.align == 1} == \
         {(a, l) for a, _ in catalog.FUSED_TYPES for l in catalog.AB_LAYOUTS}
     src = catalog.kernel_source(fused[0])
-    assert "PCR_EPI_BIAS_ACT, float, false>" in src
+    assert "PCR_EPI_BIASACT, float, false>" in src
 
 
 def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
@@ -264,6 +264,6 @@ def test_split_k_kernels_wrap_their_unsplit_fp32_twin():
         k_major = [catalog._cpp_bool(k.layout[0] == "t"), catalog._cpp_bool(k.layout[1] == "n")]
         assert f"pcr::split::SplitK<{inner}, {catalog.DTYPES[k.d][0]}, {tm}, {tn}, {tk}, " \
                f"{k_major[0]}, {k_major[1]}, {k.align}>" in src, name
-        assert '#include "split_k' in src and "PCR_SPLIT_K" in src
+        assert '#include "split_k' in src and "PCR_SPLIT_SPLITK" in src
         assert "pcr::split::Local<" in inner  # this translation unit's own instantiation
     assert {k.family for k in kernels.values() if k.split == "splitk"} == {"sm80", "sm90"}
