@@ -43,17 +43,17 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from pycutlass_rt import _select  # noqa: E402  (pure Python: loads no library)
-from pycutlass_rt._kernels import KernelInfo  # noqa: E402
+from pycutlass_rt._abi import Epilogue, Schedule, Split  # noqa: E402
+from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
 TABLE_FORMAT = 2  # what _select.TABLE_FORMATS reads (2: with calibrations)
 WITHIN = 1.05     # "close to the best" in --check
 
-_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "tf32": "tfloat32",
-           "f64": "float64", "s8": "int8", "s32": "int32", "e4m3": "float8_e4m3fn",
-           "e5m2": "float8_e5m2"}
-_SCHEDULES = {"coop": "cooperative", "pingpong": "pingpong", "1sm": "1sm", "2sm": "2sm"}
-_SPLITS = {"streamk": "stream_k", "splitk": "split_k"}
+# the words of kernel names past the tile: KernelInfo holds them as they are
+_SCHEDULES = {s.token for s in Schedule}
+_SPLITS = {s.token for s in Split} - {Split.SPLIT_NONE.token}
+_EPILOGUES = {e.token for e in Epilogue} - {Epilogue.EPI_LINEAR.token}
 _NAME = re.compile(r"^sm(?P<family>\d+)_(?P<a>[a-z0-9]+)_(?P<b>[a-z0-9]+)_(?P<acc>[a-z0-9]+)_"
                    r"(?P<d>[a-z0-9]+)_(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?P<rest>.+)_"
                    r"a(?P<align>\d+)$")
@@ -69,18 +69,21 @@ def kernel_info(name: str, index: int = 0) -> KernelInfo:
         raise ValueError(f"not a kernel name: {name!r}")
     rest = m["rest"].split("_")
     x, y = (int(v) for v in rest[0][1:].split("x"))
-    split = next((_SPLITS[t] for t in rest if t in _SPLITS), "none")
+    split = next((t for t in rest if t in _SPLITS), Split.SPLIT_NONE.token)
+    epilogue = next((t for t in rest if t in _EPILOGUES), Epilogue.EPI_LINEAR.token)
     if rest[0].startswith("c"):  # CUTLASS 3.x: cluster and schedule
-        cluster, warps, stages, schedule = (x, y, 1), (0, 0, 0), 0, _SCHEDULES[rest[1]]
+        if rest[1] not in _SCHEDULES:
+            raise ValueError(f"{name!r}: unknown schedule {rest[1]!r}")
+        cluster, warps, stages, schedule = (x, y, 1), (0, 0, 0), 0, rest[1]
     else:  # CUTLASS 2.x: warps and stages
         stages = int(rest[1][1:])
         cluster, warps = (1, 1, 1), (x, y, 1)
-        schedule = "pipelined" if stages == 2 else "multistage"
+        schedule = (Schedule.SCHED_PIPELINED if stages == 2 else Schedule.SCHED_MULTISTAGE).token
     align = int(m["align"])
-    return KernelInfo(index, name, int(m["family"]), _DTYPES[m["a"]], _DTYPES[m["b"]],
-                      _DTYPES[m["acc"]], _DTYPES[m["d"]], m["layout"],
+    return KernelInfo(index, name, int(m["family"]), DTYPE_TOKENS[m["a"]], DTYPE_TOKENS[m["b"]],
+                      DTYPE_TOKENS[m["acc"]], DTYPE_TOKENS[m["d"]], m["layout"],
                       tuple(int(v) for v in m["tile"].split("x")), cluster, warps, stages,
-                      schedule, "linear", split, (align, align, align), "swapab" in rest)
+                      schedule, epilogue, split, (align, align, align), "swapab" in rest)
 
 
 # ---- reading sweeps -----------------------------------------------------------------------

@@ -13,7 +13,9 @@ import ctypes
 import json
 from dataclasses import dataclass, field
 
-from . import _call, _dlpack, _kernels, _lib, _select, errors
+from . import _call, _dlpack, _kernels, _lib, _select
+from ._abi import (PCR_KERNEL_SELECT, PCR_STREAM_FROM_PRODUCER, BiasAxis, CMode, Epilogue,
+                   ScaleKind, Staged, Status)
 from ._grouped import grouped_gemm, moe_gemm
 from ._kernels import KernelInfo, kernels
 from ._plan import Gemm
@@ -120,20 +122,20 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
             and math is None and stream is None and kernel is None):
         # The hottest path (torch, a plain GEMM on the producer's stream): C reads the
         # tensors and the stream itself, with nothing prepared here.
-        objs, keep, extra, kidx = (a, b, c, d), None, None, -1
-        flags, handle = _lib.STREAM_FROM_PRODUCER, 0
+        objs, keep, extra, kidx = (a, b, c, d), None, None, PCR_KERNEL_SELECT
+        flags, handle = PCR_STREAM_FROM_PRODUCER, 0
     else:
-        act = 0 if activation is None else _call.activation_code(activation)
-        mth = 0 if math is None else _call.math_code(math)
+        act = _call.activation_code(activation)
+        mth = _call.math_code(math)
         if scale_a is not None or scale_b is not None:
             alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
-        kidx = -1 if kernel is None else _call.kernel_index(kernel)
+        kidx = _call.kernel_index(kernel)
         objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
         extra = _call.extras(objs, act, mth)
     oa, ob, oc, od = objs[:4]  # the extras' three tensors travel in `extra`
     st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
     if st:
-        if st == errors.NEED_SELECTION:
+        if st == Status.NEED_SELECTION:
             _call.remember(lib, objs, alpha, beta, extra)
             st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
         if st:
@@ -173,6 +175,13 @@ class Explanation:
         return "\n".join(lines)
 
 
+#: how explain() says a problem's scale_m / scale_n and its bias axis
+_SCALE_WORDS = {ScaleKind.SCALE_NONE: "none", ScaleKind.SCALE_TENSOR: "one value",
+                ScaleKind.SCALE_VECTOR: "a vector"}
+_BIAS_WORDS = {BiasAxis.BIAS_NONE: None, BiasAxis.BIAS_PER_COLUMN: "bias per column",
+               BiasAxis.BIAS_PER_ROW: "bias per row"}
+
+
 def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=None,
             scale_a=None, scale_b=None, math=None, kernel=None) -> Explanation:
     """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
@@ -201,24 +210,22 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
     pdict["layout"] = (_kernels.LAYOUT_LETTERS[problem.layout_a] +
                        _kernels.LAYOUT_LETTERS[problem.layout_b])
     notes = []
-    if problem.scale_m or problem.scale_n:
-        kinds = {1: "one value", 2: "a vector"}
-        where = ("the dequantizing epilogue" if _kernels.EPILOGUES[problem.epilogue] == "scaled"
+    if problem.scale_m != ScaleKind.SCALE_NONE or problem.scale_n != ScaleKind.SCALE_NONE:
+        where = ("the dequantizing epilogue" if problem.epilogue == Epilogue.EPI_SCALED
                  else "the linear epilogue (per-tensor scales only)")
-        notes.append(f"scales in {where}: row scale {kinds.get(problem.scale_m, 'none')}, "
-                     f"column scale {kinds.get(problem.scale_n, 'none')}, read on the GPU")
+        notes.append(f"scales in {where}: row scale {_SCALE_WORDS[problem.scale_m]}, "
+                     f"column scale {_SCALE_WORDS[problem.scale_n]}, read on the GPU")
     if pdict["dtype_a"] == "tfloat32":
         notes.append("math='tf32': float32 tensors multiplied on TF32 tensor cores")
     elif pdict["dtype_a"] == "float32":
         notes.append("float32 at fp32 accuracy (3xTF32); math='tf32' is faster and coarser")
-    if problem.epilogue:
-        what = [x for x in ({1: "bias per column", 2: "bias per row"}.get(problem.bias),
-                            activation) if x]
+    if problem.epilogue != Epilogue.EPI_LINEAR:
+        what = [x for x in (_BIAS_WORDS[problem.bias], activation) if x]
         notes.append(f"fused epilogue ({', '.join(what)}): applied in the kernel's epilogue, "
                      "no extra pass")
     if problem.batch != 1:
         notes.append(f"batch of {problem.batch}: one launch (CUTLASS batch mode)")
-    if problem.c_mode == 2:
+    if problem.c_mode == CMode.C_COPIED:
         notes.append("c is first copied into d (other layout, dtype or broadcast strides), "
                      "then the kernel reads d as C: one extra pass over d")
     work = bool(problem.m and problem.n and problem.k and problem.batch)
@@ -230,7 +237,7 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
     if problem.host:
         notes.append("host operands: staged through GPU memory, the call synchronizes")
     if problem.staged:
-        which = [x for bit, x in ((1, "a"), (2, "b"), (4, "d")) if problem.staged & bit]
+        which = [bit.token for bit in Staged if problem.staged & bit]  # "a", "b", "d"
         notes.append(f"{', '.join(which)} not 16-byte aligned (leading dimension or address): "
                      "copied through aligned scratch around the kernel, one extra pass each")
     # a problem without GEMM work takes no kernel, whatever the build holds
@@ -279,7 +286,8 @@ def info() -> dict:
         runnable = 0
         for k in kernels():
             runs = ctypes.c_int32()
-            if lib.pcr_kernel_runs_on(k.index, i, ctypes.byref(runs)) == 0 and runs.value:
+            if (lib.pcr_kernel_runs_on(k.index, i, ctypes.byref(runs)) == Status.OK
+                    and runs.value):
                 runnable += 1
         devices.append({"index": i, "name": name.value.decode(), "cc": f"{cc.value // 10}."
                         f"{cc.value % 10}", "sm_count": sms.value, "kernels_runnable": runnable})

@@ -28,6 +28,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 
+from ._abi import Epilogue, Grouped, Status
 from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS
 from .errors import UnsupportedError
 
@@ -108,10 +109,15 @@ def bypassed():
 def problem_key(p) -> str:
     """The canonical problem as a string: the fields of the C side's selection memo key.
 
+    The coded fields appear as numbers (c_mode, the bias axis): keys are stored in cache
+    files, so their spelling stays as tuned caches already hold it.
+
     Example:
-        >>> from pycutlass_rt._lib import Problem
-        >>> problem_key(Problem(m=16, n=4096, k=4096, dtype_a=2, dtype_b=2, dtype_d=2,
-        ...                     layout_b=1, align_a=16, align_b=16, align_d=16, cc=90))
+        >>> from pycutlass_rt._abi import Dtype, Layout, Problem
+        >>> bf16 = Dtype.BF16
+        >>> problem_key(Problem(m=16, n=4096, k=4096, dtype_a=bf16, dtype_b=bf16, dtype_d=bf16,
+        ...                     layout_b=Layout.COL_MAJOR, align_a=16, align_b=16, align_d=16,
+        ...                     cc=90))
         '16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 c_mode=0 sm90'
     """
     dt = [DTYPE_NAMES.get(x, "-") for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
@@ -120,10 +126,10 @@ def problem_key(p) -> str:
            f"align={p.align_a},{p.align_b},{p.align_c},{p.align_d} c_mode={p.c_mode} sm{p.cc}")
     if p.batch > 1:
         key += f" batch={p.batch}"
-    if p.epilogue:  # kernels of the fused epilogue only: bias axis and alignment matter
+    if p.epilogue != Epilogue.EPI_LINEAR:  # fused epilogues: bias axis and alignment matter
         key += f" bias_act={p.bias},{p.align_bias}"
-    if p.grouped:
-        key += " grouped" if p.grouped == 1 else " moe"
+    if p.grouped != Grouped.GROUPED_NONE:
+        key += " grouped" if p.grouped == Grouped.GROUPED_LIST else " moe"
     return key
 
 
@@ -137,8 +143,8 @@ def build_id(lib, kernel_names) -> str:
 def _query_device(lib, device: int, kernel_names) -> dict | None:
     name, cc, sms = ctypes.create_string_buffer(256), ctypes.c_int32(), ctypes.c_int32()
     drv = ctypes.c_int32()
-    if device < 0 or lib.pcr_device_name(device, name, 256) != 0 or \
-            lib.pcr_device_cc(device, ctypes.byref(cc), ctypes.byref(sms)) != 0:
+    if device < 0 or lib.pcr_device_name(device, name, 256) != Status.OK or \
+            lib.pcr_device_cc(device, ctypes.byref(cc), ctypes.byref(sms)) != Status.OK:
         return None  # no such device here: nothing to look up
     lib.pcr_driver_version(ctypes.byref(drv))
     return {"gpu": name.value.decode(errors="replace"), "sm_count": sms.value,

@@ -5,13 +5,14 @@ import ctypes
 import numbers
 
 from . import _dlpack, _kernels, _lib, _select
+from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math
 from .errors import DTypeError, Error, InvalidArgumentError, NoKernelForArchError, UnsupportedError
 
 NAMES = ("a", "b", "c", "d", "bias", "scale_a", "scale_b")
-#: activation name -> pcr_activation (native/include/pycutlass_rt.h)
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
-#: math name -> pcr_math: float32 inputs at fp32 accuracy, or on TF32 tensor cores
-MATHS = {"ieee": 0, "tf32": 1}
+#: activation name -> pcr_activation: the constants' tokens ("gelu_tanh" is ACT_GELU_TANH)
+ACTIVATIONS = {act.token: act for act in Activation}
+#: math name -> pcr_math: float32 inputs at fp32 accuracy ("ieee"), or on TF32 tensor cores
+MATHS = {m.token: m for m in Math}
 
 
 def scalar(value, name: str) -> float:
@@ -23,10 +24,10 @@ def scalar(value, name: str) -> float:
     return float(value)
 
 
-def activation_code(activation) -> int:
+def activation_code(activation) -> Activation:
     """The pcr_activation of an activation name (None: no activation)."""
     if activation is None:
-        return 0
+        return Activation.ACT_NONE
     code = ACTIVATIONS.get(activation) if isinstance(activation, str) else None
     if code is None:
         raise InvalidArgumentError(
@@ -35,13 +36,14 @@ def activation_code(activation) -> int:
     return code
 
 
-def math_code(math) -> int:
+def math_code(math) -> Math:
     """The pcr_math of a math name (None: "ieee")."""
     if math is None:
-        return 0
+        return Math.MATH_IEEE
     code = MATHS.get(math) if isinstance(math, str) else None
     if code is None:
-        raise InvalidArgumentError(f"math must be None, 'ieee' or 'tf32'; got {math!r}")
+        raise InvalidArgumentError(
+            f"math must be None, {' or '.join(map(repr, MATHS))}; got {math!r}")
     return code
 
 
@@ -56,9 +58,9 @@ def host_scales(alpha: float, scale_a, scale_b):
 
 
 def kernel_index(kernel) -> int:
-    """-1 for None (select), else the index of the named kernel in this build."""
+    """PCR_KERNEL_SELECT for None (select), else the index of the named kernel in this build."""
     if kernel is None:
-        return -1
+        return PCR_KERNEL_SELECT
     if isinstance(kernel, _kernels.KernelInfo):
         kernel = kernel.name
     if not isinstance(kernel, str):
@@ -116,8 +118,9 @@ def remember_problem(lib, problem) -> None:
 
 
 #: pcr_epilogue -> how messages say what a problem's epilogue needs
-EPILOGUE_WORDS = {0: "", 1: " with a fused bias/activation epilogue",
-                  2: " with scale_a/scale_b (a dequantizing epilogue)"}
+EPILOGUE_WORDS = {Epilogue.EPI_LINEAR: "",
+                  Epilogue.EPI_BIASACT: " with a fused bias/activation epilogue",
+                  Epilogue.EPI_SCALED: " with scale_a/scale_b (a dequantizing epilogue)"}
 
 
 def no_candidates(problem, choice) -> Error:

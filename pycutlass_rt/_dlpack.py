@@ -19,13 +19,11 @@ import sys
 from typing import Any
 
 from . import errors
-from ._lib import STREAM_FROM_PRODUCER, DLTensor
+from ._abi import PCR_STREAM_FROM_PRODUCER, DLDataTypeCode, DLDeviceType, DLTensor
 
 _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-
-KDL_CPU, KDL_CUDA, KDL_CUDA_HOST = 1, 2, 3
 
 # ---- strategies, chosen once per type ---------------------------------------------
 EXCHANGE, CAPSULE, DLPACK, CAI = "exchange", "capsule", "dlpack", "cai"
@@ -114,8 +112,9 @@ class _DLManagedTensor(ctypes.Structure):
 
 
 # CAI typestr kind+size -> DLPack (code, bits)
-_CAI_DTYPES = {"f2": (2, 16), "f4": (2, 32), "f8": (2, 64), "i1": (0, 8), "i4": (0, 32),
-               "u1": (1, 8)}
+_CAI_DTYPES = {"f2": (DLDataTypeCode.Float, 16), "f4": (DLDataTypeCode.Float, 32),
+               "f8": (DLDataTypeCode.Float, 64), "i1": (DLDataTypeCode.Int, 8),
+               "i4": (DLDataTypeCode.Int, 32), "u1": (DLDataTypeCode.UInt, 8)}
 
 
 def cai_capsule(obj: Any, name: str, device_of) -> tuple[Any, Any]:
@@ -145,11 +144,11 @@ def cai_capsule(obj: Any, name: str, device_of) -> tuple[Any, Any]:
     stride_arr = (ctypes.c_int64 * max(nd, 1))(*elems)
     mt = _DLManagedTensor()
     mt.dl_tensor.data = ptr
-    mt.dl_tensor.device_type = KDL_CUDA
-    mt.dl_tensor.device_id = device_of(ptr) if ptr else 0
+    mt.dl_tensor.device.device_type = DLDeviceType.CUDA
+    mt.dl_tensor.device.device_id = device_of(ptr) if ptr else 0
     mt.dl_tensor.ndim = nd
-    mt.dl_tensor.code, mt.dl_tensor.bits = dt
-    mt.dl_tensor.lanes = 1
+    mt.dl_tensor.dtype.code, mt.dl_tensor.dtype.bits = dt
+    mt.dl_tensor.dtype.lanes = 1
     mt.dl_tensor.shape = shape_arr
     mt.dl_tensor.strides = stride_arr
     capsule = _PyCapsule_New(ctypes.addressof(mt), b"dltensor", None)
@@ -176,13 +175,13 @@ def prepare(operands, names, stream, device_of):
             and (scale_b is None or type(scale_b) in x)):
         # The hot path (torch): C reads the tensors and the producer's stream itself.
         if stream is None:
-            return operands, 0, STREAM_FROM_PRODUCER, None
+            return operands, 0, PCR_STREAM_FROM_PRODUCER, None
         return operands, stream_handle(stream), 0, None
     kinds = [None if x is None else strategy(type(x), n) for x, n in zip(operands, names)]
     if all(k in (None, EXCHANGE, CAPSULE) for k in kinds):
         # Fast path: C reads everything (and the producer's stream) itself.
         if stream is None:
-            return list(operands), 0, STREAM_FROM_PRODUCER, None
+            return list(operands), 0, PCR_STREAM_FROM_PRODUCER, None
         return list(operands), stream_handle(stream), 0, None
 
     # Which stream the launch goes to, decided before asking producers to export.
@@ -218,7 +217,7 @@ def _is_host(x: Any) -> bool:
     dev = getattr(x, "__dlpack_device__", None)
     if dev is None:
         return False
-    return dev()[0] in (KDL_CPU, KDL_CUDA_HOST)
+    return dev()[0] in (DLDeviceType.CPU, DLDeviceType.CUDAHost)
 
 
 def _export(x: Any, code: int, name: str):

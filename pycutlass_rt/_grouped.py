@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ctypes
 
-from . import _call, _lib, errors
+from . import _call, _lib
+from ._abi import PCR_STREAM_FROM_PRODUCER, Status
 from .errors import InvalidArgumentError
 
 
@@ -51,7 +52,7 @@ def grouped_gemm(As, Bs, Cs, Ds, alpha=1.0, beta=0.0, *, stream=None, kernel=Non
             "As, Bs, Cs and Ds need one entry per group; got "
             f"{len(As)}, {len(Bs)}, {len(Cs)} and {len(Ds)}")
     count = len(As)
-    columns, keep, handle, flags = ([], [], [], []), [], 0, _lib.STREAM_FROM_PRODUCER
+    columns, keep, handle, flags = ([], [], [], []), [], 0, PCR_STREAM_FROM_PRODUCER
     for g in range(count):
         objs, h, f, k = _call.operands((As[g], Bs[g], Cs[g], Ds[g]), stream)
         if g == 0:
@@ -112,7 +113,7 @@ def moe_gemm(x, w, offsets, out, alpha=1.0, *, stream=None, kernel=None):
 def _run(lib, fn, args, problem) -> None:
     """Calls ``fn``; on the first sight of a problem, ranks its kernels and calls again."""
     st = fn(*args)
-    if st == errors.NEED_SELECTION:
+    if st == Status.NEED_SELECTION:
         _call.remember_problem(lib, problem)
         st = fn(*args)
     if st:

@@ -6,18 +6,20 @@ import dataclasses
 import functools
 
 from . import errors
+from ._abi import Dtype, Epilogue, Layout, Schedule, Split
 from ._lib import KernelDesc, load
 
-DTYPE_NAMES = {1: "float16", 2: "bfloat16", 3: "float32", 4: "float64", 5: "tfloat32",
-               6: "float8_e4m3fn", 7: "float8_e5m2", 8: "int8", 9: "int32"}
+#: pcr_dtype -> the dtype's name, as torch spells it ("tfloat32": float32 tensors on TF32
+#: tensor cores)
+DTYPE_NAMES = {Dtype.F16: "float16", Dtype.BF16: "bfloat16", Dtype.F32: "float32",
+               Dtype.F64: "float64", Dtype.TF32: "tfloat32", Dtype.E4M3: "float8_e4m3fn",
+               Dtype.E5M2: "float8_e5m2", Dtype.S8: "int8", Dtype.S32: "int32"}
+#: a kernel name's dtype word (the pcr_dtype's token: "bf16") -> the dtype's name
+DTYPE_TOKENS = {code.token: name for code, name in DTYPE_NAMES.items()}
 #: bytes per element, by dtype name (tfloat32: a float32 tensor)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "tfloat32": 4,
                "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "int32": 4}
-LAYOUT_LETTERS = {0: "t", 1: "n"}  # t = row-major, n = column-major
-SCHEDULES = {0: "multistage", 1: "pipelined", 2: "cooperative", 3: "pingpong", 4: "1sm",
-             5: "2sm"}
-EPILOGUES = {0: "linear", 1: "bias_act", 2: "scaled"}
-SPLITS = {0: "none", 1: "split_k", 2: "stream_k"}
+LAYOUT_LETTERS = {Layout.ROW_MAJOR: "t", Layout.COL_MAJOR: "n"}  # as BLAS and kernel names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +38,8 @@ class KernelInfo:
     cluster: tuple
     warps: tuple
     stages: int
+    #: schedule, epilogue, split: the words of the kernel's name, each the token of its
+    #: pcr_schedule / pcr_epilogue / pcr_split constant ("coop" is Schedule.SCHED_COOP)
     schedule: str
     epilogue: str
     split: str
@@ -48,7 +52,7 @@ class KernelInfo:
     @property
     def base_name(self) -> str:
         """The name of the kernel's plain-epilogue twin (what table rules name)."""
-        return self.name.replace("_biasact", "").replace("_scaled", "")
+        return self.name.replace(f"_{self.epilogue}_", "_")  # a linear one names none
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,8 +70,8 @@ def _all() -> tuple:
             tile=(desc.tile_m, desc.tile_n, desc.tile_k),
             cluster=(desc.cluster_m, desc.cluster_n, desc.cluster_k),
             warps=(desc.warps_m, desc.warps_n, desc.warps_k), stages=desc.stages,
-            schedule=SCHEDULES[desc.schedule], epilogue=EPILOGUES[desc.epilogue],
-            split=SPLITS[desc.split], align=(desc.align_a, desc.align_b, desc.align_c),
+            schedule=Schedule(desc.schedule).token, epilogue=Epilogue(desc.epilogue).token,
+            split=Split(desc.split).token, align=(desc.align_a, desc.align_b, desc.align_c),
             swap_ab=bool(desc.swap_ab), grouped=bool(desc.grouped),
             tensor_scales=bool(desc.tensor_scales)))
     return tuple(out)

@@ -1,9 +1,10 @@
-"""Loading libpycutlass_rt.so, and every ctypes signature, in one place.
+"""Loading libpycutlass_rt.so, and binding every C function, in one place.
 
 Importing pycutlass_rt never loads the library; the first call that needs it does, and
 a failure then says which paths were tried and which variable overrides them
-(``PYCUTLASS_RT_LIBRARY``). Functions taking Python objects are bound through
-``ctypes.PyDLL`` (the GIL stays held: they call back into CPython); the rest through
+(``PYCUTLASS_RT_LIBRARY``). The signatures come from ``_abi`` (generated from the C
+header): functions taking Python objects (``pcr_py_*``) are bound through
+``ctypes.PyDLL`` (the GIL stays held: they call back into CPython), the rest through
 ``ctypes.CDLL`` (the GIL is released).
 """
 from __future__ import annotations
@@ -12,164 +13,18 @@ import ctypes
 import glob
 import os
 import threading
-from ctypes import POINTER, c_char_p, c_double, c_int, c_int32, c_size_t, c_void_p, py_object
+from ctypes import c_char_p, c_int, c_void_p, py_object
 
-from . import errors
+from . import _abi, errors
+from ._abi import DLTensor, Extras, KernelDesc, Problem  # noqa: F401  (the structs' old home)
+from ._abi import Status
 
-ABI_VERSION = 5  # PCR_ABI_VERSION in native/include/pycutlass_rt.h
+ABI_VERSION = _abi.PCR_ABI_VERSION  # what this package expects; checked at load
 LIBRARY_ENV = "PYCUTLASS_RT_LIBRARY"
 LIBRARY_NAME = "libpycutlass_rt.so"
-STREAM_FROM_PRODUCER = 1  # PCR_STREAM_FROM_PRODUCER
 
-
-class DLTensor(ctypes.Structure):
-    """DLPack's DLTensor (the ABI's tensor view)."""
-
-    _fields_ = [("data", c_void_p), ("device_type", c_int32), ("device_id", c_int32),
-                ("ndim", c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("shape", POINTER(ctypes.c_int64)),
-                ("strides", POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class KernelDesc(ctypes.Structure):
-    """pcr_kernel_desc."""
-
-    _fields_ = [("name", c_char_p), ("family", c_int32),
-                ("dtype_a", c_int32), ("dtype_b", c_int32), ("dtype_acc", c_int32),
-                ("dtype_d", c_int32), ("layout_a", c_int32), ("layout_b", c_int32),
-                ("tile_m", c_int32), ("tile_n", c_int32), ("tile_k", c_int32),
-                ("cluster_m", c_int32), ("cluster_n", c_int32), ("cluster_k", c_int32),
-                ("warps_m", c_int32), ("warps_n", c_int32), ("warps_k", c_int32),
-                ("stages", c_int32), ("schedule", c_int32), ("epilogue", c_int32),
-                ("split", c_int32), ("align_a", c_int32), ("align_b", c_int32),
-                ("align_c", c_int32), ("swap_ab", c_int32), ("grouped", c_int32),
-                ("tensor_scales", c_int32)]
-
-
-class Problem(ctypes.Structure):
-    """pcr_problem: a validated GEMM in canonical form (D row-major)."""
-
-    _fields_ = [("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-                ("dtype_a", c_int32), ("dtype_b", c_int32), ("dtype_c", c_int32),
-                ("dtype_d", c_int32), ("layout_a", c_int32), ("layout_b", c_int32),
-                ("align_a", c_int32), ("align_b", c_int32), ("align_c", c_int32),
-                ("align_d", c_int32), ("c_mode", c_int32), ("transposed", c_int32),
-                ("host", c_int32), ("staged", c_int32), ("device", c_int32), ("cc", c_int32),
-                ("sm_count", c_int32), ("batch", ctypes.c_int64), ("bias", c_int32),
-                ("activation", c_int32), ("align_bias", c_int32), ("epilogue", c_int32),
-                ("grouped", c_int32), ("scale_m", c_int32), ("scale_n", c_int32)]
-
-
-class Extras(ctypes.Structure):
-    """pcr_extras: bias, scales, activation and math of a GEMM."""
-
-    _fields_ = [("bias", POINTER(DLTensor)), ("scale_a", POINTER(DLTensor)),
-                ("scale_b", POINTER(DLTensor)), ("activation", c_int32), ("math", c_int32)]
-
-
-# name: (Python-object entry point?, restype, argtypes)   -- C prototype beside each
-_SIGNATURES = {
-    # int pcr_abi_version(void);
-    "pcr_abi_version": (False, c_int, []),
-    # const char* pcr_last_error(void);
-    "pcr_last_error": (False, c_char_p, []),
-    # const char* pcr_build_info(void);
-    "pcr_build_info": (False, c_char_p, []),
-    # int pcr_kernel_count(void);
-    "pcr_kernel_count": (False, c_int, []),
-    # int pcr_kernel_info(int32_t kernel, pcr_kernel_desc* out);
-    "pcr_kernel_info": (False, c_int, [c_int32, POINTER(KernelDesc)]),
-    # int pcr_kernel_find(const char* name, int32_t* kernel);
-    "pcr_kernel_find": (False, c_int, [c_char_p, POINTER(c_int32)]),
-    # int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs);
-    "pcr_kernel_runs_on": (False, c_int, [c_int32, c_int32, POINTER(c_int32)]),
-    # int pcr_kernel_check(int32_t kernel, const pcr_problem* problem);
-    "pcr_kernel_check": (False, c_int, [c_int32, POINTER(Problem)]),
-    # int pcr_driver_version(int32_t* version);
-    "pcr_driver_version": (False, c_int, [POINTER(c_int32)]),
-    # int pcr_runtime_version(int32_t* version);
-    "pcr_runtime_version": (False, c_int, [POINTER(c_int32)]),
-    # int pcr_device_count(int32_t* count);
-    "pcr_device_count": (False, c_int, [POINTER(c_int32)]),
-    # int pcr_device_name(int32_t device, char* buf, size_t size);
-    "pcr_device_name": (False, c_int, [c_int32, c_char_p, c_size_t]),
-    # int pcr_device_cc(int32_t device, int32_t* cc, int32_t* sm_count);
-    "pcr_device_cc": (False, c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
-    # int pcr_pointer_device(const void* ptr, int32_t* device);
-    "pcr_pointer_device": (False, c_int, [c_void_p, POINTER(c_int32)]),
-    # int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-    #                  const DLTensor* d, double alpha, double beta,
-    #                  const pcr_extras* extras, pcr_problem* out);
-    "pcr_describe": (False, c_int, [POINTER(DLTensor)] * 4 + [
-        c_double, c_double, POINTER(Extras), POINTER(Problem)]),
-    # int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-    #              double alpha, double beta, const pcr_extras* extras, int32_t kernel,
-    #              void* stream, pcr_problem* problem);
-    "pcr_gemm": (False, c_int, [POINTER(DLTensor)] * 4 + [
-        c_double, c_double, POINTER(Extras), c_int32, c_void_p, POINTER(Problem)]),
-    # int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
-    #                      const DLTensor* const* c, const DLTensor* const* d, int32_t count,
-    #                      double alpha, double beta, int32_t kernel, void* stream,
-    #                      pcr_problem* problem);
-    "pcr_grouped_gemm": (False, c_int, [POINTER(POINTER(DLTensor))] * 4 + [
-        c_int32, c_double, c_double, c_int32, c_void_p, POINTER(Problem)]),
-    # int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
-    #                  const DLTensor* out, double alpha, int32_t kernel, void* stream,
-    #                  pcr_problem* problem);
-    "pcr_moe_gemm": (False, c_int, [POINTER(DLTensor)] * 4 + [
-        c_double, c_int32, c_void_p, POINTER(Problem)]),
-    # int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
-    "pcr_select_put": (False, c_int, [POINTER(Problem), POINTER(c_int32), c_int32]),
-    # int pcr_select_clear(void);
-    "pcr_select_clear": (False, c_int, []),
-    # int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-    #                     const DLTensor* d, double alpha, double beta,
-    #                     const pcr_extras* extras, int32_t kernel, pcr_problem* problem,
-    #                     pcr_plan** plan);
-    "pcr_plan_create": (False, c_int, [POINTER(DLTensor)] * 4 + [
-        c_double, c_double, POINTER(Extras), c_int32, POINTER(Problem), POINTER(c_void_p)]),
-    # int pcr_plan_run(pcr_plan* plan, void* stream);
-    "pcr_plan_run": (False, c_int, [c_void_p, c_void_p]),
-    # int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
-    #                       const DLTensor* c, const DLTensor* d, const pcr_extras* extras,
-    #                       void* stream);
-    "pcr_plan_run_with": (False, c_int, [c_void_p] + [POINTER(DLTensor)] * 4 + [
-        POINTER(Extras), c_void_p]),
-    # int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
-    "pcr_plan_kernel": (False, c_int, [c_void_p, POINTER(c_int32)]),
-    # void pcr_plan_destroy(pcr_plan* plan);
-    "pcr_plan_destroy": (False, None, [c_void_p]),
-    # int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-    #                 void* extras, int32_t kernel, int32_t flags, void* stream,
-    #                 pcr_problem* problem);
-    "pcr_py_gemm": (True, c_int, [py_object] * 4 + [
-        c_double, c_double, py_object, c_int32, c_int32, c_void_p, POINTER(Problem)]),
-    # int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-    #                        void* extras, int32_t kernel, pcr_problem* problem,
-    #                        pcr_plan** plan);
-    "pcr_py_plan_create": (True, c_int, [py_object] * 4 + [
-        c_double, c_double, py_object, c_int32, POINTER(Problem), POINTER(c_void_p)]),
-    # int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
-    #                     int32_t flags, void* stream);
-    "pcr_py_plan_run": (True, c_int, [c_void_p] + [py_object] * 5 + [c_int32, c_void_p]),
-    # int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
-    #                         double alpha, double beta, int32_t kernel, int32_t flags,
-    #                         void* stream, pcr_problem* problem);
-    "pcr_py_grouped_gemm": (True, c_int, [POINTER(py_object)] * 4 + [
-        c_int32, c_double, c_double, c_int32, c_int32, c_void_p, POINTER(Problem)]),
-    # int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
-    #                     int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
-    "pcr_py_moe_gemm": (True, c_int, [py_object] * 4 + [
-        c_double, c_int32, c_int32, c_void_p, POINTER(Problem)]),
-    # int pcr_py_plan_launch(pcr_plan* plan);
-    "pcr_py_plan_launch": (True, c_int, [c_void_p]),
-    # int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-    #                     void* extras, pcr_problem* out);
-    "pcr_py_describe": (True, c_int, [py_object] * 4 + [
-        c_double, c_double, py_object, POINTER(Problem)]),
-    # const void* pcr_py_builtins(void);
-    "pcr_py_builtins": (True, c_void_p, []),
-}
+#: name -> _abi.Function (restype, argtypes, bound through PyDLL) of every C function
+_SIGNATURES = _abi.FUNCTIONS
 
 
 class _MethodDef(ctypes.Structure):
@@ -206,9 +61,9 @@ class Library:
         self.path = path
         cdll = ctypes.CDLL(path)
         pydll = ctypes.PyDLL(path)
-        for name, (with_gil, restype, argtypes) in _SIGNATURES.items():
+        for name, (restype, argtypes, python) in _SIGNATURES.items():
             try:
-                fn = getattr(pydll if with_gil else cdll, name)
+                fn = getattr(pydll if python else cdll, name)
             except AttributeError:
                 raise errors.LibraryError(
                     f"{path} lacks {name}(): it was built from another version of "
@@ -242,7 +97,7 @@ class Library:
     def error(self, status: int) -> errors.Error:
         """The exception for a non-zero status, with the thread's message."""
         message = self.last_error()
-        if _fork.forked_after_cuda and status in (errors.ERR_NO_DEVICE, errors.ERR_CUDA):
+        if _fork.forked_after_cuda and status in (Status.ERR_NO_DEVICE, Status.ERR_CUDA):
             message += (" (this process was forked after its parent had used CUDA, which a "
                         "forked child cannot do: start workers with the 'spawn' method)")
         return errors.from_status(status, message)

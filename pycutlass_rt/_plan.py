@@ -4,7 +4,8 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from . import _call, _dlpack, _kernels, _lib, errors
+from . import _call, _dlpack, _kernels, _lib
+from ._abi import PCR_KERNEL_NONE, Status
 from .errors import InvalidArgumentError
 
 
@@ -63,7 +64,7 @@ class Gemm:
         args = (*objs[:4], self.alpha, self.beta, extra, kidx, ctypes.byref(problem),
                 ctypes.byref(handle))
         st = lib.pcr_py_plan_create(*args)
-        if st == errors.NEED_SELECTION:
+        if st == Status.NEED_SELECTION:
             _call.remember(lib, objs, self.alpha, self.beta, extra)
             st = lib.pcr_py_plan_create(*args)
         lib.check(st)
@@ -79,7 +80,7 @@ class Gemm:
         lib.check(lib.pcr_plan_kernel(self._handle, ctypes.byref(index)))
         #: name of the kernel the plan launches (None: the problem has no GEMM work)
         self.kernel: str | None = (_kernels.kernels()[index.value].name
-                                   if index.value >= 0 else None)
+                                   if index.value != PCR_KERNEL_NONE else None)
         #: (M, N, K) of the problem as computed (after orienting d row-major)
         self.shape = (problem.m, problem.n, problem.k)
 

@@ -24,7 +24,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from . import _cache
-from ._kernels import DTYPE_BYTES, DTYPE_NAMES, EPILOGUES, LAYOUT_LETTERS, KernelInfo
+from ._abi import Epilogue, Grouped, Status
+from ._kernels import DTYPE_BYTES, DTYPE_NAMES, LAYOUT_LETTERS, KernelInfo
 from .errors import UnsupportedError
 
 TABLE_FILE = "table_v1.json"
@@ -170,7 +171,7 @@ SPLIT_MAX = 128
 SPLIT_REDUCE_US = 2.0
 STREAMK_MIN_ITERS = 8  # CUTLASS's min_iters_per_sk_unit_
 #: mainloop efficiency at the kernel family's own arch, by schedule
-SCHEDULE_EFF = {"cooperative": 0.80, "pingpong": 0.78, "1sm": 0.80, "2sm": 0.85,
+SCHEDULE_EFF = {"coop": 0.80, "pingpong": 0.78, "1sm": 0.80, "2sm": 0.85,
                 "multistage": 0.80, "pipelined": 0.35}
 
 
@@ -204,8 +205,8 @@ def split_slices(kern: KernelInfo, m: int, n: int, k: int, sms: int, batch: int 
     alignment when K is not whole tiles); 1 for a batch or when no count >= 2 does.
 
     >>> kern = KernelInfo(0, "", 90, "bfloat16", "bfloat16", "float32", "bfloat16", "tn",
-    ...                   (128, 128, 64), (1, 1, 1), (0, 0, 0), 0, "cooperative", "linear",
-    ...                   "split_k", (8, 8, 8))
+    ...                   (128, 128, 64), (1, 1, 1), (0, 0, 0), 0, "coop", "linear",
+    ...                   "splitk", (8, 8, 8))
     >>> split_slices(kern, 256, 256, 65536, 132)  # 4 tiles: 33 fit, 32 divides 1024 K tiles
     32
     """
@@ -222,18 +223,18 @@ def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int,
               slices: int = 1) -> tuple[int, int, int]:
     """(K iterations on the busiest SM, busy SMs, peers per split tile) for the split mode.
 
-    ``split_k``: parallel split-K, ``slices`` (see split_slices) units per tile, all at once.
-    ``stream_k``: CUTLASS 3.x's heuristic: data-parallel unless the last wave is less
+    ``splitk``: parallel split-K, ``slices`` (see split_slices) units per tile, all at once.
+    ``streamk``: CUTLASS 3.x's heuristic: data-parallel unless the last wave is less
     than half full; then the last 1-2 waves' K loops are spread over at most one wave of
     units of >= 8 iterations each (the sm80 family's CUTLASS 2.x stream-K is modelled
     the same way).
     """
     waves = -(-tiles // sms)
-    if kern.split == "split_k":
+    if kern.split == "splitk":
         s = max(slices, 1)
         return -(-tiles * s // sms) * -(-iters // s), min(tiles * s, sms), s
     full, rem = divmod(tiles, sms)
-    if kern.split != "stream_k" or rem == 0 or 2 * rem >= sms or iters <= STREAMK_MIN_ITERS:
+    if kern.split != "streamk" or rem == 0 or 2 * rem >= sms or iters <= STREAMK_MIN_ITERS:
         return waves * iters, min(tiles, sms), 1
     dp_waves = max(full - 1, 0)
     sk_tiles = tiles - dp_waves * sms
@@ -261,7 +262,7 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
     cm, cn = kern.cluster[:2]  # clusters launch whole: a 2x1 cluster over one tile row
     tiles = -(-m // (tm * cm)) * cm * -(-n // (tn * cn)) * cn * max(batch, 1)  # idles half
     iters = max(-(-k // tk), 1)
-    slices = split_slices(kern, m, n, k, sms, batch) if kern.split == "split_k" else 1
+    slices = split_slices(kern, m, n, k, sms, batch) if kern.split == "splitk" else 1
     sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms, slices)
     rate = tflops_sm * _RATE.get(kern.dtype_a, 1.0)
     compute_us = sm_iters * 2.0 * tm * tn * tk / (rate * 1e6 * efficiency(kern, cc))
@@ -269,7 +270,7 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
                               k * n * DTYPE_BYTES[kern.dtype_b] + m * n * DTYPE_BYTES[kern.dtype_d])
     memory_us = nbytes / (gbps_sm * 1e3 * min(sms, busy / BW_SATURATION))
     fixup_us = 0.0
-    if kern.split == "split_k":  # partials out and back in (the output's bytes are counted)
+    if kern.split == "splitk":  # partials out and back in (the output's bytes are counted)
         fixup_us = SPLIT_REDUCE_US + slices * m * n * 4 * 2 / (gbps_sm * 1e3 * sms)
     elif peers > 1:
         fixup_us = peers * (tm * tn * 4 * 2 / (FIXUP_GBPS * 1e3) + FIXUP_SYNC_US)
@@ -367,16 +368,14 @@ def static_match(kern: KernelInfo, problem) -> str | None:
     layout = LAYOUT_LETTERS[problem.layout_a] + LAYOUT_LETTERS[problem.layout_b]
     if kern.layout != layout:
         return f"layout {kern.layout}, problem is {layout}"
-    if kern.grouped != bool(getattr(problem, "grouped", 0)):
+    grouped = getattr(problem, "grouped", Grouped.GROUPED_NONE) != Grouped.GROUPED_NONE
+    if kern.grouped != grouped:
         return "grouped kernel" if kern.grouped else "not a grouped kernel"
     # an epilogue computes every plainer one's result (see screen() for the preference)
-    want = getattr(problem, "epilogue", 0)
-    if EPILOGUE_RANK[kern.epilogue] < want:
-        return f"epilogue {kern.epilogue}, problem needs {EPILOGUES.get(want)}"
+    want = Epilogue(getattr(problem, "epilogue", Epilogue.EPI_LINEAR))
+    if Epilogue.from_token(kern.epilogue) < want:
+        return f"epilogue {kern.epilogue}, problem needs {want.token}"
     return None
-
-
-EPILOGUE_RANK = {name: code for code, name in EPILOGUES.items()}
 
 
 def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
@@ -389,7 +388,7 @@ def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
         if reason is None and kern.family not in order:
             reason = (f"sm{kern.family} kernels do not run on compute "
                       f"{problem.cc // 10}.{problem.cc % 10}")
-        if reason is None and lib.pcr_kernel_check(kern.index, pref) != 0:
+        if reason is None and lib.pcr_kernel_check(kern.index, pref) != Status.OK:
             reason = lib.last_error()
         if reason is None:
             accepted.append(kern)
@@ -397,11 +396,11 @@ def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
             rejected.append((kern, reason))
     # a problem takes a richer epilogue (slower) only where no kernel has its own; forcing
     # one works
-    want = getattr(problem, "epilogue", 0)
-    if any(EPILOGUE_RANK[k.epilogue] == want for k in accepted):
-        richer = [k for k in accepted if EPILOGUE_RANK[k.epilogue] > want]
-        accepted = [k for k in accepted if EPILOGUE_RANK[k.epilogue] == want]
-        rejected += [(k, f"epilogue {k.epilogue}: one of {EPILOGUES[want]} exists")
+    want = Epilogue(getattr(problem, "epilogue", Epilogue.EPI_LINEAR))
+    if any(Epilogue.from_token(k.epilogue) == want for k in accepted):
+        richer = [k for k in accepted if Epilogue.from_token(k.epilogue) > want]
+        accepted = [k for k in accepted if Epilogue.from_token(k.epilogue) == want]
+        rejected += [(k, f"epilogue {k.epilogue}: one of {want.token} exists")
                      for k in richer]
     return accepted, rejected
 

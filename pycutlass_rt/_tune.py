@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from . import _backends, _cache, _kernels, _lib, _select, errors
+from ._abi import CMode, Dtype, Grouped, ScaleKind
 from ._kernels import DTYPE_BYTES, DTYPE_NAMES, LAYOUT_LETTERS
 
 DEFAULT_REPEATS = 10
@@ -49,8 +50,8 @@ class Spec:
     c_layout: str = "t"
     offsets: tuple = (0, 0, 0, 0)  # elements by which a, b, c, d start past an aligned base
     #: dequantizing scales of the canonical rows and columns, as pcr_problem's scale_m and
-    #: scale_n: 0 none, 1 one value, 2 a vector (timed with float32 tensors of ones)
-    scales: tuple = (0, 0)
+    #: scale_n (ScaleKind: none, one value, a vector; timed with float32 tensors of ones)
+    scales: tuple = (ScaleKind.SCALE_NONE, ScaleKind.SCALE_NONE)
 
     @property
     def math(self) -> str | None:
@@ -105,15 +106,16 @@ def spec_of(item, dtype: str = "bfloat16", out_dtype: str | None = None,
 
 def spec_from_problem(p) -> Spec:
     """Operands that reproduce a recorded canonical problem, alignments included."""
-    names = [DTYPE_NAMES[x] if x else None for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
+    names = [DTYPE_NAMES[x] if x != Dtype.DTYPE_INVALID else None
+             for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
     aligns = (p.align_a, p.align_b, p.align_c, p.align_d)
     offsets = tuple(a // DTYPE_BYTES[t] if t and 0 < a < 16 else 0
                     for a, t in zip(aligns, names))
-    c_dtype = names[2] if p.c_mode else None
-    # c_mode 2 means C was copied into D first: a column-major C makes that happen again
+    c_dtype = names[2] if p.c_mode != CMode.C_NONE else None
+    # C_COPIED: C was copied into D first; a column-major C makes that happen again
     return Spec(p.m, p.n, p.k, names[0], names[3],
                 LAYOUT_LETTERS[p.layout_a] + LAYOUT_LETTERS[p.layout_b], c_dtype,
-                "n" if p.c_mode == 2 else "t", offsets, (p.scale_m, p.scale_n))
+                "n" if p.c_mode == CMode.C_COPIED else "t", offsets, (p.scale_m, p.scale_n))
 
 
 # ---- operands and timing ----------------------------------------------------------------
@@ -166,8 +168,8 @@ def make_operands(bk, spec: Spec) -> Operands:
     extras = {"math": spec.math} if spec.math else {}
     for name, kind, shape in (("scale_a", spec.scales[0], (spec.m, 1)),
                               ("scale_b", spec.scales[1], (1, spec.n))):
-        if kind:  # ones: a dequantizing epilogue's cost does not depend on the values
-            extras[name] = bk.ones(*(shape if kind == 2 else (1, 1)))
+        if kind != ScaleKind.SCALE_NONE:  # ones: the epilogue's cost ignores the values
+            extras[name] = bk.ones(*(shape if kind == ScaleKind.SCALE_VECTOR else (1, 1)))
     return Operands(sets, 1.0 if spec.c_dtype else 0.0, extras)
 
 
@@ -302,7 +304,8 @@ def candidates(lib, problem) -> list:
 def tune_one(lib, bk, spec: Spec, recorded=None, *, repeats: int = DEFAULT_REPEATS,
              pin: bool = False) -> tuple[Tuned, _lib.Problem]:
     """Times every candidate for one problem; returns the result and the problem tuned."""
-    if recorded is not None and recorded.grouped:  # one GEMM's operands cannot stand in
+    # one GEMM's operands cannot stand in for a grouped problem
+    if recorded is not None and recorded.grouped != Grouped.GROUPED_NONE:
         return Tuned(_cache.problem_key(recorded), None, None, None, None,
                      note="grouped GEMMs are not tuned: the table and model order them"), recorded
     ops = make_operands(bk, spec)

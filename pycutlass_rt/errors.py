@@ -8,28 +8,17 @@ from __future__ import annotations
 
 import re
 
-# Status codes of native/include/pycutlass_rt.h (pcr_status).
-OK = 0
-ERR_INVALID_ARGUMENT = 1
-ERR_INVALID_DTYPE = 2
-ERR_UNSUPPORTED = 3
-ERR_MISALIGNED = 4
-ERR_NO_KERNEL_FOR_ARCH = 5
-ERR_NO_DEVICE = 6
-ERR_DEVICE_MISMATCH = 7
-ERR_READ_ONLY = 8
-ERR_OVERLAP = 9
-ERR_KERNEL_NOT_FOUND = 10
-ERR_CUDA = 11
-ERR_INTERNAL = 12
-ERR_PYTHON = 13
-NEED_SELECTION = 100
+from ._abi import Status
+
+# The status codes as module constants too (errors.OK, errors.ERR_CUDA, ...), each a member
+# of the generated pcr_status mirror: no second list of them.
+globals().update(Status.__members__)
 
 
 class Error(RuntimeError):
-    """Base of every pycutlass_rt error; ``status`` is the C status code."""
+    """Base of every pycutlass_rt error; ``status`` is the C status code (a Status)."""
 
-    status = ERR_INTERNAL
+    status = Status.ERR_INTERNAL
 
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
@@ -40,67 +29,67 @@ class Error(RuntimeError):
 class InvalidArgumentError(Error, ValueError):
     """A shape, stride, scalar or option that cannot be right."""
 
-    status = ERR_INVALID_ARGUMENT
+    status = Status.ERR_INVALID_ARGUMENT
 
 
 class DTypeError(Error, TypeError):
     """An operand of a type or dtype pycutlass_rt does not take."""
 
-    status = ERR_INVALID_DTYPE
+    status = Status.ERR_INVALID_DTYPE
 
 
 class UnsupportedError(Error, NotImplementedError):
     """A valid request that no kernel of this build covers; the message lists what exists."""
 
-    status = ERR_UNSUPPORTED
+    status = Status.ERR_UNSUPPORTED
 
 
 class MisalignedError(Error, ValueError):
     """A forced kernel needs more alignment than the operands have."""
 
-    status = ERR_MISALIGNED
+    status = Status.ERR_MISALIGNED
 
 
 class NoKernelForArchError(UnsupportedError):
     """The build holds no kernel that runs on this GPU; the message names the built archs."""
 
-    status = ERR_NO_KERNEL_FOR_ARCH
+    status = Status.ERR_NO_KERNEL_FOR_ARCH
 
 
 class NoDeviceError(Error):
     """No driver, no GPU, or the GPUs are hidden; the message says what was looked for."""
 
-    status = ERR_NO_DEVICE
+    status = Status.ERR_NO_DEVICE
 
 
 class DeviceMismatchError(Error, ValueError):
     """Operands on different devices, or host arrays mixed with GPU tensors."""
 
-    status = ERR_DEVICE_MISMATCH
+    status = Status.ERR_DEVICE_MISMATCH
 
 
 class ReadOnlyError(Error, ValueError):
     """The output was exported read-only by its producer."""
 
-    status = ERR_READ_ONLY
+    status = Status.ERR_READ_ONLY
 
 
 class OverlapError(Error, ValueError):
     """The output overlaps an input it may not alias."""
 
-    status = ERR_OVERLAP
+    status = Status.ERR_OVERLAP
 
 
 class KernelNotFoundError(Error, ValueError):
     """``kernel=`` names no kernel of this build."""
 
-    status = ERR_KERNEL_NOT_FOUND
+    status = Status.ERR_KERNEL_NOT_FOUND
 
 
 class CudaError(Error):
     """A CUDA call failed; ``cuda_error`` is the CUDA error name (e.g. cudaErrorLaunchFailure)."""
 
-    status = ERR_CUDA
+    status = Status.ERR_CUDA
 
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message, status)
@@ -112,6 +101,7 @@ class LibraryError(Error):
     """libpycutlass_rt.so could not be loaded, or is of another ABI version."""
 
 
+#: Status member -> the exception raised for it (statuses without a class raise Error)
 _BY_STATUS = {cls.status: cls for cls in (
     InvalidArgumentError, DTypeError, UnsupportedError, MisalignedError,
     NoKernelForArchError, NoDeviceError, DeviceMismatchError, ReadOnlyError, OverlapError,

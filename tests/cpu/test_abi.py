@@ -1,4 +1,5 @@
-"""The generated ABI mirror (pycutlass_rt/_abi.py): current, and faithful to the C layout."""
+"""The generated ABI mirror (pycutlass_rt/_abi.py): current, faithful to the C layout, bound
+as the header says, and the one vocabulary of kernel names and KernelInfo."""
 import ctypes
 import doctest
 import os
@@ -8,8 +9,10 @@ import sys
 
 import pytest
 
+import catalog
 import gen_abi
-from pycutlass_rt import _abi
+import pycutlass_rt as pcr
+from pycutlass_rt import _abi, _lib, _select, errors
 
 GEN = os.path.abspath(gen_abi.__file__)
 
@@ -137,6 +140,16 @@ def test_check_reports_a_stale_mirror_with_a_diff(tmp_path):
 
 # ---- the mirror against the header, the compiler and the library -------------------------
 
+def test_status_codes_and_errors():
+    assert _abi.Status.OK == 0 and _abi.Status.NEED_SELECTION == 100
+    assert _abi.Status.ERR_INVALID_ARGUMENT == errors.ERR_INVALID_ARGUMENT == 1
+    # every exception class carries its status as a member of the generated enum
+    for status, cls in errors._BY_STATUS.items():
+        assert isinstance(status, _abi.Status) and cls.status is status
+        assert isinstance(errors.from_status(int(status), "m"), cls)
+    assert type(errors.from_status(_abi.Status.ERR_INTERNAL, "m")) is errors.Error
+
+
 C_LAYOUT = """#include <stddef.h>
 #include <stdio.h>
 #include "pycutlass_rt.h"
@@ -167,3 +180,48 @@ def test_structs_have_the_c_compilers_layout(tmp_path):
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     assert [int(x) for x in out.split()] == expect
     assert ctypes.sizeof(_abi.Problem) == 136 and ctypes.sizeof(_abi.KernelDesc) == 112
+
+
+def test_library_is_bound_from_the_mirror(lib):
+    assert lib.pcr_abi_version() == _abi.PCR_ABI_VERSION == _lib.ABI_VERSION
+    for name, fn in _abi.FUNCTIONS.items():
+        bound = getattr(lib, name)
+        # Python-object entry points keep the GIL (PyDLL); the rest release it (CDLL)
+        assert bool(bound._flags_ & ctypes._FUNCFLAG_PYTHONAPI) == fn.python == \
+            name.startswith("pcr_py_"), name
+        assert tuple(bound.argtypes) == fn.argtypes and bound.restype is fn.restype, name
+
+
+# ---- one vocabulary ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("words, enum", [(catalog.SCHEDULES, _abi.Schedule),
+                                         (catalog.EPILOGUES, _abi.Epilogue),
+                                         ({w: v[0] for w, v in catalog.SPLITS.items()}, _abi.Split)])
+def test_kernel_name_words_are_the_enum_tokens(words, enum):
+    """The catalogue names kernels with the words of the C constants it emits."""
+    assert {enum[gen_abi.member_name(c)].token: w for w, c in words.items()} == \
+        {w: w for w in words}
+    assert set(words) == {m.token for m in enum}
+
+
+def test_every_constant_the_catalogue_emits_is_declared():
+    declared = {c for e in gen_abi.parse(open(gen_abi.HEADER).read()).enums for c, _ in e.members}
+    emitted = {v[1] for v in catalog.DTYPES.values()} | {v[1] for v in catalog.LAYOUTS.values()}
+    assert emitted <= declared
+    assert {v[1]: k for k, v in catalog.DTYPES.items()} == {
+        f"PCR_{d.name}": d.token for d in _abi.Dtype if d.token in catalog.DTYPES}
+
+
+def test_the_model_knows_every_schedule():
+    assert set(_select.SCHEDULE_EFF) == {s.token for s in _abi.Schedule}
+
+
+def test_kernel_info_holds_the_words_of_the_name(lib):
+    for k in pcr.kernels():
+        words = k.name.split("_")
+        if k.family in (90, 100):
+            assert k.schedule in words, k
+        assert (k.split in words) != (k.split == "none"), k
+        assert (k.epilogue in words) != (k.epilogue == "linear"), k
+        assert k.base_name == "_".join(w for w in words if w != k.epilogue)
+

@@ -67,7 +67,7 @@ def test_sweep_grids_are_the_benchmark_lists():
 
 def kern(dtype_a, dtype_d, i=0):
     return KernelInfo(i, f"k{i}", 90, dtype_a, dtype_a, "float32", dtype_d, "tn", (128, 128, 64),
-                      (1, 1, 1), (0, 0, 0), 0, "cooperative", "linear", "none", (8, 8, 8))
+                      (1, 1, 1), (0, 0, 0), 0, "coop", "linear", "none", (8, 8, 8))
 
 
 def test_available_dtypes_follow_the_kernels():

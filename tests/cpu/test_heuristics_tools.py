@@ -58,11 +58,11 @@ def test_config_of():
 
 
 @pytest.mark.parametrize("name, fields", [
-    (SK, dict(family=90, tile=(128, 64, 64), cluster=(1, 1, 1), schedule="cooperative",
-              split="stream_k", align=(8, 8, 8))),
-    (BIG, dict(cluster=(2, 1, 1), schedule="cooperative", split="none")),
+    (SK, dict(family=90, tile=(128, 64, 64), cluster=(1, 1, 1), schedule="coop",
+              split="streamk", align=(8, 8, 8))),
+    (BIG, dict(cluster=(2, 1, 1), schedule="coop", split="none")),
     ("sm80_bf16_bf16_f32_f32_tt_128x128x32_w2x2_s4_splitk_a8",
-     dict(family=80, warps=(2, 2, 1), stages=4, schedule="multistage", split="split_k",
+     dict(family=80, warps=(2, 2, 1), stages=4, schedule="multistage", split="splitk",
           dtype_d="float32", layout="tt")),
     ("sm80_f16_f16_f32_f16_nn_64x64x32_w2x2_s2_a1", dict(schedule="pipelined", align=(1, 1, 1),
                                                          dtype_a="float16")),

@@ -92,8 +92,9 @@ def test_registry_matches_catalogue(lib):
         assert (k.dtype_a, k.dtype_d) == (DTYPE_NAMES[rec.a], DTYPE_NAMES[rec.d])
         assert k.align[:2] == (rec.align, rec.align) and k.align[2] == rec.align_c
         assert k.tensor_scales == rec.tensor_scales
+        assert (k.schedule, k.split, k.epilogue) == (rec.schedule, rec.split, rec.epilogue)
         if rec.family in ("sm90", "sm100"):
-            assert k.cluster == rec.cluster and k.schedule == {"coop": "cooperative"}.get(rec.schedule, rec.schedule)
+            assert k.cluster == rec.cluster and k.schedule == rec.schedule
         else:
             assert k.stages == rec.stages and k.schedule == rec.schedule
 

@@ -12,6 +12,7 @@ import pytest
 
 import pycutlass_rt as pcr
 from pycutlass_rt import _lib
+from pycutlass_rt._abi import DLDataTypeCode, DLDeviceType
 
 
 class _Version(ctypes.Structure):
@@ -57,8 +58,9 @@ class CountingProducer:
         shape = (ctypes.c_int64 * 2)(*self.array.shape)
         strides = (ctypes.c_int64 * 2)(*(s // self.array.itemsize for s in self.array.strides))
         t = mt.dl_tensor
-        t.data, t.device_type, t.device_id, t.ndim = self.array.ctypes.data, 1, 0, 2
-        t.code, t.bits, t.lanes = 2, 8 * self.array.itemsize, 1
+        t.data, t.ndim = self.array.ctypes.data, 2
+        t.device.device_type, t.device.device_id = DLDeviceType.CPU, 0
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = DLDataTypeCode.Float, 8 * self.array.itemsize, 1
         t.shape, t.strides = shape, strides
         mt.deleter = _DELETER_FN
         cls._live[ctypes.addressof(mt)] = (mt, shape, strides, self.array)

@@ -16,7 +16,7 @@ def kern(i, name, family, tile, schedule, layout="tn", dtype="bfloat16", out="bf
 
 
 FAKE = [
-    kern(0, "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8", 90, (128, 256, 64), "cooperative"),
+    kern(0, "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8", 90, (128, 256, 64), "coop"),
     kern(1, "sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8", 90, (64, 128, 64), "pingpong"),
     kern(2, "sm80_bf16_bf16_f32_bf16_tn_128x128x32_w2x2_s4_a8", 80, (128, 128, 32), "multistage"),
     kern(3, "sm80_bf16_bf16_f32_bf16_tn_64x64x32_w2x2_s2_a1", 80, (64, 64, 32), "pipelined", align=1),
@@ -71,9 +71,8 @@ def test_model_orders_what_the_table_does_not_name():
 def config(i, family, tile, grid, schedule, split="none", stages=0, align=8):
     """A catalogue-like kernel; ``grid`` is the cluster (sm90) or the warps (sm80)."""
     tma = family >= 90
-    tag = (f"c{grid[0]}x{grid[1]}_{'coop' if schedule == 'cooperative' else schedule}" if tma
-           else f"w{grid[0]}x{grid[1]}_s{stages}")
-    suffix = {"none": "", "stream_k": "_streamk", "split_k": "_splitk"}[split]
+    tag = f"c{grid[0]}x{grid[1]}_{schedule}" if tma else f"w{grid[0]}x{grid[1]}_s{stages}"
+    suffix = "" if split == "none" else f"_{split}"  # the name's words are the fields
     name = f"sm{family}_bf16_bf16_f32_bf16_tn_{'x'.join(map(str, tile))}_{tag}{suffix}_a{align}"
     return KernelInfo(i, name, family, "bfloat16", "bfloat16", "float32", "bfloat16", "tn", tile,
                       grid + (1,) if tma else (1, 1, 1), (0, 0, 0) if tma else grid + (1,),
@@ -81,19 +80,19 @@ def config(i, family, tile, grid, schedule, split="none", stages=0, align=8):
 
 
 SM90 = [config(i, 90, *c) for i, c in enumerate([
-    ((128, 256, 64), (2, 1), "cooperative"), ((128, 128, 64), (1, 2), "cooperative"),
-    ((256, 128, 64), (1, 2), "cooperative"), ((64, 128, 64), (1, 1), "pingpong"),
+    ((128, 256, 64), (2, 1), "coop"), ((128, 128, 64), (1, 2), "coop"),
+    ((256, 128, 64), (1, 2), "coop"), ((64, 128, 64), (1, 1), "pingpong"),
     ((128, 128, 64), (2, 1), "pingpong"), ((64, 256, 64), (1, 1), "pingpong"),
-    ((64, 64, 128), (1, 1), "pingpong"), ((128, 64, 64), (1, 1), "cooperative", "stream_k"),
-    ((128, 128, 64), (1, 1), "cooperative", "stream_k"),
-    ((128, 256, 64), (1, 1), "cooperative", "stream_k"),
-    ((128, 128, 64), (1, 1), "cooperative", "split_k")])]
+    ((64, 64, 128), (1, 1), "pingpong"), ((128, 64, 64), (1, 1), "coop", "streamk"),
+    ((128, 128, 64), (1, 1), "coop", "streamk"),
+    ((128, 256, 64), (1, 1), "coop", "streamk"),
+    ((128, 128, 64), (1, 1), "coop", "splitk")])]
 SM80 = [config(20 + i, 80, *c) for i, c in enumerate([
     ((128, 128, 32), (2, 2), "multistage", "none", 4),
     ((128, 256, 32), (2, 4), "multistage", "none", 3),
     ((64, 64, 32), (2, 2), "multistage", "none", 6),
     ((256, 128, 32), (4, 2), "multistage", "none", 3),
-    ((128, 128, 32), (2, 2), "multistage", "split_k", 4),
+    ((128, 128, 32), (2, 2), "multistage", "splitk", 4),
     ((64, 64, 32), (2, 2), "pipelined", "none", 2, 1)])]
 NO_TABLE = {"families": {}}
 
@@ -113,7 +112,7 @@ def test_decode_takes_a_64_row_data_parallel_tile(m):
     (its 128-row TMA boxes at M <= 64 are mostly out of bounds, which the model does not
     price); the calibration corrects it (next test).
     """
-    best = model_best([c for c in SM90 if c.split != "split_k"], m, 4096, 4096)
+    best = model_best([c for c in SM90 if c.split != "splitk"], m, 4096, 4096)
     assert best.split == "none" and best.tile[0] == 64, best.name
 
 
@@ -125,14 +124,14 @@ def test_calibration_keeps_split_k_off_decode_shapes_no_sweep_timed(m):
     p = types.SimpleNamespace(m=m, n=4096, k=4096, sm_count=132, cc=90)
     assert f"{m}x4096x4096" not in _select.calibration(90)["residuals"]
     best = _select.rank(p, SM90, [90]).ranked[0][0]
-    assert best.split != "split_k" and best.tile[0] == 64, best.name
+    assert best.split != "splitk" and best.tile[0] == 64, best.name
 
 
 def test_few_tiles_and_a_long_k_loop_take_split_k():
     """256 x 256 x 65536: split-K 26.5 us, stream-K 128x64 54 us, data-parallel 109 us."""
-    assert model_best(SM90, 256, 256, 65536).split == "split_k"
-    no_split_k = [c for c in SM90 if c.split != "split_k"]
-    assert model_best(no_split_k, 256, 256, 65536).split == "stream_k"
+    assert model_best(SM90, 256, 256, 65536).split == "splitk"
+    no_split_k = [c for c in SM90 if c.split != "splitk"]
+    assert model_best(no_split_k, 256, 256, 65536).split == "streamk"
 
 
 H200_FEW_TILES = [(16, 4096, 14336), (128, 4096, 14336), (1, 8192, 28672), (256, 256, 65536)]
@@ -153,7 +152,7 @@ def test_split_beats_its_data_parallel_twin_when_tiles_are_few(m, n, k, kernels,
 
 def test_split_fix_up_grows_with_peers():
     """Short K loops (4096) over few tiles: the fix-up eats the gain (H200: 28.7 vs 23.7 us)."""
-    sk = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "stream_k")
+    sk = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "streamk")
     dp = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "none")
     short = _select.model_time(sk, 16, 4096, 4096, 132, 90) / _select.model_time(
         dp, 16, 4096, 4096, 132, 90)
@@ -172,7 +171,7 @@ def test_large_problems_take_big_data_parallel_tiles(shape, kernels, sms, cc):
 
 
 def test_stream_k_follows_cutlass_decomposition():
-    sk = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "stream_k")
+    sk = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "streamk")
     # no partial wave, a last wave at least half full, or too short a K loop: data-parallel
     for tiles, iters in ((264, 64), (200, 64), (40, 8)):
         assert _select.decompose(sk, tiles, iters, 132)[2] == 1
@@ -194,13 +193,13 @@ def test_stream_k_follows_cutlass_decomposition():
     (4096, 4096, 4096, 132, 1)])   # more tiles than SMs
 def test_split_slices(m, n, k, sms, slices):
     """Parallel split-K's slice count, as native/kernels/split_k.cuh computes it."""
-    sk = next(c for c in SM90 if c.split == "split_k")
+    sk = next(c for c in SM90 if c.split == "splitk")
     assert _select.split_slices(sk, m, n, k, sms) == slices
     assert _select.split_slices(sk, m, n, k, sms, batch=2) == 1
 
 
 def test_split_k_runs_every_slice_at_once():
-    sk = next(c for c in SM90 if c.split == "split_k")
+    sk = next(c for c in SM90 if c.split == "splitk")
     # 4 tiles x 32 slices of 32 K tiles each: one wave, 128 SMs busy, no serial peers
     assert _select.decompose(sk, 4, 1024, 132, 32) == (32, 128, 32)
 
@@ -226,8 +225,8 @@ def test_model_counts_waves():
 def test_model_launches_whole_clusters():
     # one 128-row tile row in 2x1 clusters runs as two rows, the second empty: a 1x2
     # cluster of the same tile is faster there, and as fast where M fills both rows
-    two_by_one = config(0, 90, (128, 128, 64), (2, 1), "cooperative")
-    one_by_two = config(1, 90, (128, 128, 64), (1, 2), "cooperative")
+    two_by_one = config(0, 90, (128, 128, 64), (2, 1), "coop")
+    one_by_two = config(1, 90, (128, 128, 64), (1, 2), "coop")
     t21, t12 = (_select.model_time(k, 128, 16384, 8192, 132) for k in (two_by_one, one_by_two))
     assert t21 > 1.3 * t12  # twice the tiles; the weights' DRAM time is the same
     t21, t12 = (_select.model_time(k, 256, 16384, 8192, 132) for k in (two_by_one, one_by_two))

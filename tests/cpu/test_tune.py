@@ -16,13 +16,13 @@ BF16 = 2
 
 def kern(i, name, tile=(128, 128, 64), family=90, split="none"):
     return KernelInfo(i, name, family, "bfloat16", "bfloat16", "float32", "bfloat16", "tn", tile,
-                      (1, 1, 1), (0, 0, 0), 0, "cooperative", "linear", split, (8, 8, 8))
+                      (1, 1, 1), (0, 0, 0), 0, "coop", "linear", split, (8, 8, 8))
 
 
 BIG = kern(0, "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8", (128, 256, 64))
 SMALL = kern(1, "sm90_bf16_bf16_f32_bf16_tn_64x64x128_c1x1_pingpong_a8", (64, 64, 128))
 SK = kern(2, "sm90_bf16_bf16_f32_bf16_tn_128x64x64_c1x1_coop_streamk_a8", (128, 64, 64),
-          split="stream_k")
+          split="streamk")
 B100 = kern(3, "sm100_bf16_bf16_f32_bf16_tn_128x128x64_c1x1_1sm_a8", family=100)
 KERNELS = [BIG, SMALL, SK, B100]
 NAMES = [k.name for k in KERNELS]

@@ -10,6 +10,8 @@ import pytest
 
 import pycutlass_rt as pcr
 from pycutlass_rt import _call, _dlpack, _lib, errors
+from pycutlass_rt._abi import (Activation, BiasAxis, CMode, DLDataTypeCode, DLDeviceType, Epilogue,
+                               ScaleKind)
 
 F16 = np.float16
 
@@ -98,8 +100,9 @@ def test_strided_vector_is_column_major(lib):
 
 
 @pytest.mark.parametrize("beta,c_kind,mode", [
-    (0.0, None, 0), (1.0, "same", 1), (1.0, "is_d", 1), (1.0, "col", 2), (1.0, "f32", 2),
-    (1.0, "broadcast", 2), (0.0, "same", 0)])
+    (0.0, None, CMode.C_NONE), (1.0, "same", CMode.C_READ), (1.0, "is_d", CMode.C_READ),
+    (1.0, "col", CMode.C_COPIED), (1.0, "f32", CMode.C_COPIED), (1.0, "broadcast", CMode.C_COPIED),
+    (0.0, "same", CMode.C_NONE)])
 def test_c_modes(lib, beta, c_kind, mode):
     a, b, d = mats()
     c = {None: None, "same": np.ones_like(d), "is_d": d, "col": np.asfortranarray(np.ones_like(d)),
@@ -291,8 +294,9 @@ def test_pure_c_entry_points(lib):
 
     def view(x, strides=None, shape=None):
         t = _lib.DLTensor()
-        t.data, t.device_type, t.device_id, t.ndim = x.ctypes.data, 1, 0, 2
-        t.code, t.bits, t.lanes = 2, 16, 1
+        t.data, t.ndim = x.ctypes.data, 2
+        t.device.device_type, t.device.device_id = DLDeviceType.CPU, 0
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = DLDataTypeCode.Float, 16, 1
         t.shape = (ctypes.c_int64 * 2)(*(shape or x.shape))
         t.strides = (ctypes.c_int64 * 2)(*strides) if strides else None
         t._keep = (t.shape, t.strides)
@@ -340,14 +344,16 @@ def test_jax_outputs_are_refused():
 def test_bias_broadcasts_like_numpy(lib):
     """(N,) and (1, N) add per column, (M, 1) per row; a column-major d flips the axis."""
     a, b, d = mats(4, 6, 8)
-    for bias, axis in ((np.zeros(6, F16), 1), (np.zeros((1, 6), F16), 1),
-                       (np.zeros((4, 1), F16), 2), (np.zeros((1, 1, 6), F16), 1)):
+    col, row = BiasAxis.BIAS_PER_COLUMN, BiasAxis.BIAS_PER_ROW
+    for bias, axis in ((np.zeros(6, F16), col), (np.zeros((1, 6), F16), col),
+                       (np.zeros((4, 1), F16), row), (np.zeros((1, 1, 6), F16), col)):
         p = expect_valid(lib, a, b, None, d, bias=bias)
-        assert (p.bias, p.epilogue, p.align_bias) == (axis, 1, 16), bias.shape
+        assert (p.bias, p.epilogue, p.align_bias) == (axis, Epilogue.EPI_BIASACT, 16), bias.shape
     p = expect_valid(lib, a, b, None, np.asfortranarray(d), bias=np.zeros(6, F16))
-    assert p.transposed and p.bias == 2
-    p = expect_valid(lib, a, b, None, d, activation=4)
-    assert (p.bias, p.activation, p.epilogue) == (0, 4, 1)
+    assert p.transposed and p.bias == row
+    p = expect_valid(lib, a, b, None, d, activation=Activation.ACT_SILU)
+    assert (p.bias, p.activation, p.epilogue) == (BiasAxis.BIAS_NONE, Activation.ACT_SILU,
+                                                  Epilogue.EPI_BIASACT)
     assert expect_valid(lib, a, b, None, d).epilogue == 0
 
 
@@ -431,13 +437,14 @@ def test_scales_are_checked(lib):
     err(pcr.MisalignedError, "contiguous", a, b, None, d16,
         scale_b=np.ones(12, np.float32)[::2])
     # kinds, and their roles once d is column-major (computed as d^T = b^T a^T)
-    for dd, want in ((d16, (2, 1)), (np.asfortranarray(d16), (1, 2))):
+    vector, tensor = ScaleKind.SCALE_VECTOR, ScaleKind.SCALE_TENSOR
+    for dd, want in ((d16, (vector, tensor)), (np.asfortranarray(d16), (tensor, vector))):
         st, p = describe(lib, a, b, None, dd, scale_a=np.ones((4, 1), np.float32),
                          scale_b=np.ones((1, 1), np.float32))
         assert (p.scale_m, p.scale_n) == want, lib.last_error()
         assert st in (0, errors.ERR_NO_DEVICE, errors.ERR_UNSUPPORTED)
         if st == 0 or st == errors.ERR_NO_DEVICE:
-            assert p.epilogue == 2
+            assert p.epilogue == Epilogue.EPI_SCALED
         else:
             assert "dequantizing" in lib.last_error()
     # Python numbers are folded into alpha: no dequantizing epilogue is needed

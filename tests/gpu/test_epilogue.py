@@ -14,7 +14,7 @@ F = torch.nn.functional
 TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
-FUSED = [k.name for k in runnable_kernels() if k.epilogue == "bias_act"]
+FUSED = [k.name for k in runnable_kernels() if k.epilogue == "biasact"]
 
 
 def check(d, ref, what):

@@ -6,6 +6,7 @@ Rows on either side of the 2^31-element offset are checked against an fp64 refer
 import pytest
 
 import pycutlass_rt as pcr
+from pycutlass_rt._abi import Staged
 from helpers import runnable_kernels
 
 torch = pytest.importorskip("torch")
@@ -65,6 +66,6 @@ def test_past_2_31_elements_staged(operands):
     d = torch.empty(rows, N, device="cuda", dtype=torch.bfloat16).fill_(float("nan"))
     assert a.numel() > 2 ** 31
     e = pcr.explain(a, b, None, d)
-    assert e.problem["staged"] & 1, e  # a
+    assert e.problem["staged"] & Staged.STAGED_A, e
     pcr.gemm(a, b, None, d)
     check_rows(a, b, d, f"staged, {e.kernel}")

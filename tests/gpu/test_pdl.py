@@ -30,7 +30,7 @@ def selection(rows, cols, dtype, layout):
 
 
 def shape_for(kern):
-    if kern.split == "split_k":  # long enough for the slices to split
+    if kern.split == "splitk":  # long enough for the slices to split
         return 256, 256, 16384
     return 272, 528, 320
 

@@ -23,7 +23,7 @@ def close(d, r, what, tol=1.6e-2):
 
 def streamk_kernels():
     try:
-        names = [k.name for k in pcr.kernels() if k.split == "stream_k"
+        names = [k.name for k in pcr.kernels() if k.split == "streamk"
                  and k.dtype_a == "bfloat16" and k.dtype_d == "bfloat16" and k.layout == "tn"]
     except pcr.Error:
         return []

@@ -11,7 +11,7 @@ from helpers import empty, matrix, reference, runnable_kernels, tolerance, torch
 
 torch = pytest.importorskip("torch")
 
-KERNELS = [k.name for k in runnable_kernels() if k.split == "split_k"]
+KERNELS = [k.name for k in runnable_kernels() if k.split == "splitk"]
 #: 4 tiles x 32 slices; 25 slices of 41 alignment units each, a K that is not whole K tiles
 #: (8200 for 8-element units, 16400 for fp8's 16); one tile row, 16 slices
 SHAPES = ["256x256x16384", "200x136x1025align", "24x520x32768"]
