@@ -1,4 +1,4 @@
-"""Command line: ``python -m pycutlass_rt info [--json] | demo | tune MxNxK ... | bench``."""
+"""Command line: ``python -m pycutlass_rt info [--json] | demo | tune MxNxK ...``."""
 from __future__ import annotations
 
 import argparse
@@ -169,12 +169,16 @@ def cmd_tune(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from .bench import cli
-    return cli.main(args)
+#: the benchmark suite left the package: it runs from a source checkout
+BENCH_MOVED = ("python -m pycutlass_rt bench: the benchmark suite is not part of the package; "
+               "from a source checkout run `python -m benchmarks` (benchmarks/README.md)")
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        print(BENCH_MOVED, file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(prog="python -m pycutlass_rt", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("info", help="driver, runtime, devices and the kernels of this build")
@@ -195,11 +199,6 @@ def main(argv=None) -> int:
     p.add_argument("--strict", action="store_true", help="pin the kernels (see tune())")
     p.add_argument("--no-cache", action="store_true", help="measure only, write nothing")
     p.set_defaults(fn=cmd_tune)
-    p = sub.add_parser("bench", help="the benchmark suite (BENCHMARKS.md groups A-H) next to "
-                       "cuBLAS and the CUTLASS Python interface")
-    from .bench.cli import add_arguments
-    add_arguments(p)
-    p.set_defaults(fn=cmd_bench)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -1,4 +1,4 @@
-"""python -m pycutlass_rt info / demo, without a GPU."""
+"""python -m pycutlass_rt info / demo / tune, without a GPU."""
 import json
 import subprocess
 import sys
@@ -43,3 +43,9 @@ def test_tune_without_gpu_says_what_is_missing(has_gpu):
 def test_tune_rejects_a_malformed_shape():
     r = run("tune", "16x4096")
     assert r.returncode == 2 and "write MxNxK" in r.stderr
+
+
+def test_bench_points_to_the_checkout_tool():
+    r = run("bench", "--quick")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "python -m benchmarks" in r.stderr and r.stderr.count("\n") == 1

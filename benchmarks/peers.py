@@ -201,7 +201,7 @@ _RENAMED = {"CUstreamAttrID": "CUlaunchAttributeID", "cudaStreamAttrID": "cudaLa
 
 
 def _alias_module(name: str, target) -> types.ModuleType:
-    mod = types.ModuleType(name, f"alias of {target.__name__} (pycutlass_rt.bench shim)")
+    mod = types.ModuleType(name, f"alias of {target.__name__} (benchmarks shim)")
 
     def __getattr__(attr):
         if not hasattr(target, attr) and attr in _RENAMED:

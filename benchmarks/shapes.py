@@ -1,4 +1,4 @@
-"""The benchmark's shape groups A-H (BENCHMARKS.md) and dtypes, as data.
+"""The benchmark's shape groups A-J (benchmarks/README.md) and dtypes, as data.
 
 This module is the one place the shape lists live; ``heuristics/sweep.py`` imports its
 grids from here. Layouts name A then B, ``t`` = row-major and ``n`` = column-major (the
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .._kernels import DTYPE_BYTES
+from pycutlass_rt._kernels import DTYPE_BYTES
 
 #: (N, K) pairs of groups B and C: the projections of 8B- and 70B-class transformer layers.
 NK_PAIRS = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192),

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from . import device, peers, report
 from .progress import Progress
-from .run import Bench
+from .measure import Bench
 from .shapes import GROUPS
 
 SCHEMA = 1

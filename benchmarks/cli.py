@@ -1,4 +1,4 @@
-"""``python -m pycutlass_rt bench``: arguments, the environment checks, then the suite."""
+"""``python -m benchmarks``: arguments, the environment checks, then the suite."""
 from __future__ import annotations
 
 import argparse
@@ -65,7 +65,22 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def main(args) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks`` (and ``python benchmarks/run.py``)."""
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="The benchmark suite (benchmarks/README.md, groups A-J): pycutlass_rt "
+        "next to cuBLAS and the CUTLASS Python interface.")
+    add_arguments(p)
+    return p
+
+
+def main(argv=None) -> int:
+    """Parses ``argv`` (default ``sys.argv[1:]``) and runs the benchmark; the exit status."""
+    return run(parser().parse_args(argv))
+
+
+def run(args) -> int:
     """Runs the benchmark for parsed ``args``; the exit status."""
     import pycutlass_rt as pcr
     groups, dtypes = selection(args)
@@ -87,7 +102,8 @@ def main(args) -> int:
     if not info["devices"]:
         why = " ".join(str(info["device_error"]).split())
         return _fail(f"needs an NVIDIA GPU, and none is usable here ({why})")
-    from .. import _backends
+    from pycutlass_rt import _backends
+
     from . import suite
     from .timing import Settings
     fw, why = _backends.load(args.framework)
