@@ -117,6 +117,8 @@ def print_summary(result, path, file=None):
     print(f"pycutlass_rt {result['versions']['pycutlass_rt']} on {m['gpu']} "
           f"({m['sm_count']} SMs), {result['versions']['framework']} "
           f"{result['versions'].get(result['versions']['framework'])}", file=file)
+    if result.get("settings", {}).get("hot"):
+        print("operands: hot (one set reused by every call)", file=file)
     print(report.format_table(result["summary"], result["records"]), file=file)
     for name, p in result["peers"].items():
         if not p.get("available", True):

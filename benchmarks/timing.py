@@ -37,12 +37,14 @@ class Settings:
     warmup: int = 3
     l2_factor: float = 2.0  # operand sets span this many times the L2 cache
     max_sets: int = 4096
+    hot: bool = False  # one operand set for every call: inputs stay in L2 where they fit
 
     @classmethod
-    def make(cls, quick: bool = False) -> "Settings":
+    def make(cls, quick: bool = False, hot: bool = False) -> "Settings":
         if quick:
-            return cls(repeats=5, target_ms=1.0, host_calls=100, host_repeats=3, warmup=1)
-        return cls()
+            return cls(repeats=5, target_ms=1.0, host_calls=100, host_repeats=3, warmup=1,
+                       hot=hot)
+        return cls(hot=hot)
 
 
 @dataclass
@@ -100,7 +102,13 @@ def use_graph(est_us: float) -> bool:
 
 
 def set_count(set_bytes: int, l2_bytes: int, settings: Settings) -> int:
-    """Operand sets needed so that one pass over them spans ``l2_factor`` x L2 (>= 2)."""
+    """Operand sets needed so that one pass over them spans ``l2_factor`` x L2 (>= 2).
+
+    The hot variant (``settings.hot``) uses one set, so every call after the first may
+    find its inputs in L2.
+    """
+    if settings.hot:
+        return 1
     need = math.ceil(settings.l2_factor * l2_bytes / max(set_bytes, 1))
     return int(min(max(2, need), settings.max_sets))
 

@@ -2,6 +2,7 @@
 timing arithmetic, summaries, JSON, the CLI, the cuda-python shim, and whole cases run
 through numpy stand-ins for the GPU framework and for pycutlass_rt."""
 import argparse
+import dataclasses
 import io
 import json
 import math
@@ -142,6 +143,9 @@ def test_operand_sets_span_twice_the_l2():
     assert timing.set_count(1 << 30, l2, s) == 2  # never fewer than two
     assert timing.set_count(32 << 20, l2, s) == 4
     assert timing.set_count(24 << 10, l2, s) == s.max_sets
+    hot = timing.Settings.make(quick=True, hot=True)
+    assert hot.hot and hot.repeats == timing.Settings.make(quick=True).repeats
+    assert timing.set_count(32 << 20, l2, hot) == timing.set_count(1 << 30, l2, hot) == 1
     case = shapes.Case("B", "bf16", 1, 4096, 4096)
     assert measure.set_bytes(case) == (4096 + 4096 * 4096 + 4096) * 2
     padded = shapes.Case("E", "bf16", 8, 8, 8, layout="tn", pad=4)
@@ -285,6 +289,7 @@ def test_cli_arguments():
                  "--out", "x", "--quick", "--no-cutlass")
     assert cli.selection(args) == (["B", "H"], ["bf16", "fp8"])
     assert args.quick and args.no_cutlass and args.out == "x"
+    assert not args.hot and parse("--hot").hot
     with pytest.raises(SystemExit):
         parse("--group", "Z")
     with pytest.raises(SystemExit):
@@ -572,6 +577,14 @@ class CapturingFw(NumpyFw):
             return super().capture(fn)
         finally:
             self.capturing = False
+
+
+def test_hot_variant_reuses_one_operand_set():
+    b = bench(fake_pcr())
+    b.settings = dataclasses.replace(SMALL, hot=True)
+    r = b.run(shapes.Case("A", "bf16", 64, 48, 32, layout="nt"))
+    assert r["status"] == "ok" and r["operand_sets"] == 1 and r["check"]["ok"]
+    assert r["ratio"]["cublas"] > 0
 
 
 def test_a_peer_that_cannot_be_captured_makes_everyone_use_events():
