@@ -10,7 +10,7 @@
 #        into build/sweeps (or the sweeps PCR_SWEEPS names)
 # fit    heuristics/fit.py on the shipped sweeps plus build/sweeps: the table, recalibrated
 # test   the GPU test suite (compute-sanitizer cases last)
-# bench  python -m pycutlass_rt bench $PCR_BENCH (default: --quick --no-cutlass)
+# bench  python -m benchmarks $PCR_BENCH (default: --quick --no-cutlass), results in build/bench
 #
 # PCR_KERNELS is the kernel filter of the build. The machine has no network: the pinned
 # nvidia-cutlass wheel travels in .whl/ (pip download it there; .whl is git-ignored).
@@ -63,7 +63,7 @@ phase_test() {
 
 phase_bench() {
   # shellcheck disable=SC2086
-  timeout "${PCR_BENCH_TIMEOUT:-480}" python3 -m pycutlass_rt bench ${PCR_BENCH:---quick --no-cutlass} \
+  timeout "${PCR_BENCH_TIMEOUT:-480}" python3 -m benchmarks ${PCR_BENCH:---quick --no-cutlass} \
     --out build/bench \
     2>&1 | tee "$OUT/bench.log" | tail -60
 }

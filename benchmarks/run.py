@@ -1,20 +1,19 @@
 #!/usr/bin/env python3
-"""The benchmark suite: forwards to ``python -m pycutlass_rt bench`` (pycutlass_rt.bench).
+"""The benchmark suite as a script: the same as ``python -m benchmarks`` (benchmarks/README.md).
 
-    python benchmarks/run.py --group B --dtype bf16 --out benchmarks/results/<gpu>-<date>
+    python benchmarks/run.py --group B --dtype bf16 --out /tmp/bench-h200
 
-Works with the package installed, or from a checkout with a built library. Stored
-results live in benchmarks/results/.
+Runs from a checkout, with pycutlass_rt installed or a built library in build/ (or
+``PYCUTLASS_RT_LIBRARY``).
 """
 import os
 import sys
 
-try:
-    import pycutlass_rt  # noqa: F401
-except ImportError:  # a checkout without the package installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Python put this file's folder first on the path: put the checkout there instead, so that
+# ``benchmarks`` imports as a package and its modules do not shadow top-level names.
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from pycutlass_rt.__main__ import main  # noqa: E402
+from benchmarks.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["bench", *sys.argv[1:]]))
+    sys.exit(main())

@@ -24,19 +24,16 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt from it
+    sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt and benchmarks from it
 
-try:
-    from pycutlass_rt.bench.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: F401
-except ImportError:  # run from a checkout without the package installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from pycutlass_rt.bench.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: F401
+from benchmarks.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: E402,F401
 
 #: few output tiles against a long K, where split-K and stream-K kernels compete with the
 #: data-parallel tiles (group D's 256x256x65536 among them)
 LONG_K = [(128, 128, 65536), (256, 256, 16384), (256, 512, 65536), (512, 512, 32768),
           (128, 1024, 32768), (1024, 1024, 16384), (256, 1024, 8192), (384, 384, 24576)]
-#: the shape lists of BENCHMARKS.md groups B, C, A and D (one copy, in pycutlass_rt.bench)
+#: the shape lists of the benchmark's groups B, C, A and D (one copy, in benchmarks/shapes.py;
+#: benchmarks/README.md describes the groups)
 GRIDS = {"decode": DECODE, "prefill": PREFILL, "square": SQUARE, "awkward": AWKWARD,
          "longk": LONG_K}
 COLUMNS = ["gpu", "sm_count", "cc", "driver", "library", "dtype", "dtype_d", "layout", "m",

@@ -1,12 +1,9 @@
-"""Command line: ``python -m pycutlass_rt info [--json] | demo | tune MxNxK ... | bench``."""
+"""Command line: ``python -m pycutlass_rt info [--json] | demo | tune MxNxK ...``."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
-
-import numpy as np
 
 import pycutlass_rt as pcr
 from pycutlass_rt import _tune
@@ -48,97 +45,9 @@ def cmd_info(args) -> int:
     return 0
 
 
-def _check(name: str, got: np.ndarray, ref: np.ndarray, tol: float) -> bool:
-    err = float(np.linalg.norm(got.astype(np.float64) - ref) / max(np.linalg.norm(ref), 1e-30))
-    ok = bool(np.isfinite(got).all()) and err <= tol
-    print(f"  {name}: relative error {err:.2e} ({'ok' if ok else 'FAIL'}, tolerance {tol:.0e})")
-    return ok
-
-
-def _time_pair(run_a, run_b, sync, reps=20):
-    """Median seconds of two callables, interleaved (A B A B ...)."""
-    for _ in range(3):
-        run_a(), run_b()
-    sync()
-    ta, tb = [], []
-    for _ in range(reps):
-        for fn, acc in ((run_a, ta), (run_b, tb)):
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            acc.append(time.perf_counter() - t0)
-    return float(np.median(ta)), float(np.median(tb))
-
-
 def cmd_demo(args) -> int:
-    info = _info_or_none("demo")
-    if info is None:
-        return 1
-    if not info["devices"]:
-        print("demo: needs an NVIDIA GPU with its driver; none is usable here:\n  "
-              f"{info['device_error']}", file=sys.stderr)
-        return 1
-    dev = info["devices"][0]
-    print(f"pycutlass_rt {pcr.__version__} on {dev['name']} (compute {dev['cc']})")
-    ok = True
-    rng = np.random.default_rng(0)
-
-    m, n, k = 512, 384, 256
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
-    d = np.full((m, n), np.nan, np.float16)
-    print(f"numpy float16 {m}x{n}x{k} (staged through the GPU):")
-    print(f"  kernel: {pcr.explain(a, b, None, d).kernel}")
-    pcr.gemm(a, b, None, d)
-    ok &= _check("vs numpy", d, a.astype(np.float64) @ b.astype(np.float64), 2e-3)
-
-    try:
-        import torch
-        has_torch = torch.cuda.is_available()
-    except ImportError:
-        has_torch = False
-    if has_torch:
-        size = args.size
-        flop = 2.0 * size ** 3
-        for dtype in (torch.float16, torch.bfloat16):
-            a = torch.rand(size, size, device="cuda", dtype=dtype) - 0.5
-            b = torch.rand(size, size, device="cuda", dtype=dtype) - 0.5
-            d = torch.empty(size, size, device="cuda", dtype=dtype)
-            ref = torch.empty_like(d)  # cuBLAS's output, for timing
-            print(f"torch {str(dtype).split('.')[-1]} {size}^3:")
-            print(f"  kernel: {pcr.explain(a, b, None, d).kernel}")
-            pcr.gemm(a, b, None, d)
-            rows = slice(0, 256)  # a band of rows keeps the numpy reference quick
-            ok &= _check("vs numpy (fp64, 256 rows)", d[rows].float().cpu().numpy(),
-                         a[rows].double().cpu().numpy() @ b.double().cpu().numpy(), 1e-2)
-            t_pcr, t_torch = _time_pair(lambda: pcr.gemm(a, b, None, d),
-                                        lambda: torch.mm(a, b, out=ref), torch.cuda.synchronize)
-            print(f"  pycutlass_rt {flop / t_pcr / 1e12:7.1f} TFLOP/s   torch.mm (cuBLAS) "
-                  f"{flop / t_torch / 1e12:7.1f} TFLOP/s   ratio {t_torch / t_pcr:.2f}x")
-    try:
-        import cupy
-        cupy.cuda.runtime.getDeviceCount()
-        has_cupy = True
-    except Exception:  # noqa: BLE001 - cupy absent or unusable
-        has_cupy = False
-    if has_cupy:
-        size = args.size
-        a = cupy.random.uniform(-1, 1, (size, size)).astype(cupy.float16)
-        b = cupy.random.uniform(-1, 1, (size, size)).astype(cupy.float16)
-        d = cupy.empty((size, size), cupy.float16)
-        print(f"cupy float16 {size}^3:")
-        pcr.gemm(a, b, None, d)
-        ref = cupy.empty_like(d)
-        ok &= _check("vs numpy (fp64, 256 rows)", cupy.asnumpy(d[:256]),
-                     cupy.asnumpy(a[:256]).astype(np.float64) @ cupy.asnumpy(b).astype(np.float64),
-                     1e-2)
-        t_pcr, t_cp = _time_pair(lambda: pcr.gemm(a, b, None, d), lambda: cupy.matmul(a, b, out=ref),
-                                 cupy.cuda.runtime.deviceSynchronize)
-        print(f"  pycutlass_rt {2.0 * size ** 3 / t_pcr / 1e12:7.1f} TFLOP/s   cupy.matmul "
-              f"{2.0 * size ** 3 / t_cp / 1e12:7.1f} TFLOP/s")
-    print("demo: " + ("all results match" if ok else "MISMATCH"))
-    return 0 if ok else 1
+    from . import _demo  # numpy, torch, cupy: each only if present
+    return _demo.main(args.size)
 
 
 def _shape(text: str) -> tuple:
@@ -169,12 +78,16 @@ def cmd_tune(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from .bench import cli
-    return cli.main(args)
+#: the benchmark suite left the package: it runs from a source checkout
+BENCH_MOVED = ("python -m pycutlass_rt bench: the benchmark suite is not part of the package; "
+               "from a source checkout run `python -m benchmarks` (benchmarks/README.md)")
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        print(BENCH_MOVED, file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(prog="python -m pycutlass_rt", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("info", help="driver, runtime, devices and the kernels of this build")
@@ -195,11 +108,6 @@ def main(argv=None) -> int:
     p.add_argument("--strict", action="store_true", help="pin the kernels (see tune())")
     p.add_argument("--no-cache", action="store_true", help="measure only, write nothing")
     p.set_defaults(fn=cmd_tune)
-    p = sub.add_parser("bench", help="the benchmark suite (BENCHMARKS.md groups A-H) next to "
-                       "cuBLAS and the CUTLASS Python interface")
-    from .bench.cli import add_arguments
-    add_arguments(p)
-    p.set_defaults(fn=cmd_bench)
     args = ap.parse_args(argv)
     return args.fn(args)
 

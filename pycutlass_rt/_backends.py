@@ -2,10 +2,11 @@
 
 One adapter per framework, with the same small surface, so that its callers never ask
 which one they have: ``tune()`` (and heuristics/sweep.py through it) and the benchmark
-(``pycutlass_rt.bench``). An adapter makes operands in a layout, with padded leading
-dimensions or a start past an aligned base; records events; captures CUDA graphs; and,
-for the benchmark's correctness check, computes an fp32 reference. torch and cupy are
-imported only when an adapter is made, so importing this module costs nothing.
+suite (``benchmarks/`` of a source checkout, which imports this module). An adapter makes
+operands in a layout, with padded leading dimensions or a start past an aligned base;
+records events; captures CUDA graphs; and, for the benchmark's correctness check,
+computes an fp32 reference. torch and cupy are imported only when an adapter is made, so
+importing this module costs nothing.
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from helpers import gpu_reason
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "native"))  # catalog.py
+sys.path.append(ROOT)  # benchmarks/, never installed; last: an installed pycutlass_rt wins
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,12 @@
-"""The benchmark suite (pycutlass_rt.bench) without a GPU: shape groups, dtype filtering,
+"""The benchmark suite (benchmarks/) without a GPU: shape groups, dtype filtering,
 timing arithmetic, summaries, JSON, the CLI, the cuda-python shim, and whole cases run
 through numpy stand-ins for the GPU framework and for pycutlass_rt."""
 import argparse
+import dataclasses
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -14,8 +16,8 @@ import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
+from benchmarks import cli, device, measure, peers, progress, report, shapes, suite, timing
 from pycutlass_rt._kernels import KernelInfo
-from pycutlass_rt.bench import cli, device, peers, progress, report, run, shapes, suite, timing
 
 # --- shape groups ------------------------------------------------------------------------
 
@@ -24,7 +26,7 @@ def mnk(group):
     return [(s["m"], s["n"], s["k"]) for s in shapes.GROUPS[group].shapes]
 
 
-def test_groups_follow_benchmarks_md():
+def test_groups_follow_the_benchmark_readme():
     g = shapes.GROUPS
     assert list(g) == list("ABCDEFGHIJ")  # I and J: issue 5's batched and grouped measures
     assert mnk("A") == [(s, s, s) for s in (1024, 2048, 4096, 8192)]
@@ -111,7 +113,7 @@ def test_batched_and_grouped_groups():
     for e in (16, 64):
         rows = shapes.expert_rows(8192, e)
         assert sum(rows) == 8192 and rows[0] > 4 * rows[e // 2] and rows[-1] == 0
-    assert run.set_bytes(j[0]) == (8192 * 4096 + 16 * 4096 * 4096 + 8192 * 4096) * 2
+    assert measure.set_bytes(j[0]) == (8192 * 4096 + 16 * 4096 * 4096 + 8192 * 4096) * 2
 
 
 def test_case_labels_and_dtype_names():
@@ -141,10 +143,13 @@ def test_operand_sets_span_twice_the_l2():
     assert timing.set_count(1 << 30, l2, s) == 2  # never fewer than two
     assert timing.set_count(32 << 20, l2, s) == 4
     assert timing.set_count(24 << 10, l2, s) == s.max_sets
+    hot = timing.Settings.make(quick=True, hot=True)
+    assert hot.hot and hot.repeats == timing.Settings.make(quick=True).repeats
+    assert timing.set_count(32 << 20, l2, hot) == timing.set_count(1 << 30, l2, hot) == 1
     case = shapes.Case("B", "bf16", 1, 4096, 4096)
-    assert run.set_bytes(case) == (4096 + 4096 * 4096 + 4096) * 2
+    assert measure.set_bytes(case) == (4096 + 4096 * 4096 + 4096) * 2
     padded = shapes.Case("E", "bf16", 8, 8, 8, layout="tn", pad=4)
-    assert run.set_bytes(padded) == (8 * 12 + 8 * 12 + 8 * 12) * 2
+    assert measure.set_bytes(padded) == (8 * 12 + 8 * 12 + 8 * 12) * 2
 
 
 def test_calls_per_sample():
@@ -284,14 +289,19 @@ def test_cli_arguments():
                  "--out", "x", "--quick", "--no-cutlass")
     assert cli.selection(args) == (["B", "H"], ["bf16", "fp8"])
     assert args.quick and args.no_cutlass and args.out == "x"
+    assert not args.hot and parse("--hot").hot
     with pytest.raises(SystemExit):
         parse("--group", "Z")
     with pytest.raises(SystemExit):
         parse("--dtype", "fp4")
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def bench_cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "pycutlass_rt", "bench", *args],
+    """``python -m benchmarks ...`` run from the checkout, as benchmarks/README.md says."""
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, **kw)
 
 
@@ -314,6 +324,32 @@ def test_bench_list_needs_no_gpu():
         assert (f"{row}   [skipped: not in this build" in r.stdout) == (label not in built)
     assert "F epilogue bf16  2048x8192x28672 tn bias_silu\n" in r.stdout  # runnable now
     assert r.stdout.strip().splitlines()[-1].startswith(f"{24 + 35} cases")
+
+
+def test_script_runs_the_same_command_line():
+    """``python benchmarks/run.py`` is ``python -m benchmarks``, from any working folder."""
+    script = os.path.join(ROOT, "benchmarks", "run.py")
+    r = subprocess.run([sys.executable, script, "--list", "-g", "G"], cwd=os.path.dirname(ROOT),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == bench_cli("--list", "-g", "G").stdout
+
+
+def test_the_runtime_package_never_imports_the_benchmarks():
+    pkg = os.path.join(ROOT, "pycutlass_rt")
+    for name in sorted(os.listdir(pkg)):
+        if name.endswith(".py"):
+            with open(os.path.join(pkg, name)) as f:
+                text = f.read()
+            assert "import benchmarks" not in text and "from benchmarks" not in text, name
+
+
+def test_the_wheel_ships_the_runtime_only():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        build = tomllib.load(f)["tool"]["scikit-build"]
+    assert build["wheel"]["packages"] == ["pycutlass_rt"]
+    assert "benchmarks/*/" in build["sdist"]["exclude"]  # result folders, should one appear
 
 
 # --- the CUTLASS Python interface: shim and failure handling -------------------------------
@@ -509,8 +545,9 @@ SMALL = timing.Settings(repeats=3, target_ms=0.1, host_calls=4, host_repeats=2, 
 
 def bench(pcr_mod, peer_list=None):
     fw = NumpyFw()
-    return run.Bench(fw, pcr_mod, peer_list if peer_list is not None else [peers.TorchBlas()],
-                     SMALL, 1 << 16, lambda: 1 << 34)
+    return measure.Bench(fw, pcr_mod,
+                         peer_list if peer_list is not None else [peers.TorchBlas()],
+                         SMALL, 1 << 16, lambda: 1 << 34)
 
 
 def test_compare_case_records_times_ratios_and_check():
@@ -540,6 +577,14 @@ class CapturingFw(NumpyFw):
             return super().capture(fn)
         finally:
             self.capturing = False
+
+
+def test_hot_variant_reuses_one_operand_set():
+    b = bench(fake_pcr())
+    b.settings = dataclasses.replace(SMALL, hot=True)
+    r = b.run(shapes.Case("A", "bf16", 64, 48, 32, layout="nt"))
+    assert r["status"] == "ok" and r["operand_sets"] == 1 and r["check"]["ok"]
+    assert r["ratio"]["cublas"] > 0
 
 
 def test_a_peer_that_cannot_be_captured_makes_everyone_use_events():
@@ -576,9 +621,9 @@ class FakePeer:
 
 def test_ratios_of_unlike_timings_are_left_out():
     fw = CapturingFw()
-    b = run.Bench(fw, fake_pcr(), [FakePeer("cublas", fw, refuse_capture=True),
-                                   FakePeer("cutlass", fw, always_graph=True)],
-                  SMALL, 1 << 16, lambda: 1 << 34)
+    b = measure.Bench(fw, fake_pcr(), [FakePeer("cublas", fw, refuse_capture=True),
+                                       FakePeer("cutlass", fw, always_graph=True)],
+                      SMALL, 1 << 16, lambda: 1 << 34)
     r = b.run(shapes.Case("A", "bf16", 32, 32, 32))
     assert r["status"] == "ok" and r["method"] == "graph"
     assert set(r["ratio"]) == {"cublas"} and "not comparable" in r["ratio_skipped"]["cutlass"]

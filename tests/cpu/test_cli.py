@@ -1,5 +1,7 @@
-"""python -m pycutlass_rt info / demo, without a GPU."""
+"""python -m pycutlass_rt info / demo / tune, without a GPU (and without numpy)."""
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -8,9 +10,9 @@ import pytest
 import pycutlass_rt as pcr
 
 
-def run(*args):
+def run(*args, env=None):
     return subprocess.run([sys.executable, "-m", "pycutlass_rt", *args], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
 
 
 def test_info_json():
@@ -43,3 +45,46 @@ def test_tune_without_gpu_says_what_is_missing(has_gpu):
 def test_tune_rejects_a_malformed_shape():
     r = run("tune", "16x4096")
     assert r.returncode == 2 and "write MxNxK" in r.stderr
+
+
+def test_bench_points_to_the_checkout_tool():
+    r = run("bench", "--quick")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "python -m benchmarks" in r.stderr and r.stderr.count("\n") == 1
+
+
+# --- without numpy: a sitecustomize makes ``import numpy`` fail in the child ----------------
+
+
+@pytest.fixture
+def no_numpy(tmp_path):
+    """Environment for a child Python in which ``import numpy`` raises ImportError."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['numpy'] = None\n")
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
+    probe = subprocess.run([sys.executable, "-c", "import numpy"], env=env, capture_output=True)
+    assert probe.returncode != 0  # numpy is really out of reach
+    return env
+
+
+def test_runtime_works_without_numpy(no_numpy):
+    code = ("import sys, pycutlass_rt as pcr\n"
+            "names = [k.name for k in pcr.kernels()]\n"
+            "assert names and sys.modules['numpy'] is None  # never imported\n"
+            "print(len(names), pcr.info()['build']['kernels'])\n")
+    r = subprocess.run([sys.executable, "-c", code], env=no_numpy, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    count, built = r.stdout.split()
+    assert count == built
+    r = run("info", env=no_numpy)
+    assert r.returncode == 0, r.stderr
+    assert "pycutlass_rt" in r.stdout and "kernels" in r.stdout
+
+
+def test_demo_without_numpy_says_what_to_install(no_numpy):
+    if any(importlib.util.find_spec(m) for m in ("torch", "cupy")):
+        pytest.skip("torch or cupy is installed: demo would check with it")
+    r = run("demo", env=no_numpy)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "pip install" in r.stderr and "numpy" in r.stderr
