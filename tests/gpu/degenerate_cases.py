@@ -153,9 +153,10 @@ def main(which: str) -> int:
             [(0, SIZE, SIZE), (SIZE, SIZE, SIZE), (SIZE, SIZE, 0), (SIZE, 0, SIZE)])
         yield "moe: no token", lambda: run_moe(0, 4, SIZE, [0, 0, 0, 0, 0])
         yield "moe: no expert", lambda: run_moe(SIZE, 0, SIZE, [0])
-        yield "moe: every expert empty", lambda: run_moe(SIZE, 3, SIZE, [0, 0, 0, 0])
-        yield "moe: some experts empty", lambda: run_moe(2 * SIZE, 4, SIZE,
-                                                          [0, 0, SIZE, SIZE, 2 * SIZE - 3])
+        if la == "t":  # moe_gemm reads x row-major: kernels of column-major A never run it
+            yield "moe: every expert empty", lambda: run_moe(SIZE, 3, SIZE, [0, 0, 0, 0])
+            yield "moe: some experts empty", lambda: run_moe(2 * SIZE, 4, SIZE,
+                                                              [0, 0, SIZE, SIZE, 2 * SIZE - 3])
         yield "moe: K = 0", lambda: run_moe(2 * SIZE, 3, 0, [0, 5, 5, SIZE])
 
     def tune_cases(k):
