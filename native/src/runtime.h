@@ -101,14 +101,14 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
 int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, const DLTensor* out,
              double alpha, int32_t kernel, void* stream, pcr_problem* problem);
 
-// ---- launches (dispatch.cpp, prefill.cu) ----
+// ---- prepared launches (prepared.cpp) ----
 // A kernel's launch parameters built for one GemmArgs and workspace (see KernelOps).
 struct PreparedLaunch {
   int kernel = -1;  // -1: empty
   GemmArgs args{};
   size_t workspace_bytes = 0;
   void* workspace = nullptr;
-  bool programmatic = false;  // launch as a programmatic dependent (dispatch.cpp)
+  bool programmatic = false;  // launch as a programmatic dependent (prepared.cpp)
   alignas(kPreparedAlign) unsigned char blob[kMaxPrepared];
 
   bool matches(int k, const GemmArgs& g) const {
@@ -121,10 +121,11 @@ struct PreparedLaunch {
   int launch(int k, const GemmArgs& g, size_t bytes, void* workspace, cudaStream_t stream);
 };
 
-int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream);
 // Kernel k on `g`, through the calling thread's prepared launches and the stream's
 // workspace (see PreparedLaunch).
 int run_prepared(int k, const GemmArgs& g, cudaStream_t stream);
+
+// ---- scratch pools (workspace.cpp) ----
 // A device buffer of at least `bytes` kept per (device, stream, pool), grown outside graph
 // capture. Inside capture a short buffer cannot grow: with `temporary` the buffer is then
 // a stream-ordered allocation of the graph (cudaMallocAsync; *temporary = true), which the
@@ -132,6 +133,8 @@ int run_prepared(int k, const GemmArgs& g, cudaStream_t stream);
 enum Pool { kKernelWorkspace = 0, kStagingScratch = 1, kGroupArrays = 2 };
 int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Pool pool,
                   bool* temporary = nullptr);
+
+// ---- kernel choice (select.cpp) ----
 // Whether a described problem runs a GEMM kernel at all (no empty extent, K > 0).
 inline bool has_gemm_work(const pcr_problem& p) { return p.m && p.n && p.k && p.batch; }
 // A forced kernel (checked against the problem), the selected one, or -1 for a problem
@@ -140,6 +143,20 @@ int kernel_for(const pcr_problem& problem, const Bound& bound, int32_t forced, i
 // The kernel for a described problem: the memoized selection's first candidate that
 // accepts it, PCR_NEED_SELECTION when nothing is memoized, or the rejections.
 int select(const pcr_problem& problem, const Bound& bound, int* kernel);
+// pcr_select_put and pcr_select_clear: the calling thread's memo, and every thread's.
+int select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
+void select_clear();
+// Whether two described problems are one to the memo, with the same orientation, memory
+// (host or GPU) and device: what a plan checks of the tensors it is run on.
+bool same_problem(const pcr_problem& x, const pcr_problem& y);
+
+// ---- launches (launch.cpp; the elementwise kernels in prefill.cu) ----
+int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream);
+// GPU operands, their device current: the copies and the kernel a described problem
+// needs, through `plan`'s workspace and prepared launch, or (nullptr) the stream's and
+// the thread's.
+int launch_device(const pcr_problem& problem, const Bound& bound, int kernel,
+                  cudaStream_t stream, pcr_plan* plan = nullptr);
 // describe + kernel choice (forced, or from the selection memo) + launch.
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
          double alpha, double beta, const pcr_extras* extras, int32_t kernel, void* stream,
@@ -170,6 +187,7 @@ struct pcr_plan {
 };
 
 namespace pcr {
+// ---- bound plans (plan.cpp) ----
 int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
                 double alpha, double beta, const pcr_extras* extras, int32_t kernel,
                 pcr_problem* problem, pcr_plan** out);
@@ -177,4 +195,6 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
 // that must describe the same problem.
 int plan_run(pcr_plan* plan, const DLTensor* a, const DLTensor* b, const DLTensor* c,
              const DLTensor* d, const pcr_extras* extras, cudaStream_t stream);
+// Frees the plan's buffers (waiting for its pending launches) and the plan; NULL: nothing.
+void plan_destroy(pcr_plan* plan);
 }  // namespace pcr
