@@ -19,6 +19,6 @@ int set_error(int status, const char* fmt, ...) {
 
 void clear_error() { g_message[0] = '\0'; }
 
-}  // namespace pcr
+const char* last_error() { return g_message; }
 
-extern "C" PCR_API const char* pcr_last_error(void) { return pcr::g_message; }
+}  // namespace pcr

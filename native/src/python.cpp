@@ -338,7 +338,7 @@ PyObject* builtin_gemm(PyObject*, Args args, long n) {
   int32_t kernel = r.integer(7), flags = r.integer(8);
   void* stream = r.pointer(9);
   if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(pcr_py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel,
+  return status(py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel,
                             flags, stream, nullptr));
 }
 
@@ -350,7 +350,7 @@ PyObject* builtin_plan_run(PyObject*, Args args, long n) {
   int32_t flags = r.integer(6);
   void* stream = r.pointer(7);
   if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(pcr_py_plan_run(plan, args[1], args[2], args[3], args[4], args[5], flags, stream));
+  return status(py_plan_run(plan, args[1], args[2], args[3], args[4], args[5], flags, stream));
 }
 
 PyObject* builtin_plan_launch(PyObject*, Args args, long n) {
@@ -359,7 +359,7 @@ PyObject* builtin_plan_launch(PyObject*, Args args, long n) {
   if (!r.expect(1)) return status(PCR_ERR_INVALID_ARGUMENT);
   auto* plan = static_cast<pcr_plan*>(r.pointer(0));
   if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(pcr_py_plan_launch(plan));
+  return status(py_plan_launch(plan));
 }
 
 const MethodDef kBuiltins[] = {
@@ -369,15 +369,9 @@ const MethodDef kBuiltins[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
-}  // namespace pcr
 
-using namespace pcr;
-
-extern "C" {
-
-PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-                        void* extras, int32_t kernel, int32_t flags, void* stream,
-                        pcr_problem* problem) {
+int py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
@@ -388,9 +382,8 @@ PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double
               extras_of(x, ops), kernel, stream, problem);
 }
 
-PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                               void* extras, int32_t kernel, pcr_problem* problem,
-                               pcr_plan** plan) {
+int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
+                   void* extras, int32_t kernel, pcr_problem* problem, pcr_plan** plan) {
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
@@ -406,8 +399,8 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
   return st;
 }
 
-PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
-                            int32_t flags, void* stream) {
+int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
+                int32_t flags, void* stream) {
   clear_error();
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
   const PyApi& P = py();
@@ -423,15 +416,15 @@ PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, 
                   extras_of(x, ops), static_cast<cudaStream_t>(stream));
 }
 
-PCR_API int pcr_py_plan_launch(pcr_plan* plan) {
+int py_plan_launch(pcr_plan* plan) {
   clear_error();
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
   return run_bound(plan, PCR_STREAM_FROM_PRODUCER, nullptr);
 }
 
-PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
-                                double alpha, double beta, int32_t kernel, int32_t flags,
-                                void* stream, pcr_problem* problem) {
+int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
+                    double beta, int32_t kernel, int32_t flags, void* stream,
+                    pcr_problem* problem) {
   clear_error();
   if (count < 0 || (count > 0 && (!a || !b || !d)))
     return set_error(PCR_ERR_INVALID_ARGUMENT, "grouped GEMM: need count >= 0 and a, b, d");
@@ -442,7 +435,7 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t 
     if (int st = ingest_all(a[g], b[g], c ? c[g] : nullptr, d[g], PyExtras{}, op))
       return st == PCR_ERR_PYTHON ? st
                                   : set_error(st, "group %d: %s", g,
-                                              std::string(pcr_last_error()).c_str());
+                                              std::string(last_error()).c_str());
     for (int i = 0; i < 4; ++i) views[size_t(i) * count + g] = dl_or_null(op[i]);
   }
   // the producer's stream of the first group (all groups run in one launch)
@@ -453,8 +446,8 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t 
                       problem);
 }
 
-PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
-                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
+int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,
+                int32_t flags, void* stream, pcr_problem* problem) {
   clear_error();
   Operand ops[kOperands];
   // x, w, out as a, b, d (required, d writable); offsets in c's slot
@@ -466,17 +459,18 @@ PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double a
                   problem);
 }
 
-PCR_API const void* pcr_py_builtins(void) { return py().ok ? kBuiltins : nullptr; }
+const void* py_builtins() { return py().ok ? kBuiltins : nullptr; }
 
-PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-                            void* extras, pcr_problem* out) {
+int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+                pcr_problem* out) {
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
   int st = ingest_call(a, b, c, d, extras, ops, &x);
   if (st != PCR_OK) return st;
-  return pcr_describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-                      extras_of(x, ops), out);
+  Bound bd;
+  return describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+                  extras_of(x, ops), out, &bd);
 }
 
-}  // extern "C"
+}  // namespace pcr

@@ -9,6 +9,8 @@
 namespace pcr {
 
 void clear_error();
+// The calling thread's error message (pcr_last_error).
+const char* last_error();
 
 // Bytes per element of a pcr_dtype (fp8 and int8: 1).
 inline int esize_of(int dtype) {
@@ -197,4 +199,23 @@ int plan_run(pcr_plan* plan, const DLTensor* a, const DLTensor* b, const DLTenso
              const DLTensor* d, const pcr_extras* extras, cudaStream_t stream);
 // Frees the plan's buffers (waiting for its pending launches) and the plan; NULL: nothing.
 void plan_destroy(pcr_plan* plan);
+
+// ---- Python-object entry points (python.cpp) ----
+// The work of the pcr_py_* functions of the same names; each object is a PyObject*.
+int py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
+                   void* extras, int32_t kernel, pcr_problem* problem, pcr_plan** plan);
+int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
+                int32_t flags, void* stream);
+int py_plan_launch(pcr_plan* plan);
+int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+                pcr_problem* out);
+int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
+                    double beta, int32_t kernel, int32_t flags, void* stream,
+                    pcr_problem* problem);
+int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,
+                int32_t flags, void* stream, pcr_problem* problem);
+// The CPython builtins' PyMethodDef table (pcr_py_builtins), or nullptr outside CPython.
+const void* py_builtins();
 }  // namespace pcr

@@ -95,7 +95,7 @@ int select(const pcr_problem& p, const Bound& bd, int* kernel) {
       *kernel = cand.resolved = cand.kernel[i];
       return PCR_OK;
     }
-    reasons += std::string("\n  ") + pcr_last_error();
+    reasons += std::string("\n  ") + last_error();
   }
   return set_error(PCR_ERR_UNSUPPORTED, "no candidate kernel can implement this problem:%s",
                    reasons.c_str());
