@@ -3,7 +3,8 @@
  * Conventions
  *  - Every function returns an int status (pcr_status). On failure it also sets a
  *    thread-local message, read with pcr_last_error(). Nothing here throws, exits,
- *    aborts or prints.
+ *    aborts or prints: a C++ exception inside the library (out of host memory, say) is
+ *    caught at the entry point and returned as PCR_ERR_INTERNAL.
  *  - Tensors are DLPack DLTensor views (declared below unless dlpack.h came first).
  *  - GEMM: d = act(alpha * (scale_a * a) @ (b * scale_b) + beta * c + bias), with a
  *    (M x K), b (K x N), c and d (M x N), any strides with one unit-stride dimension each;
@@ -65,7 +66,7 @@ typedef enum {
   PCR_ERR_OVERLAP = 9,           /* the output overlaps an input it may not alias */
   PCR_ERR_KERNEL_NOT_FOUND = 10, /* unknown kernel index or name */
   PCR_ERR_CUDA = 11,             /* a CUDA call failed; the message names the error */
-  PCR_ERR_INTERNAL = 12,
+  PCR_ERR_INTERNAL = 12,         /* out of host memory, or a library bug; the message says */
   PCR_ERR_PYTHON = 13,           /* a Python exception is set (Python-object entry points) */
   PCR_NEED_SELECTION = 100       /* not an error: see pcr_gemm's `kernel` argument */
 } pcr_status;

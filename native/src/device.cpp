@@ -1,5 +1,6 @@
 // Devices: discovery, cached properties, current-device handling, image probes.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -160,6 +161,59 @@ int kernel_runs_on(int k, int device, bool* runs) {
   std::lock_guard<std::mutex> lock(g_probe_mutex);
   g_probe[slot] = ok ? 1 : 2;
   *runs = ok;
+  return PCR_OK;
+}
+
+int driver_version(int32_t* version) {
+  int v = 0;
+  cudaError_t e = cudaDriverGetVersion(&v);  // 0 without a driver, not an error
+  *version = e == cudaSuccess ? v : 0;
+  return PCR_OK;
+}
+
+int runtime_version(int32_t* version) {
+  int v = 0;
+  cudaRuntimeGetVersion(&v);
+  *version = v;
+  return PCR_OK;
+}
+
+int device_count(int32_t* count) {
+  int n = 0;
+  *count = 0;
+  int st = cuda_status(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+  if (st != PCR_OK) return st;
+  *count = n;
+  return PCR_OK;
+}
+
+int device_name(int32_t device, char* buf, size_t size) {
+  DeviceInfo info{};
+  int st = device_info(device, &info);
+  if (st != PCR_OK) return st;
+  cudaDeviceProp prop;
+  st = cuda_status(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  if (st != PCR_OK) return st;
+  snprintf(buf, size, "%s", prop.name);
+  return PCR_OK;
+}
+
+int device_cc(int32_t device, int32_t* cc, int32_t* sm_count) {
+  DeviceInfo info{};
+  int st = device_info(device, &info);
+  if (st != PCR_OK) return st;
+  *cc = info.cc;
+  *sm_count = info.sm_count;
+  return PCR_OK;
+}
+
+int pointer_device(const void* ptr, int32_t* device) {
+  cudaPointerAttributes attr;
+  int st = cuda_status(cudaPointerGetAttributes(&attr, ptr), "cudaPointerGetAttributes");
+  if (st != PCR_OK) return st;
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "pointer %p is not CUDA device memory", ptr);
+  *device = attr.device;
   return PCR_OK;
 }
 

@@ -83,6 +83,12 @@ int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor*
   return launch_device(pl->problem, *bd, pl->kernel, stream, pl);
 }
 
+int plan_kernel(const pcr_plan* plan, int32_t* kernel) {
+  if (!plan || !kernel) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_plan_kernel: NULL");
+  *kernel = plan->kernel;
+  return PCR_OK;
+}
+
 void plan_destroy(pcr_plan* plan) {
   if (!plan) return;
   if (plan->workspace || plan->scratch) {

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "guard.h"
 #include "runtime.h"
 
 namespace pcr {
@@ -330,36 +331,43 @@ struct ArgReader {
 
 PyObject* status(int st) { return py().long_from(st); }
 
+// Each builtin runs behind the exported functions' guard (guard.h).
 PyObject* builtin_gemm(PyObject*, Args args, long n) {
-  clear_error();
-  ArgReader r{args, n, "gemm"};
-  if (!r.expect(10)) return status(PCR_ERR_INVALID_ARGUMENT);
-  double alpha = r.real(4), beta = r.real(5);
-  int32_t kernel = r.integer(7), flags = r.integer(8);
-  void* stream = r.pointer(9);
-  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel,
-                            flags, stream, nullptr));
+  return status(guarded([&]() -> int {
+    clear_error();
+    ArgReader r{args, n, "gemm"};
+    if (!r.expect(10)) return PCR_ERR_INVALID_ARGUMENT;
+    double alpha = r.real(4), beta = r.real(5);
+    int32_t kernel = r.integer(7), flags = r.integer(8);
+    void* stream = r.pointer(9);
+    if (!r.ok) return PCR_ERR_INVALID_ARGUMENT;
+    return py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel, flags,
+                   stream, nullptr);
+  }));
 }
 
 PyObject* builtin_plan_run(PyObject*, Args args, long n) {
-  clear_error();
-  ArgReader r{args, n, "plan_run"};
-  if (!r.expect(8)) return status(PCR_ERR_INVALID_ARGUMENT);
-  auto* plan = static_cast<pcr_plan*>(r.pointer(0));
-  int32_t flags = r.integer(6);
-  void* stream = r.pointer(7);
-  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(py_plan_run(plan, args[1], args[2], args[3], args[4], args[5], flags, stream));
+  return status(guarded([&]() -> int {
+    clear_error();
+    ArgReader r{args, n, "plan_run"};
+    if (!r.expect(8)) return PCR_ERR_INVALID_ARGUMENT;
+    auto* plan = static_cast<pcr_plan*>(r.pointer(0));
+    int32_t flags = r.integer(6);
+    void* stream = r.pointer(7);
+    if (!r.ok) return PCR_ERR_INVALID_ARGUMENT;
+    return py_plan_run(plan, args[1], args[2], args[3], args[4], args[5], flags, stream);
+  }));
 }
 
 PyObject* builtin_plan_launch(PyObject*, Args args, long n) {
-  clear_error();
-  ArgReader r{args, n, "plan_launch"};
-  if (!r.expect(1)) return status(PCR_ERR_INVALID_ARGUMENT);
-  auto* plan = static_cast<pcr_plan*>(r.pointer(0));
-  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(py_plan_launch(plan));
+  return status(guarded([&]() -> int {
+    clear_error();
+    ArgReader r{args, n, "plan_launch"};
+    if (!r.expect(1)) return PCR_ERR_INVALID_ARGUMENT;
+    auto* plan = static_cast<pcr_plan*>(r.pointer(0));
+    if (!r.ok) return PCR_ERR_INVALID_ARGUMENT;
+    return py_plan_launch(plan);
+  }));
 }
 
 const MethodDef kBuiltins[] = {

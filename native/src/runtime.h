@@ -8,9 +8,9 @@
 
 namespace pcr {
 
-void clear_error();
-// The calling thread's error message (pcr_last_error).
-const char* last_error();
+// The calling thread's error message (pcr_last_error): emptied, and read. Neither throws.
+void clear_error() noexcept;
+const char* last_error() noexcept;
 
 // Bytes per element of a pcr_dtype (fp8 and int8: 1).
 inline int esize_of(int dtype) {
@@ -26,6 +26,12 @@ inline int esize_of(int dtype) {
 extern const KernelEntry* const kKernels[];
 extern const int kKernelCount;
 extern const char kBuildJson[];
+
+// ---- the catalogue as the ABI reports it (catalogue.cpp) ----
+// pcr_build_info's JSON (built on first use), pcr_kernel_info and pcr_kernel_find.
+const char* build_info();
+int kernel_info(int32_t kernel, pcr_kernel_desc* out);
+int kernel_find(const char* name, int32_t* kernel);
 
 // ---- devices (device.cpp) ----
 struct DeviceInfo {
@@ -50,6 +56,13 @@ int cuda_status(cudaError_t e, const char* what);
 bool pdl_enabled();
 // Whether the build holds an image of kernel `k` that loads on `device` (cached).
 int kernel_runs_on(int k, int device, bool* runs);
+// The device queries of the ABI (pcr_driver_version, ... of the same names).
+int driver_version(int32_t* version);
+int runtime_version(int32_t* version);
+int device_count(int32_t* count);
+int device_name(int32_t device, char* buf, size_t size);
+int device_cc(int32_t device, int32_t* cc, int32_t* sm_count);
+int pointer_device(const void* ptr, int32_t* device);
 
 // ---- operands and problems (problem.cpp) ----
 // A validated matrix operand: rows x cols with element strides s0 (rows), s1 (cols), in a
@@ -197,6 +210,8 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
 // that must describe the same problem.
 int plan_run(pcr_plan* plan, const DLTensor* a, const DLTensor* b, const DLTensor* c,
              const DLTensor* d, const pcr_extras* extras, cudaStream_t stream);
+// The plan's kernel index (pcr_plan_kernel).
+int plan_kernel(const pcr_plan* plan, int32_t* kernel);
 // Frees the plan's buffers (waiting for its pending launches) and the plan; NULL: nothing.
 void plan_destroy(pcr_plan* plan);
 
