@@ -67,7 +67,7 @@ typedef enum {
   PCR_ERR_KERNEL_NOT_FOUND = 10, /* unknown kernel index or name */
   PCR_ERR_CUDA = 11,             /* a CUDA call failed; the message names the error */
   PCR_ERR_INTERNAL = 12,         /* out of host memory, or a library bug; the message says */
-  PCR_ERR_PYTHON = 13,           /* a Python exception is set (Python-object entry points) */
+  PCR_ERR_PYTHON = 13,           /* a producer failed (Python-object entry points): see there */
   PCR_NEED_SELECTION = 100       /* not an error: see pcr_gemm's `kernel` argument */
 } pcr_status;
 
@@ -313,7 +313,12 @@ PCR_API int pcr_select_clear(void);
  * operand's exchange API offers one, else `stream`. `extras` is NULL, None, or the tuple
  * (bias, scale_a, scale_b, activation, math) of pcr_extras' fields (tensors or None).
  * pcr_py_object* marks those PyObject* arguments (plain void* to the compiler); other
- * pointers, the stream included, are not Python objects. */
+ * pointers, the stream included, are not Python objects.
+ * Errors: when a producer fails (its exchange API's dltensor_from_py_object_no_sync or
+ * current_work_stream), the call returns PCR_ERR_PYTHON and leaves the producer's Python
+ * exception set, so that it propagates as it stands: ctypes.PyDLL raises it, and the
+ * builtins below return NULL. A producer that fails without setting one gets a message
+ * (pcr_last_error) instead. Any other status comes with no Python exception set. */
 typedef void pcr_py_object;
 #define PCR_STREAM_FROM_PRODUCER 1
 PCR_API int pcr_py_gemm(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
@@ -344,7 +349,7 @@ PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* o
 /* The per-call entry points as CPython builtins (METH_FASTCALL): a PyMethodDef array,
  * ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments without
  * ctypes' conversions (an 11-argument ctypes call costs microseconds of host time) and
- * returns the status as an int:
+ * returns the status as an int, or raises the producer's exception (see Errors above):
  *   gemm(a, b, c, d, alpha: float, beta: float, extras, kernel: int, flags: int,
  *        stream: int)                                  -> pcr_py_gemm(..., problem=NULL)
  *   plan_run(plan: int, a, b, c, d, extras, flags: int, stream: int) -> pcr_py_plan_run

@@ -160,7 +160,7 @@ int ingest(void* object, const char* name, Operand* out) {
     const char* cname = P.capsule_get_name(obj);
     if (cname && std::strcmp(cname, "dltensor_versioned") == 0) {
       auto* mt = static_cast<DLManagedTensorVersioned*>(P.capsule_get_pointer(obj, cname));
-      if (!mt) return PCR_ERR_PYTHON;
+      if (!mt) return set_error(PCR_ERR_PYTHON, "%s: its DLPack capsule holds no tensor", name);
       if (mt->version.major != 1)
         return set_error(PCR_ERR_INVALID_ARGUMENT,
                          "%s: DLPack version %u.%u is not supported (1.x is)", name,
@@ -171,7 +171,7 @@ int ingest(void* object, const char* name, Operand* out) {
     }
     if (cname && std::strcmp(cname, "dltensor") == 0) {
       auto* mt = static_cast<DLManagedTensor*>(P.capsule_get_pointer(obj, cname));
-      if (!mt) return PCR_ERR_PYTHON;
+      if (!mt) return set_error(PCR_ERR_PYTHON, "%s: its DLPack capsule holds no tensor", name);
       out->dl = mt->dl_tensor;
       return PCR_OK;
     }
@@ -189,7 +189,11 @@ int ingest(void* object, const char* name, Operand* out) {
                      "%s is neither a DLPack capsule nor an object whose type offers "
                      "__dlpack_c_exchange_api__",
                      name);
-  if (out->api->dltensor_from_py_object_no_sync(obj, &out->dl) != 0) return PCR_ERR_PYTHON;
+  // A failing producer sets its Python exception (PCR_ERR_PYTHON), or should: the message
+  // speaks for one that does not.
+  if (out->api->dltensor_from_py_object_no_sync(obj, &out->dl) != 0)
+    return set_error(PCR_ERR_PYTHON, "%s: its producer's DLPack exchange API failed to export it",
+                     name);
   return PCR_OK;
 }
 
@@ -215,8 +219,14 @@ int read_extras(void* object, PyExtras* out) {
                      "extras must be the tuple (bias, scale_a, scale_b, activation, math)");
   }
   for (int i = 0; i < 3; ++i) out->tensors[i] = P.tuple_item(obj, i);
-  out->fields.activation = int32_t(P.long_value(P.tuple_item(obj, 3)));
-  out->fields.math = int32_t(P.long_value(P.tuple_item(obj, 4)));
+  const long activation = P.long_value(P.tuple_item(obj, 3));
+  const long math = P.long_value(P.tuple_item(obj, 4));
+  if ((activation == -1 || math == -1) && P.err_occurred()) {  // not ints, or past a long
+    P.err_clear();
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "extras: activation and math must be ints");
+  }
+  out->fields.activation = int32_t(activation);
+  out->fields.math = int32_t(math);
   out->present = true;
   return PCR_OK;
 }
@@ -272,7 +282,11 @@ const Operand* stream_source(const Operand* ops) {
 // `api`'s current work stream on `device` when flags ask for it; else `stream` unchanged.
 int api_stream(const DLPackExchangeAPI* api, int device, int32_t flags, void** stream) {
   if (!(flags & PCR_STREAM_FROM_PRODUCER) || !api) return PCR_OK;
-  return api->current_work_stream(kDLCUDA, device, stream) != 0 ? PCR_ERR_PYTHON : PCR_OK;
+  if (api->current_work_stream(kDLCUDA, device, stream) != 0)
+    return set_error(PCR_ERR_PYTHON,
+                     "the producer's DLPack exchange API gave no current stream for cuda:%d",
+                     device);
+  return PCR_OK;
 }
 
 int producer_stream(const Operand* ops, int32_t flags, void** stream) {
@@ -329,11 +343,19 @@ struct ArgReader {
   void* pointer(int i) { return number<void*>(i, py().long_pointer); }
 };
 
-PyObject* status(int st) { return py().long_from(st); }
+// A builtin's result: its status as an int. An error status may come with a Python
+// exception set (PCR_ERR_PYTHON: the producer's own); the builtin then returns NULL, so
+// that CPython raises that exception as it stands (as ctypes.PyDLL does for the pcr_py_*
+// functions) instead of a SystemError for a value returned with an exception set. The
+// success path asks CPython nothing more.
+PyObject* reply(int st) {
+  if (st != PCR_OK && py().err_occurred()) return nullptr;
+  return py().long_from(st);
+}
 
 // Each builtin runs behind the exported functions' guard (guard.h).
 PyObject* builtin_gemm(PyObject*, Args args, long n) {
-  return status(guarded([&]() -> int {
+  return reply(guarded([&]() -> int {
     clear_error();
     ArgReader r{args, n, "gemm"};
     if (!r.expect(10)) return PCR_ERR_INVALID_ARGUMENT;
@@ -347,7 +369,7 @@ PyObject* builtin_gemm(PyObject*, Args args, long n) {
 }
 
 PyObject* builtin_plan_run(PyObject*, Args args, long n) {
-  return status(guarded([&]() -> int {
+  return reply(guarded([&]() -> int {
     clear_error();
     ArgReader r{args, n, "plan_run"};
     if (!r.expect(8)) return PCR_ERR_INVALID_ARGUMENT;
@@ -360,7 +382,7 @@ PyObject* builtin_plan_run(PyObject*, Args args, long n) {
 }
 
 PyObject* builtin_plan_launch(PyObject*, Args args, long n) {
-  return status(guarded([&]() -> int {
+  return reply(guarded([&]() -> int {
     clear_error();
     ArgReader r{args, n, "plan_launch"};
     if (!r.expect(1)) return PCR_ERR_INVALID_ARGUMENT;
@@ -441,9 +463,7 @@ int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, doubl
   for (int g = 0; g < count; ++g) {
     Operand* op = &ops[size_t(g) * kOperands];
     if (int st = ingest_all(a[g], b[g], c ? c[g] : nullptr, d[g], PyExtras{}, op))
-      return st == PCR_ERR_PYTHON ? st
-                                  : set_error(st, "group %d: %s", g,
-                                              std::string(last_error()).c_str());
+      return set_error(st, "group %d: %s", g, std::string(last_error()).c_str());
     for (int i = 0; i < 4; ++i) views[size_t(i) * count + g] = dl_or_null(op[i]);
   }
   // the producer's stream of the first group (all groups run in one launch)
