@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 5
+#define PCR_ABI_VERSION 6
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -321,20 +321,10 @@ PCR_API int pcr_select_clear(void);
  * (pcr_last_error) instead. Any other status comes with no Python exception set. */
 typedef void pcr_py_object;
 #define PCR_STREAM_FROM_PRODUCER 1
-PCR_API int pcr_py_gemm(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
-                        pcr_py_object* d, double alpha, double beta, pcr_py_object* extras,
-                        int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 PCR_API int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
                                pcr_py_object* d, double alpha, double beta,
                                pcr_py_object* extras, int32_t kernel, pcr_problem* problem,
                                pcr_plan** plan);
-/* a, b, c, d and extras all None/NULL: run on the bound tensors. */
-PCR_API int pcr_py_plan_run(pcr_plan* plan, pcr_py_object* a, pcr_py_object* b,
-                            pcr_py_object* c, pcr_py_object* d, pcr_py_object* extras,
-                            int32_t flags, void* stream);
-/* The same on the bound tensors and the producer's current stream: the fewest arguments
- * for the hottest call (a plan over exchange-API tensors, e.g. torch). */
-PCR_API int pcr_py_plan_launch(pcr_plan* plan);
 PCR_API int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
                             pcr_py_object* d, double alpha, double beta,
                             pcr_py_object* extras, pcr_problem* out);
@@ -346,14 +336,17 @@ PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_obj
 PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
                             pcr_py_object* out, double alpha, int32_t kernel, int32_t flags,
                             void* stream, pcr_problem* problem);
-/* The per-call entry points as CPython builtins (METH_FASTCALL): a PyMethodDef array,
- * ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments without
- * ctypes' conversions (an 11-argument ctypes call costs microseconds of host time) and
- * returns the status as an int, or raises the producer's exception (see Errors above):
+/* The per-call entry points, as CPython builtins (METH_FASTCALL) only: a PyMethodDef
+ * array, ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments
+ * without ctypes' conversions (an 11-argument ctypes call costs microseconds of host time)
+ * and returns the status as an int, or raises the producer's exception (see Errors above):
  *   gemm(a, b, c, d, alpha: float, beta: float, extras, kernel: int, flags: int,
- *        stream: int)                                  -> pcr_py_gemm(..., problem=NULL)
- *   plan_run(plan: int, a, b, c, d, extras, flags: int, stream: int) -> pcr_py_plan_run
- *   plan_launch(plan: int)                             -> pcr_py_plan_launch */
+ *        stream: int): pcr_gemm on Python objects (no pcr_problem is filled)
+ *   plan_run(plan: int, a, b, c, d, extras, flags: int, stream: int): pcr_plan_run_with
+ *        on Python objects; with a, b, c, d and extras all None, on the bound tensors
+ *   plan_launch(plan: int): the plan on its bound tensors and the producer's current
+ *        stream: the fewest arguments for the hottest call (a plan over exchange-API
+ *        tensors, e.g. torch) */
 PCR_API const void* pcr_py_builtins(void);
 
 #ifdef __cplusplus

@@ -161,29 +161,12 @@ PCR_API int pcr_select_clear(void) {
 
 // ---- Python-object entry points (python.cpp) -------------------------------------
 
-PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-                        void* extras, int32_t kernel, int32_t flags, void* stream,
-                        pcr_problem* problem) {
-  return guarded([&] {
-    return py_gemm(a, b, c, d, alpha, beta, extras, kernel, flags, stream, problem);
-  });
-}
-
 PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
                                void* extras, int32_t kernel, pcr_problem* problem,
                                pcr_plan** plan) {
   return guarded([&] {
     return py_plan_create(a, b, c, d, alpha, beta, extras, kernel, problem, plan);
   });
-}
-
-PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
-                            int32_t flags, void* stream) {
-  return guarded([&] { return py_plan_run(plan, a, b, c, d, extras, flags, stream); });
-}
-
-PCR_API int pcr_py_plan_launch(pcr_plan* plan) {
-  return guarded([&] { return py_plan_launch(plan); });
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,

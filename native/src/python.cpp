@@ -2,7 +2,7 @@
 //
 // The library does not link libpython (one wheel serves every Python version): the few
 // CPython functions needed are looked up in the running process with dlsym. These entry
-// points are called through ctypes.PyDLL, so the GIL is held.
+// points are called through ctypes.PyDLL or as CPython builtins, so the GIL is held.
 #include <dlfcn.h>
 
 #include <cstring>
@@ -302,6 +302,44 @@ int run_bound(pcr_plan* plan, int32_t flags, void* stream) {
                   static_cast<cudaStream_t>(stream));
 }
 
+// ---- the builtins' work --------------------------------------------------------------
+// What gemm, plan_run and plan_launch do; they have no C function of their own.
+
+int py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
+  clear_error();
+  Operand ops[kOperands];
+  PyExtras x;
+  int st = ingest_call(a, b, c, d, extras, ops, &x);
+  if (st != PCR_OK) return st;
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+              extras_of(x, ops), kernel, stream, problem);
+}
+
+int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
+                int32_t flags, void* stream) {
+  clear_error();
+  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  const PyApi& P = py();
+  auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
+  if (none(a) && none(b) && none(c) && none(d) && none(extras))
+    return run_bound(plan, flags, stream);
+  Operand ops[kOperands];
+  PyExtras x;
+  int st = ingest_call(a, b, c, d, extras, ops, &x);
+  if (st != PCR_OK) return st;
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
+                  extras_of(x, ops), static_cast<cudaStream_t>(stream));
+}
+
+int py_plan_launch(pcr_plan* plan) {
+  clear_error();
+  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  return run_bound(plan, PCR_STREAM_FROM_PRODUCER, nullptr);
+}
+
 // ---- builtins (pcr_py_builtins) ------------------------------------------------------
 
 // CPython's PyMethodDef and METH_FASTCALL (stable since 3.7)
@@ -400,18 +438,6 @@ const MethodDef kBuiltins[] = {
 
 }  // namespace
 
-int py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
-            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
-  clear_error();
-  Operand ops[kOperands];
-  PyExtras x;
-  int st = ingest_call(a, b, c, d, extras, ops, &x);
-  if (st != PCR_OK) return st;
-  if ((st = producer_stream(ops, flags, &stream))) return st;
-  return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-              extras_of(x, ops), kernel, stream, problem);
-}
-
 int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
                    void* extras, int32_t kernel, pcr_problem* problem, pcr_plan** plan) {
   clear_error();
@@ -427,29 +453,6 @@ int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta
     (*plan)->stream_api = src ? src->api : nullptr;
   }
   return st;
-}
-
-int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
-                int32_t flags, void* stream) {
-  clear_error();
-  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
-  const PyApi& P = py();
-  auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
-  if (none(a) && none(b) && none(c) && none(d) && none(extras))
-    return run_bound(plan, flags, stream);
-  Operand ops[kOperands];
-  PyExtras x;
-  int st = ingest_call(a, b, c, d, extras, ops, &x);
-  if (st != PCR_OK) return st;
-  if ((st = producer_stream(ops, flags, &stream))) return st;
-  return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
-                  extras_of(x, ops), static_cast<cudaStream_t>(stream));
-}
-
-int py_plan_launch(pcr_plan* plan) {
-  clear_error();
-  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
-  return run_bound(plan, PCR_STREAM_FROM_PRODUCER, nullptr);
 }
 
 int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,

@@ -216,14 +216,10 @@ int plan_kernel(const pcr_plan* plan, int32_t* kernel);
 void plan_destroy(pcr_plan* plan);
 
 // ---- Python-object entry points (python.cpp) ----
-// The work of the pcr_py_* functions of the same names; each object is a PyObject*.
-int py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
-            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+// The work of the pcr_py_* functions of the same names; each object is a PyObject*. The
+// builtins' work (gemm, plan_run, plan_launch) stays inside python.cpp.
 int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
                    void* extras, int32_t kernel, pcr_problem* problem, pcr_plan** plan);
-int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
-                int32_t flags, void* stream);
-int py_plan_launch(pcr_plan* plan);
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
                 pcr_problem* out);
 int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
