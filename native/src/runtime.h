@@ -1,4 +1,5 @@
-// Internal declarations shared by the runtime's translation units.
+// Internal declarations shared by the runtime's translation units: each section names
+// the file (room) that defines it; abi.cpp exports their work through the C ABI.
 #pragma once
 
 #include <cstdint>
