@@ -50,7 +50,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 5
+PCR_ABI_VERSION = 6
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
 PCR_STREAM_FROM_PRODUCER = 1
@@ -342,23 +342,12 @@ FUNCTIONS = {
                                      POINTER(Problem)), False),
     # int pcr_select_clear(void)
     "pcr_select_clear": Function(c_int, (), False),
-    # int pcr_py_gemm(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
-    #     double alpha, double beta, pcr_py_object* extras, int32_t kernel, int32_t flags,
-    #     void* stream, pcr_problem* problem)
-    "pcr_py_gemm": Function(c_int, (py_object, py_object, py_object, py_object, c_double, c_double,
-                                    py_object, c_int32, c_int32, c_void_p, POINTER(Problem)), True),
     # int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
     #     double alpha, double beta, pcr_py_object* extras, int32_t kernel, pcr_problem* problem,
     #     pcr_plan** plan)
     "pcr_py_plan_create": Function(c_int, (py_object, py_object, py_object, py_object, c_double,
                                            c_double, py_object, c_int32, POINTER(Problem),
                                            POINTER(c_void_p)), True),
-    # int pcr_py_plan_run(pcr_plan* plan, pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
-    #     pcr_py_object* d, pcr_py_object* extras, int32_t flags, void* stream)
-    "pcr_py_plan_run": Function(c_int, (c_void_p, py_object, py_object, py_object, py_object,
-                                        py_object, c_int32, c_void_p), True),
-    # int pcr_py_plan_launch(pcr_plan* plan)
-    "pcr_py_plan_launch": Function(c_int, (c_void_p,), True),
     # int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
     #     double alpha, double beta, pcr_py_object* extras, pcr_problem* out)
     "pcr_py_describe": Function(c_int, (py_object, py_object, py_object, py_object, c_double,

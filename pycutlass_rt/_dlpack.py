@@ -11,10 +11,17 @@ over (fastest first):
 
 Streams: an explicit ``stream=`` wins; otherwise the producer's current stream (the
 exchange API's, cupy's current stream, the CAI ``stream``), else the legacy default.
+
+Producers that fail: their own exception propagates unchanged, whether ``__dlpack__``,
+``__dlpack_device__`` or (read in C) the exchange API raised it; a ``BufferError`` from
+``__dlpack__``, DLPack's "cannot export", becomes InvalidArgumentError naming the operand.
+An answer DLPack does not allow (``__dlpack__`` returning no capsule, ``__dlpack_device__``
+no (device_type, device_id) pair) is a DTypeError naming the operand.
 """
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 from typing import Any
 
@@ -189,9 +196,10 @@ def prepare(operands, names, stream, device_of):
         handle = stream_handle(stream)
     else:
         handle = None
-        for x in (operands[3], operands[0], operands[1], operands[2]):
+        for i in (3, 0, 1, 2):
+            x = operands[i]
             if x is not None and strategy(type(x), "") != CAPSULE:
-                handle = _framework_stream(x) if not _is_host(x) else None
+                handle = _framework_stream(x) if not _is_host(x, names[i]) else None
                 if handle is not None:
                     break
         handle = handle or 0
@@ -213,22 +221,39 @@ def prepare(operands, names, stream, device_of):
     return out, handle, 0, keep
 
 
-def _is_host(x: Any) -> bool:
+def _is_host(x: Any, name: str) -> bool:
+    """Whether x's producer says it is in host memory (False without __dlpack_device__)."""
     dev = getattr(x, "__dlpack_device__", None)
     if dev is None:
         return False
-    return dev()[0] in (DLDeviceType.CPU, DLDeviceType.CUDAHost)
+    answer = dev()
+    try:
+        device_type, _ = answer
+        device_type = operator.index(device_type)
+    except (TypeError, ValueError):
+        raise errors.DTypeError(f"{name}: __dlpack_device__() returned {answer!r}, not a "
+                                "(device_type, device_id) pair") from None
+    return device_type in (DLDeviceType.CPU, DLDeviceType.CUDAHost)
 
 
 def _export(x: Any, code: int, name: str):
-    tp = type(x)
-    stream = None if _is_host(x) else code
+    stream = None if _is_host(x, name) else code
     try:
-        if _versioned.get(tp, True):
-            try:
-                return x.__dlpack__(max_version=(1, 0), stream=stream)
-            except TypeError:
-                _versioned[tp] = False
-        return x.__dlpack__(stream=stream)
+        capsule = _dlpack_of(x, stream)
     except BufferError as e:
         raise errors.InvalidArgumentError(f"{name}: the producer refused to export it ({e})") from e
+    if type(capsule) is not _CAPSULE_TYPE:
+        raise errors.DTypeError(f"{name}: __dlpack__() returned a {type(capsule).__qualname__}, "
+                                "not a DLPack capsule")
+    return capsule
+
+
+def _dlpack_of(x: Any, stream):
+    """x.__dlpack__(): a DLPack 1.x capsule where the producer takes max_version."""
+    tp = type(x)
+    if _versioned.get(tp, True):
+        try:
+            return x.__dlpack__(max_version=(1, 0), stream=stream)
+        except TypeError:
+            _versioned[tp] = False
+    return x.__dlpack__(stream=stream)

@@ -37,9 +37,10 @@ class _MethodDef(ctypes.Structure):
 def _builtins(table: int | None) -> dict:
     """name -> builtin function, for the library's METH_FASTCALL entry points.
 
-    The per-call entry points (gemm, plan_run, plan_launch) are called as builtins: ctypes
+    The per-call entry points (gemm, plan_run, plan_launch) exist only as builtins: ctypes
     spends microseconds converting ten arguments, a builtin takes them as they are. Each
-    returns the status as an int; their C prototypes are in pycutlass_rt.h.
+    returns the status as an int, or raises a failing producer's own exception;
+    pycutlass_rt.h documents their arguments.
     """
     if not table:
         raise errors.LibraryError("pcr_py_builtins(): CPython's API was not found in this "

@@ -3,6 +3,11 @@
 Every exception derives from :class:`Error` (a ``RuntimeError``) and carries the C
 status code in ``.status``; where a built-in category fits, the class also derives from
 it, so ``except ValueError`` catches a bad shape as users expect.
+
+A tensor producer's own exception (its ``__dlpack__``, ``__dlpack_device__`` or DLPack
+exchange API raising) is not one of these: it propagates as the producer raised it (see
+``_dlpack``). A producer that fails without raising gives :class:`Error` with status
+``ERR_PYTHON``.
 """
 from __future__ import annotations
 

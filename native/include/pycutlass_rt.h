@@ -3,7 +3,8 @@
  * Conventions
  *  - Every function returns an int status (pcr_status). On failure it also sets a
  *    thread-local message, read with pcr_last_error(). Nothing here throws, exits,
- *    aborts or prints.
+ *    aborts or prints: a C++ exception inside the library (out of host memory, say) is
+ *    caught at the entry point and returned as PCR_ERR_INTERNAL.
  *  - Tensors are DLPack DLTensor views (declared below unless dlpack.h came first).
  *  - GEMM: d = act(alpha * (scale_a * a) @ (b * scale_b) + beta * c + bias), with a
  *    (M x K), b (K x N), c and d (M x N), any strides with one unit-stride dimension each;
@@ -25,7 +26,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 5
+#define PCR_ABI_VERSION 6
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -65,8 +66,8 @@ typedef enum {
   PCR_ERR_OVERLAP = 9,           /* the output overlaps an input it may not alias */
   PCR_ERR_KERNEL_NOT_FOUND = 10, /* unknown kernel index or name */
   PCR_ERR_CUDA = 11,             /* a CUDA call failed; the message names the error */
-  PCR_ERR_INTERNAL = 12,
-  PCR_ERR_PYTHON = 13,           /* a Python exception is set (Python-object entry points) */
+  PCR_ERR_INTERNAL = 12,         /* out of host memory, or a library bug; the message says */
+  PCR_ERR_PYTHON = 13,           /* a producer failed (Python-object entry points): see there */
   PCR_NEED_SELECTION = 100       /* not an error: see pcr_gemm's `kernel` argument */
 } pcr_status;
 
@@ -312,23 +313,18 @@ PCR_API int pcr_select_clear(void);
  * operand's exchange API offers one, else `stream`. `extras` is NULL, None, or the tuple
  * (bias, scale_a, scale_b, activation, math) of pcr_extras' fields (tensors or None).
  * pcr_py_object* marks those PyObject* arguments (plain void* to the compiler); other
- * pointers, the stream included, are not Python objects. */
+ * pointers, the stream included, are not Python objects.
+ * Errors: when a producer fails (its exchange API's dltensor_from_py_object_no_sync or
+ * current_work_stream), the call returns PCR_ERR_PYTHON and leaves the producer's Python
+ * exception set, so that it propagates as it stands: ctypes.PyDLL raises it, and the
+ * builtins below return NULL. A producer that fails without setting one gets a message
+ * (pcr_last_error) instead. Any other status comes with no Python exception set. */
 typedef void pcr_py_object;
 #define PCR_STREAM_FROM_PRODUCER 1
-PCR_API int pcr_py_gemm(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
-                        pcr_py_object* d, double alpha, double beta, pcr_py_object* extras,
-                        int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 PCR_API int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
                                pcr_py_object* d, double alpha, double beta,
                                pcr_py_object* extras, int32_t kernel, pcr_problem* problem,
                                pcr_plan** plan);
-/* a, b, c, d and extras all None/NULL: run on the bound tensors. */
-PCR_API int pcr_py_plan_run(pcr_plan* plan, pcr_py_object* a, pcr_py_object* b,
-                            pcr_py_object* c, pcr_py_object* d, pcr_py_object* extras,
-                            int32_t flags, void* stream);
-/* The same on the bound tensors and the producer's current stream: the fewest arguments
- * for the hottest call (a plan over exchange-API tensors, e.g. torch). */
-PCR_API int pcr_py_plan_launch(pcr_plan* plan);
 PCR_API int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
                             pcr_py_object* d, double alpha, double beta,
                             pcr_py_object* extras, pcr_problem* out);
@@ -340,14 +336,17 @@ PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_obj
 PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
                             pcr_py_object* out, double alpha, int32_t kernel, int32_t flags,
                             void* stream, pcr_problem* problem);
-/* The per-call entry points as CPython builtins (METH_FASTCALL): a PyMethodDef array,
- * ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments without
- * ctypes' conversions (an 11-argument ctypes call costs microseconds of host time) and
- * returns the status as an int:
+/* The per-call entry points, as CPython builtins (METH_FASTCALL) only: a PyMethodDef
+ * array, ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments
+ * without ctypes' conversions (an 11-argument ctypes call costs microseconds of host time)
+ * and returns the status as an int, or raises the producer's exception (see Errors above):
  *   gemm(a, b, c, d, alpha: float, beta: float, extras, kernel: int, flags: int,
- *        stream: int)                                  -> pcr_py_gemm(..., problem=NULL)
- *   plan_run(plan: int, a, b, c, d, extras, flags: int, stream: int) -> pcr_py_plan_run
- *   plan_launch(plan: int)                             -> pcr_py_plan_launch */
+ *        stream: int): pcr_gemm on Python objects (no pcr_problem is filled)
+ *   plan_run(plan: int, a, b, c, d, extras, flags: int, stream: int): pcr_plan_run_with
+ *        on Python objects; with a, b, c, d and extras all None, on the bound tensors
+ *   plan_launch(plan: int): the plan on its bound tensors and the producer's current
+ *        stream: the fewest arguments for the hottest call (a plan over exchange-API
+ *        tensors, e.g. torch) */
 PCR_API const void* pcr_py_builtins(void);
 
 #ifdef __cplusplus

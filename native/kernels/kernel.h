@@ -147,7 +147,7 @@ constexpr KernelOps ops_of() {
 // The launch attribute of a programmatic dependent (PDL): the launch may start while the
 // previous kernel in the stream drains, and waits in-kernel, at griddepcontrol.wait, before
 // touching global memory. Only kernels built with that wait (Op::kProgrammatic) take it;
-// the runtime decides per prepared launch (dispatch.cpp, programmatic_suits).
+// the runtime decides per prepared launch (prepared.cpp, programmatic_suits).
 inline cudaLaunchAttribute programmatic_dependent() {
   cudaLaunchAttribute a{};
   a.id = cudaLaunchAttributeProgrammaticStreamSerialization;

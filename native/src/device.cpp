@@ -164,27 +164,21 @@ int kernel_runs_on(int k, int device, bool* runs) {
   return PCR_OK;
 }
 
-}  // namespace pcr
-
-using namespace pcr;
-
-extern "C" {
-
-PCR_API int pcr_driver_version(int32_t* version) {
+int driver_version(int32_t* version) {
   int v = 0;
   cudaError_t e = cudaDriverGetVersion(&v);  // 0 without a driver, not an error
   *version = e == cudaSuccess ? v : 0;
   return PCR_OK;
 }
 
-PCR_API int pcr_runtime_version(int32_t* version) {
+int runtime_version(int32_t* version) {
   int v = 0;
   cudaRuntimeGetVersion(&v);
   *version = v;
   return PCR_OK;
 }
 
-PCR_API int pcr_device_count(int32_t* count) {
+int device_count(int32_t* count) {
   int n = 0;
   *count = 0;
   int st = cuda_status(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
@@ -193,7 +187,7 @@ PCR_API int pcr_device_count(int32_t* count) {
   return PCR_OK;
 }
 
-PCR_API int pcr_device_name(int32_t device, char* buf, size_t size) {
+int device_name(int32_t device, char* buf, size_t size) {
   DeviceInfo info{};
   int st = device_info(device, &info);
   if (st != PCR_OK) return st;
@@ -204,7 +198,7 @@ PCR_API int pcr_device_name(int32_t device, char* buf, size_t size) {
   return PCR_OK;
 }
 
-PCR_API int pcr_device_cc(int32_t device, int32_t* cc, int32_t* sm_count) {
+int device_cc(int32_t device, int32_t* cc, int32_t* sm_count) {
   DeviceInfo info{};
   int st = device_info(device, &info);
   if (st != PCR_OK) return st;
@@ -213,7 +207,7 @@ PCR_API int pcr_device_cc(int32_t device, int32_t* cc, int32_t* sm_count) {
   return PCR_OK;
 }
 
-PCR_API int pcr_pointer_device(const void* ptr, int32_t* device) {
+int pointer_device(const void* ptr, int32_t* device) {
   cudaPointerAttributes attr;
   int st = cuda_status(cudaPointerGetAttributes(&attr, ptr), "cudaPointerGetAttributes");
   if (st != PCR_OK) return st;
@@ -223,11 +217,4 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device) {
   return PCR_OK;
 }
 
-PCR_API int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs) {
-  bool r = false;
-  int st = kernel_runs_on(kernel, device, &r);
-  *runs = r;
-  return st;
-}
-
-}  // extern "C"
+}  // namespace pcr

@@ -2,7 +2,7 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "kernel.h"
+#include "runtime.h"
 
 namespace pcr {
 namespace {
@@ -17,8 +17,8 @@ int set_error(int status, const char* fmt, ...) {
   return status;
 }
 
-void clear_error() { g_message[0] = '\0'; }
+void clear_error() noexcept { g_message[0] = '\0'; }
+
+const char* last_error() noexcept { return g_message; }
 
 }  // namespace pcr
-
-extern "C" PCR_API const char* pcr_last_error(void) { return pcr::g_message; }

@@ -128,7 +128,7 @@ GroupArrays arrays_at(char* base, int count) {
 }
 
 int group_error(int status, int group) {
-  std::string why = pcr_last_error();
+  std::string why = last_error();
   return set_error(status, "group %d: %s", group, why.c_str());
 }
 
@@ -353,22 +353,3 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
 }
 
 }  // namespace pcr
-
-using namespace pcr;
-
-extern "C" {
-
-PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
-                             const DLTensor* const* c, const DLTensor* const* d, int32_t count,
-                             double alpha, double beta, int32_t kernel, void* stream,
-                             pcr_problem* problem) {
-  return grouped_gemm(a, b, c, d, count, alpha, beta, kernel, stream, problem);
-}
-
-PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
-                         const DLTensor* out, double alpha, int32_t kernel, void* stream,
-                         pcr_problem* problem) {
-  return moe_gemm(x, w, offsets, out, alpha, kernel, stream, problem);
-}
-
-}  // extern "C"

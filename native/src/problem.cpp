@@ -698,7 +698,7 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
     GemmArgs g = gemm_args(s.problem, s.bound);
     int st = kKernels[k]->ops.can_implement(g);
     if (st != PCR_OK) {
-      std::string why = pcr_last_error();
+      std::string why = last_error();
       return set_error(st, "%s: %s", kd.name, why.c_str());
     }
   }

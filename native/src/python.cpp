@@ -2,7 +2,7 @@
 //
 // The library does not link libpython (one wheel serves every Python version): the few
 // CPython functions needed are looked up in the running process with dlsym. These entry
-// points are called through ctypes.PyDLL, so the GIL is held.
+// points are called through ctypes.PyDLL or as CPython builtins, so the GIL is held.
 #include <dlfcn.h>
 
 #include <cstring>
@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "guard.h"
 #include "runtime.h"
 
 namespace pcr {
@@ -159,7 +160,7 @@ int ingest(void* object, const char* name, Operand* out) {
     const char* cname = P.capsule_get_name(obj);
     if (cname && std::strcmp(cname, "dltensor_versioned") == 0) {
       auto* mt = static_cast<DLManagedTensorVersioned*>(P.capsule_get_pointer(obj, cname));
-      if (!mt) return PCR_ERR_PYTHON;
+      if (!mt) return set_error(PCR_ERR_PYTHON, "%s: its DLPack capsule holds no tensor", name);
       if (mt->version.major != 1)
         return set_error(PCR_ERR_INVALID_ARGUMENT,
                          "%s: DLPack version %u.%u is not supported (1.x is)", name,
@@ -170,7 +171,7 @@ int ingest(void* object, const char* name, Operand* out) {
     }
     if (cname && std::strcmp(cname, "dltensor") == 0) {
       auto* mt = static_cast<DLManagedTensor*>(P.capsule_get_pointer(obj, cname));
-      if (!mt) return PCR_ERR_PYTHON;
+      if (!mt) return set_error(PCR_ERR_PYTHON, "%s: its DLPack capsule holds no tensor", name);
       out->dl = mt->dl_tensor;
       return PCR_OK;
     }
@@ -188,7 +189,11 @@ int ingest(void* object, const char* name, Operand* out) {
                      "%s is neither a DLPack capsule nor an object whose type offers "
                      "__dlpack_c_exchange_api__",
                      name);
-  if (out->api->dltensor_from_py_object_no_sync(obj, &out->dl) != 0) return PCR_ERR_PYTHON;
+  // A failing producer sets its Python exception (PCR_ERR_PYTHON), or should: the message
+  // speaks for one that does not.
+  if (out->api->dltensor_from_py_object_no_sync(obj, &out->dl) != 0)
+    return set_error(PCR_ERR_PYTHON, "%s: its producer's DLPack exchange API failed to export it",
+                     name);
   return PCR_OK;
 }
 
@@ -214,8 +219,14 @@ int read_extras(void* object, PyExtras* out) {
                      "extras must be the tuple (bias, scale_a, scale_b, activation, math)");
   }
   for (int i = 0; i < 3; ++i) out->tensors[i] = P.tuple_item(obj, i);
-  out->fields.activation = int32_t(P.long_value(P.tuple_item(obj, 3)));
-  out->fields.math = int32_t(P.long_value(P.tuple_item(obj, 4)));
+  const long activation = P.long_value(P.tuple_item(obj, 3));
+  const long math = P.long_value(P.tuple_item(obj, 4));
+  if ((activation == -1 || math == -1) && P.err_occurred()) {  // not ints, or past a long
+    P.err_clear();
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "extras: activation and math must be ints");
+  }
+  out->fields.activation = int32_t(activation);
+  out->fields.math = int32_t(math);
   out->present = true;
   return PCR_OK;
 }
@@ -271,7 +282,11 @@ const Operand* stream_source(const Operand* ops) {
 // `api`'s current work stream on `device` when flags ask for it; else `stream` unchanged.
 int api_stream(const DLPackExchangeAPI* api, int device, int32_t flags, void** stream) {
   if (!(flags & PCR_STREAM_FROM_PRODUCER) || !api) return PCR_OK;
-  return api->current_work_stream(kDLCUDA, device, stream) != 0 ? PCR_ERR_PYTHON : PCR_OK;
+  if (api->current_work_stream(kDLCUDA, device, stream) != 0)
+    return set_error(PCR_ERR_PYTHON,
+                     "the producer's DLPack exchange API gave no current stream for cuda:%d",
+                     device);
+  return PCR_OK;
 }
 
 int producer_stream(const Operand* ops, int32_t flags, void** stream) {
@@ -285,6 +300,44 @@ int run_bound(pcr_plan* plan, int32_t flags, void* stream) {
   if (int st = api_stream(api, plan->problem.device, flags, &stream)) return st;
   return plan_run(plan, nullptr, nullptr, nullptr, nullptr, nullptr,
                   static_cast<cudaStream_t>(stream));
+}
+
+// ---- the builtins' work --------------------------------------------------------------
+// What gemm, plan_run and plan_launch do; they have no C function of their own.
+
+int py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
+  clear_error();
+  Operand ops[kOperands];
+  PyExtras x;
+  int st = ingest_call(a, b, c, d, extras, ops, &x);
+  if (st != PCR_OK) return st;
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+              extras_of(x, ops), kernel, stream, problem);
+}
+
+int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
+                int32_t flags, void* stream) {
+  clear_error();
+  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  const PyApi& P = py();
+  auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
+  if (none(a) && none(b) && none(c) && none(d) && none(extras))
+    return run_bound(plan, flags, stream);
+  Operand ops[kOperands];
+  PyExtras x;
+  int st = ingest_call(a, b, c, d, extras, ops, &x);
+  if (st != PCR_OK) return st;
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
+                  extras_of(x, ops), static_cast<cudaStream_t>(stream));
+}
+
+int py_plan_launch(pcr_plan* plan) {
+  clear_error();
+  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  return run_bound(plan, PCR_STREAM_FROM_PRODUCER, nullptr);
 }
 
 // ---- builtins (pcr_py_builtins) ------------------------------------------------------
@@ -328,38 +381,53 @@ struct ArgReader {
   void* pointer(int i) { return number<void*>(i, py().long_pointer); }
 };
 
-PyObject* status(int st) { return py().long_from(st); }
+// A builtin's result: its status as an int. An error status may come with a Python
+// exception set (PCR_ERR_PYTHON: the producer's own); the builtin then returns NULL, so
+// that CPython raises that exception as it stands (as ctypes.PyDLL does for the pcr_py_*
+// functions) instead of a SystemError for a value returned with an exception set. The
+// success path asks CPython nothing more.
+PyObject* reply(int st) {
+  if (st != PCR_OK && py().err_occurred()) return nullptr;
+  return py().long_from(st);
+}
 
+// Each builtin runs behind the exported functions' guard (guard.h).
 PyObject* builtin_gemm(PyObject*, Args args, long n) {
-  clear_error();
-  ArgReader r{args, n, "gemm"};
-  if (!r.expect(10)) return status(PCR_ERR_INVALID_ARGUMENT);
-  double alpha = r.real(4), beta = r.real(5);
-  int32_t kernel = r.integer(7), flags = r.integer(8);
-  void* stream = r.pointer(9);
-  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(pcr_py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel,
-                            flags, stream, nullptr));
+  return reply(guarded([&]() -> int {
+    clear_error();
+    ArgReader r{args, n, "gemm"};
+    if (!r.expect(10)) return PCR_ERR_INVALID_ARGUMENT;
+    double alpha = r.real(4), beta = r.real(5);
+    int32_t kernel = r.integer(7), flags = r.integer(8);
+    void* stream = r.pointer(9);
+    if (!r.ok) return PCR_ERR_INVALID_ARGUMENT;
+    return py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel, flags,
+                   stream, nullptr);
+  }));
 }
 
 PyObject* builtin_plan_run(PyObject*, Args args, long n) {
-  clear_error();
-  ArgReader r{args, n, "plan_run"};
-  if (!r.expect(8)) return status(PCR_ERR_INVALID_ARGUMENT);
-  auto* plan = static_cast<pcr_plan*>(r.pointer(0));
-  int32_t flags = r.integer(6);
-  void* stream = r.pointer(7);
-  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(pcr_py_plan_run(plan, args[1], args[2], args[3], args[4], args[5], flags, stream));
+  return reply(guarded([&]() -> int {
+    clear_error();
+    ArgReader r{args, n, "plan_run"};
+    if (!r.expect(8)) return PCR_ERR_INVALID_ARGUMENT;
+    auto* plan = static_cast<pcr_plan*>(r.pointer(0));
+    int32_t flags = r.integer(6);
+    void* stream = r.pointer(7);
+    if (!r.ok) return PCR_ERR_INVALID_ARGUMENT;
+    return py_plan_run(plan, args[1], args[2], args[3], args[4], args[5], flags, stream);
+  }));
 }
 
 PyObject* builtin_plan_launch(PyObject*, Args args, long n) {
-  clear_error();
-  ArgReader r{args, n, "plan_launch"};
-  if (!r.expect(1)) return status(PCR_ERR_INVALID_ARGUMENT);
-  auto* plan = static_cast<pcr_plan*>(r.pointer(0));
-  if (!r.ok) return status(PCR_ERR_INVALID_ARGUMENT);
-  return status(pcr_py_plan_launch(plan));
+  return reply(guarded([&]() -> int {
+    clear_error();
+    ArgReader r{args, n, "plan_launch"};
+    if (!r.expect(1)) return PCR_ERR_INVALID_ARGUMENT;
+    auto* plan = static_cast<pcr_plan*>(r.pointer(0));
+    if (!r.ok) return PCR_ERR_INVALID_ARGUMENT;
+    return py_plan_launch(plan);
+  }));
 }
 
 const MethodDef kBuiltins[] = {
@@ -369,28 +437,9 @@ const MethodDef kBuiltins[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
-}  // namespace pcr
 
-using namespace pcr;
-
-extern "C" {
-
-PCR_API int pcr_py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta,
-                        void* extras, int32_t kernel, int32_t flags, void* stream,
-                        pcr_problem* problem) {
-  clear_error();
-  Operand ops[kOperands];
-  PyExtras x;
-  int st = ingest_call(a, b, c, d, extras, ops, &x);
-  if (st != PCR_OK) return st;
-  if ((st = producer_stream(ops, flags, &stream))) return st;
-  return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-              extras_of(x, ops), kernel, stream, problem);
-}
-
-PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                               void* extras, int32_t kernel, pcr_problem* problem,
-                               pcr_plan** plan) {
+int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
+                   void* extras, int32_t kernel, pcr_problem* problem, pcr_plan** plan) {
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
@@ -406,32 +455,9 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
   return st;
 }
 
-PCR_API int pcr_py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
-                            int32_t flags, void* stream) {
-  clear_error();
-  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
-  const PyApi& P = py();
-  auto none = [&](void* x) { return !x || x == static_cast<void*>(P.none); };
-  if (none(a) && none(b) && none(c) && none(d) && none(extras))
-    return run_bound(plan, flags, stream);
-  Operand ops[kOperands];
-  PyExtras x;
-  int st = ingest_call(a, b, c, d, extras, ops, &x);
-  if (st != PCR_OK) return st;
-  if ((st = producer_stream(ops, flags, &stream))) return st;
-  return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
-                  extras_of(x, ops), static_cast<cudaStream_t>(stream));
-}
-
-PCR_API int pcr_py_plan_launch(pcr_plan* plan) {
-  clear_error();
-  if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
-  return run_bound(plan, PCR_STREAM_FROM_PRODUCER, nullptr);
-}
-
-PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
-                                double alpha, double beta, int32_t kernel, int32_t flags,
-                                void* stream, pcr_problem* problem) {
+int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
+                    double beta, int32_t kernel, int32_t flags, void* stream,
+                    pcr_problem* problem) {
   clear_error();
   if (count < 0 || (count > 0 && (!a || !b || !d)))
     return set_error(PCR_ERR_INVALID_ARGUMENT, "grouped GEMM: need count >= 0 and a, b, d");
@@ -440,9 +466,7 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t 
   for (int g = 0; g < count; ++g) {
     Operand* op = &ops[size_t(g) * kOperands];
     if (int st = ingest_all(a[g], b[g], c ? c[g] : nullptr, d[g], PyExtras{}, op))
-      return st == PCR_ERR_PYTHON ? st
-                                  : set_error(st, "group %d: %s", g,
-                                              std::string(pcr_last_error()).c_str());
+      return set_error(st, "group %d: %s", g, std::string(last_error()).c_str());
     for (int i = 0; i < 4; ++i) views[size_t(i) * count + g] = dl_or_null(op[i]);
   }
   // the producer's stream of the first group (all groups run in one launch)
@@ -453,8 +477,8 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t 
                       problem);
 }
 
-PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
-                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
+int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,
+                int32_t flags, void* stream, pcr_problem* problem) {
   clear_error();
   Operand ops[kOperands];
   // x, w, out as a, b, d (required, d writable); offsets in c's slot
@@ -466,17 +490,18 @@ PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double a
                   problem);
 }
 
-PCR_API const void* pcr_py_builtins(void) { return py().ok ? kBuiltins : nullptr; }
+const void* py_builtins() { return py().ok ? kBuiltins : nullptr; }
 
-PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-                            void* extras, pcr_problem* out) {
+int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+                pcr_problem* out) {
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
   int st = ingest_call(a, b, c, d, extras, ops, &x);
   if (st != PCR_OK) return st;
-  return pcr_describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-                      extras_of(x, ops), out);
+  Bound bd;
+  return describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+                  extras_of(x, ops), out, &bd);
 }
 
-}  // extern "C"
+}  // namespace pcr

@@ -1,4 +1,5 @@
-// Internal declarations shared by the runtime's translation units.
+// Internal declarations shared by the runtime's translation units: each section names
+// the file (room) that defines it; abi.cpp exports their work through the C ABI.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,9 @@
 
 namespace pcr {
 
-void clear_error();
+// The calling thread's error message (pcr_last_error): emptied, and read. Neither throws.
+void clear_error() noexcept;
+const char* last_error() noexcept;
 
 // Bytes per element of a pcr_dtype (fp8 and int8: 1).
 inline int esize_of(int dtype) {
@@ -24,6 +27,12 @@ inline int esize_of(int dtype) {
 extern const KernelEntry* const kKernels[];
 extern const int kKernelCount;
 extern const char kBuildJson[];
+
+// ---- the catalogue as the ABI reports it (catalogue.cpp) ----
+// pcr_build_info's JSON (built on first use), pcr_kernel_info and pcr_kernel_find.
+const char* build_info();
+int kernel_info(int32_t kernel, pcr_kernel_desc* out);
+int kernel_find(const char* name, int32_t* kernel);
 
 // ---- devices (device.cpp) ----
 struct DeviceInfo {
@@ -48,6 +57,13 @@ int cuda_status(cudaError_t e, const char* what);
 bool pdl_enabled();
 // Whether the build holds an image of kernel `k` that loads on `device` (cached).
 int kernel_runs_on(int k, int device, bool* runs);
+// The device queries of the ABI (pcr_driver_version, ... of the same names).
+int driver_version(int32_t* version);
+int runtime_version(int32_t* version);
+int device_count(int32_t* count);
+int device_name(int32_t device, char* buf, size_t size);
+int device_cc(int32_t device, int32_t* cc, int32_t* sm_count);
+int pointer_device(const void* ptr, int32_t* device);
 
 // ---- operands and problems (problem.cpp) ----
 // A validated matrix operand: rows x cols with element strides s0 (rows), s1 (cols), in a
@@ -101,14 +117,14 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
 int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, const DLTensor* out,
              double alpha, int32_t kernel, void* stream, pcr_problem* problem);
 
-// ---- launches (dispatch.cpp, prefill.cu) ----
+// ---- prepared launches (prepared.cpp) ----
 // A kernel's launch parameters built for one GemmArgs and workspace (see KernelOps).
 struct PreparedLaunch {
   int kernel = -1;  // -1: empty
   GemmArgs args{};
   size_t workspace_bytes = 0;
   void* workspace = nullptr;
-  bool programmatic = false;  // launch as a programmatic dependent (dispatch.cpp)
+  bool programmatic = false;  // launch as a programmatic dependent (prepared.cpp)
   alignas(kPreparedAlign) unsigned char blob[kMaxPrepared];
 
   bool matches(int k, const GemmArgs& g) const {
@@ -121,10 +137,11 @@ struct PreparedLaunch {
   int launch(int k, const GemmArgs& g, size_t bytes, void* workspace, cudaStream_t stream);
 };
 
-int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream);
 // Kernel k on `g`, through the calling thread's prepared launches and the stream's
 // workspace (see PreparedLaunch).
 int run_prepared(int k, const GemmArgs& g, cudaStream_t stream);
+
+// ---- scratch pools (workspace.cpp) ----
 // A device buffer of at least `bytes` kept per (device, stream, pool), grown outside graph
 // capture. Inside capture a short buffer cannot grow: with `temporary` the buffer is then
 // a stream-ordered allocation of the graph (cudaMallocAsync; *temporary = true), which the
@@ -132,6 +149,8 @@ int run_prepared(int k, const GemmArgs& g, cudaStream_t stream);
 enum Pool { kKernelWorkspace = 0, kStagingScratch = 1, kGroupArrays = 2 };
 int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Pool pool,
                   bool* temporary = nullptr);
+
+// ---- kernel choice (select.cpp) ----
 // Whether a described problem runs a GEMM kernel at all (no empty extent, K > 0).
 inline bool has_gemm_work(const pcr_problem& p) { return p.m && p.n && p.k && p.batch; }
 // A forced kernel (checked against the problem), the selected one, or -1 for a problem
@@ -140,6 +159,20 @@ int kernel_for(const pcr_problem& problem, const Bound& bound, int32_t forced, i
 // The kernel for a described problem: the memoized selection's first candidate that
 // accepts it, PCR_NEED_SELECTION when nothing is memoized, or the rejections.
 int select(const pcr_problem& problem, const Bound& bound, int* kernel);
+// pcr_select_put and pcr_select_clear: the calling thread's memo, and every thread's.
+int select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
+void select_clear();
+// Whether two described problems are one to the memo, with the same orientation, memory
+// (host or GPU) and device: what a plan checks of the tensors it is run on.
+bool same_problem(const pcr_problem& x, const pcr_problem& y);
+
+// ---- launches (launch.cpp; the elementwise kernels in prefill.cu) ----
+int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream);
+// GPU operands, their device current: the copies and the kernel a described problem
+// needs, through `plan`'s workspace and prepared launch, or (nullptr) the stream's and
+// the thread's.
+int launch_device(const pcr_problem& problem, const Bound& bound, int kernel,
+                  cudaStream_t stream, pcr_plan* plan = nullptr);
 // describe + kernel choice (forced, or from the selection memo) + launch.
 int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
          double alpha, double beta, const pcr_extras* extras, int32_t kernel, void* stream,
@@ -170,6 +203,7 @@ struct pcr_plan {
 };
 
 namespace pcr {
+// ---- bound plans (plan.cpp) ----
 int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
                 double alpha, double beta, const pcr_extras* extras, int32_t kernel,
                 pcr_problem* problem, pcr_plan** out);
@@ -177,4 +211,23 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
 // that must describe the same problem.
 int plan_run(pcr_plan* plan, const DLTensor* a, const DLTensor* b, const DLTensor* c,
              const DLTensor* d, const pcr_extras* extras, cudaStream_t stream);
+// The plan's kernel index (pcr_plan_kernel).
+int plan_kernel(const pcr_plan* plan, int32_t* kernel);
+// Frees the plan's buffers (waiting for its pending launches) and the plan; NULL: nothing.
+void plan_destroy(pcr_plan* plan);
+
+// ---- Python-object entry points (python.cpp) ----
+// The work of the pcr_py_* functions of the same names; each object is a PyObject*. The
+// builtins' work (gemm, plan_run, plan_launch) stays inside python.cpp.
+int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
+                   void* extras, int32_t kernel, pcr_problem* problem, pcr_plan** plan);
+int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+                pcr_problem* out);
+int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
+                    double beta, int32_t kernel, int32_t flags, void* stream,
+                    pcr_problem* problem);
+int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,
+                int32_t flags, void* stream, pcr_problem* problem);
+// The CPython builtins' PyMethodDef table (pcr_py_builtins), or nullptr outside CPython.
+const void* py_builtins();
 }  // namespace pcr

@@ -150,6 +150,30 @@ def test_import_never_needs_the_library():
     assert r.returncode == 0 and "imported" in r.stdout
 
 
+# Grouped calls that claim 2^31 - 1 groups: their per-group arrays (about 1 TB and 300 GB)
+# exceed the address-space limit, so std::bad_alloc is thrown inside the library.
+BAD_ALLOC = """
+import ctypes, resource
+resource.setrlimit(resource.RLIMIT_AS, (64 << 30, 64 << 30))
+from pycutlass_rt import _lib
+lib = _lib.load()
+objs = (ctypes.py_object * 1)(None)
+print(lib.pcr_py_grouped_gemm(objs, objs, None, objs, 2 ** 31 - 1, 1.0, 0.0, -1, 0, 0, None),
+      lib.last_error())
+views = (ctypes.POINTER(_lib.DLTensor) * 1)()
+print(lib.pcr_grouped_gemm(views, views, None, views, 2 ** 31 - 1, 1.0, 0.0, -1, None, None),
+      lib.last_error())
+"""
+
+
+def test_cpp_exceptions_never_cross_the_abi(lib):
+    """Every export runs behind one guard (native/src/guard.h): a C++ exception comes back as
+    PCR_ERR_INTERNAL with its message; unguarded, std::bad_alloc aborted the process."""
+    r = run_py(BAD_ALLOC, PYCUTLASS_RT_LIBRARY=lib.path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{int(errors.ERR_INTERNAL)} out of host memory"] * 2
+
+
 OLD_DRIVER = """
 /* libcuda.so.1 of a driver that supports CUDA 12.4 only: the runtime asks its version */
 int cuDriverGetVersion(int* version) { *version = 12040; return 0; }

@@ -204,7 +204,7 @@ def test_host_mixed_with_device_is_rejected(lib):
     objs = [a_cap, None, None, d.__dlpack__()]
     cap, keep = _dlpack.cai_capsule(_Cai(b), "b", lambda ptr: 0)
     objs[1] = cap
-    st = lib.pcr_py_gemm(*objs[:4], 1.0, 0.0, None, -1, 0, 0, None)
+    st = lib.gemm(*objs[:4], 1.0, 0.0, None, -1, 0, 0)
     assert st == errors.ERR_DEVICE_MISMATCH and "host" in lib.last_error()
 
 
@@ -229,8 +229,7 @@ def test_capsules_are_read_once_and_consumed_ones_rejected(lib):
     cap = a.__dlpack__(max_version=(1, 0))
     ctypes.pythonapi.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
     ctypes.pythonapi.PyCapsule_SetName(cap, b"used_dltensor_versioned")
-    st = lib.pcr_py_gemm(cap, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, None, -1, 0, 0,
-                         None)
+    st = lib.gemm(cap, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, None, -1, 0, 0)
     assert st == errors.ERR_INVALID_ARGUMENT and "already consumed" in lib.last_error()
     # an unconsumed capsule passed by the user is left for its destructor (deleter runs once)
     cap = a.__dlpack__()
@@ -288,20 +287,23 @@ def test_exception_hierarchy():
     assert isinstance(e, pcr.CudaError) and e.cuda_error == "cudaErrorLaunchFailure"
 
 
+def view(x, strides=None, shape=None):
+    """A hand-built DLTensor of host array x (float16, or x's int32), as a C caller makes."""
+    shape = shape or x.shape
+    t = _lib.DLTensor()
+    t.data, t.ndim = x.ctypes.data, len(shape)
+    t.device.device_type, t.device.device_id = DLDeviceType.CPU, 0
+    code = DLDataTypeCode.Int if x.dtype == np.int32 else DLDataTypeCode.Float
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = code, x.dtype.itemsize * 8, 1
+    t.shape = (ctypes.c_int64 * len(shape))(*shape)
+    t.strides = (ctypes.c_int64 * len(shape))(*strides) if strides else None
+    t._keep = (t.shape, t.strides)
+    return t
+
+
 def test_pure_c_entry_points(lib):
     """pcr_describe / pcr_gemm on hand-built DLTensors (the ABI for non-Python callers)."""
     a, b, d = mats(4, 6, 8)
-
-    def view(x, strides=None, shape=None):
-        t = _lib.DLTensor()
-        t.data, t.ndim = x.ctypes.data, 2
-        t.device.device_type, t.device.device_id = DLDeviceType.CPU, 0
-        t.dtype.code, t.dtype.bits, t.dtype.lanes = DLDataTypeCode.Float, 16, 1
-        t.shape = (ctypes.c_int64 * 2)(*(shape or x.shape))
-        t.strides = (ctypes.c_int64 * 2)(*strides) if strides else None
-        t._keep = (t.shape, t.strides)
-        return t
-
     p = _lib.Problem()
     st = lib.pcr_describe(view(a), view(b), None, view(d), 1.0, 0.0, None, ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE) and (p.m, p.n, p.k) == (4, 6, 8)
@@ -316,12 +318,40 @@ def test_pure_c_entry_points(lib):
     assert st in (errors.ERR_KERNEL_NOT_FOUND, errors.ERR_NO_DEVICE)
 
 
+def test_pure_c_plans_and_grouped_calls(lib, has_gpu):
+    """The rest of the ABI for non-Python callers (Python reaches the same work through the
+    pcr_py_* functions): plans on DLTensors, grouped and MoE GEMMs. Host operands pass the
+    front door, then meet the device step (a GPU) or the GPU-only rule (no GPU)."""
+    a, b, d = mats(4, 6, 8)
+    gpu_only = errors.ERR_INVALID_ARGUMENT if has_gpu else errors.ERR_NO_DEVICE
+    plan = ctypes.c_void_p()
+    args = (view(a), view(b), None, view(d), 1.0, 0.0, None, -1, None)
+    assert lib.pcr_plan_create(*args, None) == errors.ERR_INVALID_ARGUMENT
+    assert "plan is NULL" in lib.last_error()
+    assert lib.pcr_plan_create(*args, ctypes.byref(plan)) == gpu_only and not plan.value
+    assert lib.pcr_plan_run_with(None, view(a), view(b), None, view(d), None, None) == \
+        errors.ERR_INVALID_ARGUMENT and "plan is NULL" in lib.last_error()
+
+    def group(x):
+        return (ctypes.POINTER(_lib.DLTensor) * 1)(ctypes.pointer(view(x)))
+
+    keep = [group(x) for x in (a, b, d)]
+    assert lib.pcr_grouped_gemm(*keep[:2], None, keep[2], 1, 1.0, 0.0, -1, None, None) == gpu_only
+    assert lib.pcr_grouped_gemm(None, None, None, None, 0, 1.0, 0.0, -1, None, None) == 0
+    assert lib.pcr_grouped_gemm(None, None, None, None, -1, 1.0, 0.0, -1, None, None) == \
+        errors.ERR_INVALID_ARGUMENT and "count >= 0" in lib.last_error()
+    w, offsets = np.ones((1, 8, 6), F16), np.array([0, 4], np.int32)
+    assert lib.pcr_moe_gemm(view(a), view(b), view(offsets), view(d), 1.0, -1, None, None) == \
+        errors.ERR_INVALID_ARGUMENT and "w must be 3-D" in lib.last_error()
+    assert lib.pcr_moe_gemm(view(a), view(w), None, view(d), 1.0, -1, None, None) == \
+        errors.ERR_INVALID_ARGUMENT and "offsets and out are required" in lib.last_error()
+
+
 def test_operands_on_two_gpus_are_rejected(lib):
     a, b, d = mats()
     caps = [_dlpack.cai_capsule(_Cai(x), n, lambda p, dev=dev: dev)
             for x, n, dev in ((a, "a", 0), (b, "b", 1), (d, "d", 0))]
-    st = lib.pcr_py_gemm(caps[0][0], caps[1][0], None, caps[2][0], 1.0, 0.0, None, -1, 0, 0,
-                         None)
+    st = lib.gemm(caps[0][0], caps[1][0], None, caps[2][0], 1.0, 0.0, None, -1, 0, 0)
     assert st == errors.ERR_DEVICE_MISMATCH
     assert "b is on cuda:1 but d is on cuda:0" in lib.last_error()
 

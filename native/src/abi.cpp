@@ -1,0 +1,196 @@
+// The C ABI: every extern "C" export of the library, each run behind the exception guard.
+//
+// An export only plumbs arguments into the room that does the work (runtime.h says which)
+// and runs it through guarded() (guard.h), so that no C++ exception reaches the caller.
+// Three exports cannot throw and go unguarded: pcr_abi_version and pcr_kernel_count return
+// constants, pcr_last_error a thread-local array's address. The CPython builtins
+// (pcr_py_builtins) are the library's other entry points; python.cpp runs them behind the
+// same guard.
+#include "guard.h"
+#include "runtime.h"
+
+using namespace pcr;
+
+extern "C" {
+
+// ---- library -------------------------------------------------------------------
+
+PCR_API int pcr_abi_version(void) { return PCR_ABI_VERSION; }
+
+PCR_API const char* pcr_last_error(void) { return last_error(); }
+
+// The JSON is built once; should that fail (out of host memory), a JSON object saying so.
+PCR_API const char* pcr_build_info(void) {
+  static const char kFailed[] = "{\"error\": \"pcr_build_info failed: see pcr_last_error()\"}";
+  return guarded_or(kFailed, [&] { return build_info(); });
+}
+
+// ---- catalogue -----------------------------------------------------------------
+
+PCR_API int pcr_kernel_count(void) { return kKernelCount; }
+
+PCR_API int pcr_kernel_info(int32_t kernel, pcr_kernel_desc* out) {
+  return guarded([&] { return kernel_info(kernel, out); });
+}
+
+PCR_API int pcr_kernel_find(const char* name, int32_t* kernel) {
+  return guarded([&] { return kernel_find(name, kernel); });
+}
+
+PCR_API int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs) {
+  return guarded([&] {
+    bool r = false;
+    int st = kernel_runs_on(kernel, device, &r);
+    *runs = r;
+    return st;
+  });
+}
+
+PCR_API int pcr_kernel_check(int32_t kernel, const pcr_problem* problem) {
+  return guarded([&] {
+    clear_error();
+    return check_kernel(kernel, *problem, nullptr);
+  });
+}
+
+// ---- devices -------------------------------------------------------------------
+
+PCR_API int pcr_driver_version(int32_t* version) {
+  return guarded([&] { return driver_version(version); });
+}
+
+PCR_API int pcr_runtime_version(int32_t* version) {
+  return guarded([&] { return runtime_version(version); });
+}
+
+PCR_API int pcr_device_count(int32_t* count) {
+  return guarded([&] { return device_count(count); });
+}
+
+PCR_API int pcr_device_name(int32_t device, char* buf, size_t size) {
+  return guarded([&] { return device_name(device, buf, size); });
+}
+
+PCR_API int pcr_device_cc(int32_t device, int32_t* cc, int32_t* sm_count) {
+  return guarded([&] { return device_cc(device, cc, sm_count); });
+}
+
+PCR_API int pcr_pointer_device(const void* ptr, int32_t* device) {
+  return guarded([&] { return pointer_device(ptr, device); });
+}
+
+// ---- GEMM ----------------------------------------------------------------------
+
+PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+                         const DLTensor* d, double alpha, double beta,
+                         const pcr_extras* extras, pcr_problem* out) {
+  return guarded([&] {
+    Bound bd;
+    return describe(a, b, c, d, alpha, beta, extras, out, &bd);
+  });
+}
+
+PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+                     const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
+                     int32_t kernel, void* stream, pcr_problem* problem) {
+  return guarded([&] { return gemm(a, b, c, d, alpha, beta, extras, kernel, stream, problem); });
+}
+
+// ---- bound plans ---------------------------------------------------------------
+
+PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
+                            const DLTensor* d, double alpha, double beta,
+                            const pcr_extras* extras, int32_t kernel, pcr_problem* problem,
+                            pcr_plan** plan) {
+  return guarded([&] {
+    clear_error();
+    if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_plan_create: plan is NULL");
+    return plan_create(a, b, c, d, alpha, beta, extras, kernel, problem, plan);
+  });
+}
+
+PCR_API int pcr_plan_run(pcr_plan* plan, void* stream) {
+  return guarded([&] {
+    return plan_run(plan, nullptr, nullptr, nullptr, nullptr, nullptr,
+                    static_cast<cudaStream_t>(stream));
+  });
+}
+
+PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor* b,
+                              const DLTensor* c, const DLTensor* d, const pcr_extras* extras,
+                              void* stream) {
+  return guarded([&] {
+    clear_error();
+    return plan_run(plan, a, b, c, d, extras, static_cast<cudaStream_t>(stream));
+  });
+}
+
+PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel) {
+  return guarded([&] { return plan_kernel(plan, kernel); });
+}
+
+PCR_API void pcr_plan_destroy(pcr_plan* plan) {
+  guarded([&] { plan_destroy(plan); });
+}
+
+PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels,
+                           int32_t count) {
+  return guarded([&] { return select_put(problem, kernels, count); });
+}
+
+// ---- grouped GEMM ----------------------------------------------------------------
+
+PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
+                             const DLTensor* const* c, const DLTensor* const* d, int32_t count,
+                             double alpha, double beta, int32_t kernel, void* stream,
+                             pcr_problem* problem) {
+  return guarded([&] {
+    return grouped_gemm(a, b, c, d, count, alpha, beta, kernel, stream, problem);
+  });
+}
+
+PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
+                         const DLTensor* out, double alpha, int32_t kernel, void* stream,
+                         pcr_problem* problem) {
+  return guarded([&] { return moe_gemm(x, w, offsets, out, alpha, kernel, stream, problem); });
+}
+
+PCR_API int pcr_select_clear(void) {
+  return guarded([&] { select_clear(); });
+}
+
+// ---- Python-object entry points (python.cpp) -------------------------------------
+
+PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
+                               void* extras, int32_t kernel, pcr_problem* problem,
+                               pcr_plan** plan) {
+  return guarded([&] {
+    return py_plan_create(a, b, c, d, alpha, beta, extras, kernel, problem, plan);
+  });
+}
+
+PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
+                            void* extras, pcr_problem* out) {
+  return guarded([&] { return py_describe(a, b, c, d, alpha, beta, extras, out); });
+}
+
+PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
+                                double alpha, double beta, int32_t kernel, int32_t flags,
+                                void* stream, pcr_problem* problem) {
+  return guarded([&] {
+    return py_grouped_gemm(a, b, c, d, count, alpha, beta, kernel, flags, stream, problem);
+  });
+}
+
+PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
+                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
+  return guarded([&] {
+    return py_moe_gemm(x, w, offsets, out, alpha, kernel, flags, stream, problem);
+  });
+}
+
+PCR_API const void* pcr_py_builtins(void) {
+  return guarded_or<const void>(nullptr, [&] { return py_builtins(); });
+}
+
+}  // extern "C"

@@ -1,0 +1,111 @@
+// A described problem's launch: host operands, staged operands, K = 0, C copied, the kernel.
+#include "runtime.h"
+
+namespace pcr {
+namespace {
+
+int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
+  return run_prepared(k, gemm_args(p, bd), stream);
+}
+
+// The kernel step of a launch: a plan's own workspace and prepared launch, or the
+// stream's workspace and the thread's prepared launches.
+int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
+               pcr_plan* plan) {
+  if (!plan) return run_kernel(p, bd, k, stream);
+  return plan->prepared.launch(k, gemm_args(p, bd), plan->workspace_bytes, plan->workspace,
+                               stream);
+}
+
+// Copies the staged inputs into (zero-padded) scratch, runs the kernel's problem there,
+// and copies D back.
+int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
+                  pcr_plan* plan) {
+  void* scratch = plan ? plan->scratch : nullptr;
+  int st = plan ? PCR_OK
+                : workspace_for(p.device, stream, stage_layout(p, bd, nullptr).bytes, &scratch,
+                                kStagingScratch);
+  if (st != PCR_OK) return st;
+  Staging s = stage_layout(p, bd, static_cast<char*>(scratch));
+  const Matrix* src[2];
+  const Matrix* dst[2];
+  int inputs = 0;
+  if (s.staged & PCR_STAGED_A) src[inputs] = &bd.a, dst[inputs++] = &s.bound.a;
+  if (s.staged & PCR_STAGED_B) src[inputs] = &bd.b, dst[inputs++] = &s.bound.b;
+  if ((st = launch_stage_copies(src, dst, inputs, stream))) return st;
+  if ((st = launch_device(s.problem, s.bound, k, stream, plan))) return st;
+  return (s.staged & PCR_STAGED_D) ? launch_scale_copy(&s.bound.d, bd.d, 1.0, stream) : PCR_OK;
+}
+
+// Host operands: copy each one's byte span to the GPU, run, copy D back, synchronize.
+int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
+  Bound dev = bd;
+  Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d, &dev.bias, &dev.scale_m, &dev.scale_n};
+  const Matrix* src[] = {&bd.a, &bd.b, &bd.c, &bd.d, &bd.bias, &bd.scale_m, &bd.scale_n};
+  constexpr int kOps = sizeof ops / sizeof ops[0];
+  void* buffers[kOps] = {};
+  int st = PCR_OK;
+  for (int i = 0; i < kOps && st == PCR_OK; ++i) {
+    if (!src[i]->ptr) continue;
+    if (i == 2 && src[2]->ptr == src[3]->ptr) continue;  // c is d: staged with d
+    uintptr_t lo, hi;
+    src[i]->extent(&lo, &hi);
+    if (hi == lo) continue;
+    st = cuda_status(cudaMalloc(&buffers[i], hi - lo), "cudaMalloc(host staging)");
+    if (st == PCR_OK)
+      st = cuda_status(cudaMemcpy(buffers[i], src[i]->ptr, hi - lo, cudaMemcpyHostToDevice),
+                       "cudaMemcpy(host to device)");
+    ops[i]->ptr = static_cast<char*>(buffers[i]);
+  }
+  if (bd.c.ptr && bd.c.ptr == bd.d.ptr) dev.c.ptr = dev.d.ptr;
+  if (st == PCR_OK) st = launch_device(p, dev, k, stream);
+  if (st == PCR_OK && buffers[3]) {
+    uintptr_t lo, hi;
+    bd.d.extent(&lo, &hi);
+    st = cuda_status(cudaMemcpyAsync(bd.d.ptr, buffers[3], hi - lo, cudaMemcpyDeviceToHost,
+                                     stream), "cudaMemcpy(device to host)");
+    if (st == PCR_OK) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+  for (void* b : buffers)
+    if (b) cudaFree(b);
+  return st;
+}
+
+}  // namespace
+
+int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
+                  pcr_plan* plan) {
+  if (p.m == 0 || p.n == 0 || p.batch == 0) return PCR_OK;
+  if (p.staged) return launch_staged(p, bd, k, stream, plan);
+  int st;
+  if (p.k == 0) {  // the whole answer: d = act(beta * c + bias)
+    const bool has_c = p.c_mode != PCR_C_NONE;
+    return launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? bd.beta : 0.0, stream,
+                             p.bias != PCR_BIAS_NONE ? &bd.bias : nullptr, p.activation);
+  }
+  if (p.c_mode == PCR_C_COPIED && (st = launch_scale_copy(&bd.c, bd.d, 1.0, stream)))
+    return st;  // C in D's form for the kernel, which applies beta
+  return run_kernel(p, bd, k, stream, plan);
+}
+
+int launch(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
+  DeviceGuard guard;
+  int st = guard.set(p.device);
+  if (st != PCR_OK) return st;
+  return p.host ? launch_host(p, bd, k, stream) : launch_device(p, bd, k, stream);
+}
+
+int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+         double alpha, double beta, const pcr_extras* extras, int32_t kernel, void* stream,
+         pcr_problem* out) {
+  pcr_problem local;
+  pcr_problem& p = out ? *out : local;
+  Bound bd;
+  int st = describe(a, b, c, d, alpha, beta, extras, &p, &bd);
+  if (st != PCR_OK) return st;
+  int k = -1;
+  if ((st = kernel_for(p, bd, kernel, &k))) return st;
+  return launch(p, bd, k, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace pcr

@@ -1,0 +1,104 @@
+// Bound plans: one problem's kernel, workspace, scratch and prepared launch, built once.
+#include <new>
+
+#include "runtime.h"
+
+namespace pcr {
+
+int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                double alpha, double beta, const pcr_extras* extras, int32_t kernel,
+                pcr_problem* out, pcr_plan** plan) {
+  *plan = nullptr;
+  pcr_problem local;
+  pcr_problem& p = out ? *out : local;
+  Bound bd;
+  int st = describe(a, b, c, d, alpha, beta, extras, &p, &bd);
+  if (st != PCR_OK) return st;
+  if (p.host)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "a plan needs GPU tensors; host (numpy) operands are staged per call: "
+                     "use gemm() for them");
+  int k = -1;
+  if ((st = kernel_for(p, bd, kernel, &k))) return st;
+  auto* pl = new (std::nothrow) pcr_plan();
+  if (!pl) return set_error(PCR_ERR_INTERNAL, "out of host memory");
+  pl->problem = p;
+  pl->bound = bd;
+  pl->kernel = k;
+  if (has_gemm_work(p)) {
+    DeviceGuard guard;
+    st = guard.set(p.device);
+    size_t scratch = stage_layout(p, bd, nullptr).bytes;
+    if (st == PCR_OK && scratch)
+      st = cuda_status(cudaMalloc(&pl->scratch, scratch), "cudaMalloc(staging scratch)");
+    // the kernel's own problem: staged operands live in the plan's scratch
+    Staging s = stage_layout(p, bd, static_cast<char*>(pl->scratch));
+    GemmArgs g = gemm_args(s.problem, s.bound);
+    pl->workspace_bytes = kKernels[k]->ops.workspace_size(g);
+    if (st == PCR_OK && pl->workspace_bytes)
+      st = cuda_status(cudaMalloc(&pl->workspace, pl->workspace_bytes), "cudaMalloc(workspace)");
+    if (st == PCR_OK) st = pl->prepared.prepare(k, g, pl->workspace_bytes, pl->workspace);
+    if (st != PCR_OK) {
+      plan_destroy(pl);
+      return st;
+    }
+  }
+  *plan = pl;
+  return PCR_OK;
+}
+
+int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor* c,
+             const DLTensor* d, const pcr_extras* extras, cudaStream_t stream) {
+  if (!pl) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  const Bound* bd = &pl->bound;
+  Bound fresh;
+  if (a || b || c || d || extras) {
+    if (!(a && b && d))
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "a plan runs on a, b, (c,) d (and the extras' tensors) together");
+    const bool tf32 = pl->problem.dtype_a == PCR_TF32;
+    const bool f32 = tf32 || pl->problem.dtype_a == PCR_F32;  // math matters to fp32 only
+    pcr_extras x{nullptr, nullptr, nullptr, pl->problem.activation,
+                 tf32 ? PCR_MATH_TF32 : PCR_MATH_IEEE};
+    if (extras) {
+      if (extras->activation != x.activation || (f32 && extras->math != x.math))
+        return set_error(PCR_ERR_INVALID_ARGUMENT,
+                         "a plan runs with the activation and math it was built with");
+      x.bias = extras->bias, x.scale_a = extras->scale_a, x.scale_b = extras->scale_b;
+    }
+    pcr_problem p;
+    int st = describe(a, b, c, d, pl->bound.alpha, pl->bound.beta, &x, &p, &fresh);
+    if (st != PCR_OK) return st;
+    if (!same_problem(p, pl->problem))
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "these tensors describe another problem than the plan's (%lldx%lldx%lld "
+                       "with its dtypes, layouts, alignments and device): build a plan for them",
+                       (long long)pl->problem.m, (long long)pl->problem.n,
+                       (long long)pl->problem.k);
+    bd = &fresh;
+  }
+  DeviceGuard guard;
+  int st = guard.set(pl->problem.device);
+  if (st != PCR_OK) return st;
+  return launch_device(pl->problem, *bd, pl->kernel, stream, pl);
+}
+
+int plan_kernel(const pcr_plan* plan, int32_t* kernel) {
+  if (!plan || !kernel) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_plan_kernel: NULL");
+  *kernel = plan->kernel;
+  return PCR_OK;
+}
+
+void plan_destroy(pcr_plan* plan) {
+  if (!plan) return;
+  if (plan->workspace || plan->scratch) {
+    DeviceGuard guard;  // cudaFree waits for the plan's pending launches
+    if (guard.set(plan->problem.device) == PCR_OK) {
+      cudaFree(plan->workspace);
+      cudaFree(plan->scratch);
+    }
+  }
+  delete plan;
+}
+
+}  // namespace pcr

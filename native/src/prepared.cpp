@@ -1,0 +1,79 @@
+// Prepared launches: a kernel's parameters built once per (kernel, args, workspace), reused.
+#include "runtime.h"
+
+namespace pcr {
+namespace {
+
+// ---- prepared launches ---------------------------------------------------------
+// Launch parameters are a pure function of (kernel, GemmArgs, workspace). Each thread
+// keeps its last few, so a call repeating an earlier one (same tensors: the common
+// case in inference loops) skips CUTLASS's parameter setup and TMA descriptor encoding.
+constexpr int kPreparedSlots = 4;
+struct PreparedCache {
+  PreparedLaunch slot[kPreparedSlots];
+  int next = 0;
+
+  PreparedLaunch& find(int k, const GemmArgs& g) {
+    for (PreparedLaunch& s : slot)
+      if (s.matches(k, g)) return s;
+    PreparedLaunch& s = slot[next];
+    next = (next + 1) % kPreparedSlots;
+    s.kernel = -1;
+    return s;
+  }
+};
+thread_local PreparedCache t_prepared;
+
+// Whether kernel k runs `g` as a programmatic dependent (PDL). Measured on the H200
+// (benchmarks/RESULTS.md, "PDL policy"): it saves 0.3-2 us per launch where the
+// launch latency shows (1024^3 7.3 -> 6.4 us), but a ping-pong kernel whose CTAs each hold
+// one tile over a long K, with two or more tile rows, or whose tiles outnumber the SMs,
+// ran 5-38% slower (256x4096x14336: 48 -> 65 us); those launch plainly. "Long" is
+// K > 2048, and K > 4096 for 1-byte inputs (rows of 4 KB, as 16-bit inputs' at 2048):
+// their decode shapes at K = 4096 gain 3-7% from PDL
+// (the same section, 2026-12-02).
+bool programmatic_suits(const pcr_kernel_desc& d, const GemmArgs& g) {
+  const int64_t short_k = esize_of(d.dtype_a) == 1 ? 4096 : 2048;
+  if (d.schedule != PCR_SCHED_PINGPONG || g.k <= short_k) return true;
+  const int64_t rows = (g.m + d.tile_m - 1) / d.tile_m;
+  return rows == 1 && (g.n + d.tile_n - 1) / d.tile_n <= g.sm_count;
+}
+
+}  // namespace
+
+int run_prepared(int k, const GemmArgs& g, cudaStream_t stream) {
+  PreparedLaunch& prep = t_prepared.find(k, g);
+  size_t bytes = prep.kernel == k ? prep.workspace_bytes : kKernels[k]->ops.workspace_size(g);
+  void* ws = nullptr;
+  bool temporary = false;
+  if (bytes) {
+    int st = workspace_for(g.device, stream, bytes, &ws, kKernelWorkspace, &temporary);
+    if (st != PCR_OK) return st;
+  }
+  int st = prep.launch(k, g, bytes, ws, stream);
+  if (temporary) cudaFreeAsync(ws, stream);
+  return st;
+}
+
+int PreparedLaunch::prepare(int k, const GemmArgs& g, size_t bytes, void* ws) {
+  kernel = -1;  // empty until the parameters are complete
+  int st = kKernels[k]->ops.prepare(g, ws, blob);
+  if (st != PCR_OK) return st;
+  kernel = k;
+  args = g;
+  workspace_bytes = bytes;
+  workspace = ws;
+  programmatic = pdl_enabled() && programmatic_suits(kKernels[k]->info, g);
+  return PCR_OK;
+}
+
+int PreparedLaunch::launch(int k, const GemmArgs& g, size_t bytes, void* ws,
+                           cudaStream_t stream) {
+  if (!matches(k, g) || workspace != ws) {
+    int st = prepare(k, g, bytes, ws);
+    if (st != PCR_OK) return st;
+  }
+  return kKernels[k]->ops.launch(blob, ws, g.device, stream, programmatic);
+}
+
+}  // namespace pcr
