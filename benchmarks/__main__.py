@@ -1,4 +1,5 @@
 """``python -m benchmarks [--group B] [--dtype bf16] [--out DIR] [--quick] ...``."""
+
 import sys
 
 from .cli import main

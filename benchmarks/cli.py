@@ -1,4 +1,5 @@
 """``python -m benchmarks``: arguments, the environment checks, then the suite."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,8 @@ def parse_group(text: str) -> list:
         if key is None:
             raise argparse.ArgumentTypeError(
                 f"unknown group {part!r}; choose from "
-                + ", ".join(f"{k} ({g.title})" for k, g in shapes.GROUPS.items()))
+                + ", ".join(f"{k} ({g.title})" for k, g in shapes.GROUPS.items())
+            )
         out.append(key)
     return out
 
@@ -31,25 +33,48 @@ def parse_dtypes(text: str) -> list:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--group", "-g", action="append", type=parse_group, default=[],
-                   help="shape group A-J (or its name: square, decode, prefill, awkward, "
-                   "layouts, epilogue, host, regret, batched, grouped); repeat or "
-                   "comma-separate; default all")
-    p.add_argument("--dtype", action="append", type=parse_dtypes, default=[],
-                   help=f"{', '.join(shapes.DTYPES)}; repeat or comma-separate; default "
-                   "every dtype (those not in this build are listed as such)")
+    p.add_argument(
+        "--group",
+        "-g",
+        action="append",
+        type=parse_group,
+        default=[],
+        help="shape group A-J (or its name: square, decode, prefill, awkward, "
+        "layouts, epilogue, host, regret, batched, grouped); repeat or "
+        "comma-separate; default all",
+    )
+    p.add_argument(
+        "--dtype",
+        action="append",
+        type=parse_dtypes,
+        default=[],
+        help=f"{', '.join(shapes.DTYPES)}; repeat or comma-separate; default "
+        "every dtype (those not in this build are listed as such)",
+    )
     p.add_argument("--out", help="results folder (default ./bench-results/<gpu>-<date>)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke run")
-    p.add_argument("--hot", action="store_true",
-                   help="the hot variant: one operand set reused by every call, so inputs "
-                   "stay in L2 where they fit (default: sets rotated over 2x L2)")
-    p.add_argument("--no-cutlass", action="store_true",
-                   help="skip the CUTLASS Python interface (its kernels compile for minutes)")
-    p.add_argument("--framework", choices=("torch", "cupy"),
-                   help="make tensors and time with this framework (default: torch if it "
-                   "sees a GPU, else cupy)")
-    p.add_argument("--list", action="store_true",
-                   help="list the cases (and why some are skipped) without running")
+    p.add_argument(
+        "--hot",
+        action="store_true",
+        help="the hot variant: one operand set reused by every call, so inputs "
+        "stay in L2 where they fit (default: sets rotated over 2x L2)",
+    )
+    p.add_argument(
+        "--no-cutlass",
+        action="store_true",
+        help="skip the CUTLASS Python interface (its kernels compile for minutes)",
+    )
+    p.add_argument(
+        "--framework",
+        choices=("torch", "cupy"),
+        help="make tensors and time with this framework (default: torch if it "
+        "sees a GPU, else cupy)",
+    )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="list the cases (and why some are skipped) without running",
+    )
 
 
 def selection(args):
@@ -73,7 +98,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="The benchmark suite (benchmarks/README.md, groups A-J): pycutlass_rt "
-        "next to cuBLAS and the CUTLASS Python interface.")
+        "next to cuBLAS and the CUTLASS Python interface.",
+    )
     add_arguments(p)
     return p
 
@@ -86,6 +112,7 @@ def main(argv=None) -> int:
 def run(args) -> int:
     """Runs the benchmark for parsed ``args``; the exit status."""
     import pycutlass_rt as pcr
+
     groups, dtypes = selection(args)
     try:
         info = pcr.info()
@@ -95,10 +122,14 @@ def run(args) -> int:
     case_list = shapes.cases(groups, dtypes, available)
     if args.list:
         for c in case_list:
-            print(f"{c.group} {shapes.GROUPS[c.group].title:8s} {c.dtype:5s} {c.label}"
-                  + (f"   [skipped: {c.skip}]" if c.skip else ""))
-        print(f"{len(case_list)} cases, {sum(c.skip is None for c in case_list)} to run; "
-              f"dtypes in this build: {', '.join(available) or 'none'}")
+            print(
+                f"{c.group} {shapes.GROUPS[c.group].title:8s} {c.dtype:5s} {c.label}"
+                + (f"   [skipped: {c.skip}]" if c.skip else "")
+            )
+        print(
+            f"{len(case_list)} cases, {sum(c.skip is None for c in case_list)} to run; "
+            f"dtypes in this build: {', '.join(available) or 'none'}"
+        )
         return 0
     if not case_list:
         return _fail("no case matches the groups and dtypes given")
@@ -109,14 +140,23 @@ def run(args) -> int:
 
     from . import suite
     from .timing import Settings
+
     fw, why = _backends.load(args.framework)
     if fw is None:
         return _fail(f"needs torch or cupy with CUDA to make tensors and time them ({why})")
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job schedulers: keep the results
     settings = Settings.make(args.quick, args.hot)
     try:
-        result, path = suite.run(pcr, info, fw, case_list, settings=settings, out_dir=args.out,
-                                 use_cutlass=not args.no_cutlass, command=" ".join(sys.argv))
+        result, path = suite.run(
+            pcr,
+            info,
+            fw,
+            case_list,
+            settings=settings,
+            out_dir=args.out,
+            use_cutlass=not args.no_cutlass,
+            command=" ".join(sys.argv),
+        )
     except KeyboardInterrupt:
         print("bench: interrupted; partial results were written", file=sys.stderr)
         return 130

@@ -3,6 +3,7 @@
 The framework that makes the benchmark's tensors and times them (torch, else cupy) is an
 adapter of ``pycutlass_rt._backends``, which ``tune()`` uses too.
 """
+
 from __future__ import annotations
 
 import subprocess

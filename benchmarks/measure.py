@@ -3,6 +3,7 @@
 A case never stops the run: whatever fails (a peer, a kernel, our own call) is written
 into its record and the next case starts.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -31,24 +32,37 @@ def set_bytes(case) -> int:
     """Bytes of one operand set (a, b, c when beta != 0, d), padding included."""
     spec, p = DTYPES[case.dtype], case.pad
     if case.experts:  # x (T x K), w (E x K x N), out (T x N)
-        return (case.m * case.k + case.experts * case.k * case.n) * spec.bytes_a + \
-            case.m * case.n * spec.bytes_d
-    ab = (case.m * (case.k + p) if case.layout[0] == "t" else case.k * (case.m + p)) + \
-         (case.k * (case.n + p) if case.layout[1] == "t" else case.n * (case.k + p))
+        return (
+            case.m * case.k + case.experts * case.k * case.n
+        ) * spec.bytes_a + case.m * case.n * spec.bytes_d
+    ab = (case.m * (case.k + p) if case.layout[0] == "t" else case.k * (case.m + p)) + (
+        case.k * (case.n + p) if case.layout[1] == "t" else case.n * (case.k + p)
+    )
     cd = case.m * (case.n + p) * (2 if case.beta else 1)
     return (ab * spec.bytes_a + cd * spec.bytes_d) * case.batch
 
 
 def estimated_us(case) -> float:
     spec = DTYPES[case.dtype]
-    return case.batch * timing.estimated_us(case.m, case.n, case.k, spec.bytes_a, spec.bytes_d,
-                                            case.beta)
+    return case.batch * timing.estimated_us(
+        case.m, case.n, case.k, spec.bytes_a, spec.bytes_d, case.beta
+    )
 
 
 def base_record(case) -> dict:
-    rec = {"group": case.group, "dtype": case.dtype, "label": case.label, "m": case.m,
-           "n": case.n, "k": case.k, "layout": case.layout, "pad": case.pad,
-           "beta": case.beta, "epilogue": case.epilogue, "flops": case.flops}
+    rec = {
+        "group": case.group,
+        "dtype": case.dtype,
+        "label": case.label,
+        "m": case.m,
+        "n": case.n,
+        "k": case.k,
+        "layout": case.layout,
+        "pad": case.pad,
+        "beta": case.beta,
+        "epilogue": case.epilogue,
+        "flops": case.flops,
+    }
     if case.skip:
         rec.update(status="skipped", reason=case.skip)
     return rec
@@ -91,8 +105,9 @@ class Bench:
                 raise MemoryError(f"one operand set needs {per_set / 2**30:.1f} GiB")
             count = min(count, max(room, 1))
         fw, spec, lay, pad = self.fw, DTYPES[case.dtype], case.layout, case.pad
-        self.bias = (fw.operand(1, case.n, "t", spec.torch_d)[0]
-                     if bias_activation(case.epilogue) else None)
+        self.bias = (
+            fw.operand(1, case.n, "t", spec.torch_d)[0] if bias_activation(case.epilogue) else None
+        )
         sets = []
         if case.experts:
             return [self._moe_set(case) for _ in range(count)]
@@ -101,11 +116,16 @@ class Bench:
 
             def batched(rows, cols, dt, fill=True):
                 return fw.operand(L * rows, cols, "t", dt, fill=fill).reshape(L, rows, cols)
+
             for _ in range(count):
-                sets.append((batched(case.m, case.k, spec.torch_a),
-                             batched(case.k, case.n, spec.torch_a),
-                             batched(case.m, case.n, spec.torch_d) if case.beta else None,
-                             batched(case.m, case.n, spec.torch_d, fill=False)))
+                sets.append(
+                    (
+                        batched(case.m, case.k, spec.torch_a),
+                        batched(case.k, case.n, spec.torch_a),
+                        batched(case.m, case.n, spec.torch_d) if case.beta else None,
+                        batched(case.m, case.n, spec.torch_d, fill=False),
+                    )
+                )
             return sets
         for _ in range(count):
             a = fw.operand(case.m, case.k, lay[0], spec.torch_a, pad)
@@ -119,8 +139,11 @@ class Bench:
         """(x, w, end offsets, out): w (E, K, N) viewed from (E, N, K) Linear weights."""
         fw, spec = self.fw, DTYPES[case.dtype]
         x = fw.operand(case.m, case.k, "t", spec.torch_a)
-        w = fw.operand(case.experts * case.n, case.k, "t", spec.torch_a).reshape(
-            case.experts, case.n, case.k).swapaxes(1, 2)
+        w = (
+            fw.operand(case.experts * case.n, case.k, "t", spec.torch_a)
+            .reshape(case.experts, case.n, case.k)
+            .swapaxes(1, 2)
+        )
         ends = list(itertools.accumulate(expert_rows(case.m, case.experts)))
         out = fw.operand(case.m, case.n, "t", spec.torch_d, fill=False)
         return x, w, fw.int_vector(ends), out
@@ -135,17 +158,22 @@ class Bench:
             err, start = 0.0, 0
             for e, rows in enumerate(expert_rows(case.m, case.experts)):
                 if rows:
-                    ref = self.fw.reference(a[start:start + rows], b[e])
-                    err = max(err, self.fw.rel_err(d[start:start + rows], ref))
+                    ref = self.fw.reference(a[start : start + rows], b[e])
+                    err = max(err, self.fw.rel_err(d[start : start + rows], ref))
                 start += rows
         else:
-            ref = self.fw.reference(a, b, c, 1.0, case.beta, self.bias,
-                                    bias_activation(case.epilogue))
+            ref = self.fw.reference(
+                a, b, c, 1.0, case.beta, self.bias, bias_activation(case.epilogue)
+            )
             err = self.fw.rel_err(d, ref)
         tol = tolerance(case.dtype)
         finite = self.fw.is_finite(d)
-        return {"rel_err": err, "tol": tol, "finite": finite,
-                "ok": bool(finite and math.isfinite(err) and err <= tol)}
+        return {
+            "rel_err": err,
+            "tol": tol,
+            "finite": finite,
+            "ok": bool(finite and math.isfinite(err) and err <= tol),
+        }
 
     def _ours(self, case, kernel=None):
         if case.experts:
@@ -155,8 +183,9 @@ class Bench:
         act = bias_activation(case.epilogue)
         if act:
             bias = self.bias
-            return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, bias=bias, activation=act,
-                                           kernel=kernel)
+            return lambda a, b, c, d: gemm(
+                a, b, c, d, 1.0, beta, bias=bias, activation=act, kernel=kernel
+            )
         kw = self._dtype_kwargs(case)
         if kernel is None and not kw:
             return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta)
@@ -190,9 +219,12 @@ class Bench:
             sets = self.operands(case)
             rec["operand_sets"] = len(sets)
             kind = GROUPS[case.group].kind
-            {"compare": self._compare, "host": self._host, "regret": self._regret,
-             "grouped": self._grouped}[kind](
-                case, sets, rec)
+            {
+                "compare": self._compare,
+                "host": self._host,
+                "regret": self._regret,
+                "grouped": self._grouped,
+            }[kind](case, sets, rec)
         except Exception as e:  # noqa: BLE001 - recorded; the run goes on
             rec.update(status="error", reason=_err(e))
         finally:
@@ -213,7 +245,8 @@ class Bench:
                 fn = peer.make(case, self.fw, self.bias)
                 if hasattr(peer, "first_call"):
                     rec.setdefault("first_call_s", {})[peer.name] = peer.first_call(
-                        case, fn, sets[0], self.fw)
+                        case, fn, sets[0], self.fw
+                    )
                 if peer.name == "cublas":
                     rec["check"]["peer_rel_err"] = self.check(case, fn, sets[0])["rel_err"]
             except Unsupported as e:
@@ -222,15 +255,23 @@ class Bench:
             except Exception as e:  # noqa: BLE001 - a peer's failure is only recorded
                 rec.setdefault("peer_errors", {})[peer.name] = _err(e)
                 continue
-            out.append(Contestant(peer.name, self._on_sets(fn, sets), graphable=peer.graphable,
-                                  always_graph=peer.always_graph, drain=peer.drain))
+            out.append(
+                Contestant(
+                    peer.name,
+                    self._on_sets(fn, sets),
+                    graphable=peer.graphable,
+                    always_graph=peer.always_graph,
+                    drain=peer.drain,
+                )
+            )
         return out
 
     def _compare(self, case, sets, rec):
         a, b, c, d = sets[0]
         act = bias_activation(case.epilogue)
-        rec["kernel"] = self.pcr.explain(a, b, c, d, 1.0, case.beta, bias=self.bias,
-                                         activation=act, **self._dtype_kwargs(case)).kernel
+        rec["kernel"] = self.pcr.explain(
+            a, b, c, d, 1.0, case.beta, bias=self.bias, activation=act, **self._dtype_kwargs(case)
+        ).kernel
         self._compare_timed(case, sets, rec, self._ours(case))
 
     def _compare_timed(self, case, sets, rec, ours_fn):
@@ -257,7 +298,8 @@ class Bench:
                 rec["ratio"][name] = s.median_us / ours.median_us
             else:
                 rec.setdefault("ratio_skipped", {})[name] = (
-                    f"not comparable: ours timed by {ours.method}, {name} by {s.method}")
+                    f"not comparable: ours timed by {ours.method}, {name} by {s.method}"
+                )
         if graph:  # small problems: the host cost per call is what users feel
             host = timing.host_times(self.fw, alive, len(sets), self.settings)
             self._note_errors(contestants, rec)
@@ -273,7 +315,8 @@ class Bench:
         for c in contestants:
             if c.errors:
                 rec.setdefault("peer_errors", {})[c.name] = "; ".join(
-                    f"{k}: {v}" for k, v in c.errors.items())
+                    f"{k}: {v}" for k, v in c.errors.items()
+                )
 
     def _host(self, case, sets, rec):
         """Group G: per-call host time of each way to issue the same GEMM."""
@@ -294,8 +337,10 @@ class Bench:
         if hasattr(pcr, "Gemm"):
             plan = pcr.Gemm(a, b, c, d)
             rec["plan_kernel"] = getattr(plan, "kernel", None)
-            variants += [Contestant("plan.run()", lambda i: plan.run()),
-                         Contestant("plan(a, b, c, d)", self._on_sets(plan, sets))]
+            variants += [
+                Contestant("plan.run()", lambda i: plan.run()),
+                Contestant("plan(a, b, c, d)", self._on_sets(plan, sets)),
+            ]
             graphs.append(("graph replay: plan.run()", lambda: plan.run()))
         else:
             rec["plan"] = "not available"
@@ -312,17 +357,26 @@ class Bench:
         self._note_errors(variants, rec)
         rec["host_us"] = {name: s.as_dict() for name, s in host.items()}
         eager_names = {c.name for c in eager}
-        dev = timing.device_times(fw, [v for v in variants if v.name in eager_names],
-                                  len(sets), self.settings,
-                                  timing.use_graph(estimated_us(case)))
+        dev = timing.device_times(
+            fw,
+            [v for v in variants if v.name in eager_names],
+            len(sets),
+            self.settings,
+            timing.use_graph(estimated_us(case)),
+        )
         rec["device_us"] = {name: s.as_dict() for name, s in dev.items()}
         med = {name: s.median_us for name, s in host.items()}
-        pairs = {"cublas": ("pcr.gemm", blas_name),
-                 "cublas|plan.run()": ("plan.run()", blas_name),
-                 "cublas|graph": ("graph replay: pcr.gemm", "graph replay: cublas"),
-                 "cutlass": ("pcr.gemm", "cutlass plan.run")}
-        rec["ratio"] = {key: med[peer] / med[ours] for key, (ours, peer) in pairs.items()
-                        if ours in med and peer in med}
+        pairs = {
+            "cublas": ("pcr.gemm", blas_name),
+            "cublas|plan.run()": ("plan.run()", blas_name),
+            "cublas|graph": ("graph replay: pcr.gemm", "graph replay: cublas"),
+            "cutlass": ("pcr.gemm", "cutlass plan.run"),
+        }
+        rec["ratio"] = {
+            key: med[peer] / med[ours]
+            for key, (ours, peer) in pairs.items()
+            if ours in med and peer in med
+        }
 
     def _regret(self, case, sets, rec):
         """Group H: every kernel that accepts the problem, forced, against the chosen one."""

@@ -16,6 +16,7 @@ loaded says so in ``error`` and is reported, never fatal.
 - the CUTLASS Python interface (``cutlass_cppgen`` of the ``nvidia-cutlass`` wheel), whose
   compile time (first-call latency) is reported per kernel it builds.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,9 @@ def expert_loop(mm, case):
         start = 0
         for e, r in enumerate(rows):
             if r:
-                mm(x[start:start + r], w[e], out=out[start:start + r])
+                mm(x[start : start + r], w[e], out=out[start : start + r])
             start += r
+
     return loop
 
 
@@ -85,12 +87,16 @@ class TorchBlas(_Framework):
         if act:
             if case.dtype not in ("bf16", "fp16") or beta:
                 raise Unsupported(f"{case.epilogue} with {case.dtype}, beta={beta}")
-            act_ = {"relu": t.relu_, "gelu": lambda x: t._C._nn.gelu(x, out=x),
-                    "silu": lambda x: t.nn.functional.silu(x, inplace=True)}[act]
+            act_ = {
+                "relu": t.relu_,
+                "gelu": lambda x: t._C._nn.gelu(x, out=x),
+                "silu": lambda x: t.nn.functional.silu(x, inplace=True),
+            }[act]
 
             def unfused(a, b, c, d):
                 t.addmm(bias, a, b, out=d)
                 act_(d)
+
             return unfused
         if case.dtype in ("bf16", "fp16"):
             if beta:
@@ -108,6 +114,7 @@ class TorchBlas(_Framework):
                     t.mm(a, b, out=d)
                 finally:
                     t.backends.cuda.matmul.allow_tf32 = old
+
             return mm32
         if case.dtype == "fp8":
             sa, sb = dequant_scales(case, fw)
@@ -130,9 +137,11 @@ class CupyBlas(_Framework):
         if bias_activation(case.epilogue):
             raise Unsupported(f"epilogue {case.epilogue}: compared with torch only")
         if case.beta == 1.0:
+
             def fn(a, b, c, d):
                 cp.matmul(a, b, out=d)
                 cp.add(d, c, out=d)  # two kernels: cupy.matmul has no beta
+
             return fn
         if case.beta:
             raise Unsupported("beta other than 0 or 1")
@@ -181,6 +190,7 @@ def install_cuda_shim() -> str:
     except Exception:  # noqa: BLE001 - absent (ImportError) or a stub that refuses
         pass
     import cuda
+
     bindings = importlib.import_module("cuda.bindings")
     version = getattr(bindings, "__version__", None) or _dist_version("cuda-bindings") or "0"
     for old, new in (("cuda", "driver"), ("cudart", "runtime"), ("nvrtc", "nvrtc")):
@@ -207,6 +217,7 @@ def _alias_module(name: str, target) -> types.ModuleType:
         if not hasattr(target, attr) and attr in _RENAMED:
             return getattr(target, _RENAMED[attr])
         return getattr(target, attr)
+
     mod.__getattr__ = __getattr__  # PEP 562: the alias forwards everything to target
     return mod
 
@@ -214,6 +225,7 @@ def _alias_module(name: str, target) -> types.ModuleType:
 def _dist_version(dist: str):
     try:
         from importlib.metadata import version
+
         return version(dist)
     except Exception:  # noqa: BLE001 - not installed
         return None
@@ -314,16 +326,31 @@ class CutlassPython:
         plan = self._plans.get(key)
         if plan is None:
             lay = {"t": lib.LayoutType.RowMajor, "n": lib.LayoutType.ColumnMajor}
-            plan = lib.op.Gemm(element=elements[case.dtype], layout_A=lay[case.layout[0]],
-                               layout_B=lay[case.layout[1]], layout_C=lib.LayoutType.RowMajor,
-                               element_accumulator=lib.DataType.f32)
+            plan = lib.op.Gemm(
+                element=elements[case.dtype],
+                layout_A=lay[case.layout[0]],
+                layout_B=lay[case.layout[1]],
+                layout_C=lib.LayoutType.RowMajor,
+                element_accumulator=lib.DataType.f32,
+            )
             self._plans[key] = plan
         stream_type, pending, beta = self._stream_type, self._pending, case.beta
 
         def fn(a, b, c, d):
             # the current stream is read per call, so graph capture sees its own stream
-            pending.append(plan.run(a, b, c if beta else d, d, alpha=1.0, beta=beta,
-                                    sync=False, stream=stream_type(fw.stream_handle())))
+            pending.append(
+                plan.run(
+                    a,
+                    b,
+                    c if beta else d,
+                    d,
+                    alpha=1.0,
+                    beta=beta,
+                    sync=False,
+                    stream=stream_type(fw.stream_handle()),
+                )
+            )
+
         return fn
 
     def first_call(self, case, fn, operands, fw) -> float:
@@ -346,8 +373,13 @@ class CutlassPython:
         return elapsed
 
     def info(self) -> dict:
-        out = {"available": self.error is None, "via": self.via, "version": self.version,
-               "cuda_python": self.shim, "compile_s": dict(self.compile_s)}
+        out = {
+            "available": self.error is None,
+            "via": self.via,
+            "version": self.version,
+            "cuda_python": self.shim,
+            "compile_s": dict(self.compile_s),
+        }
         if self.error:
             out["reason"] = self.error
         if self.failed:

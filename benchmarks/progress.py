@@ -1,4 +1,5 @@
 """A tiny progress line on stderr: group, case i/n, elapsed time and ETA."""
+
 from __future__ import annotations
 
 import sys
@@ -35,8 +36,9 @@ class Progress:
         eta = (elapsed / self.done * (self.total - self.done)) if self.done else None
         frac = self.done / self.total if self.total else 1.0
         bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
-        return (f"[{bar}] {self.done}/{self.total} {what}  {format_seconds(elapsed)}"
-                + (f", ETA {format_seconds(eta)}" if eta is not None else ""))
+        return f"[{bar}] {self.done}/{self.total} {what}  {format_seconds(elapsed)}" + (
+            f", ETA {format_seconds(eta)}" if eta is not None else ""
+        )
 
     def show(self, what: str):
         """Shows ``what`` (the step now running) without counting it as done."""

@@ -4,6 +4,7 @@ Every ratio is a throughput ratio, ours over the peer's: > 1 means pycutlass_rt 
 (for group G: its call costs less host time; for group H: the chosen kernel's speed over
 the best kernel's, at most 1).
 """
+
 from __future__ import annotations
 
 import json
@@ -54,12 +55,18 @@ def summarize(records) -> list:
                 bucket[(gd, key)] = []
             bucket[(gd, key)].append((ratio, rec["label"]))
     rows = []
-    for (gd, key) in order:
+    for gd, key in order:
         vals = bucket[(gd, key)]
         worst = min(vals)
-        row = {"group": gd[0], "dtype": gd[1], "vs": key, "shapes": len(vals),
-               "geomean": geomean(v for v, _ in vals),
-               "worst": {"ratio": worst[0], "label": worst[1]}, **counts[gd]}
+        row = {
+            "group": gd[0],
+            "dtype": gd[1],
+            "vs": key,
+            "shapes": len(vals),
+            "geomean": geomean(v for v, _ in vals),
+            "worst": {"ratio": worst[0], "label": worst[1]},
+            **counts[gd],
+        }
         if key == REGRET_KEY:
             row["within_5pct"] = sum(v >= 1 / REGRET_SLACK for v, _ in vals) / len(vals)
         rows.append(row)
@@ -67,8 +74,17 @@ def summarize(records) -> list:
     seen = {(r["group"], r["dtype"]) for r in rows}
     for gd, c in counts.items():
         if gd not in seen:
-            rows.append({"group": gd[0], "dtype": gd[1], "vs": None, "shapes": 0,
-                         "geomean": None, "worst": None, **c})
+            rows.append(
+                {
+                    "group": gd[0],
+                    "dtype": gd[1],
+                    "vs": None,
+                    "shapes": 0,
+                    "geomean": None,
+                    "worst": None,
+                    **c,
+                }
+            )
     rank = {g: i for i, g in enumerate(GROUPS)}
     rows.sort(key=lambda r: (rank.get(r["group"], 99), r["group"]))
     return rows
@@ -102,17 +118,28 @@ def format_table(rows, records=()) -> str:
         if "within_5pct" in r:
             notes.insert(0, f"{r['within_5pct']:.0%} within 5% of best")
         worst = r.get("worst") or {}
-        lines.append([f"{r['group']} {g.title if g else ''}".strip(), r["dtype"], r["vs"] or "-",
-                      str(r["shapes"]), _fmt_ratio(r["geomean"]), _fmt_ratio(worst.get("ratio")),
-                      worst.get("label", "-"), ", ".join(notes)])
+        lines.append(
+            [
+                f"{r['group']} {g.title if g else ''}".strip(),
+                r["dtype"],
+                r["vs"] or "-",
+                str(r["shapes"]),
+                _fmt_ratio(r["geomean"]),
+                _fmt_ratio(worst.get("ratio")),
+                worst.get("label", "-"),
+                ", ".join(notes),
+            ]
+        )
     widths = [max(len(x) for x in col) for col in zip(head, *lines)] if lines else map(len, head)
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
     out += ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in lines]
     reasons = skip_reasons(records)
     for reason, where in reasons.items():
         out.append(f"skipped ({', '.join(f'{g} {d}' for g, d in where)}): {reason}")
-    out.append("ratios: throughput ours / peer (> 1: pycutlass_rt faster); G: host time per "
-               "call; H: chosen kernel vs the best kernel of the build")
+    out.append(
+        "ratios: throughput ours / peer (> 1: pycutlass_rt faster); G: host time per "
+        "call; H: chosen kernel vs the best kernel of the build"
+    )
     return "\n".join(out)
 
 
@@ -146,6 +173,7 @@ def plot_groups(result: dict, out_dir: str) -> dict:
     """One PNG per group measured: ``{group: path}``, or ``{"error": why}`` without matplotlib."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except Exception as e:  # noqa: BLE001 - absent (ImportError) or broken
@@ -177,8 +205,12 @@ def _bars(ax, labels, series: dict, ylabel: str):
     width = 0.8 / max(len(series), 1)
     xs = range(len(labels))
     for j, (name, vals) in enumerate(series.items()):
-        ax.bar([x + (j - (len(series) - 1) / 2) * width for x in xs],
-               [v if v is not None else 0 for v in vals], width, label=name)
+        ax.bar(
+            [x + (j - (len(series) - 1) / 2) * width for x in xs],
+            [v if v is not None else 0 for v in vals],
+            width,
+            label=name,
+        )
     ax.set_xticks(list(xs), labels, rotation=90, fontsize=7)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7, loc="best")
@@ -213,8 +245,12 @@ def _plot(plt, group, recs, gpu):
     _bars(top, labels, {n: [r["tflops"].get(n) for r in recs] for n in names}, "TFLOP/s")
     top.set_title(f"Group {group.key} ({group.title}) on {gpu}")
     peers = list(dict.fromkeys(p for r in recs for p in (r.get("ratio") or {})))
-    _bars(bottom, labels, {f"vs {p}": [(r.get("ratio") or {}).get(p) for r in recs]
-                           for p in peers}, "throughput ratio (ours / peer)")
+    _bars(
+        bottom,
+        labels,
+        {f"vs {p}": [(r.get("ratio") or {}).get(p) for r in recs] for p in peers},
+        "throughput ratio (ours / peer)",
+    )
     bottom.axhline(1.0, color="gray", linewidth=0.8)
     fig.tight_layout()
     return fig

@@ -6,6 +6,7 @@
 Runs from a checkout, with pycutlass_rt installed or a built library in build/ (or
 ``PYCUTLASS_RT_LIBRARY``).
 """
+
 import os
 import sys
 

@@ -4,6 +4,7 @@ This module is the one place the shape lists live; ``heuristics/sweep.py`` impor
 grids from here. Layouts name A then B, ``t`` = row-major and ``n`` = column-major (the
 library's kernel-name convention); D is row-major.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,7 @@ from dataclasses import dataclass
 from pycutlass_rt._kernels import DTYPE_BYTES
 
 #: (N, K) pairs of groups B and C: the projections of 8B- and 70B-class transformer layers.
-NK_PAIRS = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192),
-            (8192, 28672)]
+NK_PAIRS = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192), (8192, 28672)]
 DECODE_M = (1, 8, 16, 32, 64, 128, 256)
 PREFILL_M = (512, 2048, 8192)
 SQUARE_SIZES = (1024, 2048, 4096, 8192)
@@ -22,16 +22,26 @@ SQUARE = [(s, s, s) for s in SQUARE_SIZES]
 DECODE = [(m, n, k) for m in DECODE_M for n, k in NK_PAIRS]
 PREFILL = [(m, n, k) for m in PREFILL_M for n, k in NK_PAIRS]
 #: 127x1000x4097 (no 16-byte alignment anywhere), 8191^3, N = 1, K in {16, 64}, long K
-AWKWARD = [(127, 1000, 4097), (8191, 8191, 8191), (4096, 1, 4096), (4096, 4096, 16),
-           (4096, 4096, 64), (256, 256, 65536)]
+AWKWARD = [
+    (127, 1000, 4097),
+    (8191, 8191, 8191),
+    (4096, 1, 4096),
+    (4096, 4096, 16),
+    (4096, 4096, 64),
+    (256, 256, 65536),
+]
 EPILOGUE_SHAPES = [(4096, 4096, 4096)] + [(2048, n, k) for n, k in NK_PAIRS]
 HOST_SHAPES = [(64, 64, 64), (256, 4096, 4096)]
 #: batched (issue 5): L x the A and C shapes, against torch.bmm
 BATCHES = (8, 64)
 BATCHED_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (512, 4096, 4096), (512, 14336, 4096)]
 #: grouped, MoE-style: (experts, tokens routed, N, K) with skewed routing (expert_rows)
-GROUPED_SHAPES = [(16, 8192, 4096, 4096), (16, 8192, 14336, 4096), (64, 8192, 2048, 2048),
-                  (64, 8192, 1536, 4096)]
+GROUPED_SHAPES = [
+    (16, 8192, 4096, 4096),
+    (16, 8192, 14336, 4096),
+    (64, 8192, 2048, 2048),
+    (64, 8192, 1536, 4096),
+]
 LAYOUTS = ("nn", "nt", "tn", "tt")
 #: extra elements on every leading dimension in group E's padded case (keeps 16 B alignment)
 PAD = 64
@@ -78,18 +88,35 @@ class DType:
         return self.label if self.torch_a == self.torch_d else f"{self.label}->{self.lib_d}"
 
 
-DTYPES = {d.label: d for d in (
-    DType("bf16", ("bfloat16",), "bfloat16", "bfloat16", "bfloat16"),
-    DType("fp16", ("float16",), "float16", "float16", "float16"),
-    DType("tf32", ("tfloat32",), "float32", "float32", "float32", math="tf32", layout="tn"),
-    DType("fp32", ("float32",), "float32", "float32", "float32", layout="tn"),
-    DType("fp8", ("float8_e4m3fn",), "bfloat16", "float8_e4m3fn", "bfloat16", layout="tn",
-          scales=(2.0, 0.5)),
-    DType("int8", ("int8",), "int32", "int8", "int32", layout="tn"),
-)}
+DTYPES = {
+    d.label: d
+    for d in (
+        DType("bf16", ("bfloat16",), "bfloat16", "bfloat16", "bfloat16"),
+        DType("fp16", ("float16",), "float16", "float16", "float16"),
+        DType("tf32", ("tfloat32",), "float32", "float32", "float32", math="tf32", layout="tn"),
+        DType("fp32", ("float32",), "float32", "float32", "float32", layout="tn"),
+        DType(
+            "fp8",
+            ("float8_e4m3fn",),
+            "bfloat16",
+            "float8_e4m3fn",
+            "bfloat16",
+            layout="tn",
+            scales=(2.0, 0.5),
+        ),
+        DType("int8", ("int8",), "int32", "int8", "int32", layout="tn"),
+    )
+}
 #: other spellings accepted on the command line
-DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "tfloat32": "tf32",
-                 "float8": "fp8", "float8_e4m3fn": "fp8", "e4m3": "fp8"}
+DTYPE_ALIASES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "tfloat32": "tf32",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "e4m3": "fp8",
+}
 
 
 @dataclass(frozen=True)
@@ -105,7 +132,7 @@ class Case:
     pad: int = 0
     beta: float = 0.0
     epilogue: str = "linear"
-    batch: int = 1    # L of a batched case
+    batch: int = 1  # L of a batched case
     experts: int = 0  # groups of a grouped (MoE) case: m rows routed over this many
     skip: str | None = None
 
@@ -147,37 +174,78 @@ def _shapes(mnks, **extra) -> list:
     return [dict(m=m, n=n, k=k, **extra) for m, n, k in mnks]
 
 
-GROUPS = {g.key: g for g in (
-    Group("A", "square", "compare", ("bf16", "fp16", "tf32", "fp32", "fp8", "int8"),
-          tuple(_shapes(SQUARE, layout="tt"))),
-    Group("B", "decode", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(DECODE))),
-    Group("C", "prefill", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(PREFILL))),
-    Group("D", "awkward", "compare", ("bf16", "fp16"), tuple(_shapes(AWKWARD))),
-    Group("E", "layouts", "compare", ("bf16", "fp16"),
-          tuple([s for lay in LAYOUTS for s in _shapes(SQUARE[2:3], layout=lay)] +
-                _shapes(SQUARE[2:3], pad=PAD))),
-    Group("F", "epilogue", "compare", ("bf16",),
-          tuple(_shapes(EPILOGUE_SHAPES, beta=0.0) + _shapes(EPILOGUE_SHAPES, beta=1.0) +
-                [s for act in ACTIVATIONS for s in _shapes(EPILOGUE_SHAPES,
-                                                           epilogue=f"bias_{act}")])),
-    Group("G", "host", "host", ("bf16",), tuple(_shapes(HOST_SHAPES))),
-    Group("H", "regret", "regret", ("bf16", "fp16", "fp8"),
-          tuple(_shapes(DECODE + PREFILL + AWKWARD))),
-    Group("I", "batched", "compare", ("bf16",),
-          tuple(s for L in BATCHES for s in _shapes(BATCHED_SHAPES, layout="tt", batch=L))),
-    Group("J", "grouped", "grouped", ("bf16",),
-          tuple(dict(m=t, n=n, k=k, experts=e) for e, t, n, k in GROUPED_SHAPES)),
-)}
+GROUPS = {
+    g.key: g
+    for g in (
+        Group(
+            "A",
+            "square",
+            "compare",
+            ("bf16", "fp16", "tf32", "fp32", "fp8", "int8"),
+            tuple(_shapes(SQUARE, layout="tt")),
+        ),
+        Group("B", "decode", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(DECODE))),
+        Group("C", "prefill", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(PREFILL))),
+        Group("D", "awkward", "compare", ("bf16", "fp16"), tuple(_shapes(AWKWARD))),
+        Group(
+            "E",
+            "layouts",
+            "compare",
+            ("bf16", "fp16"),
+            tuple(
+                [s for lay in LAYOUTS for s in _shapes(SQUARE[2:3], layout=lay)]
+                + _shapes(SQUARE[2:3], pad=PAD)
+            ),
+        ),
+        Group(
+            "F",
+            "epilogue",
+            "compare",
+            ("bf16",),
+            tuple(
+                _shapes(EPILOGUE_SHAPES, beta=0.0)
+                + _shapes(EPILOGUE_SHAPES, beta=1.0)
+                + [
+                    s
+                    for act in ACTIVATIONS
+                    for s in _shapes(EPILOGUE_SHAPES, epilogue=f"bias_{act}")
+                ]
+            ),
+        ),
+        Group("G", "host", "host", ("bf16",), tuple(_shapes(HOST_SHAPES))),
+        Group(
+            "H",
+            "regret",
+            "regret",
+            ("bf16", "fp16", "fp8"),
+            tuple(_shapes(DECODE + PREFILL + AWKWARD)),
+        ),
+        Group(
+            "I",
+            "batched",
+            "compare",
+            ("bf16",),
+            tuple(s for L in BATCHES for s in _shapes(BATCHED_SHAPES, layout="tt", batch=L)),
+        ),
+        Group(
+            "J",
+            "grouped",
+            "grouped",
+            ("bf16",),
+            tuple(dict(m=t, n=n, k=k, experts=e) for e, t, n, k in GROUPED_SHAPES),
+        ),
+    )
+}
 
 
 def expert_rows(tokens: int, experts: int) -> list:
     """Rows per expert for a skewed routing: Zipf-like shares (a few hot experts, a long
     tail, the coldest quarter empty), deterministic, summing to ``tokens``."""
-    weights = [0.0 if i >= experts - experts // 4 else 1.0 / (i + 1) ** 1.2
-               for i in range(experts)]
+    weights = [0.0 if i >= experts - experts // 4 else 1.0 / (i + 1) ** 1.2 for i in range(experts)]
     rows = [int(tokens * w / sum(weights)) for w in weights]
     rows[0] += tokens - sum(rows)
     return rows
+
 
 #: epilogues the library runs today; the others are listed and reported as unsupported
 SUPPORTED_EPILOGUES = ("linear",) + tuple(f"bias_{act}" for act in ACTIVATIONS)
@@ -185,7 +253,7 @@ SUPPORTED_EPILOGUES = ("linear",) + tuple(f"bias_{act}" for act in ACTIVATIONS)
 
 def bias_activation(epilogue: str) -> str | None:
     """The activation of a ``bias_<act>`` epilogue (None for ``linear``)."""
-    return epilogue[len("bias_"):] if epilogue.startswith("bias_") else None
+    return epilogue[len("bias_") :] if epilogue.startswith("bias_") else None
 
 
 def parse_dtype(name: str) -> str:
@@ -220,12 +288,16 @@ def cases(groups=None, dtypes=None, available=()) -> list:
             if dtypes and dtype not in dtypes:
                 continue
             for shape in group.shapes:
-                case = Case(group=key, dtype=dtype, **dict(
-                    shape, **({"layout": DTYPES[dtype].layout} if DTYPES[dtype].layout else {})))
+                case = Case(
+                    group=key,
+                    dtype=dtype,
+                    **dict(
+                        shape, **({"layout": DTYPES[dtype].layout} if DTYPES[dtype].layout else {})
+                    ),
+                )
                 skip = None
                 if dtype not in available:
-                    skip = (f"not in this build (its kernels: "
-                            f"{', '.join(available) or 'none'})")
+                    skip = f"not in this build (its kernels: {', '.join(available) or 'none'})"
                 elif case.epilogue not in SUPPORTED_EPILOGUES:
                     skip = f"unsupported: epilogue {case.epilogue}"
                 out.append(dataclasses.replace(case, skip=skip))

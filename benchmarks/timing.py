@@ -6,6 +6,7 @@ events around many back-to-back calls, or by replaying a CUDA graph of those cal
 problems so small that per-call launch overhead would otherwise be measured. Host time
 is the wall time per call of a loop that never synchronizes.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,10 +41,9 @@ class Settings:
     hot: bool = False  # one operand set for every call: inputs stay in L2 where they fit
 
     @classmethod
-    def make(cls, quick: bool = False, hot: bool = False) -> "Settings":
+    def make(cls, quick: bool = False, hot: bool = False) -> Settings:
         if quick:
-            return cls(repeats=5, target_ms=1.0, host_calls=100, host_repeats=3, warmup=1,
-                       hot=hot)
+            return cls(repeats=5, target_ms=1.0, host_calls=100, host_repeats=3, warmup=1, hot=hot)
         return cls(hot=hot)
 
 
@@ -59,10 +59,15 @@ class Stats:
     calls: int = 0
 
     @classmethod
-    def of(cls, samples_us, **kw) -> "Stats":
+    def of(cls, samples_us, **kw) -> Stats:
         v = np.asarray(samples_us, dtype=float)
-        return cls(float(np.median(v)), float(np.percentile(v, 10)),
-                   float(np.percentile(v, 90)), int(v.size), **kw)
+        return cls(
+            float(np.median(v)),
+            float(np.percentile(v, 10)),
+            float(np.percentile(v, 90)),
+            int(v.size),
+            **kw,
+        )
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -213,9 +218,14 @@ def device_times(fw, contestants, nsets, settings: Settings, graph: bool) -> dic
                 c.errors["run"] = f"{type(e).__name__}: {e}"
                 alive.remove(c)
                 _safe_drain(fw, c)
-    return {c.name: Stats.of(samples[c.name], calls=calls,
-                             method="graph" if runners[c.name] is not None else "events")
-            for c in alive}
+    return {
+        c.name: Stats.of(
+            samples[c.name],
+            calls=calls,
+            method="graph" if runners[c.name] is not None else "events",
+        )
+        for c in alive
+    }
 
 
 def host_times(fw, contestants, nsets, settings: Settings) -> dict:
@@ -240,8 +250,9 @@ def host_times(fw, contestants, nsets, settings: Settings) -> dict:
                 c.errors["host"] = f"{type(e).__name__}: {e}"
                 alive.remove(c)
                 _safe_drain(fw, c)
-    return {c.name: Stats.of(samples[c.name], method="host", calls=settings.host_calls)
-            for c in alive}
+    return {
+        c.name: Stats.of(samples[c.name], method="host", calls=settings.host_calls) for c in alive
+    }
 
 
 def _safe_drain(fw, c):

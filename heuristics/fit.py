@@ -23,6 +23,7 @@ they serve the problems nothing else accepts.
 ("held out": how it does on shapes no sweep measured), for the analytic model alone, and
 for the choice in effect when the sweep ran (its rank 0).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,15 +49,17 @@ from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
 TABLE_FORMAT = 2  # what _select.TABLE_FORMATS reads (2: with calibrations)
-WITHIN = 1.05     # "close to the best" in --check
+WITHIN = 1.05  # "close to the best" in --check
 
 # the words of kernel names past the tile: KernelInfo holds them as they are
 _SCHEDULES = {s.token for s in Schedule}
 _SPLITS = {s.token for s in Split} - {Split.SPLIT_NONE.token}
 _EPILOGUES = {e.token for e in Epilogue} - {Epilogue.EPI_LINEAR.token}
-_NAME = re.compile(r"^sm(?P<family>\d+)_(?P<a>[a-z0-9]+)_(?P<b>[a-z0-9]+)_(?P<acc>[a-z0-9]+)_"
-                   r"(?P<d>[a-z0-9]+)_(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?P<rest>.+)_"
-                   r"a(?P<align>\d+)$")
+_NAME = re.compile(
+    r"^sm(?P<family>\d+)_(?P<a>[a-z0-9]+)_(?P<b>[a-z0-9]+)_(?P<acc>[a-z0-9]+)_"
+    r"(?P<d>[a-z0-9]+)_(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?P<rest>.+)_"
+    r"a(?P<align>\d+)$"
+)
 
 
 config_of = _select.config_of  # a kernel name without dtypes and layouts
@@ -80,13 +83,29 @@ def kernel_info(name: str, index: int = 0) -> KernelInfo:
         cluster, warps = (1, 1, 1), (x, y, 1)
         schedule = (Schedule.SCHED_PIPELINED if stages == 2 else Schedule.SCHED_MULTISTAGE).token
     align = int(m["align"])
-    return KernelInfo(index, name, int(m["family"]), DTYPE_TOKENS[m["a"]], DTYPE_TOKENS[m["b"]],
-                      DTYPE_TOKENS[m["acc"]], DTYPE_TOKENS[m["d"]], m["layout"],
-                      tuple(int(v) for v in m["tile"].split("x")), cluster, warps, stages,
-                      schedule, epilogue, split, (align, align, align), "swapab" in rest)
+    return KernelInfo(
+        index,
+        name,
+        int(m["family"]),
+        DTYPE_TOKENS[m["a"]],
+        DTYPE_TOKENS[m["b"]],
+        DTYPE_TOKENS[m["acc"]],
+        DTYPE_TOKENS[m["d"]],
+        m["layout"],
+        tuple(int(v) for v in m["tile"].split("x")),
+        cluster,
+        warps,
+        stages,
+        schedule,
+        epilogue,
+        split,
+        (align, align, align),
+        "swapab" in rest,
+    )
 
 
 # ---- reading sweeps -----------------------------------------------------------------------
+
 
 @dataclass
 class Sample:
@@ -139,8 +158,11 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
             if missing:
                 raise SystemExit(f"{path}: missing columns {missing}")
             for i, row in enumerate(reader):
-                family = int(_NAME.match(row["kernel"])["family"]) if _NAME.match(row["kernel"]) \
+                family = (
+                    int(_NAME.match(row["kernel"])["family"])
+                    if _NAME.match(row["kernel"])
                     else None
+                )
                 if family is None:
                     raise SystemExit(f"{path}: row {i + 2}: not a kernel name: {row['kernel']!r}")
                 cc = int(row.get("cc") or family)
@@ -148,13 +170,22 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
                     skipped += 1
                     continue
                 family = _select.families_for(cc)[0]  # the rules' family on this GPU
-                key = (label, row.get("gpu"), row.get("dtype"), row.get("dtype_d"),
-                       row.get("layout") or row["kernel"].split("_")[5], family,
-                       int(row["m"]), int(row["n"]), int(row["k"]))
+                key = (
+                    label,
+                    row.get("gpu"),
+                    row.get("dtype"),
+                    row.get("dtype_d"),
+                    row.get("layout") or row["kernel"].split("_")[5],
+                    family,
+                    int(row["m"]),
+                    int(row["n"]),
+                    int(row["k"]),
+                )
                 s = samples.get(key)
                 if s is None:
-                    s = samples[key] = Sample(family, key[6], key[7], key[8], label,
-                                              int(row.get("sm_count") or 132), cc)
+                    s = samples[key] = Sample(
+                        family, key[6], key[7], key[8], label, int(row.get("sm_count") or 132), cc
+                    )
                 s.times[row["kernel"]] = float(row["median_us"])
                 s.order.append((int(row.get("rank") or i), row["kernel"]))
                 rows += 1
@@ -165,6 +196,7 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
 
 
 # ---- fitting ------------------------------------------------------------------------------
+
 
 def model_us(s: Sample, name: str) -> float:
     """The analytic model's time for kernel ``name`` on sample ``s``."""
@@ -179,11 +211,15 @@ def calibrate(samples: list[Sample]) -> dict:
         for name, r in s.residuals.items():
             for key in keys:
                 logs[key][config_of(name)].append(r)
-    return {"residuals": {key: {c: round(sum(v) / len(v), 4) for c, v in sorted(per.items())}
-                          for key, per in sorted(logs.items())},
-            "samples": len(samples),
-            "shapes": len({s.shape for s in samples}),
-            "source": sorted({s.source for s in samples})}
+    return {
+        "residuals": {
+            key: {c: round(sum(v) / len(v), 4) for c, v in sorted(per.items())}
+            for key, per in sorted(logs.items())
+        },
+        "samples": len(samples),
+        "shapes": len({s.shape for s in samples}),
+        "source": sorted({s.source for s in samples}),
+    }
 
 
 def by_family(samples: list[Sample]) -> dict:
@@ -214,20 +250,23 @@ def fit(samples: list[Sample], sources: list[dict], base: dict | None = None) ->
     families = dict((base or {}).get("families", {}))
     families.update({fam: [r for r in families.get(fam, []) if is_hand_rule(r)] for fam in cal})
     calibrated = ", ".join(cal) or "none"
-    return {"format": TABLE_FORMAT,
-            "about": f"Families {calibrated} calibrated by heuristics/fit.py from the sweeps "
-                     "in 'sources' (each calibration names its own); rules as in the base "
-                     "table. Rules are read first-match (max_m/max_n/max_k bounds, kernel-name "
-                     "patterns best first); then calibrated model times (the model's estimate "
-                     "times exp(residual) at the finest level that measured the configuration: "
-                     "the shape, its M bucket, all samples); unnamed, unmeasured candidates "
-                     "follow in model order.",
-            "sources": sources,
-            "families": dict(sorted(families.items())),
-            "calibration": {**(base or {}).get("calibration", {}), **cal}}
+    return {
+        "format": TABLE_FORMAT,
+        "about": f"Families {calibrated} calibrated by heuristics/fit.py from the sweeps "
+        "in 'sources' (each calibration names its own); rules as in the base "
+        "table. Rules are read first-match (max_m/max_n/max_k bounds, kernel-name "
+        "patterns best first); then calibrated model times (the model's estimate "
+        "times exp(residual) at the finest level that measured the configuration: "
+        "the shape, its M bucket, all samples); unnamed, unmeasured candidates "
+        "follow in model order.",
+        "sources": sources,
+        "families": dict(sorted(families.items())),
+        "calibration": {**(base or {}).get("calibration", {}), **cal},
+    }
 
 
 # ---- checking -----------------------------------------------------------------------------
+
 
 def _model_choice(s: Sample, rules: dict) -> float:
     cands = [kernel_info(name, i) for i, name in enumerate(sorted(s.times))]
@@ -272,7 +311,8 @@ def check(table: dict, samples: list[Sample]) -> dict:
                 "samples": len(ss),
                 "geomean": round(math.exp(sum(math.log(r) for r, _ in ratios) / len(ratios)), 4),
                 "within_5pct": round(100.0 * close / len(ratios), 1),
-                "worst": [f"{s.m}x{s.n}x{s.k} {r:.3f}" for r, s in worst]}
+                "worst": [f"{s.m}x{s.n}x{s.k} {r:.3f}" for r, s in worst],
+            }
     return report
 
 
@@ -280,9 +320,11 @@ def format_report(report: dict) -> str:
     lines = []
     for fam, selectors in report.items():
         for name, r in selectors.items():
-            lines.append(f"{fam:6} {name:11} best/chosen geomean {r['geomean']:.3f}, "
-                         f"{r['within_5pct']:5.1f}% within 5% of {r['samples']} samples; "
-                         f"worst {', '.join(r['worst'])}")
+            lines.append(
+                f"{fam:6} {name:11} best/chosen geomean {r['geomean']:.3f}, "
+                f"{r['within_5pct']:5.1f}% within 5% of {r['samples']} samples; "
+                f"worst {', '.join(r['worst'])}"
+            )
     return "\n".join(lines)
 
 
@@ -298,8 +340,11 @@ def main(argv=None) -> int:
     if not samples:
         raise SystemExit("no usable rows in the sweep files")
     if skipped:
-        print(f"skipped {skipped} rows (alignment-fallback kernels, or families that do not "
-              "run on their GPU)", file=sys.stderr)
+        print(
+            f"skipped {skipped} rows (alignment-fallback kernels, or families that do not "
+            "run on their GPU)",
+            file=sys.stderr,
+        )
     if args.check:
         with open(args.check) as f:
             table = json.load(f)
@@ -312,8 +357,10 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump(table, f, indent=1)
             f.write("\n")
-        print(f"{args.out}: {', '.join(table['calibration'])} calibrated from "
-              f"{len(samples)} samples", file=sys.stderr)
+        print(
+            f"{args.out}: {', '.join(table['calibration'])} calibrated from {len(samples)} samples",
+            file=sys.stderr,
+        )
     print(format_report(check(table, samples)))
     return 0
 

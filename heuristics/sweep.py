@@ -13,6 +13,7 @@ swept 4096x1x4096 is recorded as 1x4096x4096), which is what selection sees. Mea
 pycutlass_rt.tune's: operand copies cycled past L2, back-to-back calls replayed from a
 CUDA graph, median of repetitions, random data.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,42 @@ from benchmarks.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa
 
 #: few output tiles against a long K, where split-K and stream-K kernels compete with the
 #: data-parallel tiles (group D's 256x256x65536 among them)
-LONG_K = [(128, 128, 65536), (256, 256, 16384), (256, 512, 65536), (512, 512, 32768),
-          (128, 1024, 32768), (1024, 1024, 16384), (256, 1024, 8192), (384, 384, 24576)]
+LONG_K = [
+    (128, 128, 65536),
+    (256, 256, 16384),
+    (256, 512, 65536),
+    (512, 512, 32768),
+    (128, 1024, 32768),
+    (1024, 1024, 16384),
+    (256, 1024, 8192),
+    (384, 384, 24576),
+]
 #: the shape lists of the benchmark's groups B, C, A and D (one copy, in benchmarks/shapes.py;
 #: benchmarks/README.md describes the groups)
-GRIDS = {"decode": DECODE, "prefill": PREFILL, "square": SQUARE, "awkward": AWKWARD,
-         "longk": LONG_K}
-COLUMNS = ["gpu", "sm_count", "cc", "driver", "library", "dtype", "dtype_d", "layout", "m",
-           "n", "k", "kernel", "rank", "median_us", "tflops"]
+GRIDS = {
+    "decode": DECODE,
+    "prefill": PREFILL,
+    "square": SQUARE,
+    "awkward": AWKWARD,
+    "longk": LONG_K,
+}
+COLUMNS = [
+    "gpu",
+    "sm_count",
+    "cc",
+    "driver",
+    "library",
+    "dtype",
+    "dtype_d",
+    "layout",
+    "m",
+    "n",
+    "k",
+    "kernel",
+    "rank",
+    "median_us",
+    "tflops",
+]
 
 
 def shapes(grids: list[str]) -> list[tuple[int, int, int]]:
@@ -53,20 +82,34 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--grid", nargs="+", default=["decode", "prefill", "square"],
-                    choices=sorted(GRIDS))
+    ap.add_argument(
+        "--grid", nargs="+", default=["decode", "prefill", "square"], choices=sorted(GRIDS)
+    )
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16"])
-    ap.add_argument("--out-dtype", help="the output dtype (default: each input dtype's first "
-                    "in pycutlass_rt.tune's list, e.g. bfloat16 for float8_e4m3fn)")
+    ap.add_argument(
+        "--out-dtype",
+        help="the output dtype (default: each input dtype's first "
+        "in pycutlass_rt.tune's list, e.g. bfloat16 for float8_e4m3fn)",
+    )
     ap.add_argument("--layouts", nargs="+", default=["tn", "tt"])
-    ap.add_argument("--reps", type=int, default=_tune.DEFAULT_REPEATS,
-                    help="timed graph replays per kernel (median kept)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=_tune.DEFAULT_REPEATS,
+        help="timed graph replays per kernel (median kept)",
+    )
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--max-m", type=int, help="only shapes with M <= this")
-    ap.add_argument("--kernels", help="time only candidates matching these ';'-separated "
-                    "name patterns (to add new kernels to an earlier sweep)")
-    ap.add_argument("--append", action="store_true",
-                    help="add the rows to --out (an earlier sweep of the same columns)")
+    ap.add_argument(
+        "--kernels",
+        help="time only candidates matching these ';'-separated "
+        "name patterns (to add new kernels to an earlier sweep)",
+    )
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="add the rows to --out (an earlier sweep of the same columns)",
+    )
     args = ap.parse_args(argv)
 
     lib = pcr._lib.load()
@@ -88,8 +131,9 @@ def main(argv=None) -> int:
             writer.writeheader()
         for dtype, layout in itertools.product(args.dtypes, args.layouts):
             for i, (m, n, k) in enumerate(grid):
-                spec = _tune.spec_of((m, n, k), dtype, args.out_dtype or _tune.OUTPUTS[dtype][0],
-                                     layout)
+                spec = _tune.spec_of(
+                    (m, n, k), dtype, args.out_dtype or _tune.OUTPUTS[dtype][0], layout
+                )
                 ops = _tune.make_operands(bk, spec)
                 problem = _tune.describe(lib, ops)
                 for rank, kern in enumerate(_tune.candidates(lib, problem)):
@@ -100,19 +144,31 @@ def main(argv=None) -> int:
                     except pcr.Error as e:  # one kernel failing must not end the sweep
                         print(f"\n{m}x{n}x{k} {kern.name}: {e}", file=sys.stderr)
                         continue
-                    writer.writerow({"gpu": dev["gpu"], "sm_count": dev["sm_count"],
-                                     "cc": problem.cc, "driver": dev["driver"],
-                                     "library": dev["build"], "dtype": dtype,
-                                     "dtype_d": spec.out_dtype, "layout": layout,
-                                     # as computed: selection sees the oriented problem
-                                     # (N = 1 runs as D^T = B^T A^T, M = 1)
-                                     "m": problem.m, "n": problem.n,
-                                     "k": problem.k, "kernel": kern.name, "rank": rank,
-                                     "median_us": f"{us:.3f}",
-                                     "tflops": f"{2.0 * m * n * k / us / 1e6:.2f}"})
+                    writer.writerow(
+                        {
+                            "gpu": dev["gpu"],
+                            "sm_count": dev["sm_count"],
+                            "cc": problem.cc,
+                            "driver": dev["driver"],
+                            "library": dev["build"],
+                            "dtype": dtype,
+                            "dtype_d": spec.out_dtype,
+                            "layout": layout,
+                            # as computed: selection sees the oriented problem
+                            # (N = 1 runs as D^T = B^T A^T, M = 1)
+                            "m": problem.m,
+                            "n": problem.n,
+                            "k": problem.k,
+                            "kernel": kern.name,
+                            "rank": rank,
+                            "median_us": f"{us:.3f}",
+                            "tflops": f"{2.0 * m * n * k / us / 1e6:.2f}",
+                        }
+                    )
                 f.flush()
-                print(f"\r{dtype} {layout} {i + 1}/{len(grid)} {m}x{n}x{k}", end="",
-                      file=sys.stderr)
+                print(
+                    f"\r{dtype} {layout} {i + 1}/{len(grid)} {m}x{n}x{k}", end="", file=sys.stderr
+                )
                 del ops
     print(file=sys.stderr)
     return 0

@@ -18,6 +18,7 @@ Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default`` (the core tier; what ``--e
 builds), ``all`` (what ``--list`` prints), or ``;``/``,``-separated wildcards on names
 (``!pat`` excludes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 # ---------------------------------------------------------------------------------
 # Vocabulary
@@ -65,11 +66,15 @@ INSTRUCTIONS = {
 }
 #: CUTLASS 2.x: input dtype -> MMA operator tag (OpMultiplyAdd otherwise); fp32 inputs
 #: take 3xTF32 (each operand split into a TF32 pair: fp32 accuracy on tensor cores)
-MATH_OPERATORS = {"f32": "cutlass::arch::OpMultiplyAddFastF32",
-                  "s8": "cutlass::arch::OpMultiplyAddSaturate"}
+MATH_OPERATORS = {
+    "f32": "cutlass::arch::OpMultiplyAddFastF32",
+    "s8": "cutlass::arch::OpMultiplyAddSaturate",
+}
 #: layout letter (CUTLASS/BLAS naming: t = row-major, n = column-major)
-LAYOUTS = {"t": ("cutlass::layout::RowMajor", "PCR_ROW_MAJOR"),
-           "n": ("cutlass::layout::ColumnMajor", "PCR_COL_MAJOR")}
+LAYOUTS = {
+    "t": ("cutlass::layout::RowMajor", "PCR_ROW_MAJOR"),
+    "n": ("cutlass::layout::ColumnMajor", "PCR_COL_MAJOR"),
+}
 #: schedule -> pcr_schedule. A name's words are the C constants' own (PCR_SCHED_<WORD>), as
 #: for splits (PCR_SPLIT_) and epilogues (PCR_EPI_): KernelInfo decodes them back through
 #: the generated pycutlass_rt/_abi.py (tests/cpu/test_abi.py holds the two together).
@@ -82,8 +87,12 @@ SCHEDULES = {
     "2sm": "PCR_SCHED_2SM",
 }
 #: schedule -> the tag struct of native/kernels/tma_gemm.cuh
-TMA_SCHEDULES = {"coop": "Sm90Cooperative", "pingpong": "Sm90Pingpong",
-                 "1sm": "Sm100OneSm", "2sm": "Sm100TwoSm"}
+TMA_SCHEDULES = {
+    "coop": "Sm90Cooperative",
+    "pingpong": "Sm90Pingpong",
+    "1sm": "Sm100OneSm",
+    "2sm": "Sm100TwoSm",
+}
 #: schedule -> the pointer-array (grouped) tag struct of native/kernels/tma_gemm.cuh
 TMA_GROUPED_SCHEDULES = {"coop": "Sm90GroupedCooperative", "pingpong": "Sm90GroupedPingpong"}
 #: work decomposition -> (pcr_split, CUTLASS 3.x tile scheduler, CUTLASS 2.x swizzle).
@@ -92,19 +101,23 @@ TMA_GROUPED_SCHEDULES = {"coop": "Sm90GroupedCooperative", "pingpong": "Sm90Grou
 #: "splitk": parallel split-K, K cut into equal slices that run as one batched GEMM (the
 #: family's own kernel, fp32 output, under this translation unit's own scheduler or
 #: swizzle tag) into partials summed by a second kernel (native/kernels/split_k.cuh).
-SPLITS = {"none": ("PCR_SPLIT_NONE", "void", "pcr::mma::DataParallel"),
-          "streamk": ("PCR_SPLIT_STREAMK", "pcr::tma::StreamK", "pcr::mma::StreamK"),
-          # the tags of a split-K kernel's unsplit inner kernel
-          "splitk": ("PCR_SPLIT_SPLITK", "pcr::split::Local<cutlass::gemm::PersistentScheduler>",
-                     "pcr::split::Local<pcr::mma::DataParallel>")}
+SPLITS = {
+    "none": ("PCR_SPLIT_NONE", "void", "pcr::mma::DataParallel"),
+    "streamk": ("PCR_SPLIT_STREAMK", "pcr::tma::StreamK", "pcr::mma::StreamK"),
+    # the tags of a split-K kernel's unsplit inner kernel
+    "splitk": (
+        "PCR_SPLIT_SPLITK",
+        "pcr::split::Local<cutlass::gemm::PersistentScheduler>",
+        "pcr::split::Local<pcr::mma::DataParallel>",
+    ),
+}
 #: family header -> the split-K header its split-K kernels include too
 SPLIT_K_HEADERS = {"tma_gemm.cuh": "split_k_tma.cuh", "mma_gemm.cuh": "split_k.cuh"}
 #: epilogue -> pcr_epilogue. "biasact": act(alpha * acc + beta * C + bias), with the bias
 #: (per row or per column) and the activation chosen per call, fused in the epilogue.
 #: "scaled" (quantized inputs): the same after scaling acc by per-tensor, per-row and
 #: per-column factors.
-EPILOGUES = {"linear": "PCR_EPI_LINEAR", "biasact": "PCR_EPI_BIASACT",
-             "scaled": "PCR_EPI_SCALED"}
+EPILOGUES = {"linear": "PCR_EPI_LINEAR", "biasact": "PCR_EPI_BIASACT", "scaled": "PCR_EPI_SCALED"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,16 +142,18 @@ class Family:
 
     def virtual_for(self, token: str) -> str:
         """The front end (virtual arch) that builds ``token``'s SASS."""
-        return dict(self.test).get(token, self.virtual) if token not in self.tokens \
-            else self.virtual
+        return (
+            dict(self.test).get(token, self.virtual) if token not in self.tokens else self.virtual
+        )
 
 
 FAMILIES = {
     # Volta (V100): CUDA 13 dropped sm_70, so only a CUDA 12.x (or older) toolkit builds
     # it. Its sm_90 SASS (from the compute_75 front end, which CUDA 13 still has; Hopper
     # emulates m8n8k4) lets the H200 check the template's logic.
-    "sm70": Family("sm70", "mma_gemm.cuh", ("70",), "70", False, (11, 0), (12, 9),
-                   test=(("90", "75"),)),
+    "sm70": Family(
+        "sm70", "mma_gemm.cuh", ("70",), "70", False, (11, 0), (12, 9), test=(("90", "75"),)
+    ),
     # Turing; its SASS for sm_90 lets Hopper run these templates in tests. The sm80
     # family's PTX, not this one's, serves GPUs newer than every SASS target.
     "sm75": Family("sm75", "mma_gemm.cuh", ("75",), "75", False, (11, 0), test=(("90", "75"),)),
@@ -151,8 +166,9 @@ FAMILIES = {
 TMA_FAMILIES = ("sm90", "sm100")  # CUTLASS 3.x families: tile, cluster and schedule
 #: CUTLASS 2.x families (tile, warps, stages) -> the tag struct of native/kernels/mma_gemm.cuh
 MMA_FAMILIES = {"sm70": "Sm70", "sm75": "Sm75", "sm80": "Sm80", "sm89": "Sm89"}
-ALL_TOKENS = tuple(dict.fromkeys(t for f in FAMILIES.values()
-                                  for t in f.tokens + tuple(t for t, _ in f.test)))
+ALL_TOKENS = tuple(
+    dict.fromkeys(t for f in FAMILIES.values() for t in f.tokens + tuple(t for t, _ in f.test))
+)
 DEFAULT_ARCHS = "80;86;89;90;90a"
 
 
@@ -208,8 +224,13 @@ class Kernel:
     @property
     def tensor_scales(self) -> bool:
         """The linear epilogue also multiplies by per-tensor scale_a/scale_b tensors."""
-        return (self.family in TMA_FAMILIES and self.epilogue == "linear" and not self.grouped
-                and DTYPES[self.a][2] == 1 and self.d != "s32")  # quantized inputs
+        return (
+            self.family in TMA_FAMILIES
+            and self.epilogue == "linear"
+            and not self.grouped
+            and DTYPES[self.a][2] == 1
+            and self.d != "s32"
+        )  # quantized inputs
 
     @property
     def align_c(self) -> int:
@@ -375,16 +396,21 @@ SM90_FP8_CONFIGS = [
 #: fp8 decode (M <= 64 against large weights): SM90_SWAP_CONFIGS' tiles and tiers, with
 #: the dequantizing epilogue too (scale_a/scale_b at decode: 0.62-0.81x torch._scaled_mm
 #: on the H200 through the unswapped tiles alone)
-SM90_FP8_SWAP_CONFIGS = [(tile, cluster, schedule, split, tier, ("linear", "scaled"))
-                         for tile, cluster, schedule, split, tier, _ in SM90_SWAP_CONFIGS]
+SM90_FP8_SWAP_CONFIGS = [
+    (tile, cluster, schedule, split, tier, ("linear", "scaled"))
+    for tile, cluster, schedule, split, tier, _ in SM90_SWAP_CONFIGS
+]
 SM100_FP8_CONFIGS = [  # tcgen05 accumulates fp8 products in fp32: no promotion needed
     ((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", ("linear", "scaled")),
     ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear", "scaled")),
 ]
 FP8 = ("e4m3", "e5m2")
 MORE_TYPES = [
-    *[(f, a, (a,), AB_LAYOUTS, configs) for f in ("sm70", "sm75")
-      for a, configs in (("f32", SIMT_F32_CONFIGS), ("f64", SIMT_F64_CONFIGS))],
+    *[
+        (f, a, (a,), AB_LAYOUTS, configs)
+        for f in ("sm70", "sm75")
+        for a, configs in (("f32", SIMT_F32_CONFIGS), ("f64", SIMT_F64_CONFIGS))
+    ],
     ("sm75", "s8", ("s32",), ("tn",), SM75_S8_CONFIGS),
     ("sm80", "tf32", ("f32",), AB_LAYOUTS, SM80_TF32_CONFIGS),
     ("sm80", "f32", ("f32",), AB_LAYOUTS, SM80_F32_CONFIGS),
@@ -416,15 +442,33 @@ def _more_types() -> list[Kernel]:
             for epi in epilogues:
                 if epi == "scaled" and d == "f32" and family not in TMA_FAMILIES:
                     continue
-                out.append(Kernel(family, a, a, d, layout, tile, schedule, acc=acc, split=split,
-                                  epilogue=epi, tier=tier, swap=swap == ["swap"], **extra))
+                out.append(
+                    Kernel(
+                        family,
+                        a,
+                        a,
+                        d,
+                        layout,
+                        tile,
+                        schedule,
+                        acc=acc,
+                        split=split,
+                        epilogue=epi,
+                        tier=tier,
+                        swap=swap == ["swap"],
+                        **extra,
+                    )
+                )
     return out
 
 
 def _epilogues(fused: bool, a: str, d: str, layout: str, family: str) -> list[str]:
     """The epilogues a configuration is built with for these dtypes and layout."""
-    fuse = fused and (a, d) in FUSED_TYPES and (family not in TMA_FAMILIES
-                                                 or layout in FUSED_TMA_LAYOUTS)
+    fuse = (
+        fused
+        and (a, d) in FUSED_TYPES
+        and (family not in TMA_FAMILIES or layout in FUSED_TMA_LAYOUTS)
+    )
     return ["linear", "biasact"] if fuse else ["linear"]
 
 
@@ -438,25 +482,77 @@ def catalogue() -> list[Kernel]:
         for family, configs, swap in tma:
             for tile, cluster, schedule, split, tier, fused in configs:
                 for epi in _epilogues(fused, a, d, layout, family):
-                    out.append(Kernel(family, a, a, d, layout, tile, schedule, cluster=cluster,
-                                      split=split, swap=swap, epilogue=epi, tier=tier))
+                    out.append(
+                        Kernel(
+                            family,
+                            a,
+                            a,
+                            d,
+                            layout,
+                            tile,
+                            schedule,
+                            cluster=cluster,
+                            split=split,
+                            swap=swap,
+                            epilogue=epi,
+                            tier=tier,
+                        )
+                    )
         mma = [("sm80", SM80_CONFIGS)] + ([("sm75", SM75_CONFIGS)] if (a, d) in SM75_TYPES else [])
         mma += [("sm70", SM70_CONFIGS)] if (a, d) in SM70_TYPES else []
         for family, configs in mma:
             for tile, warps, stages, align, split, tier, fused in configs:
                 for epi in _epilogues(fused, a, d, layout, family):
-                    out.append(Kernel(family, a, a, d, layout, tile,
-                                      "pipelined" if stages == 2 else "multistage",
-                                      warps=warps, stages=stages, align=align, split=split,
-                                      epilogue=epi, tier=tier))
+                    out.append(
+                        Kernel(
+                            family,
+                            a,
+                            a,
+                            d,
+                            layout,
+                            tile,
+                            "pipelined" if stages == 2 else "multistage",
+                            warps=warps,
+                            stages=stages,
+                            align=align,
+                            split=split,
+                            epilogue=epi,
+                            tier=tier,
+                        )
+                    )
         if (a, d) in GROUPED_TYPES:
             if layout in FUSED_TMA_LAYOUTS:
                 for tile, cluster, schedule, tier in SM90_GROUPED_CONFIGS:
-                    out.append(Kernel("sm90", a, a, d, layout, tile, schedule, cluster=cluster,
-                                      grouped=True, tier=tier))
+                    out.append(
+                        Kernel(
+                            "sm90",
+                            a,
+                            a,
+                            d,
+                            layout,
+                            tile,
+                            schedule,
+                            cluster=cluster,
+                            grouped=True,
+                            tier=tier,
+                        )
+                    )
             for tile, warps, stages, tier in SM80_GROUPED_CONFIGS:
-                out.append(Kernel("sm80", a, a, d, layout, tile, "multistage", warps=warps,
-                                  stages=stages, grouped=True, tier=tier))
+                out.append(
+                    Kernel(
+                        "sm80",
+                        a,
+                        a,
+                        d,
+                        layout,
+                        tile,
+                        "multistage",
+                        warps=warps,
+                        stages=stages,
+                        grouped=True,
+                        tier=tier,
+                    )
+                )
     out += _more_types()
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
@@ -466,6 +562,7 @@ def catalogue() -> list[Kernel]:
 # ---------------------------------------------------------------------------------
 # Selection of what to build
 # ---------------------------------------------------------------------------------
+
 
 def _matches(k: Kernel, pattern: str) -> bool:
     if pattern == "all":
@@ -480,18 +577,28 @@ def select_kernels(kernels: Iterable[Kernel], spec: str) -> list[Kernel]:
     pats = [p.strip() for p in re.split(r"[;,]", spec or "default") if p.strip()]
     inc = [p for p in pats if not p.startswith("!")] or ["all"]
     exc = [p[1:] for p in pats if p.startswith("!")]
-    return [k for k in kernels
-            if any(_matches(k, p) for p in inc) and not any(_matches(k, p) for p in exc)]
+    return [
+        k
+        for k in kernels
+        if any(_matches(k, p) for p in inc) and not any(_matches(k, p) for p in exc)
+    ]
 
 
 def native_tokens() -> list[str]:
     """Arch tokens for the GPUs of this machine (nvidia-smi), e.g. ['90', '90a']."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as e:
-        raise SystemExit(f"PYCUTLASS_RT_ARCHS=native: cannot query the GPUs ({e}); "
-                         "name the archs, e.g. PYCUTLASS_RT_ARCHS='80;90a'")
+        raise SystemExit(
+            f"PYCUTLASS_RT_ARCHS=native: cannot query the GPUs ({e}); "
+            "name the archs, e.g. PYCUTLASS_RT_ARCHS='80;90a'"
+        ) from None
     tokens: list[str] = []
     for line in out.split():
         cc = line.strip().replace(".", "")
@@ -512,12 +619,17 @@ def parse_archs(spec: str) -> list[str]:
         return list(ALL_TOKENS)
     if spec == "native":
         return native_tokens()
-    tokens = [t.strip().replace("sm_", "").replace("sm", "")
-              for t in re.split(r"[;, ]", spec) if t.strip()]
+    tokens = [
+        t.strip().replace("sm_", "").replace("sm", "")
+        for t in re.split(r"[;, ]", spec)
+        if t.strip()
+    ]
     unknown = [t for t in tokens if t not in ALL_TOKENS and not t.isdigit()]
     if unknown:
-        raise SystemExit(f"PYCUTLASS_RT_ARCHS: unknown arch token(s) {unknown}; "
-                         f"known: {', '.join(ALL_TOKENS)}, native, all")
+        raise SystemExit(
+            f"PYCUTLASS_RT_ARCHS: unknown arch token(s) {unknown}; "
+            f"known: {', '.join(ALL_TOKENS)}, native, all"
+        )
     return tokens
 
 
@@ -529,23 +641,26 @@ def plan(archs: list[str], toolkit_codes: set[str] | None, cuda_version: tuple[i
     notes = []
     per_family: dict[str, list[str]] = {}
     for token in archs:
-        fams = [f for f in FAMILIES.values()
-                if token in f.tokens or token in dict(f.test)]
+        fams = [f for f in FAMILIES.values() if token in f.tokens or token in dict(f.test)]
         if not fams:
             notes.append(f"sm_{token}: no kernel family in this catalogue targets it; skipped")
             continue
         for fam in fams:
             own = token in fam.tokens  # else a test target, built from another front end
             if own and cuda_version and fam.max_cuda and cuda_version > fam.max_cuda:
-                notes.append(f"sm_{token}: the {fam.name} family is built by CUDA "
-                             f"{fam.max_cuda[0]}.x and older only; CUDA "
-                             f"{cuda_version[0]}.{cuda_version[1]} dropped sm_{token} (its nvcc "
-                             f"cannot generate that code), so it is skipped: build with a CUDA "
-                             f"{fam.max_cuda[0]}.x toolkit to include it")
+                notes.append(
+                    f"sm_{token}: the {fam.name} family is built by CUDA "
+                    f"{fam.max_cuda[0]}.x and older only; CUDA "
+                    f"{cuda_version[0]}.{cuda_version[1]} dropped sm_{token} (its nvcc "
+                    f"cannot generate that code), so it is skipped: build with a CUDA "
+                    f"{fam.max_cuda[0]}.x toolkit to include it"
+                )
                 continue
             if cuda_version and cuda_version < fam.min_cuda:
-                notes.append(f"sm_{token}: the {fam.name} family needs CUDA >= "
-                             f"{fam.min_cuda[0]}.{fam.min_cuda[1]}; skipped")
+                notes.append(
+                    f"sm_{token}: the {fam.name} family needs CUDA >= "
+                    f"{fam.min_cuda[0]}.{fam.min_cuda[1]}; skipped"
+                )
                 continue
             # nvcc lists base archs only: sm_90 stands for sm_90a too
             if toolkit_codes is not None and f"sm_{token.rstrip('af')}" not in toolkit_codes:
@@ -563,8 +678,9 @@ def gencode_flags(family: Family, tokens: list[str]) -> list[str]:
         by_front_end.setdefault(family.virtual_for(t), []).append(f"sm_{t}")
     if family.ptx and family.virtual in by_front_end:
         by_front_end[family.virtual].append(f"compute_{family.virtual}")
-    return [f"-gencode=arch=compute_{v},code=[{','.join(codes)}]"
-            for v, codes in by_front_end.items()]
+    return [
+        f"-gencode=arch=compute_{v},code=[{','.join(codes)}]" for v, codes in by_front_end.items()
+    ]
 
 
 def runtime_gencode(per_family: dict[str, list[str]]) -> list[str]:
@@ -604,20 +720,26 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
     if k.split == "splitk" and not unsplit:  # the unsplit kernel writes fp32 partials
         inner = kernel_type(dataclasses.replace(k, d="f32"), unsplit=True)
         tm, tn, tk = k.tile
-        return (f"pcr::split::SplitK<{inner}, {DTYPES[k.d][0]}, {tm}, {tn}, {tk}, "
-                f"{_cpp_bool(k.layout[0] == 't')}, {_cpp_bool(k.layout[1] == 'n')}, {k.align}>")
+        return (
+            f"pcr::split::SplitK<{inner}, {DTYPES[k.d][0]}, {tm}, {tn}, {tk}, "
+            f"{_cpp_bool(k.layout[0] == 't')}, {_cpp_bool(k.layout[1] == 'n')}, {k.align}>"
+        )
     ea, eb, ed = (DTYPES[x][0] for x in (k.a, k.b, k.d))
     la, lb = (LAYOUTS[x][0] for x in k.layout)
     if k.grouped:
         tile = k.tile
         if k.family in TMA_FAMILIES:
-            return (f"pcr::tma::GroupedGemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
-                    f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_GROUPED_SCHEDULES[k.schedule]}, "
-                    f"{k.align}>")
-        return (f"pcr::mma::GroupedGemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, "
-                f"{la}, {lb}, {_gemm_shape(k.tile)}, {_gemm_shape(_warp_tile(k))}, "
-                f"{_gemm_shape(INSTRUCTIONS[k.family, k.a])}, {k.stages}, {k.align}, "
-                f"{k.align_c}>")
+            return (
+                f"pcr::tma::GroupedGemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
+                f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_GROUPED_SCHEDULES[k.schedule]}, "
+                f"{k.align}>"
+            )
+        return (
+            f"pcr::mma::GroupedGemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, "
+            f"{la}, {lb}, {_gemm_shape(k.tile)}, {_gemm_shape(_warp_tile(k))}, "
+            f"{_gemm_shape(INSTRUCTIONS[k.family, k.a])}, {k.stages}, {k.align}, "
+            f"{k.align_c}>"
+        )
     if k.family in TMA_FAMILIES:
         tile, cluster = k.tile, k.cluster
         if k.swap:  # CUTLASS sees A' = B^T (layout flipped) and B' = A^T, M' = N, N' = M
@@ -626,26 +748,45 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
             ea, eb = eb, ea
             tile = (k.tile[1], k.tile[0], k.tile[2])
             cluster = (k.cluster[1], k.cluster[0], k.cluster[2])
-        return (f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
-                f"{_cute_shape(cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
-                f"{SPLITS[k.split][1]}, {_cpp_bool(k.swap)}, {EPILOGUES[k.epilogue]}, "
-                f"{DTYPES[k.acc][0]}, {_cpp_bool(k.tensor_scales)}>")
+        return (
+            f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
+            f"{_cute_shape(cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
+            f"{SPLITS[k.split][1]}, {_cpp_bool(k.swap)}, {EPILOGUES[k.epilogue]}, "
+            f"{DTYPES[k.acc][0]}, {_cpp_bool(k.tensor_scales)}>"
+        )
     tile, warp = _gemm_shape(k.tile), _gemm_shape(_warp_tile(k))
     math = MATH_OPERATORS.get(k.a, "cutlass::arch::OpMultiplyAdd")
-    return (f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
-            f"{tile}, {warp}, {_gemm_shape(INSTRUCTIONS[k.family, k.a])}, {k.stages}, "
-            f"{k.align}, {k.align_c}, {SPLITS[k.split][2]}, {EPILOGUES[k.epilogue]}, "
-            f"{DTYPES[k.acc][0]}, {math}>")
+    return (
+        f"pcr::mma::Gemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, {la}, {lb}, "
+        f"{tile}, {warp}, {_gemm_shape(INSTRUCTIONS[k.family, k.a])}, {k.stages}, "
+        f"{k.align}, {k.align_c}, {SPLITS[k.split][2]}, {EPILOGUES[k.epilogue]}, "
+        f"{DTYPES[k.acc][0]}, {math}>"
+    )
 
 
 def kernel_info(k: Kernel) -> str:
     fields = [
-        f'"{k.name}"', k.family[2:],
-        DTYPES[k.a][1], DTYPES[k.b][1], DTYPES[k.acc][1], DTYPES[k.d][1],
-        LAYOUTS[k.layout[0]][1], LAYOUTS[k.layout[1]][1],
-        *k.tile, *k.cluster, *k.warps, k.stages, SCHEDULES[k.schedule],
-        EPILOGUES[k.epilogue], SPLITS[k.split][0],
-        k.align, k.align, k.align_c, int(k.swap), int(k.grouped), int(k.tensor_scales),
+        f'"{k.name}"',
+        k.family[2:],
+        DTYPES[k.a][1],
+        DTYPES[k.b][1],
+        DTYPES[k.acc][1],
+        DTYPES[k.d][1],
+        LAYOUTS[k.layout[0]][1],
+        LAYOUTS[k.layout[1]][1],
+        *k.tile,
+        *k.cluster,
+        *k.warps,
+        k.stages,
+        SCHEDULES[k.schedule],
+        EPILOGUES[k.epilogue],
+        SPLITS[k.split][0],
+        k.align,
+        k.align,
+        k.align_c,
+        int(k.swap),
+        int(k.grouped),
+        int(k.tensor_scales),
     ]
     return "{" + ", ".join(map(str, fields)) + "}"
 
@@ -653,24 +794,27 @@ def kernel_info(k: Kernel) -> str:
 def kernel_source(k: Kernel) -> str:
     header = FAMILIES[k.family].header
     split = f'#include "{SPLIT_K_HEADERS[header]}"\n' if k.split == "splitk" else ""
-    return (BANNER + f'#include "{header}"\n{split}\n'
-            f"// {k.name}\n"
-            f"using Op_{k.ident} = {kernel_type(k)};\n\n"
-            f"extern const pcr::KernelEntry pcr_kernel_{k.ident}{{\n"
-            f"    {kernel_info(k)},\n"
-            f"    pcr::ops_of<Op_{k.ident}, {_cpp_bool(k.grouped)}>()}};\n")
+    return (
+        BANNER + f'#include "{header}"\n{split}\n'
+        f"// {k.name}\n"
+        f"using Op_{k.ident} = {kernel_type(k)};\n\n"
+        f"extern const pcr::KernelEntry pcr_kernel_{k.ident}{{\n"
+        f"    {kernel_info(k)},\n"
+        f"    pcr::ops_of<Op_{k.ident}, {_cpp_bool(k.grouped)}>()}};\n"
+    )
 
 
 def registry_source(kernels: list[Kernel], build: dict) -> str:
     decls = "".join(f"extern const pcr::KernelEntry pcr_kernel_{k.ident};\n" for k in kernels)
     rows = "".join(f"    &pcr_kernel_{k.ident},\n" for k in kernels)
     build_json = json.dumps(build, sort_keys=True).replace("\\", "\\\\").replace('"', '\\"')
-    return (BANNER + '#include "kernel.h"\n\n' + decls +
-            "\nnamespace pcr {\n"
-            f"extern const KernelEntry* const kKernels[] = {{\n{rows}    nullptr}};\n"
-            f"extern const int kKernelCount = {len(kernels)};\n"
-            f'extern const char kBuildJson[] = "{build_json}";\n'
-            "}  // namespace pcr\n")
+    return (
+        BANNER + '#include "kernel.h"\n\n' + decls + "\nnamespace pcr {\n"
+        f"extern const KernelEntry* const kKernels[] = {{\n{rows}    nullptr}};\n"
+        f"extern const int kKernelCount = {len(kernels)};\n"
+        f'extern const char kBuildJson[] = "{build_json}";\n'
+        "}  // namespace pcr\n"
+    )
 
 
 def _write_if_changed(path: str, text: str) -> None:
@@ -684,8 +828,7 @@ def _write_if_changed(path: str, text: str) -> None:
         f.write(text)
 
 
-def emit(outdir: str, kernels: list[Kernel], per_family: dict[str, list[str]],
-         build: dict) -> None:
+def emit(outdir: str, kernels: list[Kernel], per_family: dict[str, list[str]], build: dict) -> None:
     os.makedirs(os.path.join(outdir, "kernels"), exist_ok=True)
     cmake = [f"# {BANNER[3:]}set(PCR_KERNEL_SOURCES)"]
     for k in kernels:
@@ -704,10 +847,12 @@ def toolkit(nvcc: str | None):
     if not nvcc:
         return None, None
     try:
-        codes = set(subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True,
-                                   check=True).stdout.split())
-        ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
-                             check=True).stdout
+        codes = set(
+            subprocess.run(
+                [nvcc, "--list-gpu-code"], capture_output=True, text=True, check=True
+            ).stdout.split()
+        )
+        ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
         m = re.search(r"release (\d+)\.(\d+)", ver)
         return codes, (int(m.group(1)), int(m.group(2))) if m else None
     except (OSError, subprocess.SubprocessError):
@@ -717,8 +862,11 @@ def toolkit(nvcc: str | None):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--archs", default=os.environ.get("PYCUTLASS_RT_ARCHS", "default"))
-    ap.add_argument("--kernels", default=os.environ.get("PYCUTLASS_RT_KERNELS"),
-                    help="kernel filter (default: the core tier for --emit, all for --list)")
+    ap.add_argument(
+        "--kernels",
+        default=os.environ.get("PYCUTLASS_RT_KERNELS"),
+        help="kernel filter (default: the core tier for --emit, all for --list)",
+    )
     ap.add_argument("--list", action="store_true", help="print kernel names, one per line")
     ap.add_argument("--json", action="store_true", help="print the selected records as JSON")
     ap.add_argument("--emit", metavar="DIR", help="write sources, registry and kernels.cmake")
@@ -741,12 +889,19 @@ def main(argv=None) -> int:
     if args.emit:
         for n in notes:
             print(f"pycutlass_rt: {n}", file=sys.stderr)
-        build = {"archs_requested": archs, "families": per_family, "skipped": notes,
-                 "kernel_filter": args.kernels,
-                 "cuda": "{}.{}".format(*cuda) if cuda else None}
+        build = {
+            "archs_requested": archs,
+            "families": per_family,
+            "skipped": notes,
+            "kernel_filter": args.kernels,
+            "cuda": "{}.{}".format(*cuda) if cuda else None,
+        }
         emit(args.emit, kernels, per_family, build)
-        print(f"pycutlass_rt: {len(kernels)} kernels for "
-              + ", ".join(f"{f} ({' '.join(t)})" for f, t in per_family.items()), file=sys.stderr)
+        print(
+            f"pycutlass_rt: {len(kernels)} kernels for "
+            + ", ".join(f"{f} ({' '.join(t)})" for f, t in per_family.items()),
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -7,6 +7,7 @@ through DLPack, with no compiler at run time::
     pcr.gemm(a, b, c, d, alpha=1.0, beta=0.0)
     pcr.gemm(x, w.t(), None, y, bias=b, activation="gelu")   # a fused linear layer
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -14,27 +15,82 @@ import json
 from dataclasses import dataclass, field
 
 from . import _call, _dlpack, _kernels, _lib, _select
-from ._abi import (PCR_KERNEL_SELECT, PCR_STREAM_FROM_PRODUCER, BiasAxis, CMode, Epilogue,
-                   ScaleKind, Staged, Status)
+from ._abi import (
+    PCR_KERNEL_SELECT,
+    PCR_STREAM_FROM_PRODUCER,
+    BiasAxis,
+    CMode,
+    Epilogue,
+    ScaleKind,
+    Staged,
+    Status,
+)
 from ._grouped import grouped_gemm, moe_gemm
 from ._kernels import KernelInfo, kernels
 from ._plan import Gemm
-from ._tune import TuneResult, Tuned, tune
-from .errors import (CudaError, DeviceMismatchError, DTypeError, Error, InvalidArgumentError,
-                     KernelNotFoundError, LibraryError, MisalignedError, NoDeviceError,
-                     NoKernelForArchError, OverlapError, ReadOnlyError, UnsupportedError)
+from ._tune import Tuned, TuneResult, tune
+from .errors import (
+    CudaError,
+    DeviceMismatchError,
+    DTypeError,
+    Error,
+    InvalidArgumentError,
+    KernelNotFoundError,
+    LibraryError,
+    MisalignedError,
+    NoDeviceError,
+    NoKernelForArchError,
+    OverlapError,
+    ReadOnlyError,
+    UnsupportedError,
+)
 
 __version__ = "0.1.0"
 __all__ = [
-    "gemm", "Gemm", "grouped_gemm", "moe_gemm", "explain", "tune", "kernels", "info", "KernelInfo", "Explanation",
-    "TuneResult", "Tuned",
-    "Error", "InvalidArgumentError", "DTypeError", "UnsupportedError", "MisalignedError",
-    "NoKernelForArchError", "NoDeviceError", "DeviceMismatchError", "ReadOnlyError",
-    "OverlapError", "KernelNotFoundError", "CudaError", "LibraryError",
+    "gemm",
+    "Gemm",
+    "grouped_gemm",
+    "moe_gemm",
+    "explain",
+    "tune",
+    "kernels",
+    "info",
+    "KernelInfo",
+    "Explanation",
+    "TuneResult",
+    "Tuned",
+    "Error",
+    "InvalidArgumentError",
+    "DTypeError",
+    "UnsupportedError",
+    "MisalignedError",
+    "NoKernelForArchError",
+    "NoDeviceError",
+    "DeviceMismatchError",
+    "ReadOnlyError",
+    "OverlapError",
+    "KernelNotFoundError",
+    "CudaError",
+    "LibraryError",
 ]
 
-def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a=None,
-         scale_b=None, math=None, stream=None, kernel=None):
+
+def gemm(
+    a,
+    b,
+    c,
+    d,
+    alpha=1.0,
+    beta=0.0,
+    *,
+    bias=None,
+    activation=None,
+    scale_a=None,
+    scale_b=None,
+    math=None,
+    stream=None,
+    kernel=None,
+):
     """Computes ``d = act(alpha * a @ b + beta * c + bias)`` in place and returns ``d``.
 
     With quantized inputs, ``a @ b`` is dequantized first: ``(scale_a * a) @ (b * scale_b)``.
@@ -117,9 +173,19 @@ def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, scale_a
     if type(beta) is not float:
         beta = _call.scalar(beta, "beta")
     x = _dlpack.EXCHANGE_TYPES
-    if (type(a) in x and type(b) in x and type(d) in x and (c is None or type(c) in x)
-            and bias is None and scale_a is None and scale_b is None and activation is None
-            and math is None and stream is None and kernel is None):
+    if (
+        type(a) in x
+        and type(b) in x
+        and type(d) in x
+        and (c is None or type(c) in x)
+        and bias is None
+        and scale_a is None
+        and scale_b is None
+        and activation is None
+        and math is None
+        and stream is None
+        and kernel is None
+    ):
         # The hottest path (torch, a plain GEMM on the producer's stream): C reads the
         # tensors and the stream itself, with nothing prepared here.
         objs, keep, extra, kidx = (a, b, c, d), None, None, PCR_KERNEL_SELECT
@@ -159,31 +225,57 @@ class Explanation:
     def __str__(self) -> str:
         p = self.problem
         batch = f"{p['batch']} x " if p["batch"] != 1 else ""
-        lines = [f"problem: {batch}{p['m']}x{p['n']}x{p['k']} {p['dtype_a']} x {p['dtype_b']} "
-                 f"-> {p['dtype_d']}, layout {p['layout']}"
-                 f"{' (computed as D^T = B^T A^T)' if p['transposed'] else ''}",
-                 f"kernel:  {self.kernel}  ({self.reason})"]
+        lines = [
+            f"problem: {batch}{p['m']}x{p['n']}x{p['k']} {p['dtype_a']} x {p['dtype_b']} "
+            f"-> {p['dtype_d']}, layout {p['layout']}"
+            f"{' (computed as D^T = B^T A^T)' if p['transposed'] else ''}",
+            f"kernel:  {self.kernel}  ({self.reason})",
+        ]
         lines += [f"note:    {n}" for n in self.notes]
         lines += [f"  then   {name}  ({why})" for name, why in self.ranked[1:]]
         # kernels of other dtypes or layouts are not worth a line each
-        near = [(n, w) for n, w in self.rejected
-                if not w.startswith(("dtypes", "layout", "epilogue", "grouped", "not a grouped"))]
+        near = [
+            (n, w)
+            for n, w in self.rejected
+            if not w.startswith(("dtypes", "layout", "epilogue", "grouped", "not a grouped"))
+        ]
         lines += [f"  no     {name}: {why}" for name, why in near]
         if len(self.rejected) > len(near):
-            lines.append(f"  ({len(self.rejected) - len(near)} kernels of other dtypes, "
-                         "layouts or epilogues not listed)")
+            lines.append(
+                f"  ({len(self.rejected) - len(near)} kernels of other dtypes, "
+                "layouts or epilogues not listed)"
+            )
         return "\n".join(lines)
 
 
 #: how explain() says a problem's scale_m / scale_n and its bias axis
-_SCALE_WORDS = {ScaleKind.SCALE_NONE: "none", ScaleKind.SCALE_TENSOR: "one value",
-                ScaleKind.SCALE_VECTOR: "a vector"}
-_BIAS_WORDS = {BiasAxis.BIAS_NONE: None, BiasAxis.BIAS_PER_COLUMN: "bias per column",
-               BiasAxis.BIAS_PER_ROW: "bias per row"}
+_SCALE_WORDS = {
+    ScaleKind.SCALE_NONE: "none",
+    ScaleKind.SCALE_TENSOR: "one value",
+    ScaleKind.SCALE_VECTOR: "a vector",
+}
+_BIAS_WORDS = {
+    BiasAxis.BIAS_NONE: None,
+    BiasAxis.BIAS_PER_COLUMN: "bias per column",
+    BiasAxis.BIAS_PER_ROW: "bias per row",
+}
 
 
-def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=None,
-            scale_a=None, scale_b=None, math=None, kernel=None) -> Explanation:
+def explain(
+    a,
+    b,
+    c=None,
+    d=None,
+    alpha=1.0,
+    beta=0.0,
+    *,
+    bias=None,
+    activation=None,
+    scale_a=None,
+    scale_b=None,
+    math=None,
+    kernel=None,
+) -> Explanation:
     """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
 
     Nothing is launched. Arguments are those of :func:`gemm`.
@@ -207,39 +299,51 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
     pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
     for x in ("a", "b", "c", "d"):
         pdict[f"dtype_{x}"] = _kernels.DTYPE_NAMES.get(pdict[f"dtype_{x}"])
-    pdict["layout"] = (_kernels.LAYOUT_LETTERS[problem.layout_a] +
-                       _kernels.LAYOUT_LETTERS[problem.layout_b])
+    pdict["layout"] = (
+        _kernels.LAYOUT_LETTERS[problem.layout_a] + _kernels.LAYOUT_LETTERS[problem.layout_b]
+    )
     notes = []
     if problem.scale_m != ScaleKind.SCALE_NONE or problem.scale_n != ScaleKind.SCALE_NONE:
-        where = ("the dequantizing epilogue" if problem.epilogue == Epilogue.EPI_SCALED
-                 else "the linear epilogue (per-tensor scales only)")
-        notes.append(f"scales in {where}: row scale {_SCALE_WORDS[problem.scale_m]}, "
-                     f"column scale {_SCALE_WORDS[problem.scale_n]}, read on the GPU")
+        where = (
+            "the dequantizing epilogue"
+            if problem.epilogue == Epilogue.EPI_SCALED
+            else "the linear epilogue (per-tensor scales only)"
+        )
+        notes.append(
+            f"scales in {where}: row scale {_SCALE_WORDS[problem.scale_m]}, "
+            f"column scale {_SCALE_WORDS[problem.scale_n]}, read on the GPU"
+        )
     if pdict["dtype_a"] == "tfloat32":
         notes.append("math='tf32': float32 tensors multiplied on TF32 tensor cores")
     elif pdict["dtype_a"] == "float32":
         notes.append("float32 at fp32 accuracy (3xTF32); math='tf32' is faster and coarser")
     if problem.epilogue != Epilogue.EPI_LINEAR:
         what = [x for x in (_BIAS_WORDS[problem.bias], activation) if x]
-        notes.append(f"fused epilogue ({', '.join(what)}): applied in the kernel's epilogue, "
-                     "no extra pass")
+        notes.append(
+            f"fused epilogue ({', '.join(what)}): applied in the kernel's epilogue, no extra pass"
+        )
     if problem.batch != 1:
         notes.append(f"batch of {problem.batch}: one launch (CUTLASS batch mode)")
     if problem.c_mode == CMode.C_COPIED:
-        notes.append("c is first copied into d (other layout, dtype or broadcast strides), "
-                     "then the kernel reads d as C: one extra pass over d")
+        notes.append(
+            "c is first copied into d (other layout, dtype or broadcast strides), "
+            "then the kernel reads d as C: one extra pass over d"
+        )
     work = bool(problem.m and problem.n and problem.k and problem.batch)
     if not (problem.m and problem.n and problem.batch):
         notes.append("empty output (M, N or the batch is 0): nothing is computed or launched")
     elif problem.k == 0:
-        notes.append("K = 0: d = act(beta * c + bias) by an elementwise kernel, no GEMM "
-                     "kernel is launched")
+        notes.append(
+            "K = 0: d = act(beta * c + bias) by an elementwise kernel, no GEMM kernel is launched"
+        )
     if problem.host:
         notes.append("host operands: staged through GPU memory, the call synchronizes")
     if problem.staged:
         which = [bit.token for bit in Staged if problem.staged & bit]  # "a", "b", "d"
-        notes.append(f"{', '.join(which)} not 16-byte aligned (leading dimension or address): "
-                     "copied through aligned scratch around the kernel, one extra pass each")
+        notes.append(
+            f"{', '.join(which)} not 16-byte aligned (leading dimension or address): "
+            "copied through aligned scratch around the kernel, one extra pass each"
+        )
     # a problem without GEMM work takes no kernel, whatever the build holds
     choice = _select.choose(lib, problem, kernels()) if work else None
     ranked = [(k.name, why) for k, why in choice.ranked] if work else []
@@ -248,15 +352,23 @@ def explain(a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None, activation=
         forced = kernels()[_call.kernel_index(kernel)]
         st = lib.pcr_kernel_check(forced.index, ctypes.byref(problem))
         if st:
-            return Explanation(None, f"forced kernel rejected: {lib.last_error()}", pdict,
-                               ranked, rejected, notes)
+            return Explanation(
+                None, f"forced kernel rejected: {lib.last_error()}", pdict, ranked, rejected, notes
+            )
         return Explanation(forced.name, "forced with kernel=", pdict, ranked, rejected, notes)
     if not work:
-        return Explanation(None, "no GEMM kernel runs: the problem has no GEMM work", pdict,
-                           ranked, rejected, notes)
+        return Explanation(
+            None,
+            "no GEMM kernel runs: the problem has no GEMM work",
+            pdict,
+            ranked,
+            rejected,
+            notes,
+        )
     if not ranked:
-        return Explanation(None, str(_call.no_candidates(problem, choice)), pdict, ranked,
-                           rejected, notes)
+        return Explanation(
+            None, str(_call.no_candidates(problem, choice)), pdict, ranked, rejected, notes
+        )
     return Explanation(ranked[0][0], ranked[0][1], pdict, ranked, rejected, notes)
 
 
@@ -286,11 +398,17 @@ def info() -> dict:
         runnable = 0
         for k in kernels():
             runs = ctypes.c_int32()
-            if (lib.pcr_kernel_runs_on(k.index, i, ctypes.byref(runs)) == Status.OK
-                    and runs.value):
+            if lib.pcr_kernel_runs_on(k.index, i, ctypes.byref(runs)) == Status.OK and runs.value:
                 runnable += 1
-        devices.append({"index": i, "name": name.value.decode(), "cc": f"{cc.value // 10}."
-                        f"{cc.value % 10}", "sm_count": sms.value, "kernels_runnable": runnable})
+        devices.append(
+            {
+                "index": i,
+                "name": name.value.decode(),
+                "cc": f"{cc.value // 10}.{cc.value % 10}",
+                "sm_count": sms.value,
+                "kernels_runnable": runnable,
+            }
+        )
     per_family: dict = {}
     for k in kernels():
         per_family.setdefault(f"sm{k.family}", []).append(k.name)

@@ -1,4 +1,5 @@
 """Command line: ``python -m pycutlass_rt info [--json] | demo | tune MxNxK ...``."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,15 +26,21 @@ def cmd_info(args) -> int:
         print(json.dumps(info, indent=2))
         return 0
     build = info["build"]
-    print(f"pycutlass_rt {info['version']}  (ABI {info['abi']}, CUTLASS {build['cutlass']}, "
-          f"built with CUDA {build['catalog'].get('cuda')})")
+    print(
+        f"pycutlass_rt {info['version']}  (ABI {info['abi']}, CUTLASS {build['cutlass']}, "
+        f"built with CUDA {build['catalog'].get('cuda')})"
+    )
     print(f"library:  {info['library']}")
-    print(f"driver:   {info['driver_version'] or 'none found'}   "
-          f"runtime (static): {info['runtime_version']}")
+    print(
+        f"driver:   {info['driver_version'] or 'none found'}   "
+        f"runtime (static): {info['runtime_version']}"
+    )
     if info["devices"]:
         for dev in info["devices"]:
-            print(f"device {dev['index']}: {dev['name']}  compute {dev['cc']}, "
-                  f"{dev['sm_count']} SMs, {dev['kernels_runnable']} kernels run here")
+            print(
+                f"device {dev['index']}: {dev['name']}  compute {dev['cc']}, "
+                f"{dev['sm_count']} SMs, {dev['kernels_runnable']} kernels run here"
+            )
     else:
         print(f"devices:  none ({info['device_error']})")
     fams = build["catalog"].get("families", {})
@@ -47,6 +54,7 @@ def cmd_info(args) -> int:
 
 def cmd_demo(args) -> int:
     from . import _demo  # numpy, torch, cupy: each only if present
+
     return _demo.main(args.size)
 
 
@@ -54,8 +62,9 @@ def _shape(text: str) -> tuple:
     try:
         m, n, k = (int(x) for x in text.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: write MxNxK, e.g. 16x4096x4096") \
-            from None
+        raise argparse.ArgumentTypeError(
+            f"shape {text!r}: write MxNxK, e.g. 16x4096x4096"
+        ) from None
     return m, n, k
 
 
@@ -64,13 +73,21 @@ def cmd_tune(args) -> int:
     if info is None:
         return 1
     if not info["devices"]:
-        print(f"tune: needs an NVIDIA GPU; none is usable here ({info['device_error']})",
-              file=sys.stderr)
+        print(
+            f"tune: needs an NVIDIA GPU; none is usable here ({info['device_error']})",
+            file=sys.stderr,
+        )
         return 1
     try:
-        result = pcr.tune(args.shapes, dtype=args.dtype, out_dtype=args.out_dtype,
-                          layout=args.layout, device=args.device, cache=not args.no_cache,
-                          strict=args.strict)
+        result = pcr.tune(
+            args.shapes,
+            dtype=args.dtype,
+            out_dtype=args.out_dtype,
+            layout=args.layout,
+            device=args.device,
+            cache=not args.no_cache,
+            strict=args.strict,
+        )
     except pcr.Error as e:
         print(f"tune: {e}", file=sys.stderr)
         return 1
@@ -79,8 +96,10 @@ def cmd_tune(args) -> int:
 
 
 #: the benchmark suite left the package: it runs from a source checkout
-BENCH_MOVED = ("python -m pycutlass_rt bench: the benchmark suite is not part of the package; "
-               "from a source checkout run `python -m benchmarks` (benchmarks/README.md)")
+BENCH_MOVED = (
+    "python -m pycutlass_rt bench: the benchmark suite is not part of the package; "
+    "from a source checkout run `python -m benchmarks` (benchmarks/README.md)"
+)
 
 
 def main(argv=None) -> int:
@@ -96,13 +115,23 @@ def main(argv=None) -> int:
     p = sub.add_parser("demo", help="run GEMMs on the GPU, check them, time them next to cuBLAS")
     p.add_argument("--size", type=int, default=4096, help="square size for torch/cupy runs")
     p.set_defaults(fn=cmd_demo)
-    p = sub.add_parser("tune", help="time every candidate kernel for shapes on this GPU and "
-                       "cache the fastest (pycutlass_rt.tune)")
+    p = sub.add_parser(
+        "tune",
+        help="time every candidate kernel for shapes on this GPU and "
+        "cache the fastest (pycutlass_rt.tune)",
+    )
     p.add_argument("shapes", nargs="+", type=_shape, metavar="MxNxK")
-    p.add_argument("--dtype", default="bfloat16", choices=list(_tune.OUTPUTS),
-                   help="A's and B's dtype (tfloat32: float32 tensors with math='tf32')")
-    p.add_argument("--out-dtype", help="D's dtype (default: the first the input takes, e.g. "
-                                       "int32 for int8, bfloat16 for fp8)")
+    p.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=list(_tune.OUTPUTS),
+        help="A's and B's dtype (tfloat32: float32 tensors with math='tf32')",
+    )
+    p.add_argument(
+        "--out-dtype",
+        help="D's dtype (default: the first the input takes, e.g. "
+        "int32 for int8, bfloat16 for fp8)",
+    )
     p.add_argument("--layout", default="tn", help="A then B: t row-major, n column-major")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--strict", action="store_true", help="pin the kernels (see tune())")

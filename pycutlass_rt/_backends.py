@@ -8,6 +8,7 @@ records events; captures CUDA graphs; and, for the benchmark's correctness check
 computes an fp32 reference. torch and cupy are imported only when an adapter is made, so
 importing this module costs nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,7 @@ def load(prefer: str | None = None):
         ``(adapter, None)``, or ``(None, reason)`` naming why each framework is unusable.
     """
     reasons = []
-    for name in ([prefer] if prefer else ["torch", "cupy"]):
+    for name in [prefer] if prefer else ["torch", "cupy"]:
         try:
             fw = {"torch": Torch, "cupy": Cupy}[name]()
         except Exception as e:  # noqa: BLE001 - absent, or present without CUDA
@@ -38,8 +39,17 @@ def load(prefer: str | None = None):
 class _Adapter:
     """What both adapters build on their own primitives: operand views and timing."""
 
-    def operand(self, rows: int, cols: int, layout: str, dtype: str, pad: int = 0, *,
-                offset: int = 0, fill: bool = True):
+    def operand(
+        self,
+        rows: int,
+        cols: int,
+        layout: str,
+        dtype: str,
+        pad: int = 0,
+        *,
+        offset: int = 0,
+        fill: bool = True,
+    ):
         """A rows x cols matrix, viewed in a fresh buffer of its own.
 
         Data are random uniform in [-1, 1) (integers in [-4, 4] for integer dtypes):
@@ -87,6 +97,7 @@ class Torch(_Adapter):
 
     def __init__(self):
         import torch
+
         if not torch.cuda.is_available():
             raise RuntimeError(f"torch {torch.__version__} sees no CUDA device")
         self.torch = torch
@@ -160,8 +171,12 @@ class Torch(_Adapter):
             ref += bias.float()
         if activation:
             F = t.nn.functional
-            ref = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
-                   "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[activation](ref)
+            ref = {
+                "relu": F.relu,
+                "gelu": F.gelu,
+                "silu": F.silu,
+                "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+            }[activation](ref)
         return ref
 
     def int_vector(self, values):
@@ -181,9 +196,13 @@ class Torch(_Adapter):
 
     def device_info(self) -> dict:
         p = self.torch.cuda.get_device_properties(self.torch.cuda.current_device())
-        return {"name": p.name, "sm_count": p.multi_processor_count,
-                "cc": f"{p.major}.{p.minor}", "memory_bytes": p.total_memory,
-                "l2_bytes": getattr(p, "L2_cache_size", None)}
+        return {
+            "name": p.name,
+            "sm_count": p.multi_processor_count,
+            "cc": f"{p.major}.{p.minor}",
+            "memory_bytes": p.total_memory,
+            "l2_bytes": getattr(p, "L2_cache_size", None),
+        }
 
     def free_memory(self):
         self.torch.cuda.empty_cache()
@@ -212,6 +231,7 @@ class Cupy(_Adapter):
 
     def __init__(self):
         import cupy
+
         cupy.cuda.runtime.getDeviceCount()  # raises without a usable GPU
         self.cp = cupy
         self.version = cupy.__version__
@@ -223,9 +243,11 @@ class Cupy(_Adapter):
     def dtype(self, name: str):
         """numpy's dtype of that name; DTypeError (a TypeError) for those numpy lacks."""
         import numpy as np
+
         if not hasattr(np, name):  # bfloat16, float8_*: torch has them, cupy does not
-            raise errors.DTypeError(f"cupy has no {name} dtype here: install torch for "
-                                    f"{name} operands")
+            raise errors.DTypeError(
+                f"cupy has no {name} dtype here: install torch for {name} operands"
+            )
         return np.dtype(name)
 
     def _buffer(self, size: int, dt, fill: bool):
@@ -271,6 +293,7 @@ class Cupy(_Adapter):
 
         def replay():
             graph.launch(stream=cp.cuda.get_current_stream())
+
         return replay
 
     def stream_handle(self) -> int:
@@ -293,9 +316,10 @@ class Cupy(_Adapter):
         elif activation in ("gelu", "gelu_tanh"):
             if activation == "gelu":
                 from cupyx.scipy.special import erf
+
                 inner = erf(ref * 0.7071067811865476)
             else:
-                inner = cp.tanh(0.7978845608028654 * (ref + 0.044715 * ref ** 3))
+                inner = cp.tanh(0.7978845608028654 * (ref + 0.044715 * ref**3))
             ref = 0.5 * ref * (1 + inner)
         return ref
 
@@ -320,9 +344,13 @@ class Cupy(_Adapter):
         dev = cp.cuda.Device()
         p = cp.cuda.runtime.getDeviceProperties(dev.id)
         name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
-        return {"name": name, "sm_count": p["multiProcessorCount"],
-                "cc": f"{p['major']}.{p['minor']}", "memory_bytes": p["totalGlobalMem"],
-                "l2_bytes": p.get("l2CacheSize")}
+        return {
+            "name": name,
+            "sm_count": p["multiProcessorCount"],
+            "cc": f"{p['major']}.{p['minor']}",
+            "memory_bytes": p["totalGlobalMem"],
+            "l2_bytes": p.get("l2CacheSize"),
+        }
 
     def free_memory(self):
         self.cp.get_default_memory_pool().free_all_blocks()

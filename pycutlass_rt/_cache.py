@@ -13,6 +13,7 @@ made on another GPU, driver or library build) is an error at selection. Entries 
 tune(strict=True) wrote are pinned: selection then offers that kernel alone, or raises
 (see _select.apply_tuned).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -65,8 +66,8 @@ class _State:
     def __init__(self):
         self.lock = threading.Lock()
         self.devices: dict = {}  # CUDA ordinal -> device key dict, or None (no device)
-        self.files: dict = {}    # file path -> CacheFile, or None (absent or ignored)
-        self.bypass = 0          # > 0 while tune() records a callable: cache not consulted
+        self.files: dict = {}  # file path -> CacheFile, or None (absent or ignored)
+        self.bypass = 0  # > 0 while tune() records a callable: cache not consulted
 
 
 _state = _State()
@@ -121,9 +122,11 @@ def problem_key(p) -> str:
         '16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 c_mode=0 sm90'
     """
     dt = [DTYPE_NAMES.get(x, "-") for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
-    key = (f"{p.m}x{p.n}x{p.k} {','.join(dt)} "
-           f"{LAYOUT_LETTERS[p.layout_a]}{LAYOUT_LETTERS[p.layout_b]} "
-           f"align={p.align_a},{p.align_b},{p.align_c},{p.align_d} c_mode={p.c_mode} sm{p.cc}")
+    key = (
+        f"{p.m}x{p.n}x{p.k} {','.join(dt)} "
+        f"{LAYOUT_LETTERS[p.layout_a]}{LAYOUT_LETTERS[p.layout_b]} "
+        f"align={p.align_a},{p.align_b},{p.align_c},{p.align_d} c_mode={p.c_mode} sm{p.cc}"
+    )
     if p.batch > 1:
         key += f" batch={p.batch}"
     if p.epilogue != Epilogue.EPI_LINEAR:  # fused epilogues: bias axis and alignment matter
@@ -143,12 +146,19 @@ def build_id(lib, kernel_names) -> str:
 def _query_device(lib, device: int, kernel_names) -> dict | None:
     name, cc, sms = ctypes.create_string_buffer(256), ctypes.c_int32(), ctypes.c_int32()
     drv = ctypes.c_int32()
-    if device < 0 or lib.pcr_device_name(device, name, 256) != Status.OK or \
-            lib.pcr_device_cc(device, ctypes.byref(cc), ctypes.byref(sms)) != Status.OK:
+    if (
+        device < 0
+        or lib.pcr_device_name(device, name, 256) != Status.OK
+        or lib.pcr_device_cc(device, ctypes.byref(cc), ctypes.byref(sms)) != Status.OK
+    ):
         return None  # no such device here: nothing to look up
     lib.pcr_driver_version(ctypes.byref(drv))
-    return {"gpu": name.value.decode(errors="replace"), "sm_count": sms.value,
-            "driver": drv.value, "build": build_id(lib, kernel_names)}
+    return {
+        "gpu": name.value.decode(errors="replace"),
+        "sm_count": sms.value,
+        "driver": drv.value,
+        "build": build_id(lib, kernel_names),
+    }
 
 
 def device_key(lib, device: int, kernel_names) -> dict | None:
@@ -181,7 +191,8 @@ def _problem_of(doc) -> str | None:
         return f"format {doc.get('format')!r}, this version reads {FORMAT}"
     entries = doc.get("entries")
     if not isinstance(entries, dict) or not all(
-            isinstance(e, dict) and isinstance(e.get("kernel"), str) for e in entries.values()):
+        isinstance(e, dict) and isinstance(e.get("kernel"), str) for e in entries.values()
+    ):
         return "malformed entries"
     if not isinstance(doc.get("device"), dict):
         return "no device key"
@@ -197,8 +208,7 @@ def read(path: str, dev: dict | None = None, verb: str = "ignoring") -> CacheFil
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        warnings.warn(f"{verb} tuned cache {path}: unreadable ({e})", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(f"{verb} tuned cache {path}: unreadable ({e})", RuntimeWarning, stacklevel=2)
         return None
     why = _problem_of(doc)
     if why is None and dev is not None and doc["device"] != dev:
@@ -210,8 +220,10 @@ def read(path: str, dev: dict | None = None, verb: str = "ignoring") -> CacheFil
 
 
 def describe(dev: dict) -> str:
-    return (f"{dev.get('gpu')} ({dev.get('sm_count')} SMs), driver {dev.get('driver')}, "
-            f"library build {dev.get('build')}")
+    return (
+        f"{dev.get('gpu')} ({dev.get('sm_count')} SMs), driver {dev.get('driver')}, "
+        f"library build {dev.get('build')}"
+    )
 
 
 def loaded(dev: dict) -> CacheFile | None:
@@ -233,13 +245,15 @@ def _stale_error(dev: dict) -> UnsupportedError:
             doc = json.load(f)
             if isinstance(doc, dict) and isinstance(doc.get("device"), dict):
                 others.append(f"  {path}: {describe(doc['device'])}")
-    found = ("only caches made elsewhere:\n" + "\n".join(others)) if others else \
-        "no tuned cache at all"
+    found = (
+        ("only caches made elsewhere:\n" + "\n".join(others)) if others else "no tuned cache at all"
+    )
     return UnsupportedError(
         f"{STRICT_ENV}=1 requires a tuned cache made on this device, driver and library "
         f"build ({describe(dev)}: {path_for(dev)}), and {cache_dir()} holds {found}\n"
         f"Run pycutlass_rt.tune(..., strict=True) here, or unset {STRICT_ENV} to let the "
-        "shipped table choose")
+        "shipped table choose"
+    )
 
 
 def lookup(lib, problem, kernel_names) -> Hit | None:
@@ -272,8 +286,13 @@ def store(dev: dict, entries: dict) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     current = read(path, dev, "replacing")
     merged = {**(current.entries if current else {}), **entries}
-    doc = {"kind": KIND, "format": FORMAT, "device": dev, "entries": merged,
-           "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    doc = {
+        "kind": KIND,
+        "format": FORMAT,
+        "device": dev,
+        "entries": merged,
+        "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "w") as f:

@@ -1,4 +1,5 @@
 """What every GEMM entry point does before its launch: arguments, operands, kernel choice."""
+
 from __future__ import annotations
 
 import ctypes
@@ -32,7 +33,8 @@ def activation_code(activation) -> Activation:
     if code is None:
         raise InvalidArgumentError(
             f"activation must be None or one of {', '.join(map(repr, ACTIVATIONS))}; "
-            f"got {activation!r}")
+            f"got {activation!r}"
+        )
     return code
 
 
@@ -43,7 +45,8 @@ def math_code(math) -> Math:
     code = MATHS.get(math) if isinstance(math, str) else None
     if code is None:
         raise InvalidArgumentError(
-            f"math must be None, {' or '.join(map(repr, MATHS))}; got {math!r}")
+            f"math must be None, {' or '.join(map(repr, MATHS))}; got {math!r}"
+        )
     return code
 
 
@@ -113,14 +116,17 @@ def remember_problem(lib, problem) -> None:
     if not choice.ranked:
         raise no_candidates(problem, choice)
     ids = [k.index for k, _ in choice.ranked[:8]]
-    lib.check(lib.pcr_select_put(ctypes.byref(problem), (ctypes.c_int32 * len(ids))(*ids),
-                                 len(ids)))
+    lib.check(
+        lib.pcr_select_put(ctypes.byref(problem), (ctypes.c_int32 * len(ids))(*ids), len(ids))
+    )
 
 
 #: pcr_epilogue -> how messages say what a problem's epilogue needs
-EPILOGUE_WORDS = {Epilogue.EPI_LINEAR: "",
-                  Epilogue.EPI_BIASACT: " with a fused bias/activation epilogue",
-                  Epilogue.EPI_SCALED: " with scale_a/scale_b (a dequantizing epilogue)"}
+EPILOGUE_WORDS = {
+    Epilogue.EPI_LINEAR: "",
+    Epilogue.EPI_BIASACT: " with a fused bias/activation epilogue",
+    Epilogue.EPI_SCALED: " with scale_a/scale_b (a dequantizing epilogue)",
+}
 
 
 def no_candidates(problem, choice) -> Error:
@@ -131,11 +137,16 @@ def no_candidates(problem, choice) -> Error:
         return NoKernelForArchError(
             f"this GPU is compute {problem.cc // 10}.{problem.cc % 10}, and the build holds "
             f"kernels only for {', '.join(families) or 'no arch'}: rebuild with "
-            "PYCUTLASS_RT_ARCHS=native (or include this GPU's arch)")
-    reasons = "\n".join(f"  {k.name}: {why}" for k, why in choice.rejected
-                        if _select.static_match(k, problem) is None)
+            "PYCUTLASS_RT_ARCHS=native (or include this GPU's arch)"
+        )
+    reasons = "\n".join(
+        f"  {k.name}: {why}"
+        for k, why in choice.rejected
+        if _select.static_match(k, problem) is None
+    )
     fused = EPILOGUE_WORDS[problem.epilogue]
     return UnsupportedError(
         "no kernel of this build can run this problem "
         f"({problem.m}x{problem.n}x{problem.k}{fused}); candidates and why they were "
-        "rejected:\n" + (reasons or f"  (no kernel has these dtypes and layouts{fused})"))
+        "rejected:\n" + (reasons or f"  (no kernel has these dtypes and layouts{fused})")
+    )

@@ -5,8 +5,10 @@ cupy (device tensors, timed against ``torch.mm`` / ``cupy.matmul``). None of the
 required by the package, so each is imported here only if present; references are
 computed in float64 in the arrays' own framework.
 """
+
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import statistics
@@ -79,13 +81,19 @@ def _numpy(np) -> bool:
     print(f"numpy float16 {m}x{n}x{k} (staged through the GPU):")
     print(f"  kernel: {pcr.explain(a, b, None, d).kernel}")
     pcr.gemm(a, b, None, d)
-    return _check("vs numpy", np, d.astype(np.float64),
-                  a.astype(np.float64) @ b.astype(np.float64), bool(np.isfinite(d).all()), 2e-3)
+    return _check(
+        "vs numpy",
+        np,
+        d.astype(np.float64),
+        a.astype(np.float64) @ b.astype(np.float64),
+        bool(np.isfinite(d).all()),
+        2e-3,
+    )
 
 
 def _torch(torch, size: int) -> bool:
     ok = True
-    flop = 2.0 * size ** 3
+    flop = 2.0 * size**3
     for dtype in (torch.float16, torch.bfloat16):
         a = torch.rand(size, size, device="cuda", dtype=dtype) - 0.5
         b = torch.rand(size, size, device="cuda", dtype=dtype) - 0.5
@@ -94,12 +102,23 @@ def _torch(torch, size: int) -> bool:
         print(f"torch {str(dtype).split('.')[-1]} {size}^3:")
         print(f"  kernel: {pcr.explain(a, b, None, d).kernel}")
         pcr.gemm(a, b, None, d)
-        ok &= _check(f"vs torch (fp64, {ROWS} rows)", torch, d[:ROWS].double(),
-                     a[:ROWS].double() @ b.double(), bool(torch.isfinite(d).all()), 1e-2)
-        t_pcr, t_torch = _time_pair(lambda: pcr.gemm(a, b, None, d),
-                                    lambda: torch.mm(a, b, out=ref), torch.cuda.synchronize)
-        print(f"  pycutlass_rt {flop / t_pcr / 1e12:7.1f} TFLOP/s   torch.mm (cuBLAS) "
-              f"{flop / t_torch / 1e12:7.1f} TFLOP/s   ratio {t_torch / t_pcr:.2f}x")
+        ok &= _check(
+            f"vs torch (fp64, {ROWS} rows)",
+            torch,
+            d[:ROWS].double(),
+            a[:ROWS].double() @ b.double(),
+            bool(torch.isfinite(d).all()),
+            1e-2,
+        )
+        t_pcr, t_torch = _time_pair(
+            functools.partial(pcr.gemm, a, b, None, d),
+            functools.partial(torch.mm, a, b, out=ref),
+            torch.cuda.synchronize,
+        )
+        print(
+            f"  pycutlass_rt {flop / t_pcr / 1e12:7.1f} TFLOP/s   torch.mm (cuBLAS) "
+            f"{flop / t_torch / 1e12:7.1f} TFLOP/s   ratio {t_torch / t_pcr:.2f}x"
+        )
     return ok
 
 
@@ -109,14 +128,24 @@ def _cupy(cp, size: int) -> bool:
     d = cp.empty((size, size), cp.float16)
     print(f"cupy float16 {size}^3:")
     pcr.gemm(a, b, None, d)
-    ok = _check(f"vs cupy (fp64, {ROWS} rows)", cp, d[:ROWS].astype(cp.float64),
-                a[:ROWS].astype(cp.float64) @ b.astype(cp.float64), bool(cp.isfinite(d).all()),
-                1e-2)
+    ok = _check(
+        f"vs cupy (fp64, {ROWS} rows)",
+        cp,
+        d[:ROWS].astype(cp.float64),
+        a[:ROWS].astype(cp.float64) @ b.astype(cp.float64),
+        bool(cp.isfinite(d).all()),
+        1e-2,
+    )
     ref = cp.empty_like(d)
-    t_pcr, t_cp = _time_pair(lambda: pcr.gemm(a, b, None, d), lambda: cp.matmul(a, b, out=ref),
-                             cp.cuda.runtime.deviceSynchronize)
-    print(f"  pycutlass_rt {2.0 * size ** 3 / t_pcr / 1e12:7.1f} TFLOP/s   cupy.matmul "
-          f"{2.0 * size ** 3 / t_cp / 1e12:7.1f} TFLOP/s")
+    t_pcr, t_cp = _time_pair(
+        lambda: pcr.gemm(a, b, None, d),
+        lambda: cp.matmul(a, b, out=ref),
+        cp.cuda.runtime.deviceSynchronize,
+    )
+    print(
+        f"  pycutlass_rt {2.0 * size**3 / t_pcr / 1e12:7.1f} TFLOP/s   cupy.matmul "
+        f"{2.0 * size**3 / t_cp / 1e12:7.1f} TFLOP/s"
+    )
     return ok
 
 
@@ -148,18 +177,22 @@ def main(size: int) -> int:
         print(NEEDS, file=sys.stderr)
         return 1
     if not info["devices"]:
-        print("demo: needs an NVIDIA GPU with its driver; none is usable here:\n  "
-              f"{info['device_error']}", file=sys.stderr)
+        print(
+            "demo: needs an NVIDIA GPU with its driver; none is usable here:\n  "
+            f"{info['device_error']}",
+            file=sys.stderr,
+        )
         return 1
     dev = info["devices"][0]
     print(f"pycutlass_rt {pcr.__version__} on {dev['name']} (compute {dev['cc']})")
-    runs = [(_numpy, np, ()), (_torch, _usable_torch(), (size,)),
-            (_cupy, _usable_cupy(), (size,))]
+    runs = [(_numpy, np, ()), (_torch, _usable_torch(), (size,)), (_cupy, _usable_cupy(), (size,))]
     results = [fn(mod, *args) for fn, mod, args in runs if mod is not None]
     if not results:
-        print("demo: numpy is absent and neither torch nor cupy sees the GPU: nothing ran; "
-              "install numpy (pip install numpy) or a CUDA build of torch or cupy",
-              file=sys.stderr)
+        print(
+            "demo: numpy is absent and neither torch nor cupy sees the GPU: nothing ran; "
+            "install numpy (pip install numpy) or a CUDA build of torch or cupy",
+            file=sys.stderr,
+        )
         return 1
     ok = all(results)
     print("demo: " + ("all results match" if ok else "MISMATCH"))

@@ -18,6 +18,7 @@ Producers that fail: their own exception propagates unchanged, whether ``__dlpac
 An answer DLPack does not allow (``__dlpack__`` returning no capsule, ``__dlpack_device__``
 no (device_type, device_id) pair) is a DTypeError naming the operand.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -62,7 +63,8 @@ def strategy(tp: type, name: str) -> str:
             raise errors.DTypeError(
                 f"{name}: {tp.__module__}.{tp.__qualname__} is not a tensor pycutlass_rt can "
                 "read; pass an object with __dlpack__ (torch, cupy, jax, numpy) or "
-                "__cuda_array_interface__ (numba)")
+                "__cuda_array_interface__ (numba)"
+            )
         _strategy[tp] = s
         if s == EXCHANGE:
             EXCHANGE_TYPES.add(tp)
@@ -70,6 +72,7 @@ def strategy(tp: type, name: str) -> str:
 
 
 # ---- streams ----------------------------------------------------------------------
+
 
 def stream_handle(stream: Any) -> int:
     """A cudaStream_t value from an int, or an object with __cuda_stream__, .cuda_stream or .ptr."""
@@ -89,7 +92,8 @@ def stream_handle(stream: Any) -> int:
             return handle
     raise errors.DTypeError(
         f"stream: cannot get a CUDA stream handle from {type(stream).__qualname__}; pass an "
-        "int, or an object with __cuda_stream__, .cuda_stream or .ptr")
+        "int, or an object with __cuda_stream__, .cuda_stream or .ptr"
+    )
 
 
 def dlpack_stream_code(handle: int) -> int:
@@ -113,15 +117,24 @@ def _framework_stream(obj: Any) -> int | None:
 
 # ---- __cuda_array_interface__ ----------------------------------------------------
 
+
 class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
+    _fields_ = [
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
 
 
 # CAI typestr kind+size -> DLPack (code, bits)
-_CAI_DTYPES = {"f2": (DLDataTypeCode.Float, 16), "f4": (DLDataTypeCode.Float, 32),
-               "f8": (DLDataTypeCode.Float, 64), "i1": (DLDataTypeCode.Int, 8),
-               "i4": (DLDataTypeCode.Int, 32), "u1": (DLDataTypeCode.UInt, 8)}
+_CAI_DTYPES = {
+    "f2": (DLDataTypeCode.Float, 16),
+    "f4": (DLDataTypeCode.Float, 32),
+    "f8": (DLDataTypeCode.Float, 64),
+    "i1": (DLDataTypeCode.Int, 8),
+    "i4": (DLDataTypeCode.Int, 32),
+    "u1": (DLDataTypeCode.UInt, 8),
+}
 
 
 def cai_capsule(obj: Any, name: str, device_of) -> tuple[Any, Any]:
@@ -130,8 +143,9 @@ def cai_capsule(obj: Any, name: str, device_of) -> tuple[Any, Any]:
     typestr = cai["typestr"]
     dt = _CAI_DTYPES.get(typestr[1:])
     if typestr[0] == ">" or dt is None:
-        raise errors.DTypeError(f"{name}: __cuda_array_interface__ dtype {typestr!r} is not "
-                                "supported")
+        raise errors.DTypeError(
+            f"{name}: __cuda_array_interface__ dtype {typestr!r} is not supported"
+        )
     shape = tuple(int(s) for s in cai["shape"])
     itemsize = int(typestr[2:])
     strides = cai.get("strides")
@@ -176,10 +190,15 @@ def prepare(operands, names, stream, device_of):
     """
     x = EXCHANGE_TYPES
     a, b, c, d, bias, scale_a, scale_b = operands  # named, not looped: the hot path
-    if (type(a) in x and type(b) in x and type(d) in x and (c is None or type(c) in x)
-            and (bias is None or type(bias) in x)
-            and (scale_a is None or type(scale_a) in x)
-            and (scale_b is None or type(scale_b) in x)):
+    if (
+        type(a) in x
+        and type(b) in x
+        and type(d) in x
+        and (c is None or type(c) in x)
+        and (bias is None or type(bias) in x)
+        and (scale_a is None or type(scale_a) in x)
+        and (scale_b is None or type(scale_b) in x)
+    ):
         # The hot path (torch): C reads the tensors and the producer's stream itself.
         if stream is None:
             return operands, 0, PCR_STREAM_FROM_PRODUCER, None
@@ -209,7 +228,8 @@ def prepare(operands, names, stream, device_of):
         raise errors.ReadOnlyError(
             f"d is a {type(operands[3]).__qualname__} from {type(operands[3]).__module__}: "
             "JAX arrays are immutable, so pycutlass_rt does not write into them; pass a "
-            "writable output (torch, cupy, numba, numpy) and view it with jax.dlpack")
+            "writable output (torch, cupy, numba, numpy) and view it with jax.dlpack"
+        )
     out, keep = [], []
     for x, kind, name in zip(operands, kinds, names):
         if kind == DLPACK:
@@ -231,8 +251,9 @@ def _is_host(x: Any, name: str) -> bool:
         device_type, _ = answer
         device_type = operator.index(device_type)
     except (TypeError, ValueError):
-        raise errors.DTypeError(f"{name}: __dlpack_device__() returned {answer!r}, not a "
-                                "(device_type, device_id) pair") from None
+        raise errors.DTypeError(
+            f"{name}: __dlpack_device__() returned {answer!r}, not a (device_type, device_id) pair"
+        ) from None
     return device_type in (DLDeviceType.CPU, DLDeviceType.CUDAHost)
 
 
@@ -243,8 +264,9 @@ def _export(x: Any, code: int, name: str):
     except BufferError as e:
         raise errors.InvalidArgumentError(f"{name}: the producer refused to export it ({e})") from e
     if type(capsule) is not _CAPSULE_TYPE:
-        raise errors.DTypeError(f"{name}: __dlpack__() returned a {type(capsule).__qualname__}, "
-                                "not a DLPack capsule")
+        raise errors.DTypeError(
+            f"{name}: __dlpack__() returned a {type(capsule).__qualname__}, not a DLPack capsule"
+        )
     return capsule
 
 

@@ -4,6 +4,7 @@ The per-group sizes, pointers and leading dimensions are written into GPU arrays
 library's own small kernel (from its launch parameters, or from the MoE offsets tensor):
 no host synchronization, and safe inside CUDA-graph capture.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -50,7 +51,8 @@ def grouped_gemm(As, Bs, Cs, Ds, alpha=1.0, beta=0.0, *, stream=None, kernel=Non
     if not len(As) == len(Bs) == len(Cs) == len(Ds):
         raise InvalidArgumentError(
             "As, Bs, Cs and Ds need one entry per group; got "
-            f"{len(As)}, {len(Bs)}, {len(Cs)} and {len(Ds)}")
+            f"{len(As)}, {len(Bs)}, {len(Cs)} and {len(Ds)}"
+        )
     count = len(As)
     columns, keep, handle, flags = ([], [], [], []), [], 0, PCR_STREAM_FROM_PRODUCER
     for g in range(count):
@@ -104,8 +106,12 @@ def moe_gemm(x, w, offsets, out, alpha=1.0, *, stream=None, kernel=None):
     objs, handle, flags, keep = _call.operands((x, w, offsets, out), stream)
     ox, ow, ooff, oout = objs[:4]
     problem = _lib.Problem()
-    _run(lib, lib.pcr_py_moe_gemm,
-         (ox, ow, ooff, oout, alpha, kidx, flags, handle, ctypes.byref(problem)), problem)
+    _run(
+        lib,
+        lib.pcr_py_moe_gemm,
+        (ox, ow, ooff, oout, alpha, kidx, flags, handle, ctypes.byref(problem)),
+        problem,
+    )
     del keep
     return out
 

@@ -1,4 +1,5 @@
 """The kernel catalogue of the loaded library, read from the binary (never a second list)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -11,14 +12,31 @@ from ._lib import KernelDesc, load
 
 #: pcr_dtype -> the dtype's name, as torch spells it ("tfloat32": float32 tensors on TF32
 #: tensor cores)
-DTYPE_NAMES = {Dtype.F16: "float16", Dtype.BF16: "bfloat16", Dtype.F32: "float32",
-               Dtype.F64: "float64", Dtype.TF32: "tfloat32", Dtype.E4M3: "float8_e4m3fn",
-               Dtype.E5M2: "float8_e5m2", Dtype.S8: "int8", Dtype.S32: "int32"}
+DTYPE_NAMES = {
+    Dtype.F16: "float16",
+    Dtype.BF16: "bfloat16",
+    Dtype.F32: "float32",
+    Dtype.F64: "float64",
+    Dtype.TF32: "tfloat32",
+    Dtype.E4M3: "float8_e4m3fn",
+    Dtype.E5M2: "float8_e5m2",
+    Dtype.S8: "int8",
+    Dtype.S32: "int32",
+}
 #: a kernel name's dtype word (the pcr_dtype's token: "bf16") -> the dtype's name
 DTYPE_TOKENS = {code.token: name for code, name in DTYPE_NAMES.items()}
 #: bytes per element, by dtype name (tfloat32: a float32 tensor)
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "tfloat32": 4,
-               "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "int32": 4}
+DTYPE_BYTES = {
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "tfloat32": 4,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+    "int32": 4,
+}
 LAYOUT_LETTERS = {Layout.ROW_MAJOR: "t", Layout.COL_MAJOR: "n"}  # as BLAS and kernel names
 
 
@@ -55,29 +73,40 @@ class KernelInfo:
         return self.name.replace(f"_{self.epilogue}_", "_")  # a linear one names none
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _all() -> tuple:
     lib = load()
     out = []
     desc = KernelDesc()
     for i in range(lib.pcr_kernel_count()):
         lib.check(lib.pcr_kernel_info(i, ctypes.byref(desc)))
-        out.append(KernelInfo(
-            index=i, name=desc.name.decode(), family=desc.family,
-            dtype_a=DTYPE_NAMES[desc.dtype_a], dtype_b=DTYPE_NAMES[desc.dtype_b],
-            dtype_acc=DTYPE_NAMES[desc.dtype_acc], dtype_d=DTYPE_NAMES[desc.dtype_d],
-            layout=LAYOUT_LETTERS[desc.layout_a] + LAYOUT_LETTERS[desc.layout_b],
-            tile=(desc.tile_m, desc.tile_n, desc.tile_k),
-            cluster=(desc.cluster_m, desc.cluster_n, desc.cluster_k),
-            warps=(desc.warps_m, desc.warps_n, desc.warps_k), stages=desc.stages,
-            schedule=Schedule(desc.schedule).token, epilogue=Epilogue(desc.epilogue).token,
-            split=Split(desc.split).token, align=(desc.align_a, desc.align_b, desc.align_c),
-            swap_ab=bool(desc.swap_ab), grouped=bool(desc.grouped),
-            tensor_scales=bool(desc.tensor_scales)))
+        out.append(
+            KernelInfo(
+                index=i,
+                name=desc.name.decode(),
+                family=desc.family,
+                dtype_a=DTYPE_NAMES[desc.dtype_a],
+                dtype_b=DTYPE_NAMES[desc.dtype_b],
+                dtype_acc=DTYPE_NAMES[desc.dtype_acc],
+                dtype_d=DTYPE_NAMES[desc.dtype_d],
+                layout=LAYOUT_LETTERS[desc.layout_a] + LAYOUT_LETTERS[desc.layout_b],
+                tile=(desc.tile_m, desc.tile_n, desc.tile_k),
+                cluster=(desc.cluster_m, desc.cluster_n, desc.cluster_k),
+                warps=(desc.warps_m, desc.warps_n, desc.warps_k),
+                stages=desc.stages,
+                schedule=Schedule(desc.schedule).token,
+                epilogue=Epilogue(desc.epilogue).token,
+                split=Split(desc.split).token,
+                align=(desc.align_a, desc.align_b, desc.align_c),
+                swap_ab=bool(desc.swap_ab),
+                grouped=bool(desc.grouped),
+                tensor_scales=bool(desc.tensor_scales),
+            )
+        )
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _by_name() -> dict:
     return {k.name: k for k in _all()}
 
@@ -100,7 +129,11 @@ def by_name(name: str) -> KernelInfo:
         return _by_name()[name]
     except (KeyError, TypeError):
         import difflib
+
         close = difflib.get_close_matches(str(name), list(_by_name()), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else \
-            f"; the build has {len(_all())} kernels: see pycutlass_rt.kernels()"
+        hint = (
+            f"; did you mean {', '.join(close)}?"
+            if close
+            else f"; the build has {len(_all())} kernels: see pycutlass_rt.kernels()"
+        )
         raise errors.KernelNotFoundError(f"no kernel named {name!r} in this build{hint}") from None

@@ -7,6 +7,7 @@ header): functions taking Python objects (``pcr_py_*``) are bound through
 ``ctypes.PyDLL`` (the GIL stays held: they call back into CPython), the rest through
 ``ctypes.CDLL`` (the GIL is released).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -16,8 +17,7 @@ import threading
 from ctypes import c_char_p, c_int, c_void_p, py_object
 
 from . import _abi, errors
-from ._abi import DLTensor, Extras, KernelDesc, Problem  # noqa: F401  (the structs' old home)
-from ._abi import Status
+from ._abi import DLTensor, Extras, KernelDesc, Problem, Status  # noqa: F401  (the structs' old home)
 
 ABI_VERSION = _abi.PCR_ABI_VERSION  # what this package expects; checked at load
 LIBRARY_ENV = "PYCUTLASS_RT_LIBRARY"
@@ -30,8 +30,7 @@ _SIGNATURES = _abi.FUNCTIONS
 class _MethodDef(ctypes.Structure):
     """CPython's PyMethodDef, as pcr_py_builtins() returns an array of them."""
 
-    _fields_ = [("name", c_char_p), ("function", c_void_p), ("flags", c_int),
-                ("doc", c_char_p)]
+    _fields_ = [("name", c_char_p), ("function", c_void_p), ("flags", c_int), ("doc", c_char_p)]
 
 
 def _builtins(table: int | None) -> dict:
@@ -43,8 +42,7 @@ def _builtins(table: int | None) -> dict:
     pycutlass_rt.h documents their arguments.
     """
     if not table:
-        raise errors.LibraryError("pcr_py_builtins(): CPython's API was not found in this "
-                                  "process")
+        raise errors.LibraryError("pcr_py_builtins(): CPython's API was not found in this process")
     new = ctypes.pythonapi.PyCFunction_NewEx
     new.restype, new.argtypes = py_object, [c_void_p, c_void_p, c_void_p]  # self, module: NULL
     out = {}
@@ -77,7 +75,8 @@ class Library:
         if abi != ABI_VERSION:
             raise errors.LibraryError(
                 f"{path} has ABI version {abi}, this Python package expects {ABI_VERSION}; "
-                f"reinstall pycutlass_rt, or point {LIBRARY_ENV} at a matching build")
+                f"reinstall pycutlass_rt, or point {LIBRARY_ENV} at a matching build"
+            )
         calls = _builtins(self.pcr_py_builtins())
         #: builtin: gemm(a, b, c, d, alpha, beta, extras, kernel, flags, stream) -> status
         self.gemm = calls["gemm"]
@@ -99,8 +98,10 @@ class Library:
         """The exception for a non-zero status, with the thread's message."""
         message = self.last_error()
         if _fork.forked_after_cuda and status in (Status.ERR_NO_DEVICE, Status.ERR_CUDA):
-            message += (" (this process was forked after its parent had used CUDA, which a "
-                        "forked child cannot do: start workers with the 'spawn' method)")
+            message += (
+                " (this process was forked after its parent had used CUDA, which a "
+                "forked child cannot do: start workers with the 'spawn' method)"
+            )
         return errors.from_status(status, message)
 
 
@@ -159,7 +160,9 @@ def load() -> Library:
                     tried.append(f"{path} ({e})")
             if _lib is None:
                 raise errors.LibraryError(
-                    "cannot load libpycutlass_rt.so; tried: " + "; ".join(tried) +
-                    f". Build and install the package (pip install .), or set {LIBRARY_ENV} "
-                    "to the library's path")
+                    "cannot load libpycutlass_rt.so; tried: "
+                    + "; ".join(tried)
+                    + f". Build and install the package (pip install .), or set {LIBRARY_ENV} "
+                    "to the library's path"
+                )
     return _lib

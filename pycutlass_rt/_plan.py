@@ -1,4 +1,5 @@
 """Bound plans: one problem, its kernel chosen and its launch prepared, run many times."""
+
 from __future__ import annotations
 
 import ctypes
@@ -47,8 +48,22 @@ class Gemm:
 
     _handle = None
 
-    def __init__(self, a, b, c=None, d=None, alpha=1.0, beta=0.0, *, bias=None,
-                 activation=None, scale_a=None, scale_b=None, math=None, kernel=None):
+    def __init__(
+        self,
+        a,
+        b,
+        c=None,
+        d=None,
+        alpha=1.0,
+        beta=0.0,
+        *,
+        bias=None,
+        activation=None,
+        scale_a=None,
+        scale_b=None,
+        math=None,
+        kernel=None,
+    ):
         if d is None:
             raise InvalidArgumentError("Gemm needs d, the output tensor")
         lib = self._lib = _lib.load()
@@ -61,8 +76,15 @@ class Gemm:
         objs, _, flags, keep = _call.operands((a, b, c, d), None, bias, scale_a, scale_b)
         extra = _call.extras(objs, self._act, self._math)
         problem, handle = _lib.Problem(), ctypes.c_void_p()
-        args = (*objs[:4], self.alpha, self.beta, extra, kidx, ctypes.byref(problem),
-                ctypes.byref(handle))
+        args = (
+            *objs[:4],
+            self.alpha,
+            self.beta,
+            extra,
+            kidx,
+            ctypes.byref(problem),
+            ctypes.byref(handle),
+        )
         st = lib.pcr_py_plan_create(*args)
         if st == Status.NEED_SELECTION:
             _call.remember(lib, objs, self.alpha, self.beta, extra)
@@ -79,8 +101,9 @@ class Gemm:
         index = ctypes.c_int32()
         lib.check(lib.pcr_plan_kernel(self._handle, ctypes.byref(index)))
         #: name of the kernel the plan launches (None: the problem has no GEMM work)
-        self.kernel: str | None = (_kernels.kernels()[index.value].name
-                                   if index.value != PCR_KERNEL_NONE else None)
+        self.kernel: str | None = (
+            _kernels.kernels()[index.value].name if index.value != PCR_KERNEL_NONE else None
+        )
         #: (M, N, K) of the problem as computed (after orienting d row-major)
         self.shape = (problem.m, problem.n, problem.k)
 
@@ -110,8 +133,7 @@ class Gemm:
         """
         if self._handle is None:
             raise InvalidArgumentError("this plan was closed")
-        objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a,
-                                                   scale_b)
+        objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
         extra = _call.extras(objs, self._act, self._math)
         st = self._lib.plan_run(self._handle, *objs[:4], extra, flags, handle)
         if st:

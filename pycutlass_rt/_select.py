@@ -11,6 +11,7 @@ the shape, (4) the device's family preference (sm90a before the sm80 family on H
 and the plain model for the rest. The C side memoizes the ranked list per problem, so
 this runs once per distinct shape.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -58,20 +59,26 @@ def families_for(cc: int) -> list[int]:
 
 # ---- the shipped table ----------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def table() -> dict:
     """The shipped table: installed beside the package, or heuristics/ in a source tree."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(here, "heuristics", TABLE_FILE),
-                 os.path.join(os.path.dirname(here), "heuristics", TABLE_FILE)):
+    for path in (
+        os.path.join(here, "heuristics", TABLE_FILE),
+        os.path.join(os.path.dirname(here), "heuristics", TABLE_FILE),
+    ):
         if os.path.exists(path):
             with open(path) as f:
                 data = json.load(f)
             if data.get("format") in TABLE_FORMATS:
                 return data
-            warnings.warn(f"{path} has table format {data.get('format')!r}, this version "
-                          f"reads {TABLE_FORMATS}: kernels are chosen by the analytic model",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"{path} has table format {data.get('format')!r}, this version "
+                f"reads {TABLE_FORMATS}: kernels are chosen by the analytic model",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     return {"families": {}}
 
 
@@ -79,8 +86,10 @@ def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None
     """The first rule of ``rules`` (default: the shipped table) whose bounds hold."""
     rules = table() if rules is None else rules
     for rule in rules["families"].get(f"sm{family}", []):
-        if all(bound not in rule or value <= rule[bound]
-               for bound, value in (("max_m", m), ("max_n", n), ("max_k", k))):
+        if all(
+            bound not in rule or value <= rule[bound]
+            for bound, value in (("max_m", m), ("max_n", n), ("max_k", k))
+        ):
             return rule
     return None
 
@@ -158,11 +167,18 @@ def residual(cal: dict, config: str, keys: tuple) -> tuple | None:
 
 #: compute capability -> (dense fp16/bf16 tensor TFLOP/s per SM with fp32 accumulation,
 #: DRAM GB/s per SM): V100, T4, A100, A10/A6000, L40S, H100/H200 SXM, B200
-DEVICES = {70: (1.5, 11.0), 75: (1.6, 8.0), 80: (2.9, 18.5), 86: (1.8, 8.5), 89: (2.5, 6.0), 90: (7.5, 30.0),
-           100: (15.0, 54.0)}
+DEVICES = {
+    70: (1.5, 11.0),
+    75: (1.6, 8.0),
+    80: (2.9, 18.5),
+    86: (1.8, 8.5),
+    89: (2.5, 6.0),
+    90: (7.5, 30.0),
+    100: (15.0, 54.0),
+}
 BW_SATURATION = 0.6  # fraction of the SMs that must stream to saturate DRAM
-OVERLAP = 0.1        # share of the shorter of compute and memory that does not overlap
-FIXUP_GBPS = 150.0   # per-SM L2 bandwidth for split partials
+OVERLAP = 0.1  # share of the shorter of compute and memory that does not overlap
+FIXUP_GBPS = 150.0  # per-SM L2 bandwidth for split partials
 FIXUP_SYNC_US = 2.0  # per peer: the wait on the previous peer's flag (H200 sweep)
 #: parallel split-K (native/kernels/split_k.cuh): >= 4 K tiles per slice, <= 128 slices,
 #: and the reduction kernel's launch and tail
@@ -171,8 +187,14 @@ SPLIT_MAX = 128
 SPLIT_REDUCE_US = 2.0
 STREAMK_MIN_ITERS = 8  # CUTLASS's min_iters_per_sk_unit_
 #: mainloop efficiency at the kernel family's own arch, by schedule
-SCHEDULE_EFF = {"coop": 0.80, "pingpong": 0.78, "1sm": 0.80, "2sm": 0.85,
-                "multistage": 0.80, "pipelined": 0.35}
+SCHEDULE_EFF = {
+    "coop": 0.80,
+    "pingpong": 0.78,
+    "1sm": 0.80,
+    "2sm": 0.85,
+    "multistage": 0.80,
+    "pipelined": 0.35,
+}
 
 
 def device_params(cc: int) -> tuple[float, float]:
@@ -219,8 +241,9 @@ def split_slices(kern: KernelInfo, m: int, n: int, k: int, sms: int, batch: int 
     return next((s for s in range(cap, 1, -1) if (k // unit) % s == 0), 1)
 
 
-def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int,
-              slices: int = 1) -> tuple[int, int, int]:
+def decompose(
+    kern: KernelInfo, tiles: int, iters: int, sms: int, slices: int = 1
+) -> tuple[int, int, int]:
     """(K iterations on the busiest SM, busy SMs, peers per split tile) for the split mode.
 
     ``splitk``: parallel split-K, ``slices`` (see split_slices) units per tile, all at once.
@@ -247,12 +270,19 @@ def decompose(kern: KernelInfo, tiles: int, iters: int, sms: int,
 
 #: tensor-core rate of an input dtype relative to fp16 (fp32 inputs: 3xTF32, three TF32
 #: MMAs per product; fp64: DMMA, about 1/16 on the sm80/sm90 data-centre parts)
-_RATE = {"float8_e4m3fn": 2.0, "float8_e5m2": 2.0, "int8": 2.0, "tfloat32": 0.5,
-         "float32": 0.5 / 3, "float64": 1 / 16}
+_RATE = {
+    "float8_e4m3fn": 2.0,
+    "float8_e5m2": 2.0,
+    "int8": 2.0,
+    "tfloat32": 0.5,
+    "float32": 0.5 / 3,
+    "float64": 1 / 16,
+}
 
 
-def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
-               cc: int | None = None, batch: int = 1) -> float:
+def model_time(
+    kern: KernelInfo, m: int, n: int, k: int, sm_count: int, cc: int | None = None, batch: int = 1
+) -> float:
     """Estimated microseconds for ``kern`` on a batch of m x n x k problems (see the notes
     above)."""
     cc = cc or kern.family
@@ -266,8 +296,11 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
     sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms, slices)
     rate = tflops_sm * _RATE.get(kern.dtype_a, 1.0)
     compute_us = sm_iters * 2.0 * tm * tn * tk / (rate * 1e6 * efficiency(kern, cc))
-    nbytes = max(batch, 1) * (m * k * DTYPE_BYTES[kern.dtype_a] +
-                              k * n * DTYPE_BYTES[kern.dtype_b] + m * n * DTYPE_BYTES[kern.dtype_d])
+    nbytes = max(batch, 1) * (
+        m * k * DTYPE_BYTES[kern.dtype_a]
+        + k * n * DTYPE_BYTES[kern.dtype_b]
+        + m * n * DTYPE_BYTES[kern.dtype_d]
+    )
     memory_us = nbytes / (gbps_sm * 1e3 * min(sms, busy / BW_SATURATION))
     fixup_us = 0.0
     if kern.split == "splitk":  # partials out and back in (the output's bytes are counted)
@@ -279,8 +312,10 @@ def model_time(kern: KernelInfo, m: int, n: int, k: int, sm_count: int,
 
 # ---- ordering -------------------------------------------------------------------------
 
-def rank(problem, candidates: list[KernelInfo], family_order: list[int],
-         rules: dict | None = None) -> Choice:
+
+def rank(
+    problem, candidates: list[KernelInfo], family_order: list[int], rules: dict | None = None
+) -> Choice:
     """Orders the accepted candidates for ``problem``: table rule, calibration, family, model.
 
     The rule of the device's own family (``family_order[0]``) may name kernels of any
@@ -305,12 +340,20 @@ def rank(problem, candidates: list[KernelInfo], family_order: list[int],
         prefer = rule["prefer"] if rule else []
         keyed = []
         for c in group:  # rules name plain kernels: a fused one ranks as its plain twin
-            pos = next((i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(c.base_name, p)),
-                       len(prefer))
+            pos = next(
+                (i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(c.base_name, p)),
+                len(prefer),
+            )
             keyed.append((pos, model_us(c), c.name, c))
-        return [(c, f"table rule {prefer[pos]!r}" if pos < len(prefer)
-                 else f"analytic model (~{us:.3g} us)")
-                for pos, us, _, c in sorted(keyed, key=lambda t: t[:3])]
+        return [
+            (
+                c,
+                f"table rule {prefer[pos]!r}"
+                if pos < len(prefer)
+                else f"analytic model (~{us:.3g} us)",
+            )
+            for pos, us, _, c in sorted(keyed, key=lambda t: t[:3])
+        ]
 
     # a batch runs like one problem of batch x M rows (as many output tiles)
     lead = matching_rule(family_order[0], m * batch, n, k, rules) if family_order else None
@@ -326,8 +369,10 @@ def rank(problem, candidates: list[KernelInfo], family_order: list[int],
             if hit:
                 us = model_us(c) * math.exp(hit[0])
                 measured.append((us, c.name, c, hit[1]))
-        ranked += [(c, f"calibrated model (~{us:.3g} us; sweeps at {key})")
-                   for us, _, c, key in sorted(measured, key=lambda t: t[:2])]
+        ranked += [
+            (c, f"calibrated model (~{us:.3g} us; sweeps at {key})")
+            for us, _, c, key in sorted(measured, key=lambda t: t[:2])
+        ]
         named |= {c.name for _, _, c, _ in measured}
     for fam in family_order:
         group = [c for c in candidates if c.family == fam and c.name not in named]
@@ -347,12 +392,15 @@ def apply_tuned(choice: Choice, hit: _cache.Hit | None) -> Choice:
     tuned = next((c for c, _ in choice.ranked if c.name == name), None)
     if tuned is None:
         if hit.pinned:
-            reason = next((why for c, why in choice.rejected if c.name == name),
-                          "the kernel is missing from this build")
+            reason = next(
+                (why for c, why in choice.rejected if c.name == name),
+                "the kernel is missing from this build",
+            )
             raise UnsupportedError(
                 f"kernel {name} is pinned for this problem ({where}, tune(strict=True)) but "
                 f"cannot run it: {reason}. Re-run pycutlass_rt.tune(..., strict=True) with "
-                f"this build and device, or remove the entry from the cache file")
+                f"this build and device, or remove the entry from the cache file"
+            )
         return choice  # a stale suggestion: the table and model decide
     why = ("pinned by tune(strict=True)" if hit.pinned else "tuned") + f" on this device ({where})"
     rest = [] if hit.pinned else [(c, w) for c, w in choice.ranked if c is not tuned]
@@ -361,8 +409,11 @@ def apply_tuned(choice: Choice, hit: _cache.Hit | None) -> Choice:
 
 def static_match(kern: KernelInfo, problem) -> str | None:
     """Why ``kern`` cannot take ``problem`` by dtype/layout alone, or None."""
-    want = (DTYPE_NAMES.get(problem.dtype_a), DTYPE_NAMES.get(problem.dtype_b),
-            DTYPE_NAMES.get(problem.dtype_d))
+    want = (
+        DTYPE_NAMES.get(problem.dtype_a),
+        DTYPE_NAMES.get(problem.dtype_b),
+        DTYPE_NAMES.get(problem.dtype_d),
+    )
     if (kern.dtype_a, kern.dtype_b, kern.dtype_d) != want:
         return "dtypes differ"
     layout = LAYOUT_LETTERS[problem.layout_a] + LAYOUT_LETTERS[problem.layout_b]
@@ -386,8 +437,10 @@ def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
     for kern in all_kernels:
         reason = static_match(kern, problem)
         if reason is None and kern.family not in order:
-            reason = (f"sm{kern.family} kernels do not run on compute "
-                      f"{problem.cc // 10}.{problem.cc % 10}")
+            reason = (
+                f"sm{kern.family} kernels do not run on compute "
+                f"{problem.cc // 10}.{problem.cc % 10}"
+            )
         if reason is None and lib.pcr_kernel_check(kern.index, pref) != Status.OK:
             reason = lib.last_error()
         if reason is None:
@@ -400,8 +453,7 @@ def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
     if any(Epilogue.from_token(k.epilogue) == want for k in accepted):
         richer = [k for k in accepted if Epilogue.from_token(k.epilogue) > want]
         accepted = [k for k in accepted if Epilogue.from_token(k.epilogue) == want]
-        rejected += [(k, f"epilogue {k.epilogue}: one of {want.token} exists")
-                     for k in richer]
+        rejected += [(k, f"epilogue {k.epilogue}: one of {want.token} exists") for k in richer]
     return accepted, rejected
 
 

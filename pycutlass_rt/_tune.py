@@ -5,6 +5,7 @@ and alignment, and CUDA-graph timing, so that small kernels are timed without th
 per-call cost in between. The framework that makes and times them (torch, else cupy) is
 an adapter of ``_backends``, shared with the benchmark.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,11 +22,16 @@ from ._kernels import DTYPE_BYTES, DTYPE_NAMES, LAYOUT_LETTERS
 DEFAULT_REPEATS = 10
 #: input dtype -> the outputs tune() accepts for it (the build may hold fewer: the library's
 #: error then lists what it has). "tfloat32": float32 tensors multiplied with math="tf32".
-OUTPUTS = {"float16": ("float16", "float32"), "bfloat16": ("bfloat16", "float32"),
-           "float32": ("float32",), "tfloat32": ("float32",), "float64": ("float64",),
-           "int8": ("int32", "int8", "float16", "bfloat16"),
-           "float8_e4m3fn": ("bfloat16", "float16", "float32"),
-           "float8_e5m2": ("bfloat16", "float16", "float32")}
+OUTPUTS = {
+    "float16": ("float16", "float32"),
+    "bfloat16": ("bfloat16", "float32"),
+    "float32": ("float32",),
+    "tfloat32": ("float32",),
+    "float64": ("float64",),
+    "int8": ("int32", "int8", "float16", "bfloat16"),
+    "float8_e4m3fn": ("bfloat16", "float16", "float32"),
+    "float8_e5m2": ("bfloat16", "float16", "float32"),
+}
 INPUT_DTYPES = tuple(OUTPUTS)
 LAYOUTS = ("tn", "nn", "nt", "tt")
 ROTATE_BYTES = 256 << 20  # cycle operand copies until this many bytes: L2 cannot hold them
@@ -35,6 +41,7 @@ MAX_INNER = 200
 
 
 # ---- what is tuned ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -68,8 +75,9 @@ class Spec:
         return (self.m * self.k + self.k * self.n) * i + self.m * self.n * (o + c)
 
 
-def spec_of(item, dtype: str = "bfloat16", out_dtype: str | None = None,
-            layout: str = "tn") -> Spec:
+def spec_of(
+    item, dtype: str = "bfloat16", out_dtype: str | None = None, layout: str = "tn"
+) -> Spec:
     """A Spec from (m, n, k) or {"m", "n", "k"[, "dtype", "out_dtype", "layout"]}.
 
     Example:
@@ -92,13 +100,14 @@ def spec_of(item, dtype: str = "bfloat16", out_dtype: str | None = None,
             raise ValueError
     except (TypeError, ValueError):
         raise errors.InvalidArgumentError(
-            f"tune: a shape is (m, n, k) of positive integers or a dict with m, n, k; got "
-            f"{item!r}") from None
+            f"tune: a shape is (m, n, k) of positive integers or a dict with m, n, k; got {item!r}"
+        ) from None
     out_dtype = out_dtype or OUTPUTS.get(dtype, (dtype,))[0]
     if dtype not in OUTPUTS or out_dtype not in OUTPUTS[dtype]:
         raise errors.DTypeError(
-            f"tune: got {dtype} -> {out_dtype}; inputs and their outputs are " +
-            "; ".join(f"{i} -> {'/'.join(o)}" for i, o in OUTPUTS.items()))
+            f"tune: got {dtype} -> {out_dtype}; inputs and their outputs are "
+            + "; ".join(f"{i} -> {'/'.join(o)}" for i, o in OUTPUTS.items())
+        )
     if layout not in LAYOUTS:
         raise errors.InvalidArgumentError(f"tune: layout is one of {LAYOUTS}, got {layout!r}")
     return Spec(m, n, k, dtype, out_dtype, layout)
@@ -106,16 +115,26 @@ def spec_of(item, dtype: str = "bfloat16", out_dtype: str | None = None,
 
 def spec_from_problem(p) -> Spec:
     """Operands that reproduce a recorded canonical problem, alignments included."""
-    names = [DTYPE_NAMES[x] if x != Dtype.DTYPE_INVALID else None
-             for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
+    names = [
+        DTYPE_NAMES[x] if x != Dtype.DTYPE_INVALID else None
+        for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)
+    ]
     aligns = (p.align_a, p.align_b, p.align_c, p.align_d)
-    offsets = tuple(a // DTYPE_BYTES[t] if t and 0 < a < 16 else 0
-                    for a, t in zip(aligns, names))
+    offsets = tuple(a // DTYPE_BYTES[t] if t and 0 < a < 16 else 0 for a, t in zip(aligns, names))
     c_dtype = names[2] if p.c_mode != CMode.C_NONE else None
     # C_COPIED: C was copied into D first; a column-major C makes that happen again
-    return Spec(p.m, p.n, p.k, names[0], names[3],
-                LAYOUT_LETTERS[p.layout_a] + LAYOUT_LETTERS[p.layout_b], c_dtype,
-                "n" if p.c_mode == CMode.C_COPIED else "t", offsets, (p.scale_m, p.scale_n))
+    return Spec(
+        p.m,
+        p.n,
+        p.k,
+        names[0],
+        names[3],
+        LAYOUT_LETTERS[p.layout_a] + LAYOUT_LETTERS[p.layout_b],
+        c_dtype,
+        "n" if p.c_mode == CMode.C_COPIED else "t",
+        offsets,
+        (p.scale_m, p.scale_n),
+    )
 
 
 # ---- operands and timing ----------------------------------------------------------------
@@ -131,8 +150,9 @@ def backend():
     """
     bk, why = _backends.load()
     if bk is None:
-        raise errors.NoDeviceError(f"tune() makes its operands with torch or cupy; neither is "
-                                   f"usable ({why})")
+        raise errors.NoDeviceError(
+            f"tune() makes its operands with torch or cupy; neither is usable ({why})"
+        )
     return bk
 
 
@@ -146,11 +166,13 @@ class Operands:
 
     def call(self, kernel: str):
         from . import gemm
+
         turn, extras = itertools.cycle(self.sets), self.extras
 
         def run():
             a, b, c, d = next(turn)
             gemm(a, b, c, d, 1.0, self.beta, kernel=kernel, **extras)
+
         return run
 
 
@@ -161,13 +183,18 @@ def make_operands(bk, spec: Spec) -> Operands:
     for _ in range(copies):
         a = bk.operand(spec.m, spec.k, spec.layout[0], spec.tensor_dtype, offset=oa)
         b = bk.operand(spec.k, spec.n, spec.layout[1], spec.tensor_dtype, offset=ob)
-        c = (bk.operand(spec.m, spec.n, spec.c_layout, spec.c_dtype, offset=oc)
-             if spec.c_dtype else None)
+        c = (
+            bk.operand(spec.m, spec.n, spec.c_layout, spec.c_dtype, offset=oc)
+            if spec.c_dtype
+            else None
+        )
         d = bk.operand(spec.m, spec.n, "t", spec.out_dtype, offset=od)
         sets.append((a, b, c, d))
     extras = {"math": spec.math} if spec.math else {}
-    for name, kind, shape in (("scale_a", spec.scales[0], (spec.m, 1)),
-                              ("scale_b", spec.scales[1], (1, spec.n))):
+    for name, kind, shape in (
+        ("scale_a", spec.scales[0], (spec.m, 1)),
+        ("scale_b", spec.scales[1], (1, spec.n)),
+    ):
         if kind != ScaleKind.SCALE_NONE:  # ones: the epilogue's cost ignores the values
             extras[name] = bk.ones(*(shape if kind == ScaleKind.SCALE_VECTOR else (1, 1)))
     return Operands(sets, 1.0 if spec.c_dtype else 0.0, extras)
@@ -176,11 +203,12 @@ def make_operands(bk, spec: Spec) -> Operands:
 def describe(lib, ops: Operands) -> _lib.Problem:
     """The canonical problem the C side makes of the first operand set."""
     from . import _call
+
     x = ops.extras
-    objs, _, _, keep = _call.operands(ops.sets[0], None, None, x.get("scale_a"),
-                                      x.get("scale_b"))
-    problem = _call.describe(lib, objs, 1.0, ops.beta,
-                             _call.extras(objs, 0, _call.math_code(x.get("math"))))
+    objs, _, _, keep = _call.operands(ops.sets[0], None, None, x.get("scale_a"), x.get("scale_b"))
+    problem = _call.describe(
+        lib, objs, 1.0, ops.beta, _call.extras(objs, 0, _call.math_code(x.get("math")))
+    )
     del keep
     return problem
 
@@ -201,6 +229,7 @@ def time_us(bk, run, repeats: int = DEFAULT_REPEATS) -> float:
 
 # ---- results ----------------------------------------------------------------------------
 
+
 @dataclass
 class Tuned:
     """One problem's measurement: the best kernel and what the table would have taken."""
@@ -211,7 +240,7 @@ class Tuned:
     table_kernel: str | None
     table_us: float | None
     timings: dict = field(default_factory=dict)  # kernel name -> us
-    failed: dict = field(default_factory=dict)   # kernel name -> error message
+    failed: dict = field(default_factory=dict)  # kernel name -> error message
     pinned: bool = False
     note: str = ""
 
@@ -224,10 +253,15 @@ class Tuned:
 
     def entry(self) -> dict:
         """The cache entry for this problem."""
-        return {"kernel": self.kernel, "us": round(self.us, 3), "table_kernel": self.table_kernel,
-                "table_us": None if self.table_us is None else round(self.table_us, 3),
-                "candidates": len(self.timings), "pinned": self.pinned,
-                "date": datetime.date.today().isoformat()}
+        return {
+            "kernel": self.kernel,
+            "us": round(self.us, 3),
+            "table_kernel": self.table_kernel,
+            "table_us": None if self.table_us is None else round(self.table_us, 3),
+            "candidates": len(self.timings),
+            "pinned": self.pinned,
+            "date": datetime.date.today().isoformat(),
+        }
 
 
 @dataclass
@@ -253,16 +287,19 @@ class TuneResult:
                 lines.append(f"{t.problem}: not tuned ({t.note})")
                 continue
             gain = f"{t.gain:.2f}x" if t.gain else "n/a"
-            lines.append(f"{t.problem}\n  best  {t.kernel}  {t.us:.2f} us"
-                         f"{'  (pinned)' if t.pinned else ''}\n"
-                         f"  table {t.table_kernel}  "
-                         f"{'n/a' if t.table_us is None else f'{t.table_us:.2f} us'}  "
-                         f"gain {gain}" + (f"\n  note  {t.note}" if t.note else ""))
+            lines.append(
+                f"{t.problem}\n  best  {t.kernel}  {t.us:.2f} us"
+                f"{'  (pinned)' if t.pinned else ''}\n"
+                f"  table {t.table_kernel}  "
+                f"{'n/a' if t.table_us is None else f'{t.table_us:.2f} us'}  "
+                f"gain {gain}" + (f"\n  note  {t.note}" if t.note else "")
+            )
         lines += [f"cache: {p}" for p in self.cache_files]
         return "\n".join(lines)
 
 
 # ---- recording a callable ---------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def recording(lib):
@@ -272,6 +309,7 @@ def recording(lib):
     the cache is bypassed meanwhile (a stale cache must not stop a re-tune).
     """
     from . import _call
+
     seen: dict = {}
 
     def hook(problem):
@@ -296,18 +334,26 @@ def record(lib, fn) -> list:
 
 # ---- tuning -----------------------------------------------------------------------------
 
+
 def candidates(lib, problem) -> list:
     """Every kernel that runs ``problem`` here, in the table/model order (cache ignored)."""
     return [k for k, _ in _select.choose(lib, problem, _kernels.kernels(), use_cache=False).ranked]
 
 
-def tune_one(lib, bk, spec: Spec, recorded=None, *, repeats: int = DEFAULT_REPEATS,
-             pin: bool = False) -> tuple[Tuned, _lib.Problem]:
+def tune_one(
+    lib, bk, spec: Spec, recorded=None, *, repeats: int = DEFAULT_REPEATS, pin: bool = False
+) -> tuple[Tuned, _lib.Problem]:
     """Times every candidate for one problem; returns the result and the problem tuned."""
     # one GEMM's operands cannot stand in for a grouped problem
     if recorded is not None and recorded.grouped != Grouped.GROUPED_NONE:
-        return Tuned(_cache.problem_key(recorded), None, None, None, None,
-                     note="grouped GEMMs are not tuned: the table and model order them"), recorded
+        return Tuned(
+            _cache.problem_key(recorded),
+            None,
+            None,
+            None,
+            None,
+            note="grouped GEMMs are not tuned: the table and model order them",
+        ), recorded
     ops = make_operands(bk, spec)
     problem = describe(lib, ops)
     target = recorded if recorded is not None else problem
@@ -325,11 +371,27 @@ def tune_one(lib, bk, spec: Spec, recorded=None, *, repeats: int = DEFAULT_REPEA
         except errors.Error as e:
             failed[kern.name] = str(e)
     if not timings:
-        return Tuned(key, None, None, ranked[0].name, None, failed=failed,
-                     note="every candidate failed to run"), target
+        return Tuned(
+            key,
+            None,
+            None,
+            ranked[0].name,
+            None,
+            failed=failed,
+            note="every candidate failed to run",
+        ), target
     best = min(timings, key=timings.get)
-    return Tuned(key, best, timings[best], ranked[0].name, timings.get(ranked[0].name),
-                 timings, failed, pin, note), target
+    return Tuned(
+        key,
+        best,
+        timings[best],
+        ranked[0].name,
+        timings.get(ranked[0].name),
+        timings,
+        failed,
+        pin,
+        note,
+    ), target
 
 
 def _problems(lib, shapes_or_callable, dtype, out_dtype, layout):
@@ -338,16 +400,25 @@ def _problems(lib, shapes_or_callable, dtype, out_dtype, layout):
         return [(spec_from_problem(p), p) for p in record(lib, shapes_or_callable)]
     if isinstance(shapes_or_callable, (dict, str)) or not hasattr(shapes_or_callable, "__iter__"):
         raise errors.InvalidArgumentError(
-            "tune takes a list of (m, n, k) shapes (or dicts), or a callable that runs GEMMs")
+            "tune takes a list of (m, n, k) shapes (or dicts), or a callable that runs GEMMs"
+        )
     items = list(shapes_or_callable)
     if items and all(isinstance(x, int) for x in items):
         items = [tuple(items)]  # a single (m, n, k)
     return [(spec_of(x, dtype, out_dtype, layout), None) for x in items]
 
 
-def tune(shapes_or_callable, *, dtype: str = "bfloat16", out_dtype: str | None = None,
-         layout: str = "tn", device: int = 0, repeats: int = DEFAULT_REPEATS,
-         cache: bool = True, strict: bool = False) -> TuneResult:
+def tune(
+    shapes_or_callable,
+    *,
+    dtype: str = "bfloat16",
+    out_dtype: str | None = None,
+    layout: str = "tn",
+    device: int = 0,
+    repeats: int = DEFAULT_REPEATS,
+    cache: bool = True,
+    strict: bool = False,
+) -> TuneResult:
     """Times every candidate kernel on this GPU and remembers the fastest per problem.
 
     For each problem, the kernels of this build that can run it are timed, each forced

@@ -9,6 +9,7 @@ exchange API raising) is not one of these: it propagates as the producer raised 
 ``_dlpack``). A producer that fails without raising gives :class:`Error` with status
 ``ERR_PYTHON``.
 """
+
 from __future__ import annotations
 
 import re
@@ -107,10 +108,22 @@ class LibraryError(Error):
 
 
 #: Status member -> the exception raised for it (statuses without a class raise Error)
-_BY_STATUS = {cls.status: cls for cls in (
-    InvalidArgumentError, DTypeError, UnsupportedError, MisalignedError,
-    NoKernelForArchError, NoDeviceError, DeviceMismatchError, ReadOnlyError, OverlapError,
-    KernelNotFoundError, CudaError)}
+_BY_STATUS = {
+    cls.status: cls
+    for cls in (
+        InvalidArgumentError,
+        DTypeError,
+        UnsupportedError,
+        MisalignedError,
+        NoKernelForArchError,
+        NoDeviceError,
+        DeviceMismatchError,
+        ReadOnlyError,
+        OverlapError,
+        KernelNotFoundError,
+        CudaError,
+    )
+}
 
 
 def from_status(status: int, message: str) -> Error:

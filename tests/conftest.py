@@ -1,9 +1,9 @@
 """Shared fixtures: the loaded library, and whether a GPU is usable."""
+
 import os
 import sys
 
 import pytest
-
 from helpers import gpu_reason
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -14,6 +14,7 @@ sys.path.append(ROOT)  # benchmarks/, never installed; last: an installed pycutl
 @pytest.fixture(scope="session")
 def lib():
     from pycutlass_rt import _lib
+
     return _lib.load()
 
 

@@ -1,11 +1,13 @@
 """Helpers shared by the CPU and GPU test trees."""
+
 import functools
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gpu_reason():
     """None when a GPU is usable, else why not."""
     import pycutlass_rt as pcr
+
     try:
         info = pcr.info()
     except pcr.LibraryError as e:
@@ -25,6 +27,7 @@ def runnable_kernels(kind=None, grouped=False):
     import ctypes
 
     import pycutlass_rt as pcr
+
     if gpu_reason() is not None:
         return []
     lib, seen, out = pcr._lib.load(), set(), []
@@ -45,6 +48,7 @@ def runnable_kernels(kind=None, grouped=False):
 def torch_dtype(name):
     """The torch dtype of a library dtype name ("tfloat32": float32 tensors, math="tf32")."""
     import torch
+
     return torch.float32 if name == "tfloat32" else getattr(torch, name)
 
 
@@ -58,8 +62,13 @@ def tolerance(kernel, out):
     the output's rounding, or the inputs' arithmetic where coarser (TF32's 10-bit
     mantissas; fp8 MMAs, which accumulate with fewer bits than fp32)."""
     import torch
-    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5,
-           torch.float64: 1e-12}.get(out, 0.0)
+
+    tol = {
+        torch.float16: 2e-3,
+        torch.bfloat16: 1.6e-2,
+        torch.float32: 1e-5,
+        torch.float64: 1e-12,
+    }.get(out, 0.0)
     if kernel.dtype_a == "tfloat32":
         tol = max(tol, 2e-3)
     if kernel.dtype_a.startswith("float8"):
@@ -75,6 +84,7 @@ def matrix(rows, cols, layout="t", dtype=None, *, integer=False, pad=0, offset=0
     dimension, ``offset`` shifts the start by that many elements.
     """
     import torch
+
     dtype = dtype or torch.bfloat16
     shape = (rows, cols + pad) if layout == "t" else (cols, rows + pad)
     size = shape[0] * shape[1] + offset
@@ -92,6 +102,7 @@ def empty(rows, cols, dtype=None):
     """A rows x cols torch CUDA output whose unwritten elements show: NaN (bfloat16 by
     default), or an unlikely integer (-77) for integer dtypes."""
     import torch
+
     dtype = dtype or torch.bfloat16
     fill = float("nan") if dtype.is_floating_point else -77
     return torch.full((rows, cols), fill, device="cuda", dtype=dtype)
@@ -101,11 +112,17 @@ def reference(a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
     """``act(alpha * a @ b + beta * c + bias)`` in float64 (bias broadcasts as numpy does:
     (N,) per column, (M, 1) per row)."""
     import torch
+
     ref = alpha * (a.double() @ b.double())
     if c is not None and beta != 0:
         ref = ref + beta * c.double()
     if bias is not None:
         ref = ref + bias.double()
     f = torch.nn.functional
-    return {None: lambda v: v, "relu": f.relu, "silu": f.silu, "gelu": f.gelu,
-            "gelu_tanh": lambda v: f.gelu(v, approximate="tanh")}[activation](ref)
+    return {
+        None: lambda v: v,
+        "relu": f.relu,
+        "silu": f.silu,
+        "gelu": f.gelu,
+        "gelu_tanh": lambda v: f.gelu(v, approximate="tanh"),
+    }[activation](ref)

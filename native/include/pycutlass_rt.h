@@ -10,9 +10,10 @@
  *    (M x K), b (K x N), c and d (M x N), any strides with one unit-stride dimension each;
  *    the optional extras (pcr_extras) broadcast against d like numpy: a bias of shape (N,)
  *    or (1, N) adds one value per column, (M, 1) one per row; scale_a scales a's rows (one
- *    value, or M), scale_b b's columns (one value, or N). Batched: a, b, c, d may be 3-D (L, rows, cols), broadcasting a batch of 1 (or
- *    batch stride 0) over L; d must hold all L. Launches are asynchronous on `stream` and
- *    capture-safe (no allocation, no synchronization).
+ *    value, or M), scale_b b's columns (one value, or N). Batched: a, b, c, d may be 3-D
+ *    (L, rows, cols), broadcasting a batch of 1 (or batch stride 0) over L; d must hold all
+ *    L. Launches are asynchronous on `stream` and capture-safe (no allocation, no
+ *    synchronization).
  *  - The library's kernel catalogue is read from the binary (pcr_kernel_count/info);
  *    a kernel is named by its index within this build, or looked up by name.
  */
@@ -36,11 +37,20 @@ extern "C" {
 
 /* ---- DLPack 1.x data structures (ABI-compatible with dlpack.h) ------------------- */
 #ifndef DLPACK_MAJOR_VERSION
-typedef struct { uint32_t major, minor; } DLPackVersion;
+typedef struct {
+  uint32_t major, minor;
+} DLPackVersion;
 typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 } DLDeviceType;
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct {
+  int32_t device_type;
+  int32_t device_id;
+} DLDevice;
 typedef enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 } DLDataTypeCode;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
 typedef struct {
   void* data;
   DLDevice device;
@@ -55,20 +65,20 @@ typedef struct {
 /* ---- status codes -------------------------------------------------------------- */
 typedef enum {
   PCR_OK = 0,
-  PCR_ERR_INVALID_ARGUMENT = 1,  /* bad shape, stride, scalar, or option */
-  PCR_ERR_INVALID_DTYPE = 2,     /* a dtype the library has no notion of */
-  PCR_ERR_UNSUPPORTED = 3,       /* valid request, but no kernel for this combination */
-  PCR_ERR_MISALIGNED = 4,        /* a forced kernel needs more alignment than given */
-  PCR_ERR_NO_KERNEL_FOR_ARCH = 5,/* the build holds no kernel that runs on this GPU */
-  PCR_ERR_NO_DEVICE = 6,         /* no driver, no GPU, or CUDA_VISIBLE_DEVICES hides it */
-  PCR_ERR_DEVICE_MISMATCH = 7,   /* operands on different devices, or host mixed with GPU */
-  PCR_ERR_READ_ONLY = 8,         /* the output was exported read-only */
-  PCR_ERR_OVERLAP = 9,           /* the output overlaps an input it may not alias */
-  PCR_ERR_KERNEL_NOT_FOUND = 10, /* unknown kernel index or name */
-  PCR_ERR_CUDA = 11,             /* a CUDA call failed; the message names the error */
-  PCR_ERR_INTERNAL = 12,         /* out of host memory, or a library bug; the message says */
-  PCR_ERR_PYTHON = 13,           /* a producer failed (Python-object entry points): see there */
-  PCR_NEED_SELECTION = 100       /* not an error: see pcr_gemm's `kernel` argument */
+  PCR_ERR_INVALID_ARGUMENT = 1,   /* bad shape, stride, scalar, or option */
+  PCR_ERR_INVALID_DTYPE = 2,      /* a dtype the library has no notion of */
+  PCR_ERR_UNSUPPORTED = 3,        /* valid request, but no kernel for this combination */
+  PCR_ERR_MISALIGNED = 4,         /* a forced kernel needs more alignment than given */
+  PCR_ERR_NO_KERNEL_FOR_ARCH = 5, /* the build holds no kernel that runs on this GPU */
+  PCR_ERR_NO_DEVICE = 6,          /* no driver, no GPU, or CUDA_VISIBLE_DEVICES hides it */
+  PCR_ERR_DEVICE_MISMATCH = 7,    /* operands on different devices, or host mixed with GPU */
+  PCR_ERR_READ_ONLY = 8,          /* the output was exported read-only */
+  PCR_ERR_OVERLAP = 9,            /* the output overlaps an input it may not alias */
+  PCR_ERR_KERNEL_NOT_FOUND = 10,  /* unknown kernel index or name */
+  PCR_ERR_CUDA = 11,              /* a CUDA call failed; the message names the error */
+  PCR_ERR_INTERNAL = 12,          /* out of host memory, or a library bug; the message says */
+  PCR_ERR_PYTHON = 13,            /* a producer failed (Python-object entry points): see there */
+  PCR_NEED_SELECTION = 100        /* not an error: see pcr_gemm's `kernel` argument */
 } pcr_status;
 
 /* Element types, the library's own codes (stable across ABI versions). */
@@ -91,12 +101,12 @@ typedef enum { PCR_ROW_MAJOR = 0, PCR_COL_MAJOR = 1 } pcr_layout;
  * names use (native/catalog.py): ..._c2x1_coop_a8 is PCR_SCHED_COOP; likewise for pcr_split
  * (PCR_SPLIT_) and pcr_epilogue (PCR_EPI_). */
 typedef enum {
-  PCR_SCHED_MULTISTAGE = 0,  /* sm80 family: cp.async multistage */
-  PCR_SCHED_PIPELINED = 1,   /* sm75/sm80 families: 2-stage register-staged (any alignment) */
-  PCR_SCHED_COOP = 2,        /* sm90a: TMA warp-specialized cooperative */
-  PCR_SCHED_PINGPONG = 3,    /* sm90a: TMA warp-specialized ping-pong */
-  PCR_SCHED_1SM = 4,         /* sm100a: tcgen05 MMA on one SM */
-  PCR_SCHED_2SM = 5          /* sm100a: tcgen05 MMA shared by a CTA pair */
+  PCR_SCHED_MULTISTAGE = 0, /* sm80 family: cp.async multistage */
+  PCR_SCHED_PIPELINED = 1,  /* sm75/sm80 families: 2-stage register-staged (any alignment) */
+  PCR_SCHED_COOP = 2,       /* sm90a: TMA warp-specialized cooperative */
+  PCR_SCHED_PINGPONG = 3,   /* sm90a: TMA warp-specialized ping-pong */
+  PCR_SCHED_1SM = 4,        /* sm100a: tcgen05 MMA on one SM */
+  PCR_SCHED_2SM = 5         /* sm100a: tcgen05 MMA shared by a CTA pair */
 } pcr_schedule;
 
 /* Epilogues: LINEAR computes alpha * acc + beta * c; BIASACT adds an optional bias
@@ -107,9 +117,9 @@ typedef enum { PCR_EPI_LINEAR = 0, PCR_EPI_BIASACT = 1, PCR_EPI_SCALED = 2 } pcr
 typedef enum {
   PCR_ACT_NONE = 0,
   PCR_ACT_RELU = 1,
-  PCR_ACT_GELU = 2,       /* x * Phi(x), with erf */
-  PCR_ACT_GELU_TANH = 3,  /* the tanh approximation (torch's approximate="tanh") */
-  PCR_ACT_SILU = 4        /* x * sigmoid(x) */
+  PCR_ACT_GELU = 2,      /* x * Phi(x), with erf */
+  PCR_ACT_GELU_TANH = 3, /* the tanh approximation (torch's approximate="tanh") */
+  PCR_ACT_SILU = 4       /* x * sigmoid(x) */
 } pcr_activation;
 /* Work decompositions: SPLITK cuts K into slices whose partials a second kernel sums;
  * STREAMK is CUTLASS's stream-K (the K loops of too few tiles spread over every SM). */
@@ -122,10 +132,10 @@ typedef enum { PCR_MATH_IEEE = 0, PCR_MATH_TF32 = 1 } pcr_math;
 /* The coded fields of pcr_problem (the struct keeps them as int32_t: its layout is fixed). */
 /* c_mode: how C reaches the kernel. */
 typedef enum {
-  PCR_C_NONE = 0,   /* no C (beta = 0, or c not given) */
-  PCR_C_READ = 1,   /* the kernel reads C where it is */
-  PCR_C_COPIED = 2  /* C is first copied into D (other layout or dtype, broadcast strides,
-                       misaligned), and the kernel reads D as C */
+  PCR_C_NONE = 0,  /* no C (beta = 0, or c not given) */
+  PCR_C_READ = 1,  /* the kernel reads C where it is */
+  PCR_C_COPIED = 2 /* C is first copied into D (other layout or dtype, broadcast strides,
+                      misaligned), and the kernel reads D as C */
 } pcr_c_mode;
 /* staged: bits of the operands copied through 16-byte-aligned scratch around the kernel. */
 typedef enum { PCR_STAGED_A = 1, PCR_STAGED_B = 2, PCR_STAGED_D = 4 } pcr_staged;
@@ -138,44 +148,44 @@ typedef enum {
 /* scale_m, scale_n: the dequantizing scale of canonical d's rows and columns. */
 typedef enum {
   PCR_SCALE_NONE = 0,
-  PCR_SCALE_TENSOR = 1,  /* one value for the whole tensor */
-  PCR_SCALE_VECTOR = 2   /* one value per row (scale_m) or per column (scale_n) */
+  PCR_SCALE_TENSOR = 1, /* one value for the whole tensor */
+  PCR_SCALE_VECTOR = 2  /* one value per row (scale_m) or per column (scale_n) */
 } pcr_scale_kind;
 /* grouped: which entry point's problem this is. */
 typedef enum {
-  PCR_GROUPED_NONE = 0,  /* one GEMM, or a batch (pcr_gemm, pcr_describe, plans) */
-  PCR_GROUPED_LIST = 1,  /* pcr_grouped_gemm: `batch` groups given as lists */
-  PCR_GROUPED_MOE = 2    /* pcr_moe_gemm: `batch` experts, groups from row offsets */
+  PCR_GROUPED_NONE = 0, /* one GEMM, or a batch (pcr_gemm, pcr_describe, plans) */
+  PCR_GROUPED_LIST = 1, /* pcr_grouped_gemm: `batch` groups given as lists */
+  PCR_GROUPED_MOE = 2   /* pcr_moe_gemm: `batch` experts, groups from row offsets */
 } pcr_grouped;
 
 /* What a GEMM computes beyond alpha * a @ b + beta * c; a NULL pcr_extras* means none. */
 typedef struct {
-  const DLTensor* bias;     /* NULL, or d's dtype: (N,) / (1, N) per column, (M, 1) per row */
-  const DLTensor* scale_a;  /* NULL, or float32 on d's GPU: 1 element (per tensor) or M
-                               (per row of a: (M,) or (M, 1)); quantized inputs only */
-  const DLTensor* scale_b;  /* NULL, or float32: 1 element or N (per column of b: (N,) or
-                               (1, N)); quantized inputs only */
-  int32_t activation;       /* pcr_activation */
-  int32_t math;             /* pcr_math */
+  const DLTensor* bias;    /* NULL, or d's dtype: (N,) / (1, N) per column, (M, 1) per row */
+  const DLTensor* scale_a; /* NULL, or float32 on d's GPU: 1 element (per tensor) or M
+                              (per row of a: (M,) or (M, 1)); quantized inputs only */
+  const DLTensor* scale_b; /* NULL, or float32: 1 element or N (per column of b: (N,) or
+                              (1, N)); quantized inputs only */
+  int32_t activation;      /* pcr_activation */
+  int32_t math;            /* pcr_math */
 } pcr_extras;
 
 /* Everything a kernel's name encodes. Names are stable identities across builds. */
 typedef struct {
   const char* name;
-  int32_t family;        /* 70, 75, 80, 89, 90, 100: arch family (sm80 SASS also serves 86/89/90) */
+  int32_t family; /* 70, 75, 80, 89, 90, 100: arch family (sm80 SASS also serves 86/89/90) */
   int32_t dtype_a, dtype_b, dtype_acc, dtype_d; /* pcr_dtype; C has D's dtype */
   int32_t layout_a, layout_b;                   /* pcr_layout; C and D are row-major */
   int32_t tile_m, tile_n, tile_k;
   int32_t cluster_m, cluster_n, cluster_k;
-  int32_t warps_m, warps_n, warps_k;            /* sm80 family; 0 where not applicable */
-  int32_t stages;                               /* 0 = chosen by CUTLASS */
-  int32_t schedule;                             /* pcr_schedule */
-  int32_t epilogue;                             /* pcr_epilogue */
-  int32_t split;                                /* pcr_split */
-  int32_t align_a, align_b, align_c;            /* required alignment, in elements */
-  int32_t swap_ab;  /* 1: runs as D^T = B^T A^T (small M on the MMA's N side); the fields
-                       above describe the problem the caller sees, not the swapped one */
-  int32_t grouped;  /* 1: a grouped kernel (pcr_grouped_gemm, pcr_moe_gemm) */
+  int32_t warps_m, warps_n, warps_k; /* sm80 family; 0 where not applicable */
+  int32_t stages;                    /* 0 = chosen by CUTLASS */
+  int32_t schedule;                  /* pcr_schedule */
+  int32_t epilogue;                  /* pcr_epilogue */
+  int32_t split;                     /* pcr_split */
+  int32_t align_a, align_b, align_c; /* required alignment, in elements */
+  int32_t swap_ab;       /* 1: runs as D^T = B^T A^T (small M on the MMA's N side); the fields
+                            above describe the problem the caller sees, not the swapped one */
+  int32_t grouped;       /* 1: a grouped kernel (pcr_grouped_gemm, pcr_moe_gemm) */
   int32_t tensor_scales; /* 1: a LINEAR epilogue that also multiplies by per-tensor
                             scale_a/scale_b tensors (quantized inputs, non-int32 D, sm90a
                             and sm100a); other LINEAR kernels take scales only as numbers */
@@ -189,29 +199,29 @@ typedef struct {
   int32_t dtype_a, dtype_b, dtype_c, dtype_d; /* dtype_c = PCR_DTYPE_INVALID without C */
   int32_t layout_a, layout_b;
   int32_t align_a, align_b, align_c, align_d; /* bytes: largest of 16/8/4/2/1 that holds */
-  int32_t c_mode;      /* pcr_c_mode: no C (beta = 0), C read by the kernel, or copied first */
-  int32_t transposed;  /* 1: computed as D^T = B^T A^T */
-  int32_t host;        /* 1: host (numpy) operands, staged through device memory */
-  int32_t staged;      /* pcr_staged bits: a, b, d copied through 16-byte-aligned scratch */
-  int32_t device;      /* CUDA ordinal */
-  int32_t cc;          /* compute capability of that device, e.g. 90 */
+  int32_t c_mode;     /* pcr_c_mode: no C (beta = 0), C read by the kernel, or copied first */
+  int32_t transposed; /* 1: computed as D^T = B^T A^T */
+  int32_t host;       /* 1: host (numpy) operands, staged through device memory */
+  int32_t staged;     /* pcr_staged bits: a, b, d copied through 16-byte-aligned scratch */
+  int32_t device;     /* CUDA ordinal */
+  int32_t cc;         /* compute capability of that device, e.g. 90 */
   int32_t sm_count;
-  int64_t batch;       /* L: GEMMs in the batch (1 for 2-D operands) */
-  int32_t bias;        /* pcr_bias_axis: none, one value per column of canonical d, per row */
-  int32_t activation;  /* pcr_activation */
-  int32_t align_bias;  /* bytes, as align_a */
-  int32_t epilogue;    /* pcr_epilogue the problem needs */
-  int32_t grouped;     /* pcr_grouped: one GEMM (or a batch), a grouped GEMM of `batch`
-                          groups, or the same from row offsets (MoE); m, n, k are then the
-                          largest extents */
-  int32_t scale_m;     /* pcr_scale_kind of canonical d's rows: none, one value, one per row */
-  int32_t scale_n;     /* pcr_scale_kind of its columns: none, one value, one per column */
+  int64_t batch;      /* L: GEMMs in the batch (1 for 2-D operands) */
+  int32_t bias;       /* pcr_bias_axis: none, one value per column of canonical d, per row */
+  int32_t activation; /* pcr_activation */
+  int32_t align_bias; /* bytes, as align_a */
+  int32_t epilogue;   /* pcr_epilogue the problem needs */
+  int32_t grouped;    /* pcr_grouped: one GEMM (or a batch), a grouped GEMM of `batch`
+                         groups, or the same from row offsets (MoE); m, n, k are then the
+                         largest extents */
+  int32_t scale_m;    /* pcr_scale_kind of canonical d's rows: none, one value, one per row */
+  int32_t scale_n;    /* pcr_scale_kind of its columns: none, one value, one per column */
 } pcr_problem;
 
 /* ---- library ------------------------------------------------------------------- */
 PCR_API int pcr_abi_version(void);
-PCR_API const char* pcr_last_error(void);            /* "" when none; thread-local */
-PCR_API const char* pcr_build_info(void);            /* JSON: versions, archs, flags */
+PCR_API const char* pcr_last_error(void); /* "" when none; thread-local */
+PCR_API const char* pcr_build_info(void); /* JSON: versions, archs, flags */
 
 /* ---- catalogue ----------------------------------------------------------------- */
 PCR_API int pcr_kernel_count(void);
@@ -223,7 +233,7 @@ PCR_API int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs);
 PCR_API int pcr_kernel_check(int32_t kernel, const pcr_problem* problem);
 
 /* ---- devices ------------------------------------------------------------------- */
-PCR_API int pcr_driver_version(int32_t* version);    /* 0 when no driver is installed */
+PCR_API int pcr_driver_version(int32_t* version); /* 0 when no driver is installed */
 PCR_API int pcr_runtime_version(int32_t* version);
 PCR_API int pcr_device_count(int32_t* count);
 PCR_API int pcr_device_name(int32_t device, char* buf, size_t size);
@@ -234,9 +244,8 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device);
 /* ---- GEMM ---------------------------------------------------------------------- */
 /* Validates and canonicalizes a problem without touching the GPU's queues. `c` may be
  * NULL when beta == 0; `extras` may be NULL. */
-PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                         const DLTensor* d, double alpha, double beta,
-                         const pcr_extras* extras, pcr_problem* out);
+PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                         double alpha, double beta, const pcr_extras* extras, pcr_problem* out);
 
 /* The `kernel` argument of the launching entry points: an index (pcr_kernel_info) forces
  * that kernel; PCR_KERNEL_SELECT takes the one remembered by pcr_select_put. A plan of a
@@ -253,9 +262,9 @@ PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c
  * needs no kernel: with PCR_KERNEL_SELECT it never asks for a selection (K = 0 computes
  * d = act(beta * c + bias) elementwise).
  * Host (kDLCPU) operands are staged through device memory and the call synchronizes. */
-PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                     const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
-                     int32_t kernel, void* stream, pcr_problem* problem);
+PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                     double alpha, double beta, const pcr_extras* extras, int32_t kernel,
+                     void* stream, pcr_problem* problem);
 
 /* Remembers candidate kernels, best first, for every later problem equal to *problem;
  * a call takes the first that can implement it (at most 8 are kept). */
@@ -269,9 +278,8 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
  * (they share its workspace); destroy waits for its pending launches. */
 typedef struct pcr_plan pcr_plan;
 PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                            const DLTensor* d, double alpha, double beta,
-                            const pcr_extras* extras, int32_t kernel, pcr_problem* problem,
-                            pcr_plan** plan);
+                            const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
+                            int32_t kernel, pcr_problem* problem, pcr_plan** plan);
 PCR_API int pcr_plan_run(pcr_plan* plan, void* stream);
 /* extras: its tensors replace the bound ones (NULL: the bound extras); its activation and
  * math must be the plan's. */
@@ -322,17 +330,14 @@ PCR_API int pcr_select_clear(void);
 typedef void pcr_py_object;
 #define PCR_STREAM_FROM_PRODUCER 1
 PCR_API int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
-                               pcr_py_object* d, double alpha, double beta,
-                               pcr_py_object* extras, int32_t kernel, pcr_problem* problem,
-                               pcr_plan** plan);
-PCR_API int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c,
-                            pcr_py_object* d, double alpha, double beta,
-                            pcr_py_object* extras, pcr_problem* out);
+                               pcr_py_object* d, double alpha, double beta, pcr_py_object* extras,
+                               int32_t kernel, pcr_problem* problem, pcr_plan** plan);
+PCR_API int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
+                            double alpha, double beta, pcr_py_object* extras, pcr_problem* out);
 /* a, b, c, d: arrays of `count` objects (c may be NULL, or hold None). */
 PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_object** c,
                                 pcr_py_object** d, int32_t count, double alpha, double beta,
-                                int32_t kernel, int32_t flags, void* stream,
-                                pcr_problem* problem);
+                                int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
                             pcr_py_object* out, double alpha, int32_t kernel, int32_t flags,
                             void* stream, pcr_problem* problem);

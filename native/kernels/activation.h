@@ -50,9 +50,7 @@ struct GeluTanh {  // tanh(y) = 1 - 2 / (1 + e^(2y)), exact at both tails
   }
 };
 struct Silu {
-  CUTLASS_HOST_DEVICE float operator()(float x) const {
-    return fast_div(x, 1.0f + fast_exp(-x));
-  }
+  CUTLASS_HOST_DEVICE float operator()(float x) const { return fast_div(x, 1.0f + fast_exp(-x)); }
 };
 
 // y[i] = f(x[i]) over a fragment (cutlass::Array) or a single float.
@@ -74,11 +72,16 @@ CUTLASS_HOST_DEVICE Fragment map(Fragment const& x, F f) {
 template <class Fragment>
 CUTLASS_HOST_DEVICE Fragment activate(int kind, Fragment const& x) {
   switch (kind) {
-    case PCR_ACT_RELU: return map(x, Relu{});
-    case PCR_ACT_GELU: return map(x, Gelu{});
-    case PCR_ACT_GELU_TANH: return map(x, GeluTanh{});
-    case PCR_ACT_SILU: return map(x, Silu{});
-    default: return x;
+    case PCR_ACT_RELU:
+      return map(x, Relu{});
+    case PCR_ACT_GELU:
+      return map(x, Gelu{});
+    case PCR_ACT_GELU_TANH:
+      return map(x, GeluTanh{});
+    case PCR_ACT_SILU:
+      return map(x, Silu{});
+    default:
+      return x;
   }
 }
 

@@ -17,8 +17,9 @@ namespace pcr::tma {
 template <class Policy>
 constexpr bool kPromotesFp8 = false;
 template <int Stages, class Cluster, class Schedule>
-constexpr bool kPromotesFp8<
-    cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8<Stages, Cluster, Schedule>> = true;
+constexpr bool
+    kPromotesFp8<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedFP8<Stages, Cluster, Schedule>> =
+        true;
 
 // Base: CUTLASS's fp8 collective (CollectiveMma<MainloopSm90TmaGmmaWarpSpecializedFP8...>);
 // its loads, pipeline, storage and parameters stay; only the consumer's mma() changes.
@@ -39,8 +40,10 @@ struct OverlappedPromotion : Base {
                           TensorStorage& shared_tensors, Params const&) {
     using namespace cute;
     using cutlass::NumThreadsPerWarpGroup;
-    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
+    Tensor sA =
+        make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{});
+    Tensor sB =
+        make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
     constexpr int kWarpGroups = size(TiledMma{}) / NumThreadsPerWarpGroup;
     int warp_group = __shfl_sync(0xFFFFFFFF, thread_idx / NumThreadsPerWarpGroup, 0);
     TiledMma tiled_mma;

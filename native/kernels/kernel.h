@@ -140,8 +140,7 @@ constexpr KernelOps ops_of() {
   static_assert(sizeof(typename Op::Prepared) <= kMaxPrepared, "raise kMaxPrepared");
   static_assert(alignof(typename Op::Prepared) <= kPreparedAlign, "raise kPreparedAlign");
   using G = Guarded<Op, kGrouped>;
-  return {&G::can_implement, &G::workspace_size, &G::prepare, &Op::launch,
-          &Op::device_function};
+  return {&G::can_implement, &G::workspace_size, &G::prepare, &Op::launch, &Op::device_function};
 }
 
 // The launch attribute of a programmatic dependent (PDL): the launch may start while the

@@ -93,9 +93,9 @@ struct ActivationNode {
   struct Callbacks : EmptyCallbacks {
     int kind;
     template <class ElementAcc, class ElementInput, int N>
-    CUTLASS_DEVICE cutlass::Array<ElementOutput, N> visit(int, int, int, int,
-                                                          cutlass::Array<ElementAcc, N> const&,
-                                                          cutlass::Array<ElementInput, N> const& x) {
+    CUTLASS_DEVICE cutlass::Array<ElementOutput, N> visit(
+        int, int, int, int, cutlass::Array<ElementAcc, N> const&,
+        cutlass::Array<ElementInput, N> const& x) {
       cutlass::NumericArrayConverter<float, ElementInput, N, kRound> to_float;
       cutlass::NumericArrayConverter<ElementOutput, float, N, kRound> to_output;
       return to_output(activate(kind, to_float(x)));
@@ -115,8 +115,9 @@ struct BiasActTree {
   using StrideMat = Stride<int64_t, _1, int64_t>;
   using Row = VisitorRowBroadcast<ThreadMap, ElementD, Stride<_0, _1, int32_t>>;
   using Col = VisitorColBroadcast<ThreadMap, ElementD, Stride<_1, _0, int32_t>>;
-  using AlphaAccRow = Sm80EVT<VisitorCompute<cutlass::homogeneous_multiply_add, float, float, kRound>,
-                              Scalar, VisitorAccFetch, Row>;
+  using AlphaAccRow =
+      Sm80EVT<VisitorCompute<cutlass::homogeneous_multiply_add, float, float, kRound>, Scalar,
+              VisitorAccFetch, Row>;
   using PlusCol = Sm80EVT<VisitorCompute<cutlass::plus, float, float, kRound>, AlphaAccRow, Col>;
   using BetaC = Sm80EVT<VisitorCompute<cutlass::homogeneous_multiply_add, float, float, kRound>,
                         Scalar, OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
@@ -126,11 +127,11 @@ struct BiasActTree {
   static typename Type::Arguments arguments(const GemmArgs& p) {
     auto* c = p.beta == 0.0 ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
     return {
-        {                                                                  // act(...)
-         {                                                                 // beta*C + Z
+        { // act(...)
+         {// beta*C + Z
           {{float(p.beta)}},
           {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
-          {                                                                // Z + col
+          {// Z + col
            {{{float(p.alpha)}}, {}, {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}}, {}},
            {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
            {}},
@@ -157,8 +158,8 @@ struct ScaledTree {
   using ScaledAcc = Sm80EVT<Times, Scalars, VisitorAccFetch>;
   using RowScaled = Sm80EVT<Times, RowScale, ScaledAcc>;
   using ColScaledPlusRow = Sm80EVT<Fma, ColScale, RowScaled, RowBias>;
-  using PlusCol = Sm80EVT<VisitorCompute<cutlass::plus, float, float, kRound>, ColScaledPlusRow,
-                          ColBias>;
+  using PlusCol =
+      Sm80EVT<VisitorCompute<cutlass::plus, float, float, kRound>, ColScaledPlusRow, ColBias>;
   using BetaC = Sm80EVT<Fma, Scalar, OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
   using Act = Sm80EVT<ActivationNode<ElementD>, BetaC>;
   using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, Act>;
@@ -168,22 +169,21 @@ struct ScaledTree {
     const Dequant q = dequant_of(p);
     typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
                                         {nullptr, q.scale_a, q.scale_b}};
-    return {
-        {                                                                  // act(...)
-         {                                                                 // beta*C + Z
-          {{float(p.beta)}},
-          {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
-          {                                                                // Z + col bias
-           {                                                               // sa_m*Y + row bias
-            {q.row_scales, 1.0f, {}},
-            {{q.col_scales, 1.0f, {}}, {scalars, {}, {}}, {}},
-            {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}},
-            {}},
-           {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
-           {}},
-          {}},
-         {p.activation}},
-        {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
+    return {{ // act(...)
+             {// beta*C + Z
+              {{float(p.beta)}},
+              {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
+              { // Z + col bias
+               {// sa_m*Y + row bias
+                {q.row_scales, 1.0f, {}},
+                {{q.col_scales, 1.0f, {}}, {scalars, {}, {}}, {}},
+                {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}},
+                {}},
+               {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
+               {}},
+              {}},
+             {p.activation}},
+            {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
   }
 };
 }  // namespace evt
@@ -240,13 +240,13 @@ struct Kernel2x {
     int st = ensure_smem_limit(Op::device_function(), device,
                                int(sizeof(typename Op::GemmKernel::SharedStorage)), &smem_done);
     if (st != PCR_OK) return st;
-    auto& prep = *const_cast<typename Op::Prepared*>(
-        static_cast<const typename Op::Prepared*>(prepared));
+    auto& prep =
+        *const_cast<typename Op::Prepared*>(static_cast<const typename Op::Prepared*>(prepared));
     cutlass::Status s = prep.start(workspace, stream);
     if (s != cutlass::Status::kSuccess) {
       cudaError_t e = cudaGetLastError();
-      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s; %s)",
-                       cutlassGetStatusString(s), cudaGetErrorName(e), cudaGetErrorString(e));
+      return set_error(PCR_ERR_CUDA, "kernel launch failed: %s (%s; %s)", cutlassGetStatusString(s),
+                       cudaGetErrorName(e), cudaGetErrorString(e));
     }
     return PCR_OK;
   }
@@ -255,9 +255,9 @@ struct Kernel2x {
 // Instruction is the MMA's shape; 1x1x1 makes a SIMT kernel (CUDA-core FMA: fp32 and
 // fp64 on Volta and Turing, whose tensor cores lack them).
 template <class Instruction>
-using OpClassOf = cute::conditional_t<Instruction::kM == 1 && Instruction::kN == 1 &&
-                                          Instruction::kK == 1,
-                                      cutlass::arch::OpClassSimt, cutlass::arch::OpClassTensorOp>;
+using OpClassOf =
+    cute::conditional_t<Instruction::kM == 1 && Instruction::kN == 1 && Instruction::kK == 1,
+                        cutlass::arch::OpClassSimt, cutlass::arch::OpClassTensorOp>;
 
 // Math is the MMA's operator tag: OpMultiplyAdd, OpMultiplyAddFastF32 (3xTF32: fp32
 // inputs at fp32 accuracy on TF32 tensor cores), OpMultiplyAddSaturate (int8). The
@@ -266,21 +266,22 @@ template <class Family, class ElementA, class ElementB, class ElementD, class La
           class LayoutB, class TileShape, class WarpShape, class Instruction, int Stages,
           int AlignAB, int AlignC, class Swizzle = DataParallel, int Epilogue = PCR_EPI_LINEAR,
           class ElementAcc = float, class Math = cutlass::arch::OpMultiplyAdd>
-struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
-                            WarpShape, Instruction, Stages, AlignAB, AlignC, Swizzle, Epilogue,
-                            ElementAcc, Math>> {
+struct Gemm
+    : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, WarpShape,
+                    Instruction, Stages, AlignAB, AlignC, Swizzle, Epilogue, ElementAcc, Math>> {
   using Linear =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
-  using ThreadMap = cutlass::epilogue::threadblock::OutputTileThreadLayout<
-      TileShape, WarpShape, ElementD, AlignC, /*epilogue stages*/ 1>;
+  using ThreadMap =
+      cutlass::epilogue::threadblock::OutputTileThreadLayout<TileShape, WarpShape, ElementD, AlignC,
+                                                             /*epilogue stages*/ 1>;
   using Tree = cute::conditional_t<Epilogue == PCR_EPI_SCALED, evt::ScaledTree<ThreadMap, ElementD>,
                                    evt::BiasActTree<ThreadMap, ElementD>>;
   template <bool Fused, class = void>
   struct Select {
     using Device = cutlass::gemm::device::GemmUniversal<
         ElementA, LayoutA, ElementB, LayoutB, ElementD, cutlass::layout::RowMajor, ElementAcc,
-        OpClassOf<Instruction>, typename Family::Arch, TileShape, WarpShape,
-        Instruction, Linear, Swizzle, Stages, AlignAB, AlignAB, Math>;
+        OpClassOf<Instruction>, typename Family::Arch, TileShape, WarpShape, Instruction, Linear,
+        Swizzle, Stages, AlignAB, AlignAB, Math>;
     static typename Linear::Params epilogue(const GemmArgs& p) {
       return {ElementAcc(p.alpha), ElementAcc(p.beta)};
     }
@@ -288,15 +289,13 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
   template <class Dummy>
   struct Select<true, Dummy> {
     using Kernel = typename cutlass::gemm::kernel::DefaultGemmWithVisitor<
-        ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB,
-        ElementB, LayoutB, cutlass::ComplexTransform::kNone, AlignAB,
-        ElementD, cutlass::layout::RowMajor, AlignC, ElementAcc, /*epilogue math*/ float,
-        OpClassOf<Instruction>, typename Family::Arch, TileShape, WarpShape,
-        Instruction, typename Tree::Type, Swizzle, Stages, Math, /*epilogue stages*/ 1>::GemmKernel;
+        ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB, ElementB, LayoutB,
+        cutlass::ComplexTransform::kNone, AlignAB, ElementD, cutlass::layout::RowMajor, AlignC,
+        ElementAcc, /*epilogue math*/ float, OpClassOf<Instruction>, typename Family::Arch,
+        TileShape, WarpShape, Instruction, typename Tree::Type, Swizzle, Stages, Math,
+        /*epilogue stages*/ 1>::GemmKernel;
     using Device = cutlass::gemm::device::GemmUniversalBase<Kernel>;
-    static typename Tree::Type::Arguments epilogue(const GemmArgs& p) {
-      return Tree::arguments(p);
-    }
+    static typename Tree::Type::Arguments epilogue(const GemmArgs& p) { return Tree::arguments(p); }
   };
   static constexpr bool kVisitor = Epilogue != PCR_EPI_LINEAR;
   using Device = typename Select<kVisitor>::Device;
@@ -306,9 +305,8 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
   static Arguments arguments(const GemmArgs& p) {
     return Arguments(p.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
                                  : cutlass::gemm::GemmUniversalMode::kGemm,
-                     {p.m, p.n, p.k}, p.batch, Select<kVisitor>::epilogue(p), p.a, p.b, p.c,
-                     p.d, p.batch_a, p.batch_b, p.batch_c, p.batch_d, p.lda, p.ldb, p.ldc,
-                     p.ldd);
+                     {p.m, p.n, p.k}, p.batch, Select<kVisitor>::epilogue(p), p.a, p.b, p.c, p.d,
+                     p.batch_a, p.batch_b, p.batch_c, p.batch_d, p.lda, p.ldb, p.ldc, p.ldd);
   }
 
   static const void* device_function() {
@@ -328,7 +326,6 @@ struct Gemm : Kernel2x<Gemm<Family, ElementA, ElementB, ElementD, LayoutA, Layou
   };
 };
 
-
 // A grouped GEMM (CUTLASS 2.x GemmGrouped): GemmArgs::groups problems whose sizes,
 // pointers and leading dimensions live in GPU arrays (GemmArgs::group); the problem
 // visitor reads the sizes on the GPU (kDeviceOnly), so the host never needs them.
@@ -342,11 +339,10 @@ struct GroupedGemm
   using Epilogue =
       cutlass::epilogue::thread::LinearCombination<ElementD, AlignC, ElementAcc, ElementAcc>;
   using GemmKernel = typename cutlass::gemm::kernel::DefaultGemmGrouped<
-      ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB,
-      ElementB, LayoutB, cutlass::ComplexTransform::kNone, AlignAB,
-      ElementD, cutlass::layout::RowMajor, ElementAcc, cutlass::arch::OpClassTensorOp,
-      typename Family::Arch, TileShape, WarpShape, Instruction, Epilogue,
-      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>, Stages,
+      ElementA, LayoutA, cutlass::ComplexTransform::kNone, AlignAB, ElementB, LayoutB,
+      cutlass::ComplexTransform::kNone, AlignAB, ElementD, cutlass::layout::RowMajor, ElementAcc,
+      cutlass::arch::OpClassTensorOp, typename Family::Arch, TileShape, WarpShape, Instruction,
+      Epilogue, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>, Stages,
       cutlass::gemm::kernel::GroupScheduleMode::kDeviceOnly>::GemmKernel;
   using Device = cutlass::gemm::device::GemmGrouped<GemmKernel>;
   using Arguments = typename Device::Arguments;

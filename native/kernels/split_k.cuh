@@ -50,7 +50,7 @@ struct Sum {
 };
 
 template <class ElementD>
-__global__ void __launch_bounds__(kChunks * kGroups) sum_slices(Sum<ElementD> a) {
+__global__ void __launch_bounds__(kChunks* kGroups) sum_slices(Sum<ElementD> a) {
   // Launched as the slices' programmatic dependent (sm90a): wait for their partials (a
   // no-op elsewhere). No early trigger of its own: a next GEMM's resident CTAs would take
   // the shared memory the remaining blocks of this grid need.
@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(kChunks * kGroups) sum_slices(Sum<ElementD> a)
 template <class Inner, class ElementD, int kTileM, int kTileN, int kTileK, bool kKMajorA,
           bool kKMajorB, int kAlignK>
 struct SplitK {
-  static constexpr int kMinTilesPerSlice = 4;  // shorter slices spend more on partials than they save
+  static constexpr int kMinTilesPerSlice =
+      4;  // shorter slices spend more on partials than they save
   static constexpr int kMaxSlices = 128;
 
   // S: the most slices that keep one wave (output tiles x S <= SMs) and at least
@@ -110,8 +111,8 @@ struct SplitK {
     const int64_t tiles = int64_t((p.m + kTileM - 1) / kTileM) * ((p.n + kTileN - 1) / kTileN);
     const int unit = p.k % kTileK == 0 ? kTileK : kAlignK;
     if (p.batch > 1 || tiles <= 0 || p.k % unit) return 1;
-    const int64_t cap = std::min<int64_t>({p.sm_count / tiles, p.k / (kMinTilesPerSlice * kTileK),
-                                           kMaxSlices});
+    const int64_t cap =
+        std::min<int64_t>({p.sm_count / tiles, p.k / (kMinTilesPerSlice * kTileK), kMaxSlices});
     for (int64_t s = cap; s >= 2; --s)
       if ((p.k / unit) % s == 0) return int(s);
     return 1;
@@ -166,12 +167,24 @@ struct SplitK {
     prep->inner_workspace = Inner::workspace_size(g) ? ws + partial_bytes(p, s) : nullptr;
     int st = Inner::prepare(g, prep->inner_workspace, &prep->inner);
     if (st != PCR_OK) return st;
-    prep->sum = {reinterpret_cast<const float*>(ws), s, p.m, p.n, p.batch, g.batch_d, g.ldd,
-                 float(p.alpha), float(p.beta), static_cast<const ElementD*>(p.c), p.ldc,
-                 p.batch_c, static_cast<ElementD*>(p.d), p.ldd, p.batch_d};
+    prep->sum = {reinterpret_cast<const float*>(ws),
+                 s,
+                 p.m,
+                 p.n,
+                 p.batch,
+                 g.batch_d,
+                 g.ldd,
+                 float(p.alpha),
+                 float(p.beta),
+                 static_cast<const ElementD*>(p.c),
+                 p.ldc,
+                 p.batch_c,
+                 static_cast<ElementD*>(p.d),
+                 p.ldd,
+                 p.batch_d};
     const int64_t chunks = int64_t(p.m) * (g.ldd / 4);
-    prep->grid = dim3(unsigned((chunks + kChunks - 1) / kChunks),
-                      unsigned(std::min(p.batch, 65535)));
+    prep->grid =
+        dim3(unsigned((chunks + kChunks - 1) / kChunks), unsigned(std::min(p.batch, 65535)));
     return PCR_OK;
   }
 

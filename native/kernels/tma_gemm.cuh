@@ -51,8 +51,7 @@ struct BiasActTree {
                         Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
   using Type = Sm90EVT<Sm90Compute<Activation, ElementD, float, kRound>, BetaC>;
 
-  static typename Type::Arguments arguments(const GemmArgs& p, const void* row,
-                                            const void* col) {
+  static typename Type::Arguments arguments(const GemmArgs& p, const void* row, const void* col) {
     return {{{{float(p.beta)}},
              {},
              {{{{float(p.alpha)}}, {}, {static_cast<const ElementD*>(row), ElementD(0), {}}, {}},
@@ -89,8 +88,8 @@ template <class ElementD>
 struct TensorScaledLinear {
   using Scalars = ScalarsAfterWait<float, Stride<_0, _0, int64_t>, 3>;  // alpha, sa, sb
   using Scalar = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>>;
-  using ScaledAcc = Sm90EVT<Sm90Compute<cutlass::multiplies, float, float, kRound>, Scalars,
-                            Sm90AccFetch>;
+  using ScaledAcc =
+      Sm90EVT<Sm90Compute<cutlass::multiplies, float, float, kRound>, Scalars, Sm90AccFetch>;
   using Type = Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>,
                        Scalar, Sm90SrcFetch<ElementD>, ScaledAcc>;
 
@@ -119,8 +118,8 @@ struct ScaledTree {
   using ScaledAcc = Sm90EVT<Times, Scalars, Sm90AccFetch>;
   using RowScaled = Sm90EVT<Times, RowScale, ScaledAcc>;
   using ColScaledPlusRow = Sm90EVT<Fma, ColScale, RowScaled, RowBias>;
-  using PlusCol = Sm90EVT<Sm90Compute<cutlass::plus, float, float, kRound>, ColScaledPlusRow,
-                          ColBias>;
+  using PlusCol =
+      Sm90EVT<Sm90Compute<cutlass::plus, float, float, kRound>, ColScaledPlusRow, ColBias>;
   using BetaC = Sm90EVT<Fma, Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
   using Type = Sm90EVT<Sm90Compute<Activation, ElementD, float, kRound>, BetaC>;
 
@@ -156,11 +155,12 @@ struct StreamK {};
 template <class TileShape, class ClusterShape>
 struct StreamKScheduler
     : cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape> {
-  using cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape,
-                                                                          ClusterShape>::
-      PersistentTileSchedulerSm90StreamK;
+  using cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<
+      TileShape, ClusterShape>::PersistentTileSchedulerSm90StreamK;
   template <class WorkTileInfo>
-  CUTLASS_DEVICE bool is_last_tile(WorkTileInfo const&, uint32_t = 1) const { return false; }
+  CUTLASS_DEVICE bool is_last_tile(WorkTileInfo const&, uint32_t = 1) const {
+    return false;
+  }
 };
 
 // kSmsPerMma: how many SMs (CTAs) one MMA tile spans along M; the epilogue works per CTA.
@@ -279,12 +279,12 @@ struct Kernel3x {
   static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream,
                     bool programmatic) {
     static std::atomic<uint64_t> smem_done{0};
-    int st = ensure_smem_limit(device_function(), device, Op::GemmKernel::SharedStorageSize,
-                               &smem_done);
+    int st =
+        ensure_smem_limit(device_function(), device, Op::GemmKernel::SharedStorageSize, &smem_done);
     if (st != PCR_OK) return st;
     auto& prep = *const_cast<Prepared*>(static_cast<const Prepared*>(prepared));
-    if (workspace &&
-        Op::GemmKernel::initialize_workspace(prep.args, workspace, stream) != cutlass::Status::kSuccess)
+    if (workspace && Op::GemmKernel::initialize_workspace(prep.args, workspace, stream) !=
+                         cutlass::Status::kSuccess)
       return set_error(PCR_ERR_CUDA, "workspace initialization failed: %s",
                        cudaGetErrorString(cudaGetLastError()));
     cudaLaunchAttribute attrs[2];
@@ -324,25 +324,26 @@ template <class ElementA, class ElementB, class ElementD, class LayoutA, class L
           class TileShape, class ClusterShape, class Schedule, int AlignAB,
           class TileScheduler = void, bool SwapAB = false, int Epilogue = PCR_EPI_LINEAR,
           class ElementAcc = float, bool TensorScales = false>
-struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
-                            Schedule, AlignAB, TileScheduler, SwapAB, Epilogue, ElementAcc,
-                            TensorScales>> {
+struct Gemm
+    : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
+                    Schedule, AlignAB, TileScheduler, SwapAB, Epilogue, ElementAcc, TensorScales>> {
   using Cluster = ClusterShape;
   // sm90a kernels wait at griddepcontrol.wait before their first global load and hint
   // the next launch at their last tile (CUTLASS_ENABLE_GDC_FOR_SM90), so they may launch
   // as programmatic dependents: their prologue then overlaps the previous kernel's tail.
   // sm100a's equivalent is not enabled: no sm100 hardware here to run it on.
 #ifdef CUTLASS_ENABLE_GDC_FOR_SM90
-  static constexpr bool kProgrammatic = cute::is_same_v<typename Schedule::Arch, cutlass::arch::Sm90>;
+  static constexpr bool kProgrammatic =
+      cute::is_same_v<typename Schedule::Arch, cutlass::arch::Sm90>;
 #else
   static constexpr bool kProgrammatic = false;
 #endif
   static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using LayoutD = cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor,
-                                      cutlass::layout::RowMajor>;
+  using LayoutD =
+      cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   using Compute = cute::conditional_t<cute::is_same_v<ElementD, int32_t>, int32_t, float>;
   static_assert(!TensorScales || (Epilogue == PCR_EPI_LINEAR && sizeof(ElementA) == 1 &&
-                                   !cute::is_same_v<ElementD, int32_t>),
+                                  !cute::is_same_v<ElementD, int32_t>),
                 "per-tensor scale tensors: a linear epilogue of quantized inputs, non-int32 D");
   using Linear = cute::conditional_t<
       TensorScales, typename evt::TensorScaledLinear<ElementD>::Type,
@@ -357,21 +358,20 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
-      ElementD, LayoutD, kAlignD,
-      ElementD, LayoutD, kAlignD,
-      typename Schedule::Epilogue, Fusion>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc, ElementD, LayoutD,
+      kAlignD, ElementD, LayoutD, kAlignD, typename Schedule::Epilogue, Fusion>::CollectiveOp;
 
-  using CollectiveMainloop = WithOverlappedPromotion<typename cutlass::gemm::collective::CollectiveBuilder<
-      typename Schedule::Arch, cutlass::arch::OpClassTensorOp,
-      ElementA, LayoutA, AlignAB, ElementB, LayoutB, AlignAB, ElementAcc,
-      TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Schedule::Mainloop>::CollectiveOp>;
+  using CollectiveMainloop =
+      WithOverlappedPromotion<typename cutlass::gemm::collective::CollectiveBuilder<
+          typename Schedule::Arch, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, AlignAB,
+          ElementB, LayoutB, AlignAB, ElementAcc, TileShape, ClusterShape,
+          cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+              sizeof(typename CollectiveEpilogue::SharedStorage))>,
+          typename Schedule::Mainloop>::CollectiveOp>;
 
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
-      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, TileScheduler>;
+  using GemmKernel =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                           CollectiveEpilogue, TileScheduler>;
   using Arguments = typename GemmKernel::Arguments;
 
   static Arguments arguments(const GemmArgs& p) {
@@ -383,8 +383,8 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
     const void* b = SwapAB ? p.a : p.b;
     typename CollectiveEpilogue::FusionCallbacks::Arguments thread;
     if constexpr (Epilogue == PCR_EPI_BIASACT)  // kernel rows are problem columns if swapped
-      thread = evt::BiasActTree<CtaTile, ElementD>::arguments(
-          p, SwapAB ? p.bias_m : p.bias_n, SwapAB ? p.bias_n : p.bias_m);
+      thread = evt::BiasActTree<CtaTile, ElementD>::arguments(p, SwapAB ? p.bias_m : p.bias_n,
+                                                              SwapAB ? p.bias_n : p.bias_m);
     else if constexpr (Epilogue == PCR_EPI_SCALED)
       thread = evt::ScaledTree<CtaTile, ElementD>::arguments(p, SwapAB);
     else if constexpr (TensorScales)
@@ -399,8 +399,7 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
          make_stride_ld<StrideA>(SwapAB ? p.ldb : p.lda, SwapAB ? p.batch_b : p.batch_a),
          static_cast<const ElementB*>(b),
          make_stride_ld<StrideB>(SwapAB ? p.lda : p.ldb, SwapAB ? p.batch_a : p.batch_b)},
-        {thread,
-         static_cast<const ElementD*>(p.c), make_stride_ld<StrideC>(p.ldc, p.batch_c),
+        {thread, static_cast<const ElementD*>(p.c), make_stride_ld<StrideC>(p.ldc, p.batch_c),
          static_cast<ElementD*>(p.d), make_stride_ld<StrideD>(p.ldd, p.batch_d)}};
     args.hw_info.device_id = p.device;
     args.hw_info.sm_count = p.sm_count;
@@ -408,16 +407,14 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
         SwapAB ? p.n : p.m, SwapAB ? p.m : p.n, p.k, sizeof(ElementA));
     return args;
   }
-
 };
-
 
 // A grouped GEMM: GemmArgs::groups problems whose sizes, pointers and leading dimensions
 // live in GPU arrays (GemmArgs::group), never read on the host. C and D are row-major.
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
           class TileShape, class ClusterShape, class Schedule, int AlignAB>
-struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA, LayoutB,
-                                          TileShape, ClusterShape, Schedule, AlignAB>> {
+struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
+                                          ClusterShape, Schedule, AlignAB>> {
   using Cluster = ClusterShape;
   // CUTLASS's grouped kernels have no dependency wait, and every warp reads the group
   // sizes from GPU memory to schedule its tiles: never launched as a dependent.
@@ -429,14 +426,13 @@ struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA,
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
-      ElementD, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD, typename Schedule::Epilogue,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc, ElementD, LayoutD*,
+      kAlignD, ElementD, LayoutD*, kAlignD, typename Schedule::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, ElementD,
                                                    ElementAcc>>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      typename Schedule::Arch, cutlass::arch::OpClassTensorOp,
-      ElementA, LayoutA*, AlignAB, ElementB, LayoutB*, AlignAB, ElementAcc,
-      TileShape, ClusterShape,
+      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, AlignAB,
+      ElementB, LayoutB*, AlignAB, ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Schedule::Mainloop>::CollectiveOp;
@@ -451,7 +447,8 @@ struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA,
   using StrideC = typename GemmKernel::InternalStrideC;
   using StrideD = typename GemmKernel::InternalStrideD;
   static_assert(sizeof(StrideA) == 8 && sizeof(StrideB) == 8 && sizeof(StrideC) == 8 &&
-                sizeof(StrideD) == 8, "grouped strides must be one int64_t");
+                    sizeof(StrideD) == 8,
+                "grouped strides must be one int64_t");
   static_assert(sizeof(typename ProblemShape::UnderlyingProblemShape) == 3 * sizeof(int));
 
   static Arguments arguments(const GemmArgs& p) {

@@ -81,27 +81,25 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device) {
 
 // ---- GEMM ----------------------------------------------------------------------
 
-PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                         const DLTensor* d, double alpha, double beta,
-                         const pcr_extras* extras, pcr_problem* out) {
+PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                         double alpha, double beta, const pcr_extras* extras, pcr_problem* out) {
   return guarded([&] {
     Bound bd;
     return describe(a, b, c, d, alpha, beta, extras, out, &bd);
   });
 }
 
-PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                     const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
-                     int32_t kernel, void* stream, pcr_problem* problem) {
+PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                     double alpha, double beta, const pcr_extras* extras, int32_t kernel,
+                     void* stream, pcr_problem* problem) {
   return guarded([&] { return gemm(a, b, c, d, alpha, beta, extras, kernel, stream, problem); });
 }
 
 // ---- bound plans ---------------------------------------------------------------
 
 PCR_API int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
-                            const DLTensor* d, double alpha, double beta,
-                            const pcr_extras* extras, int32_t kernel, pcr_problem* problem,
-                            pcr_plan** plan) {
+                            const DLTensor* d, double alpha, double beta, const pcr_extras* extras,
+                            int32_t kernel, pcr_problem* problem, pcr_plan** plan) {
   return guarded([&] {
     clear_error();
     if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_plan_create: plan is NULL");
@@ -133,8 +131,7 @@ PCR_API void pcr_plan_destroy(pcr_plan* plan) {
   guarded([&] { plan_destroy(plan); });
 }
 
-PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels,
-                           int32_t count) {
+PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count) {
   return guarded([&] { return select_put(problem, kernels, count); });
 }
 
@@ -144,9 +141,8 @@ PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
                              const DLTensor* const* c, const DLTensor* const* d, int32_t count,
                              double alpha, double beta, int32_t kernel, void* stream,
                              pcr_problem* problem) {
-  return guarded([&] {
-    return grouped_gemm(a, b, c, d, count, alpha, beta, kernel, stream, problem);
-  });
+  return guarded(
+      [&] { return grouped_gemm(a, b, c, d, count, alpha, beta, kernel, stream, problem); });
 }
 
 PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
@@ -164,9 +160,8 @@ PCR_API int pcr_select_clear(void) {
 PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
                                void* extras, int32_t kernel, pcr_problem* problem,
                                pcr_plan** plan) {
-  return guarded([&] {
-    return py_plan_create(a, b, c, d, alpha, beta, extras, kernel, problem, plan);
-  });
+  return guarded(
+      [&] { return py_plan_create(a, b, c, d, alpha, beta, extras, kernel, problem, plan); });
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
@@ -174,9 +169,9 @@ PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, do
   return guarded([&] { return py_describe(a, b, c, d, alpha, beta, extras, out); });
 }
 
-PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count,
-                                double alpha, double beta, int32_t kernel, int32_t flags,
-                                void* stream, pcr_problem* problem) {
+PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
+                                double beta, int32_t kernel, int32_t flags, void* stream,
+                                pcr_problem* problem) {
   return guarded([&] {
     return py_grouped_gemm(a, b, c, d, count, alpha, beta, kernel, flags, stream, problem);
   });
@@ -184,9 +179,8 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t 
 
 PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
                             int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
-  return guarded([&] {
-    return py_moe_gemm(x, w, offsets, out, alpha, kernel, flags, stream, problem);
-  });
+  return guarded(
+      [&] { return py_moe_gemm(x, w, offsets, out, alpha, kernel, flags, stream, problem); });
 }
 
 PCR_API const void* pcr_py_builtins(void) {

@@ -12,10 +12,11 @@ namespace pcr {
 
 const char* build_info() {
   static const std::string info = [] {
-    std::string s = "{\"abi\": " + std::to_string(PCR_ABI_VERSION) +
-                    ", \"cuda_runtime\": " + std::to_string(CUDART_VERSION) +
-                    ", \"cutlass\": \"" PCR_CUTLASS_VERSION "\", \"kernels\": " +
-                    std::to_string(kKernelCount) + ", \"catalog\": " + kBuildJson + "}";
+    std::string s =
+        "{\"abi\": " + std::to_string(PCR_ABI_VERSION) +
+        ", \"cuda_runtime\": " + std::to_string(CUDART_VERSION) +
+        ", \"cutlass\": \"" PCR_CUTLASS_VERSION "\", \"kernels\": " + std::to_string(kKernelCount) +
+        ", \"catalog\": " + kBuildJson + "}";
     return s;
   }();
   return info.c_str();

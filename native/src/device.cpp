@@ -39,8 +39,8 @@ int cuda_status(cudaError_t e, const char* what) {
                      "%s: the NVIDIA driver supports CUDA %d.%d, but this build of "
                      "pycutlass_rt uses the CUDA %d.%d runtime and needs a driver for CUDA "
                      "%d.0 or newer; update the driver (or use a build made with CUDA %d.x)",
-                     what, driver / 1000, driver % 1000 / 10, runtime / 1000,
-                     runtime % 1000 / 10, runtime / 1000, driver / 1000);
+                     what, driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10,
+                     runtime / 1000, driver / 1000);
   }
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
       e == cudaErrorInitializationError || e == cudaErrorCompatNotSupportedOnDevice ||
@@ -117,9 +117,9 @@ bool pdl_enabled() {
 int ensure_smem_limit(const void* func, int device, int bytes, std::atomic<uint64_t>* done) {
   uint64_t bit = uint64_t(1) << (device & 63);
   if (bytes < (48 << 10) || (done->load(std::memory_order_acquire) & bit)) return PCR_OK;
-  int st = cuda_status(
-      cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  int st =
+      cuda_status(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                  "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   if (st != PCR_OK) return st;
   done->fetch_or(bit, std::memory_order_acq_rel);
   return PCR_OK;

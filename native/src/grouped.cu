@@ -52,12 +52,12 @@ __global__ void fill_groups(Chunk chunk, GroupArrays out) {
 // The MoE form: expert e multiplies rows [start, end) of x into the same rows of out.
 struct Moe {
   const void* offsets;
-  int offset_bits;   // 32 or 64
-  int boundaries;    // 1: E + 1 boundaries (0 first); 0: E ends (torch._grouped_mm)
+  int offset_bits;  // 32 or 64
+  int boundaries;   // 1: E + 1 boundaries (0 first); 0: E ends (torch._grouped_mm)
   int experts;
   int64_t tokens;
   const char* x;
-  int64_t x_row;     // bytes from one row of x to the next
+  int64_t x_row;  // bytes from one row of x to the next
   const char* w;
   int64_t w_expert;  // bytes from one expert's matrix to the next
   char* out;
@@ -80,13 +80,20 @@ __device__ void expert_rows(const Moe& p, int e, int64_t* start, int64_t* end) {
 }
 
 __global__ void fill_moe(Moe p, GroupArrays out) {
-  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < p.experts;
-       e += gridDim.x * blockDim.x) {
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < p.experts; e += gridDim.x * blockDim.x) {
     int64_t start, end;
     expert_rows(p, e, &start, &end);
     char* rows = p.out + start * p.out_row;  // C (never read: beta = 0) and D
-    put(out, e, {{int(end - start), p.n, p.k}, p.x + start * p.x_row, p.w + e * p.w_expert,
-                 rows, rows, p.lda, p.ldb, p.ldd, p.ldd});
+    put(out, e,
+        {{int(end - start), p.n, p.k},
+         p.x + start * p.x_row,
+         p.w + e * p.w_expert,
+         rows,
+         rows,
+         p.lda,
+         p.ldb,
+         p.ldd,
+         p.ldd});
   }
 }
 
@@ -103,14 +110,12 @@ __global__ void zero_moe_rows(Moe p, int64_t row_bytes) {
 
 size_t round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
-size_t arrays_bytes(int count) {
-  return round16(sizeof(int[3]) * count) + 8 * 8 * size_t(count);
-}
+size_t arrays_bytes(int count) { return round16(sizeof(int[3]) * count) + 8 * 8 * size_t(count); }
 
 // The arrays of `count` groups laid out in one buffer.
 GroupArrays arrays_at(char* base, int count) {
   GroupArrays g;
-  g.shape = reinterpret_cast<int(*)[3]>(base);
+  g.shape = reinterpret_cast<int (*)[3]>(base);
   char* p = base + round16(sizeof(int[3]) * count);
   auto next = [&](auto** slot) {
     *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(p);
@@ -140,8 +145,7 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
   if (groups == 0) return PCR_OK;
   void* buffer = nullptr;
   bool temporary = false;  // inside graph capture, on a stream seen for the first time
-  int st = workspace_for(p.device, stream, arrays_bytes(groups), &buffer, kGroupArrays,
-                         &temporary);
+  int st = workspace_for(p.device, stream, arrays_bytes(groups), &buffer, kGroupArrays, &temporary);
   if (st != PCR_OK) return st;
   GemmArgs g;
   std::memset(&g, 0, sizeof g);  // prepared launches compare args bytewise
@@ -163,8 +167,8 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
 }  // namespace
 
 int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTensor* const* c,
-                 const DLTensor* const* d, int32_t count, double alpha, double beta,
-                 int32_t kernel, void* stream_ptr, pcr_problem* out) {
+                 const DLTensor* const* d, int32_t count, double alpha, double beta, int32_t kernel,
+                 void* stream_ptr, pcr_problem* out) {
   clear_error();
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
@@ -180,14 +184,14 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     if (!a[g] || !b[g] || !d[g])
       return set_error(PCR_ERR_INVALID_ARGUMENT, "group %d: a, b and d are required", g);
     // a group without c reads no C, whatever beta is (its d is zeroed for the kernel)
-    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, nullptr,
-                      &probs[g], &bounds[g]);
+    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, nullptr, &probs[g], &bounds[g]);
     if (st != PCR_OK) return group_error(st, g);
     const pcr_problem& q = probs[g];
     if (q.batch != 1 || q.host)
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "group %d: grouped GEMMs take 2-D GPU matrices (a batch or a host "
-                       "array was given)", g);
+                       "array was given)",
+                       g);
   }
   // Groups without work (M, N or K = 0) never reach the kernel: their layouts and
   // alignments (any, for an empty matrix) do not count. The first one with work leads.
@@ -200,7 +204,8 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
         (works(g) && (q.layout_a != q0.layout_a || q.layout_b != q0.layout_b)))
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "group %d differs from group %d in dtypes, layouts (after orienting d "
-                       "row-major) or device; one grouped launch needs them alike", g, lead);
+                       "row-major) or device; one grouped launch needs them alike",
+                       g, lead);
   }
   p = probs[lead];
   p.grouped = PCR_GROUPED_LIST;
@@ -246,8 +251,7 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
         (st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, 1.0, stream)))
       return st;
     GemmArgs ga = gemm_args(q, bd);
-    entries.push_back({{ga.m, ga.n, ga.k}, ga.a, ga.b, ga.c, ga.d, ga.lda, ga.ldb, ga.ldc,
-                       ga.ldd});
+    entries.push_back({{ga.m, ga.n, ga.k}, ga.a, ga.b, ga.c, ga.d, ga.lda, ga.ldb, ga.ldc, ga.ldd});
   }
   return run_grouped(p, k, int(entries.size()), alpha, beta, stream,
                      [&](const GroupArrays& arrays) {
@@ -262,9 +266,8 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
                      });
 }
 
-int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
-             const DLTensor* out_t, double alpha, int32_t kernel, void* stream_ptr,
-             pcr_problem* out) {
+int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, const DLTensor* out_t,
+             double alpha, int32_t kernel, void* stream_ptr, pcr_problem* out) {
   clear_error();
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
@@ -273,8 +276,8 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   if (!x || !w || !offsets || !out_t)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "moe_gemm: x, w, offsets and out are required");
   if (w->ndim != 3)
-    return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "w must be 3-D (experts, K, N), got a %d-D tensor", w->ndim);
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "w must be 3-D (experts, K, N), got a %d-D tensor",
+                     w->ndim);
   const int64_t experts = w->shape[0];
   const int64_t w_step = w->strides ? w->strides[0] : w->shape[1] * w->shape[2];
   if (experts < 0 || experts >= (int64_t(1) << 31) || w_step < 0)
@@ -303,8 +306,10 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
   const int64_t len = offsets->shape[0];
   if (len != experts && len != experts + 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "offsets has %" PRId64 " entries for %" PRId64 " experts: give E + 1 "
-                     "boundaries (0 first) or E ends", len, experts);
+                     "offsets has %" PRId64 " entries for %" PRId64
+                     " experts: give E + 1 "
+                     "boundaries (0 first) or E ends",
+                     len, experts);
   if (len > 1 && offsets->strides && offsets->strides[0] != 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "offsets must be contiguous");
   if (offsets->device.device_type != kDLCUDA && offsets->device.device_type != kDLCUDAManaged)
@@ -344,12 +349,11 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
     zero_moe_rows<<<grid, 256, 0, stream>>>(moe, row_bytes);
     return cuda_status(cudaGetLastError(), "MoE GEMM with K = 0");
   }
-  return run_grouped(p, k, int(experts), alpha, 0.0, stream,
-                     [&](const GroupArrays& arrays) {
-                       int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
-                       fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);
-                       return cuda_status(cudaGetLastError(), "MoE GEMM arrays");
-                     });
+  return run_grouped(p, k, int(experts), alpha, 0.0, stream, [&](const GroupArrays& arrays) {
+    int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
+    fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);
+    return cuda_status(cudaGetLastError(), "MoE GEMM arrays");
+  });
 }
 
 }  // namespace pcr

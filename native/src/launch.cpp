@@ -10,11 +10,9 @@ int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream
 
 // The kernel step of a launch: a plan's own workspace and prepared launch, or the
 // stream's workspace and the thread's prepared launches.
-int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
-               pcr_plan* plan) {
+int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream, pcr_plan* plan) {
   if (!plan) return run_kernel(p, bd, k, stream);
-  return plan->prepared.launch(k, gemm_args(p, bd), plan->workspace_bytes, plan->workspace,
-                               stream);
+  return plan->prepared.launch(k, gemm_args(p, bd), plan->workspace_bytes, plan->workspace, stream);
 }
 
 // Copies the staged inputs into (zero-padded) scratch, runs the kernel's problem there,
@@ -62,8 +60,8 @@ int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t strea
   if (st == PCR_OK && buffers[3]) {
     uintptr_t lo, hi;
     bd.d.extent(&lo, &hi);
-    st = cuda_status(cudaMemcpyAsync(bd.d.ptr, buffers[3], hi - lo, cudaMemcpyDeviceToHost,
-                                     stream), "cudaMemcpy(device to host)");
+    st = cuda_status(cudaMemcpyAsync(bd.d.ptr, buffers[3], hi - lo, cudaMemcpyDeviceToHost, stream),
+                     "cudaMemcpy(device to host)");
     if (st == PCR_OK) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
   for (void* b : buffers)
@@ -95,9 +93,8 @@ int launch(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
   return p.host ? launch_host(p, bd, k, stream) : launch_device(p, bd, k, stream);
 }
 
-int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-         double alpha, double beta, const pcr_extras* extras, int32_t kernel, void* stream,
-         pcr_problem* out) {
+int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d, double alpha,
+         double beta, const pcr_extras* extras, int32_t kernel, void* stream, pcr_problem* out) {
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
   Bound bd;

@@ -15,21 +15,45 @@ namespace pcr {
 namespace {
 
 // Arithmetic in fp32, or in fp64 where an end is fp64 or int32 (exact for both).
-template <class T> constexpr bool kWide = std::is_same_v<T, double> || std::is_same_v<T, int32_t>;
+template <class T>
+constexpr bool kWide = std::is_same_v<T, double> || std::is_same_v<T, int32_t>;
 template <class Src, class Dst>
 using Compute = std::conditional_t<kWide<Src> || kWide<Dst>, double, float>;
 
-template <class C, class T> __device__ C to(T v) { return C(float(v)); }
-template <> __device__ double to(double v) { return v; }
-template <> __device__ double to(int32_t v) { return double(v); }
-template <class T, class C> __device__ T from(C v) { return T(v); }
-template <> __device__ __half from(float v) { return __float2half_rn(v); }
-template <> __device__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ int8_t from(float v) {  // round to nearest, saturate
+template <class C, class T>
+__device__ C to(T v) {
+  return C(float(v));
+}
+template <>
+__device__ double to(double v) {
+  return v;
+}
+template <>
+__device__ double to(int32_t v) {
+  return double(v);
+}
+template <class T, class C>
+__device__ T from(C v) {
+  return T(v);
+}
+template <>
+__device__ __half from(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __nv_bfloat16 from(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ int8_t from(float v) {  // round to nearest, saturate
   return int8_t(max(-128, min(127, __float2int_rn(v))));
 }
-template <> __device__ int8_t from(double v) { return from<int8_t>(float(v)); }
-template <> __device__ int32_t from(double v) {
+template <>
+__device__ int8_t from(double v) {
+  return from<int8_t>(float(v));
+}
+template <>
+__device__ int32_t from(double v) {
   return int32_t(fmax(-2147483648.0, fmin(2147483647.0, rint(v))));
 }
 
@@ -103,8 +127,8 @@ int launch_typed(const Matrix* src, const Matrix& dst, double scale, cudaStream_
   const int64_t gy = std::min<int64_t>(d.rows, std::max<int64_t>(1, 1024 / gx));
   const int64_t gz = std::min<int64_t>(dst.batch, std::max<int64_t>(1, 1024 / (gx * gy)));
   dim3 grid(unsigned(gx), unsigned(gy), unsigned(std::min<int64_t>(gz, 65535)));
-  auto* kernel = bias || activation != PCR_ACT_NONE ? scale_copy<Src, Dst, true>
-                                                    : scale_copy<Src, Dst, false>;
+  auto* kernel =
+      bias || activation != PCR_ACT_NONE ? scale_copy<Src, Dst, true> : scale_copy<Src, Dst, false>;
   kernel<<<grid, 256, 0, stream>>>(s, d, dst.batch, scale, v, activation);
   return cuda_status(cudaGetLastError(), "scale_copy launch");
 }
@@ -162,8 +186,14 @@ bool row_copy(const Matrix& src, const Matrix& dst, RowCopy* out) {
   if ((!rows && dst.s0 != 1) || src_inner > 1 || dst_ld % per ||
       reinterpret_cast<uintptr_t>(dst.ptr) % 16)
     return false;
-  *out = {src.ptr, dst.ptr, rows ? src.s0 : src.s1, dst_ld, rows ? src.rows : src.cols,
-          rows ? src.cols : src.rows, rows ? dst.rows : dst.cols, 0};
+  *out = {src.ptr,
+          dst.ptr,
+          rows ? src.s0 : src.s1,
+          dst_ld,
+          rows ? src.rows : src.cols,
+          rows ? src.cols : src.rows,
+          rows ? dst.rows : dst.cols,
+          0};
   out->chunks = ((rows ? dst.cols : dst.rows) + per - 1) / per;
   return true;
 }
@@ -172,15 +202,33 @@ bool row_copy(const Matrix& src, const Matrix& dst, RowCopy* out) {
 template <class F>
 bool with_type(int dtype, F&& f) {
   switch (dtype) {
-    case PCR_F16: f(__half{}); return true;
-    case PCR_BF16: f(__nv_bfloat16{}); return true;
-    case PCR_F32: case PCR_TF32: f(float{}); return true;
-    case PCR_F64: f(double{}); return true;
-    case PCR_S8: f(int8_t{}); return true;
-    case PCR_S32: f(int32_t{}); return true;
-    case PCR_E4M3: f(__nv_fp8_e4m3{}); return true;
-    case PCR_E5M2: f(__nv_fp8_e5m2{}); return true;
-    default: return false;
+    case PCR_F16:
+      f(__half{});
+      return true;
+    case PCR_BF16:
+      f(__nv_bfloat16{});
+      return true;
+    case PCR_F32:
+    case PCR_TF32:
+      f(float{});
+      return true;
+    case PCR_F64:
+      f(double{});
+      return true;
+    case PCR_S8:
+      f(int8_t{});
+      return true;
+    case PCR_S32:
+      f(int32_t{});
+      return true;
+    case PCR_E4M3:
+      f(__nv_fp8_e4m3{});
+      return true;
+    case PCR_E5M2:
+      f(__nv_fp8_e5m2{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -222,8 +270,10 @@ int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], in
   for (int i = 0; i < fast; ++i)
     chunks = std::max(chunks, jobs[i].chunks), rows = std::max(rows, jobs[i].rows);
   dim3 grid(unsigned((chunks + 127) / 128), unsigned(std::min<int64_t>(rows, 65535)), fast);
-  auto* kernel = esize == 1 ? stage_rows<uint8_t> : esize == 2 ? stage_rows<uint16_t>
-               : esize == 4 ? stage_rows<uint32_t> : stage_rows<uint64_t>;
+  auto* kernel = esize == 1   ? stage_rows<uint8_t>
+                 : esize == 2 ? stage_rows<uint16_t>
+                 : esize == 4 ? stage_rows<uint32_t>
+                              : stage_rows<uint64_t>;
   kernel<<<grid, 128, 0, stream>>>(jobs[0], jobs[1]);
   return cuda_status(cudaGetLastError(), "stage_rows launch");
 }

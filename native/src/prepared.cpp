@@ -67,8 +67,7 @@ int PreparedLaunch::prepare(int k, const GemmArgs& g, size_t bytes, void* ws) {
   return PCR_OK;
 }
 
-int PreparedLaunch::launch(int k, const GemmArgs& g, size_t bytes, void* ws,
-                           cudaStream_t stream) {
+int PreparedLaunch::launch(int k, const GemmArgs& g, size_t bytes, void* ws, cudaStream_t stream) {
   if (!matches(k, g) || workspace != ws) {
     int st = prepare(k, g, bytes, ws);
     if (st != PCR_OK) return st;

@@ -15,16 +15,26 @@ namespace pcr {
 
 const char* dtype_name(int dtype) {
   switch (dtype) {
-    case PCR_F16: return "float16";
-    case PCR_BF16: return "bfloat16";
-    case PCR_F32: return "float32";
-    case PCR_F64: return "float64";
-    case PCR_TF32: return "tfloat32";
-    case PCR_E4M3: return "float8_e4m3fn";
-    case PCR_E5M2: return "float8_e5m2";
-    case PCR_S8: return "int8";
-    case PCR_S32: return "int32";
-    default: return "invalid";
+    case PCR_F16:
+      return "float16";
+    case PCR_BF16:
+      return "bfloat16";
+    case PCR_F32:
+      return "float32";
+    case PCR_F64:
+      return "float64";
+    case PCR_TF32:
+      return "tfloat32";
+    case PCR_E4M3:
+      return "float8_e4m3fn";
+    case PCR_E5M2:
+      return "float8_e5m2";
+    case PCR_S8:
+      return "int8";
+    case PCR_S32:
+      return "int32";
+    default:
+      return "invalid";
   }
 }
 
@@ -50,8 +60,8 @@ bool is_host(int device_type) { return device_type == kDLCPU || device_type == k
 int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Matrix* m) {
   if (t->ndim != 2 && t->ndim != 3)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "%s must be a 2-D matrix or a 3-D batch of matrices, got a %d-D tensor",
-                     name, t->ndim);
+                     "%s must be a 2-D matrix or a 3-D batch of matrices, got a %d-D tensor", name,
+                     t->ndim);
   const int r = t->ndim - 2;  // index of the rows dimension
   if (r) {
     m->batch = t->shape[0];
@@ -178,8 +188,10 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
     for (int j = 1; j >= 0; --j) stride[j] = stride[j + 1] * shape[j + 1];
   if (shape[0] != 1)
     return set_error(PCR_ERR_UNSUPPORTED,
-                     "bias has a batch dimension of %" PRId64 "; one bias vector serves the "
-                     "whole batch: pass shape (N,) or (M, 1)", shape[0]);
+                     "bias has a batch dimension of %" PRId64
+                     "; one bias vector serves the "
+                     "whole batch: pass shape (N,) or (M, 1)",
+                     shape[0]);
   int64_t len, step;
   if (shape[1] == 1 && shape[2] == D.cols) {
     *axis = PCR_BIAS_PER_COLUMN, len = shape[2], step = stride[2];
@@ -187,15 +199,19 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
     *axis = PCR_BIAS_PER_ROW, len = shape[1], step = stride[1];
   } else {
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "bias of shape (%" PRId64 ", %" PRId64 ") does not broadcast against d "
-                     "(%" PRId64 ", %" PRId64 ") as a vector: pass (N,) or (1, N) for one value "
+                     "bias of shape (%" PRId64 ", %" PRId64
+                     ") does not broadcast against d "
+                     "(%" PRId64 ", %" PRId64
+                     ") as a vector: pass (N,) or (1, N) for one value "
                      "per column, (M, 1) for one per row",
                      shape[1], shape[2], D.rows, D.cols);
   }
   if (len > 1 && step != 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "bias must be contiguous (its stride is %" PRId64 "); make it contiguous "
-                     "first", step);
+                     "bias must be contiguous (its stride is %" PRId64
+                     "); make it contiguous "
+                     "first",
+                     step);
   v->ptr = static_cast<char*>(t->data) + t->byte_offset;
   if (v->ptr == nullptr && len > 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "bias has a null data pointer");
@@ -211,13 +227,12 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
 // A float32 scale: one value (any shape of one element), or a contiguous vector of `len`
 // (shape (len,), or (len, 1) / (1, len) along `axis` 0 / 1 of d). Sets *mode to
 // PCR_SCALE_TENSOR or PCR_SCALE_VECTOR.
-int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matrix* v,
-               int* mode) {
+int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matrix* v, int* mode) {
   if (dtype_from_dl(t->dtype) != PCR_F32)
     return set_error(PCR_ERR_UNSUPPORTED, "%s must be float32", name);
   if (t->ndim > 2)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s must be a scalar or a vector, got %d-D",
-                     name, t->ndim);
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s must be a scalar or a vector, got %d-D", name,
+                     t->ndim);
   int64_t count = 1, step = 1;
   for (int i = 0; i < t->ndim; ++i) {
     count *= t->shape[i];
@@ -248,9 +263,7 @@ int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matri
   return PCR_OK;
 }
 
-bool is_quantized(int dtype) {
-  return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2;
-}
+bool is_quantized(int dtype) { return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2; }
 
 bool overlaps(const Matrix& x, const Matrix& y) {
   uintptr_t xl, xh, yl, yh;
@@ -305,8 +318,7 @@ void Matrix::extent(uintptr_t* lo, uintptr_t* hi) const {
 }
 
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-             double alpha, double beta, const pcr_extras* extras, pcr_problem* p,
-             Bound* bound) {
+             double alpha, double beta, const pcr_extras* extras, pcr_problem* p, Bound* bound) {
   clear_error();
   std::memset(p, 0, sizeof *p);
   *bound = Bound{};
@@ -316,14 +328,12 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   const int activation = x.activation;
   if (x.math != PCR_MATH_IEEE && x.math != PCR_MATH_TF32)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "unknown math code %d", x.math);
-  if (!a || !b || !d)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
+  if (!a || !b || !d) return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
   if (!std::isfinite(alpha) || !std::isfinite(beta))
-    return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "alpha and beta must be finite numbers (got %g, %g)", alpha, beta);
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "alpha and beta must be finite numbers (got %g, %g)",
+                     alpha, beta);
   if (beta != 0.0 && !c)
-    return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "c is None but beta = %g; pass c, or beta=0", beta);
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "c is None but beta = %g; pass c, or beta=0", beta);
   if (activation < PCR_ACT_NONE || activation > PCR_ACT_SILU)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "unknown activation code %d", activation);
   Matrix &A = bound->a, &B = bound->b, &C = bound->c, &D = bound->d, &V = bound->bias;
@@ -364,8 +374,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
       one.extent(&lo, &hi);
       if (D.sb * D.esize < int64_t(hi - lo))
         return set_error(PCR_ERR_OVERLAP,
-                         "d's matrices overlap (batch stride %" PRId64 " elements); every "
-                         "output matrix needs its own memory", D.sb);
+                         "d's matrices overlap (batch stride %" PRId64
+                         " elements); every "
+                         "output matrix needs its own memory",
+                         D.sb);
     }
   }
 
@@ -383,8 +395,13 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      dtype_name(A.dtype), dtype_name(B.dtype));
 
   // Devices: all CUDA on one ordinal, or all on the host.
-  const Matrix* ops[] = {&A, &B, &D, c ? &C : nullptr, bias ? &V : nullptr,
-                         scale_a ? &SA : nullptr, scale_b ? &SB : nullptr};
+  const Matrix* ops[] = {&A,
+                         &B,
+                         &D,
+                         c ? &C : nullptr,
+                         bias ? &V : nullptr,
+                         scale_a ? &SA : nullptr,
+                         scale_b ? &SB : nullptr};
   const char* names[] = {"a", "b", "d", "c", "bias", "scale_a", "scale_b"};
   bool host = is_host(D.device_type);
   for (int i = 0; i < 7; ++i) {
@@ -397,8 +414,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                        host ? "host" : "GPU");
     if (!host && ops[i]->device_id != D.device_id)
       return set_error(PCR_ERR_DEVICE_MISMATCH,
-                       "%s is on cuda:%d but d is on cuda:%d; move them to one device",
-                       names[i], ops[i]->device_id, D.device_id);
+                       "%s is on cuda:%d but d is on cuda:%d; move them to one device", names[i],
+                       ops[i]->device_id, D.device_id);
   }
 
   // Aliasing: d may be c exactly, and must not overlap a or b.
@@ -406,9 +423,11 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     return set_error(PCR_ERR_OVERLAP,
                      "d overlaps %s in memory; the output must not alias an input of the "
                      "product (pass a separate output)",
-                     overlaps(D, A) ? "a" : overlaps(D, B) ? "b" : "bias");
-  bool c_is_d = use_c && C.ptr == D.ptr && C.s0 == D.s0 && C.s1 == D.s1 && C.sb == D.sb &&
-                C.dtype == D.dtype;
+                     overlaps(D, A)   ? "a"
+                     : overlaps(D, B) ? "b"
+                                      : "bias");
+  bool c_is_d =
+      use_c && C.ptr == D.ptr && C.s0 == D.s0 && C.s1 == D.s1 && C.sb == D.sb && C.dtype == D.dtype;
   if (use_c && !c_is_d && overlaps(C, D))
     return set_error(PCR_ERR_OVERLAP,
                      "c overlaps d without being the same view; pass c=d (same strides) or "
@@ -426,8 +445,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     D.transpose();
     if (use_c) C.transpose();
     if (bias)  // d^T's columns are d's rows
-      V.transpose(), bias_axis = bias_axis == PCR_BIAS_PER_ROW ? PCR_BIAS_PER_COLUMN
-                                                               : PCR_BIAS_PER_ROW;
+      V.transpose(),
+          bias_axis = bias_axis == PCR_BIAS_PER_ROW ? PCR_BIAS_PER_COLUMN : PCR_BIAS_PER_ROW;
     std::swap(SA, SB);  // b^T's rows are b's columns
     SA.transpose(), SB.transpose();
     std::swap(scale_a, scale_b);
@@ -451,13 +470,15 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   if ((scale_a || scale_b) && !is_quantized(A.dtype))
     return set_error(PCR_ERR_UNSUPPORTED,
                      "scale_a and scale_b dequantize int8 and fp8 inputs; a and b are %s "
-                     "(fold a per-tensor factor into alpha)", dtype_name(A.dtype));
+                     "(fold a per-tensor factor into alpha)",
+                     dtype_name(A.dtype));
   auto int32_valued = [](double v) { return v == std::floor(v) && std::fabs(v) < 2147483648.0; };
   if (D.dtype == PCR_S32 && (!int32_valued(alpha) || (use_c && !int32_valued(beta))))
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "int32 outputs are computed exactly, in int32: alpha and beta must be "
                      "integers in int32's range (got %g, %g); for scaled results ask for a "
-                     "float output", alpha, beta);
+                     "float output",
+                     alpha, beta);
   p->layout_a = la;
   p->layout_b = lb;
   p->align_a = alignment_bytes(A, la, lda);
@@ -493,8 +514,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     // C feeds the kernel's epilogue directly when it looks like D (row-major, D's dtype,
     // 16-byte friendly); anything else (other layout or dtype, broadcast strides) is
     // first copied into D, and the kernel then reads D as C.
-    if (c_is_d || (C.dtype == D.dtype && layout_of(C, &lc, &ldc) && lc == PCR_ROW_MAJOR &&
-                   C.s0 > 0)) {
+    if (c_is_d ||
+        (C.dtype == D.dtype && layout_of(C, &lc, &ldc) && lc == PCR_ROW_MAJOR && C.s0 > 0)) {
       p->c_mode = PCR_C_READ;
       bound->ldc = c_is_d ? ldd : ldc;
       p->align_c = alignment_bytes(C, PCR_ROW_MAJOR, bound->ldc);
@@ -512,8 +533,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   bool known = false;
   for (int i = 0; i < kKernelCount && !known; ++i) {
     const pcr_kernel_desc& kd = kKernels[i]->info;
-    known = kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b &&
-            kd.dtype_d == p->dtype_d && kd.epilogue >= p->epilogue;
+    known = kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b && kd.dtype_d == p->dtype_d &&
+            kd.epilogue >= p->epilogue;
   }
   if (!known) {
     static const char* const kWith[] = {"",  // by pcr_epilogue: LINEAR, BIASACT, SCALED
@@ -523,8 +544,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     for (int i = 0; i < kKernelCount; ++i) {
       const pcr_kernel_desc& kd = kKernels[i]->info;
       if (kd.epilogue < p->epilogue) continue;
-      std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " +
-                          dtype_name(kd.dtype_b) + " -> " + dtype_name(kd.dtype_d);
+      std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " + dtype_name(kd.dtype_b) +
+                          " -> " + dtype_name(kd.dtype_d);
       if (have.find(combo) == std::string::npos) have += (have.empty() ? "" : "; ") + combo;
     }
     return set_error(PCR_ERR_UNSUPPORTED,
@@ -533,7 +554,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      kWith[p->epilogue], p->epilogue != PCR_EPI_LINEAR ? kWith[p->epilogue] : "",
                      have.empty() ? "none" : have.c_str(),
                      p->dtype_a == PCR_TF32 || p->dtype_a == PCR_F32
-                         ? " (tfloat32: float32 tensors with math='tf32')" : "");
+                         ? " (tfloat32: float32 tensors with math='tf32')"
+                         : "");
   }
 
   // The device: the operands' GPU, or the current one for host operands.
@@ -605,8 +627,7 @@ Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {
       int inner = dims[i][row[i] ? 1 : 0];
       if (staged & bits[i]) ext[inner] = (ext[inner] + per16 - 1) / per16 * per16;
       for (int j = 0; j < 3; ++j)
-        if (ext[dims[j][0]] != mats[j]->rows || ext[dims[j][1]] != mats[j]->cols)
-          staged |= bits[j];
+        if (ext[dims[j][0]] != mats[j]->rows || ext[dims[j][1]] != mats[j]->cols) staged |= bits[j];
     }
   st.problem.m = ext[0];
   st.problem.n = ext[1];
@@ -641,26 +662,28 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
     return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d is not in this build", k);
   const pcr_kernel_desc& kd = kKernels[k]->info;
   if (kd.dtype_a != p.dtype_a || kd.dtype_b != p.dtype_b || kd.dtype_d != p.dtype_d)
-    return set_error(PCR_ERR_UNSUPPORTED, "%s computes %s x %s -> %s, not %s x %s -> %s",
-                     kd.name, dtype_name(kd.dtype_a), dtype_name(kd.dtype_b),
-                     dtype_name(kd.dtype_d), dtype_name(p.dtype_a), dtype_name(p.dtype_b),
-                     dtype_name(p.dtype_d));
+    return set_error(PCR_ERR_UNSUPPORTED, "%s computes %s x %s -> %s, not %s x %s -> %s", kd.name,
+                     dtype_name(kd.dtype_a), dtype_name(kd.dtype_b), dtype_name(kd.dtype_d),
+                     dtype_name(p.dtype_a), dtype_name(p.dtype_b), dtype_name(p.dtype_d));
   // An empty problem launches no kernel (d = beta * c at most): any kernel of these
   // dtypes may be named for it, and none may see its extents (kernel.h, check_extents).
   if (!has_gemm_work(p)) return PCR_OK;
   if (kd.grouped != (p.grouped != PCR_GROUPED_NONE))
-    return set_error(PCR_ERR_UNSUPPORTED, kd.grouped ? "%s is a grouped kernel" :
-                     "%s computes one GEMM (or a batch), not a grouped one", kd.name);
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     kd.grouped ? "%s is a grouped kernel"
+                                : "%s computes one GEMM (or a batch), not a grouped one",
+                     kd.name);
   if (kd.epilogue == PCR_EPI_LINEAR &&
       (p.scale_m != PCR_SCALE_NONE || p.scale_n != PCR_SCALE_NONE) && !kd.tensor_scales)
     return set_error(PCR_ERR_UNSUPPORTED,
                      "%s reads no scale tensors; this call needs a dequantizing epilogue, or "
-                     "scales given as numbers (folded into alpha)", kd.name);
+                     "scales given as numbers (folded into alpha)",
+                     kd.name);
   if (kd.epilogue < p.epilogue)
-    return set_error(PCR_ERR_UNSUPPORTED, "%s has a %s epilogue; this call needs a %s one",
-                     kd.name, kd.epilogue == PCR_EPI_LINEAR ? "plain" : "bias/activation",
-                     p.epilogue == PCR_EPI_SCALED ? "dequantizing (scale_a/scale_b)"
-                                                  : "fused bias/activation");
+    return set_error(
+        PCR_ERR_UNSUPPORTED, "%s has a %s epilogue; this call needs a %s one", kd.name,
+        kd.epilogue == PCR_EPI_LINEAR ? "plain" : "bias/activation",
+        p.epilogue == PCR_EPI_SCALED ? "dequantizing (scale_a/scale_b)" : "fused bias/activation");
   if (kd.layout_a != p.layout_a || kd.layout_b != p.layout_b) {
     auto L = [](int l) { return l == PCR_ROW_MAJOR ? 't' : 'n'; };
     return set_error(PCR_ERR_UNSUPPORTED,
@@ -669,7 +692,10 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
                      kd.name, L(kd.layout_a), L(kd.layout_b), L(p.layout_a), L(p.layout_b));
   }
   int es_ab = esize_of(kd.dtype_a), es_d = esize_of(kd.dtype_d);
-  struct { const char* what; int have, need; } req[] = {
+  struct {
+    const char* what;
+    int have, need;
+  } req[] = {
       {"a", p.align_a, kd.align_a * es_ab},
       {"b", p.align_b, kd.align_b * es_ab},
       {"d", p.align_d, kd.align_c * es_d},
@@ -687,8 +713,8 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
     int st = kernel_runs_on(k, p.device, &runs);
     if (st != PCR_OK) return st;
     if (!runs)
-      return set_error(PCR_ERR_UNSUPPORTED, "%s has no image for this GPU (compute %d.%d)",
-                       kd.name, p.cc / 10, p.cc % 10);
+      return set_error(PCR_ERR_UNSUPPORTED, "%s has no image for this GPU (compute %d.%d)", kd.name,
+                       p.cc / 10, p.cc % 10);
   }
   // grouped sizes live on the GPU: nothing to judge here
   if (bound && p.grouped == PCR_GROUPED_NONE) {

@@ -180,8 +180,8 @@ int ingest(void* object, const char* name, Operand* out) {
                        "%s is a DLPack capsule that was already consumed; a capsule can be "
                        "used once: export the tensor again",
                        name);
-    return set_error(PCR_ERR_INVALID_DTYPE, "%s is a capsule named '%s', not a DLPack tensor",
-                     name, cname ? cname : "");
+    return set_error(PCR_ERR_INVALID_DTYPE, "%s is a capsule named '%s', not a DLPack tensor", name,
+                     cname ? cname : "");
   }
   out->api = exchange_api(type);
   if (!out->api)
@@ -273,8 +273,7 @@ int ingest_call(void* a, void* b, void* c, void* d, void* extras, Operand ops[kO
 // output's stream orders the write) whose exchange API offers a current stream.
 const Operand* stream_source(const Operand* ops) {
   for (int i : {3, 0, 1, 2})
-    if (ops[i].api && ops[i].api->current_work_stream &&
-        ops[i].dl.device.device_type == kDLCUDA)
+    if (ops[i].api && ops[i].api->current_work_stream && ops[i].dl.device.device_type == kDLCUDA)
       return &ops[i];
   return nullptr;
 }
@@ -317,8 +316,8 @@ int py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta, void*
               extras_of(x, ops), kernel, stream, problem);
 }
 
-int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras,
-                int32_t flags, void* stream) {
+int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras, int32_t flags,
+                void* stream) {
   clear_error();
   if (!plan) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
   const PyApi& P = py();
@@ -330,8 +329,8 @@ int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras
   int st = ingest_call(a, b, c, d, extras, ops, &x);
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
-  return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl,
-                  extras_of(x, ops), static_cast<cudaStream_t>(stream));
+  return plan_run(plan, &ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, extras_of(x, ops),
+                  static_cast<cudaStream_t>(stream));
 }
 
 int py_plan_launch(pcr_plan* plan) {
@@ -401,8 +400,8 @@ PyObject* builtin_gemm(PyObject*, Args args, long n) {
     int32_t kernel = r.integer(7), flags = r.integer(8);
     void* stream = r.pointer(9);
     if (!r.ok) return PCR_ERR_INVALID_ARGUMENT;
-    return py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel, flags,
-                   stream, nullptr);
+    return py_gemm(args[0], args[1], args[2], args[3], alpha, beta, args[6], kernel, flags, stream,
+                   nullptr);
   }));
 }
 
@@ -438,8 +437,8 @@ const MethodDef kBuiltins[] = {
 
 }  // namespace
 
-int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                   void* extras, int32_t kernel, pcr_problem* problem, pcr_plan** plan) {
+int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+                   int32_t kernel, pcr_problem* problem, pcr_plan** plan) {
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
@@ -486,8 +485,7 @@ int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   if (!ops[2].present) return set_error(PCR_ERR_INVALID_ARGUMENT, "offsets is required");
-  return moe_gemm(&ops[0].dl, &ops[1].dl, &ops[2].dl, &ops[3].dl, alpha, kernel, stream,
-                  problem);
+  return moe_gemm(&ops[0].dl, &ops[1].dl, &ops[2].dl, &ops[3].dl, alpha, kernel, stream, problem);
 }
 
 const void* py_builtins() { return py().ok ? kBuiltins : nullptr; }

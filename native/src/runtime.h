@@ -16,10 +16,17 @@ const char* last_error() noexcept;
 // Bytes per element of a pcr_dtype (fp8 and int8: 1).
 inline int esize_of(int dtype) {
   switch (dtype) {
-    case PCR_F16: case PCR_BF16: return 2;
-    case PCR_F32: case PCR_S32: case PCR_TF32: return 4;
-    case PCR_F64: return 8;
-    default: return 1;
+    case PCR_F16:
+    case PCR_BF16:
+      return 2;
+    case PCR_F32:
+    case PCR_S32:
+    case PCR_TF32:
+      return 4;
+    case PCR_F64:
+      return 8;
+    default:
+      return 1;
   }
 }
 
@@ -36,7 +43,7 @@ int kernel_find(const char* name, int32_t* kernel);
 
 // ---- devices (device.cpp) ----
 struct DeviceInfo {
-  int cc;        // e.g. 90
+  int cc;  // e.g. 90
   int sm_count;
 };
 // PCR_OK and the device's properties (cached), or PCR_ERR_NO_DEVICE / PCR_ERR_CUDA.
@@ -47,6 +54,7 @@ class DeviceGuard {
   DeviceGuard() = default;
   int set(int device);
   ~DeviceGuard();
+
  private:
   int previous_ = -1;
 };
@@ -112,8 +120,8 @@ const char* dtype_name(int dtype);
 
 // ---- grouped GEMMs (grouped.cu): the C entry points' work ----
 int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTensor* const* c,
-                 const DLTensor* const* d, int32_t count, double alpha, double beta,
-                 int32_t kernel, void* stream, pcr_problem* problem);
+                 const DLTensor* const* d, int32_t count, double alpha, double beta, int32_t kernel,
+                 void* stream, pcr_problem* problem);
 int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, const DLTensor* out,
              double alpha, int32_t kernel, void* stream, pcr_problem* problem);
 
@@ -171,12 +179,11 @@ int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStrea
 // GPU operands, their device current: the copies and the kernel a described problem
 // needs, through `plan`'s workspace and prepared launch, or (nullptr) the stream's and
 // the thread's.
-int launch_device(const pcr_problem& problem, const Bound& bound, int kernel,
-                  cudaStream_t stream, pcr_plan* plan = nullptr);
+int launch_device(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream,
+                  pcr_plan* plan = nullptr);
 // describe + kernel choice (forced, or from the selection memo) + launch.
-int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-         double alpha, double beta, const pcr_extras* extras, int32_t kernel, void* stream,
-         pcr_problem* problem);
+int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d, double alpha,
+         double beta, const pcr_extras* extras, int32_t kernel, void* stream, pcr_problem* problem);
 // d = act(scale * src + bias) elementwise over d's extent and batch (src == nullptr:
 // d = act(bias), or 0; elements past a smaller src's extent read as 0), any strides,
 // converting dtypes. `bias` (d's dtype, or nullptr) is a broadcast view as in Bound.
@@ -193,11 +200,11 @@ int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], in
 // A bound plan (pycutlass_rt.h): one problem, its kernel, workspace and prepared launch.
 struct pcr_plan {
   pcr_problem problem;
-  pcr::Bound bound;           // the tensors given at creation
+  pcr::Bound bound;  // the tensors given at creation
   int kernel = -1;
   void* workspace = nullptr;  // owned: runs never allocate, so capture always works
   size_t workspace_bytes = 0;
-  void* scratch = nullptr;    // owned: staged operands (pcr_problem.staged)
+  void* scratch = nullptr;           // owned: staged operands (pcr_problem.staged)
   const void* stream_api = nullptr;  // the producer's DLPack exchange API, for its stream
   pcr::PreparedLaunch prepared;
 };
@@ -219,13 +226,12 @@ void plan_destroy(pcr_plan* plan);
 // ---- Python-object entry points (python.cpp) ----
 // The work of the pcr_py_* functions of the same names; each object is a PyObject*. The
 // builtins' work (gemm, plan_run, plan_launch) stays inside python.cpp.
-int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,
-                   void* extras, int32_t kernel, pcr_problem* problem, pcr_plan** plan);
+int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
+                   int32_t kernel, pcr_problem* problem, pcr_plan** plan);
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
                 pcr_problem* out);
 int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
-                    double beta, int32_t kernel, int32_t flags, void* stream,
-                    pcr_problem* problem);
+                    double beta, int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,
                 int32_t flags, void* stream, pcr_problem* problem);
 // The CPython builtins' PyMethodDef table (pcr_py_builtins), or nullptr outside CPython.

@@ -56,10 +56,10 @@ Key key_of(const pcr_problem& p) {
   key.n = p.n;
   key.k = p.k;
   key.batch = p.batch;
-  int32_t f[20] = {p.dtype_a, p.dtype_b,   p.dtype_c,    p.dtype_d,  p.layout_a,
-                   p.layout_b, p.align_a, p.align_b,    p.align_c,  p.align_d,
-                   p.c_mode,  p.cc,       p.staged,     p.bias,     p.activation,
-                   p.align_bias, p.epilogue, p.grouped, p.scale_m,  p.scale_n};
+  int32_t f[20] = {p.dtype_a,    p.dtype_b,  p.dtype_c, p.dtype_d, p.layout_a,
+                   p.layout_b,   p.align_a,  p.align_b, p.align_c, p.align_d,
+                   p.c_mode,     p.cc,       p.staged,  p.bias,    p.activation,
+                   p.align_bias, p.epilogue, p.grouped, p.scale_m, p.scale_n};
   std::memcpy(key.f, f, sizeof f);
   return key;
 }
@@ -103,8 +103,8 @@ int select(const pcr_problem& p, const Bound& bd, int* kernel) {
 
 // A forced kernel (checked), or the selected one. A problem without GEMM work (an empty
 // extent, or K = 0: d = act(beta * c + bias) elementwise) launches no GEMM kernel, so it
-// takes none (PCR_KERNEL_NONE) and asks for no selection: its result does not hinge on which kernels
-// the build holds for its layouts.
+// takes none (PCR_KERNEL_NONE) and asks for no selection: its result does not hinge on which
+// kernels the build holds for its layouts.
 int kernel_for(const pcr_problem& p, const Bound& bd, int32_t forced, int* kernel) {
   if (forced == PCR_KERNEL_SELECT && !has_gemm_work(p)) {
     *kernel = PCR_KERNEL_NONE;

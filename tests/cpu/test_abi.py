@@ -1,5 +1,6 @@
 """The generated ABI mirror (pycutlass_rt/_abi.py): current, faithful to the C layout, bound
 as the header says, and the one vocabulary of kernel names and KernelInfo."""
+
 import ctypes
 import doctest
 import os
@@ -7,10 +8,10 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 import catalog
 import gen_abi
+import pytest
+
 import pycutlass_rt as pcr
 from pycutlass_rt import _abi, _lib, _select, errors
 
@@ -62,6 +63,7 @@ def load_module(text, tmp_path, name="abi_snippet"):
 
 # ---- the generator ----------------------------------------------------------------------
 
+
 def test_generator_parses_a_header_snippet():
     abi = gen_abi.parse(SNIPPET)
     assert abi.defines == {"X_VERSION": 7, "X_NEGATIVE": -1}
@@ -69,44 +71,62 @@ def test_generator_parses_a_header_snippet():
     assert mode.name == "pcr_mode"
     assert mode.members == [("PCR_MODE_OFF", 0), ("PCR_MODE_ON", 1), ("PCR_MODE_AUTO", 4)]
     inner, thing, handle = abi.structs
-    assert thing.fields == [("name", gen_abi.CType("char", 1)), ("a", gen_abi.CType("int32_t")),
-                            ("b", gen_abi.CType("int32_t", 1)), ("inner", gen_abi.CType("pcr_inner")),
-                            ("shape", gen_abi.CType("int64_t", 1))]
+    assert thing.fields == [
+        ("name", gen_abi.CType("char", 1)),
+        ("a", gen_abi.CType("int32_t")),
+        ("b", gen_abi.CType("int32_t", 1)),
+        ("inner", gen_abi.CType("pcr_inner")),
+        ("shape", gen_abi.CType("int64_t", 1)),
+    ]
     assert handle.opaque and abi.aliases == {"pcr_py_object": gen_abi.CType("void")}
     assert [(f.name, str(f.restype), [str(t) for _, t in f.params]) for f in abi.functions] == [
         ("pcr_make", "int", ["pcr_thing**", "int32_t", "pcr_handle**"]),
         ("pcr_name", "char*", []),
-        ("pcr_py_call", "void", ["pcr_handle*", "pcr_py_object*", "pcr_py_object**", "void*"])]
+        ("pcr_py_call", "void", ["pcr_handle*", "pcr_py_object*", "pcr_py_object**", "void*"]),
+    ]
 
 
 def test_generated_snippet_module(tmp_path):
     ns = load_module(gen_abi.render(gen_abi.parse(SNIPPET)), tmp_path)
     Mode, Thing, Inner = ns["Mode"], ns["Thing"], ns["Inner"]
     assert ns["X_VERSION"] == 7 and ns["X_NEGATIVE"] == -1
-    assert [(m.name, int(m), m.token) for m in Mode] == [("MODE_OFF", 0, "off"), ("MODE_ON", 1, "on"),
-                                                         ("MODE_AUTO", 4, "auto")]
+    assert [(m.name, int(m), m.token) for m in Mode] == [
+        ("MODE_OFF", 0, "off"),
+        ("MODE_ON", 1, "on"),
+        ("MODE_AUTO", 4, "auto"),
+    ]
     assert Mode.from_token("auto") is Mode.MODE_AUTO
     with pytest.raises(ValueError, match="'nope' is not a Mode token: off, on, auto"):
         Mode.from_token("nope")
     assert [(n, t) for n, t in Thing._fields_] == [
-        ("name", ctypes.c_char_p), ("a", ctypes.c_int32), ("b", ctypes.POINTER(ctypes.c_int32)),
-        ("inner", Inner), ("shape", ctypes.POINTER(ctypes.c_int64))]
+        ("name", ctypes.c_char_p),
+        ("a", ctypes.c_int32),
+        ("b", ctypes.POINTER(ctypes.c_int32)),
+        ("inner", Inner),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+    ]
     make, name, call = (ns["FUNCTIONS"][f] for f in ("pcr_make", "pcr_name", "pcr_py_call"))
     assert make.restype is ctypes.c_int and not make.python
     assert make.argtypes[0]._type_._type_ is Thing  # const pcr_thing* const*
     assert make.argtypes[1:] == (ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))  # opaque**
     assert name == (ctypes.c_char_p, (), False)
     # pcr_py_*: through PyDLL, pcr_py_object* as py_object, other pointers as they are
-    assert call == (None, (ctypes.c_void_p, ctypes.py_object, ctypes.POINTER(ctypes.py_object),
-                           ctypes.c_void_p), True)
+    assert call == (
+        None,
+        (ctypes.c_void_p, ctypes.py_object, ctypes.POINTER(ctypes.py_object), ctypes.c_void_p),
+        True,
+    )
 
 
-@pytest.mark.parametrize("snippet, why", [
-    ("typedef union { int a; float b; } u;", "unrecognized declaration"),
-    ("typedef struct { int32_t a[4]; } s;", "arrays"),
-    ("typedef enum { A = 1 << 2 } e;", "integer values only"),
-    ("int32_t global_counter;", "unrecognized declaration"),
-])
+@pytest.mark.parametrize(
+    "snippet, why",
+    [
+        ("typedef union { int a; float b; } u;", "unrecognized declaration"),
+        ("typedef struct { int32_t a[4]; } s;", "arrays"),
+        ("typedef enum { A = 1 << 2 } e;", "integer values only"),
+        ("int32_t global_counter;", "unrecognized declaration"),
+    ],
+)
 def test_generator_refuses_what_it_cannot_mirror(snippet, why):
     with pytest.raises(gen_abi.HeaderError, match=why):
         gen_abi.parse(snippet)
@@ -139,6 +159,7 @@ def test_check_reports_a_stale_mirror_with_a_diff(tmp_path):
 
 
 # ---- the mirror against the header, the compiler and the library -------------------------
+
 
 def test_status_codes_and_errors():
     assert _abi.Status.OK == 0 and _abi.Status.NEED_SELECTION == 100
@@ -175,8 +196,18 @@ def test_structs_have_the_c_compilers_layout(tmp_path):
             expect.append(getattr(cls, field).offset)
     (tmp_path / "layout.c").write_text(C_LAYOUT % "".join(lines))
     exe = tmp_path / "layout"
-    subprocess.run([cc, "-std=c99", "-I", os.path.dirname(gen_abi.HEADER), "-o", str(exe),
-                    str(tmp_path / "layout.c")], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c99",
+            "-I",
+            os.path.dirname(gen_abi.HEADER),
+            "-o",
+            str(exe),
+            str(tmp_path / "layout.c"),
+        ],
+        check=True,
+    )
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     assert [int(x) for x in out.split()] == expect
     assert ctypes.sizeof(_abi.Problem) == 136 and ctypes.sizeof(_abi.KernelDesc) == 112
@@ -187,20 +218,30 @@ def test_library_is_bound_from_the_mirror(lib):
     for name, fn in _abi.FUNCTIONS.items():
         bound = getattr(lib, name)
         # Python-object entry points keep the GIL (PyDLL); the rest release it (CDLL)
-        assert bool(bound._flags_ & ctypes._FUNCFLAG_PYTHONAPI) == fn.python == \
-            name.startswith("pcr_py_"), name
+        assert (
+            bool(bound._flags_ & ctypes._FUNCFLAG_PYTHONAPI)
+            == fn.python
+            == name.startswith("pcr_py_")
+        ), name
         assert tuple(bound.argtypes) == fn.argtypes and bound.restype is fn.restype, name
 
 
 # ---- one vocabulary ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("words, enum", [(catalog.SCHEDULES, _abi.Schedule),
-                                         (catalog.EPILOGUES, _abi.Epilogue),
-                                         ({w: v[0] for w, v in catalog.SPLITS.items()}, _abi.Split)])
+
+@pytest.mark.parametrize(
+    "words, enum",
+    [
+        (catalog.SCHEDULES, _abi.Schedule),
+        (catalog.EPILOGUES, _abi.Epilogue),
+        ({w: v[0] for w, v in catalog.SPLITS.items()}, _abi.Split),
+    ],
+)
 def test_kernel_name_words_are_the_enum_tokens(words, enum):
     """The catalogue names kernels with the words of the C constants it emits."""
-    assert {enum[gen_abi.member_name(c)].token: w for w, c in words.items()} == \
-        {w: w for w in words}
+    assert {enum[gen_abi.member_name(c)].token: w for w, c in words.items()} == {
+        w: w for w in words
+    }
     assert set(words) == {m.token for m in enum}
 
 
@@ -209,7 +250,8 @@ def test_every_constant_the_catalogue_emits_is_declared():
     emitted = {v[1] for v in catalog.DTYPES.values()} | {v[1] for v in catalog.LAYOUTS.values()}
     assert emitted <= declared
     assert {v[1]: k for k, v in catalog.DTYPES.items()} == {
-        f"PCR_{d.name}": d.token for d in _abi.Dtype if d.token in catalog.DTYPES}
+        f"PCR_{d.name}": d.token for d in _abi.Dtype if d.token in catalog.DTYPES
+    }
 
 
 def test_the_model_knows_every_schedule():
@@ -224,4 +266,3 @@ def test_kernel_info_holds_the_words_of_the_name(lib):
         assert (k.split in words) != (k.split == "none"), k
         assert (k.epilogue in words) != (k.epilogue == "linear"), k
         assert k.base_name == "_".join(w for w in words if w != k.epilogue)
-

@@ -1,4 +1,5 @@
 """The framework adapters' shared logic on CPU: numpy stands in for torch and cupy."""
+
 import sys
 
 import numpy as np
@@ -52,7 +53,7 @@ def test_operand_layout_pad_and_offset(layout):
     assert np.all((x >= -1) & (x < 1)) and np.all(x != 0)
     plain = NumpyAdapter().operand(4, 6, layout, "float32", fill=False)
     assert plain.shape == (4, 6) and base_offset(plain) == 0
-    assert (plain.flags.c_contiguous if layout == "t" else plain.flags.f_contiguous)
+    assert plain.flags.c_contiguous if layout == "t" else plain.flags.f_contiguous
 
 
 def test_loop_and_graph_timing():
@@ -60,6 +61,7 @@ def test_loop_and_graph_timing():
 
     def fn():
         bk.clock += 1
+
     assert bk.loop_us(fn, 4) == pytest.approx(1.0)
     assert bk.graph_us(fn, 5, 3) == pytest.approx([1.0] * 3) and bk.captures == 1
 

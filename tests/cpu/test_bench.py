@@ -1,6 +1,7 @@
 """The benchmark suite (benchmarks/) without a GPU: shape groups, dtype filtering,
 timing arithmetic, summaries, JSON, the CLI, the cuda-python shim, and whole cases run
 through numpy stand-ins for the GPU framework and for pycutlass_rt."""
+
 import argparse
 import dataclasses
 import io
@@ -32,8 +33,7 @@ def test_groups_follow_the_benchmark_readme():
     assert mnk("A") == [(s, s, s) for s in (1024, 2048, 4096, 8192)]
     # fp32: issue 4's accurate mode, reported against torch in IEEE mode
     assert g["A"].dtypes == ("bf16", "fp16", "tf32", "fp32", "fp8", "int8")
-    pairs = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192),
-             (8192, 28672)]
+    pairs = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192), (8192, 28672)]
     assert shapes.NK_PAIRS == pairs
     assert len(mnk("B")) == 7 * 6 and {m for m, _, _ in mnk("B")} == {1, 8, 16, 32, 64, 128, 256}
     assert {(n, k) for _, n, k in mnk("B")} == set(pairs)
@@ -41,8 +41,14 @@ def test_groups_follow_the_benchmark_readme():
     # fp16 beside bf16 wherever issue 3 sets a target (A-E), and in the regret group
     assert g["B"].dtypes == g["C"].dtypes == g["H"].dtypes == ("bf16", "fp16", "fp8")
     assert g["D"].dtypes == g["E"].dtypes == ("bf16", "fp16")
-    assert mnk("D") == [(127, 1000, 4097), (8191, 8191, 8191), (4096, 1, 4096),
-                        (4096, 4096, 16), (4096, 4096, 64), (256, 256, 65536)]
+    assert mnk("D") == [
+        (127, 1000, 4097),
+        (8191, 8191, 8191),
+        (4096, 1, 4096),
+        (4096, 4096, 16),
+        (4096, 4096, 64),
+        (256, 256, 65536),
+    ]
     e = g["E"].shapes
     assert [s.get("layout") for s in e[:4]] == ["nn", "nt", "tn", "tt"]
     assert e[4]["pad"] > 0 and all(s["m"] == s["n"] == s["k"] == 4096 for s in e)
@@ -59,25 +65,48 @@ def test_groups_follow_the_benchmark_readme():
 
 def test_sweep_grids_are_the_benchmark_lists():
     import os
+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.path.insert(0, os.path.join(root, "heuristics"))
     import sweep
+
     assert sweep.NK_PAIRS == shapes.NK_PAIRS
     assert sweep.shapes(["decode"]) == shapes.grid("B") == shapes.DECODE
     assert sweep.shapes(["awkward"]) == shapes.grid("D")
 
 
 def kern(dtype_a, dtype_d, i=0):
-    return KernelInfo(i, f"k{i}", 90, dtype_a, dtype_a, "float32", dtype_d, "tn", (128, 128, 64),
-                      (1, 1, 1), (0, 0, 0), 0, "coop", "linear", "none", (8, 8, 8))
+    return KernelInfo(
+        i,
+        f"k{i}",
+        90,
+        dtype_a,
+        dtype_a,
+        "float32",
+        dtype_d,
+        "tn",
+        (128, 128, 64),
+        (1, 1, 1),
+        (0, 0, 0),
+        0,
+        "coop",
+        "linear",
+        "none",
+        (8, 8, 8),
+    )
 
 
 def test_available_dtypes_follow_the_kernels():
     assert shapes.available_dtypes([]) == []
     assert shapes.available_dtypes([kern("bfloat16", "float32")]) == []  # no bf16 -> bf16
-    assert shapes.available_dtypes([kern("bfloat16", "bfloat16"), kern("float16", "float16"),
-                                    kern("float8_e4m3fn", "bfloat16"),
-                                    kern("int8", "int32")]) == ["bf16", "fp16", "fp8", "int8"]
+    assert shapes.available_dtypes(
+        [
+            kern("bfloat16", "bfloat16"),
+            kern("float16", "float16"),
+            kern("float8_e4m3fn", "bfloat16"),
+            kern("int8", "int32"),
+        ]
+    ) == ["bf16", "fp16", "fp8", "int8"]
     assert shapes.available_dtypes([kern("tfloat32", "float32")]) == ["tf32"]
     # the loaded build: every label it reports has a kernel, every kernel's pair a label
     built = shapes.available_dtypes(pcr.kernels())
@@ -91,8 +120,9 @@ def test_cases_keep_rows_outside_the_build_with_a_reason():
     assert len(cs) == 6 * 4
     run_ = [c for c in cs if c.skip is None]
     assert {c.dtype for c in run_} == {"bf16", "fp16"} and len(run_) == 8
-    assert all("not in this build" in c.skip for c in cs
-               if c.dtype in ("tf32", "fp32", "fp8", "int8"))
+    assert all(
+        "not in this build" in c.skip for c in cs if c.dtype in ("tf32", "fp32", "fp8", "int8")
+    )
     # the tensor-core kernels of fp32, tf32, fp8 and int8 (and torch's peers) take K-major B
     assert {c.layout for c in cs if c.dtype in ("tf32", "fp32", "fp8", "int8")} == {"tn"}
     f = shapes.cases(["F"], ["bf16"], ["bf16"])
@@ -100,14 +130,15 @@ def test_cases_keep_rows_outside_the_build_with_a_reason():
     assert {shapes.bias_activation(c.epilogue) for c in f} == {None, "relu", "gelu", "silu"}
     assert shapes.cases(["F"], ["fp16"], ["fp16"]) == []  # F has no fp16 rows
     assert len(shapes.cases(available=["bf16"])) == sum(
-        len(g.shapes) * len(g.dtypes) for g in shapes.GROUPS.values())
+        len(g.shapes) * len(g.dtypes) for g in shapes.GROUPS.values()
+    )
 
 
 def test_batched_and_grouped_groups():
     """I: L in {8, 64} x A/C shapes against torch.bmm; J: skewed MoE routing."""
     i = [shapes.Case("I", "bf16", **s) for s in shapes.GROUPS["I"].shapes]
     assert {c.batch for c in i} == {8, 64} and all(c.layout == "tt" for c in i)
-    assert i[0].flops == 2.0 * 1024 ** 3 * 8 and i[0].label == "1024x1024x1024 tt L=8"
+    assert i[0].flops == 2.0 * 1024**3 * 8 and i[0].label == "1024x1024x1024 tt L=8"
     j = [shapes.Case("J", "bf16", **s) for s in shapes.GROUPS["J"].shapes]
     assert {c.experts for c in j} == {16, 64} and shapes.GROUPS["J"].kind == "grouped"
     for e in (16, 64):
@@ -180,26 +211,31 @@ def test_stats_percentiles():
 
 
 def rec(group, dtype, label, status="ok", ok=True, **kw):
-    r = {"group": group, "dtype": dtype, "label": label, "status": status,
-         "check": {"ok": ok}}
+    r = {"group": group, "dtype": dtype, "label": label, "status": status, "check": {"ok": ok}}
     r.update(kw)
     return r
 
 
 def test_summary_geomean_and_worst_shape():
-    records = [rec("B", "bf16", "s1", ratio={"cublas": 2.0, "cutlass": 4.0}),
-               rec("B", "bf16", "s2", ratio={"cublas": 0.5}),
-               rec("B", "bf16", "s3", ok=False, ratio={"cublas": 1.0}),
-               rec("B", "bf16", "s4", status="error", ratio={"cublas": 100.0}),
-               rec("B", "fp8", "s1", status="skipped", reason="not in this build"),
-               rec("H", "bf16", "h1", best_over_chosen=1.0),
-               rec("H", "bf16", "h2", best_over_chosen=0.96),
-               rec("H", "bf16", "h3", best_over_chosen=0.5),
-               rec("A", "bf16", "a1", ratio={"cublas": 1.1})]
+    records = [
+        rec("B", "bf16", "s1", ratio={"cublas": 2.0, "cutlass": 4.0}),
+        rec("B", "bf16", "s2", ratio={"cublas": 0.5}),
+        rec("B", "bf16", "s3", ok=False, ratio={"cublas": 1.0}),
+        rec("B", "bf16", "s4", status="error", ratio={"cublas": 100.0}),
+        rec("B", "fp8", "s1", status="skipped", reason="not in this build"),
+        rec("H", "bf16", "h1", best_over_chosen=1.0),
+        rec("H", "bf16", "h2", best_over_chosen=0.96),
+        rec("H", "bf16", "h3", best_over_chosen=0.5),
+        rec("A", "bf16", "a1", ratio={"cublas": 1.1}),
+    ]
     rows = report.summarize(records)
     assert [(r["group"], r["dtype"], r["vs"]) for r in rows] == [
-        ("A", "bf16", "cublas"), ("B", "bf16", "cublas"), ("B", "bf16", "cutlass"),
-        ("B", "fp8", None), ("H", "bf16", report.REGRET_KEY)]
+        ("A", "bf16", "cublas"),
+        ("B", "bf16", "cublas"),
+        ("B", "bf16", "cutlass"),
+        ("B", "fp8", None),
+        ("H", "bf16", report.REGRET_KEY),
+    ]
     b = rows[1]
     assert b["shapes"] == 3 and math.isclose(b["geomean"], 1.0)
     assert b["worst"] == {"ratio": 0.5, "label": "s2"}
@@ -221,8 +257,10 @@ def test_geomean_ignores_what_is_not_a_ratio():
 
 
 def test_json_round_trip(tmp_path):
-    records = [rec("A", "bf16", "a", ratio={"cublas": 1.5}),
-               rec("A", "bf16", "b", ratio={"x": float("nan")})]
+    records = [
+        rec("A", "bf16", "a", ratio={"cublas": 1.5}),
+        rec("A", "bf16", "b", ratio={"x": float("nan")}),
+    ]
     result = {"machine": {"gpu": "X"}, "records": records, "summary": [], "inf": float("inf")}
     path = report.write_json(str(tmp_path / "bench.json"), result)
     text = open(path).read()
@@ -235,22 +273,32 @@ def test_json_round_trip(tmp_path):
 
 def test_plots_say_why_when_matplotlib_is_absent(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
-    out = report.plot_groups({"records": [rec("A", "bf16", "a", ratio={"cublas": 1.0})]},
-                             str(tmp_path))
+    out = report.plot_groups(
+        {"records": [rec("A", "bf16", "a", ratio={"cublas": 1.0})]}, str(tmp_path)
+    )
     assert "matplotlib not available" in out["error"]
 
 
 def test_smi_csv_parsing():
-    text = ("clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], "
-            "temperature.gpu\n1980 MHz, 3201 MHz, 512.30 W, 45\n")
+    text = (
+        "clocks.current.sm [MHz], clocks.current.memory [MHz], power.draw [W], "
+        "temperature.gpu\n1980 MHz, 3201 MHz, 512.30 W, 45\n"
+    )
     rows = device.parse_smi_csv(text)
-    assert rows == [{"clocks.current.sm [MHz]": "1980 MHz", "clocks.current.memory [MHz]":
-                     "3201 MHz", "power.draw [W]": "512.30 W", "temperature.gpu": "45"}]
+    assert rows == [
+        {
+            "clocks.current.sm [MHz]": "1980 MHz",
+            "clocks.current.memory [MHz]": "3201 MHz",
+            "power.draw [W]": "512.30 W",
+            "temperature.gpu": "45",
+        }
+    ]
     assert device.parse_smi_csv("") == []
 
 
 def test_default_out_dir():
     import datetime
+
     path = suite.default_out("NVIDIA H200 (SXM)", datetime.date(2026, 11, 29))
     assert path == "bench-results/nvidia-h200-sxm-2026-11-29".replace("/", __import__("os").sep)
 
@@ -285,8 +333,20 @@ def parse(*argv):
 def test_cli_arguments():
     groups, dtypes = cli.selection(parse())
     assert groups == list("ABCDEFGHIJ") and dtypes is None
-    args = parse("--group", "b", "-g", "decode,H", "--dtype", "bfloat16", "--dtype", "fp8,bf16",
-                 "--out", "x", "--quick", "--no-cutlass")
+    args = parse(
+        "--group",
+        "b",
+        "-g",
+        "decode,H",
+        "--dtype",
+        "bfloat16",
+        "--dtype",
+        "fp8,bf16",
+        "--out",
+        "x",
+        "--quick",
+        "--no-cutlass",
+    )
     assert cli.selection(args) == (["B", "H"], ["bf16", "fp8"])
     assert args.quick and args.no_cutlass and args.out == "x"
     assert not args.hot and parse("--hot").hot
@@ -301,8 +361,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def bench_cli(*args, **kw):
     """``python -m benchmarks ...`` run from the checkout, as benchmarks/README.md says."""
-    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
 
 
 def test_bench_without_a_gpu_exits_1_with_one_line(has_gpu):
@@ -329,8 +395,13 @@ def test_bench_list_needs_no_gpu():
 def test_script_runs_the_same_command_line():
     """``python benchmarks/run.py`` is ``python -m benchmarks``, from any working folder."""
     script = os.path.join(ROOT, "benchmarks", "run.py")
-    r = subprocess.run([sys.executable, script, "--list", "-g", "G"], cwd=os.path.dirname(ROOT),
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, script, "--list", "-g", "G"],
+        cwd=os.path.dirname(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout == bench_cli("--list", "-g", "G").stdout
 
@@ -383,9 +454,11 @@ def test_cuda_shim_aliases_the_old_module_names(fake_cuda_bindings):
     f = fake_cuda_bindings
     assert "13.0.1" in peers.install_cuda_shim()
     import importlib
+
     assert importlib.import_module("cuda.cuda").CUresult is f.driver.CUresult
     assert importlib.import_module("cuda.cudart").cudaError_t is f.runtime.cudaError_t
     from cuda import cudart  # noqa: F401 - attribute access on the package works too
+
     assert f.cuda.__version__ == "13.0.1"
     assert sys.modules["cuda.cuda"].CUstreamAttrID is f.driver.CUlaunchAttributeID
     with pytest.raises(AttributeError):
@@ -394,8 +467,11 @@ def test_cuda_shim_aliases_the_old_module_names(fake_cuda_bindings):
 
 
 def test_cutlass_peer_without_cuda_python_is_reported(monkeypatch):
-    monkeypatch.setattr(peers, "install_cuda_shim", lambda: (_ for _ in ()).throw(
-        ImportError("No module named 'cuda'")))
+    monkeypatch.setattr(
+        peers,
+        "install_cuda_shim",
+        lambda: (_ for _ in ()).throw(ImportError("No module named 'cuda'")),
+    )
     p = peers.CutlassPython()
     try:
         assert p.error and "No module named 'cuda'" in p.error
@@ -428,7 +504,8 @@ class NumpyFw:
         self.torch = types.SimpleNamespace(
             mm=lambda a, b, out: np.matmul(a, b, out=out),
             addmm=lambda c, a, b, beta, out: np.add(a @ b, beta * c, out=out),
-            _scaled_mm=lambda a, b, sa, sb, out_dtype, out: np.multiply(a @ b, sa * sb, out=out))
+            _scaled_mm=lambda a, b, sa, sb, out_dtype, out: np.multiply(a @ b, sa * sb, out=out),
+        )
         self.rng = np.random.default_rng(0)
 
     def operand(self, rows, cols, layout, dtype, pad=0, fill=True):
@@ -479,8 +556,13 @@ class NumpyFw:
         return bool(np.isfinite(x).all())
 
     def device_info(self):
-        return {"name": "Fake GPU", "sm_count": 2, "cc": "9.0", "l2_bytes": 1 << 16,
-                "memory_bytes": 1 << 30}
+        return {
+            "name": "Fake GPU",
+            "sm_count": 2,
+            "cc": "9.0",
+            "l2_bytes": 1 << 16,
+            "memory_bytes": 1 << 30,
+        }
 
     def free_memory(self):
         pass
@@ -492,8 +574,10 @@ class NumpyFw:
 def fake_pcr(kernels=("k_best", "k_slow"), slow=(), wrong=(), plan=True, scales=None):
     """pycutlass_rt as numpy: forced kernels in ``slow`` sleep, those in ``wrong`` add 1;
     ``scales`` (a list) records the (scale_a, scale_b) of each call, which apply."""
-    def gemm(a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None, scale_a=None,
-             scale_b=None):
+
+    def gemm(
+        a, b, c, d, alpha=1.0, beta=0.0, *, stream=None, kernel=None, scale_a=None, scale_b=None
+    ):
         if kernel in slow:
             time.sleep(2e-4)
         if scales is not None:
@@ -533,21 +617,28 @@ class BrokenPeer:
 
         def fn(a, b, c, d):
             raise RuntimeError("CUDA Error: boom")
+
         return fn
 
     def info(self):
         return {"available": True}
 
 
-SMALL = timing.Settings(repeats=3, target_ms=0.1, host_calls=4, host_repeats=2, warmup=1,
-                        max_sets=3)
+SMALL = timing.Settings(
+    repeats=3, target_ms=0.1, host_calls=4, host_repeats=2, warmup=1, max_sets=3
+)
 
 
 def bench(pcr_mod, peer_list=None):
     fw = NumpyFw()
-    return measure.Bench(fw, pcr_mod,
-                         peer_list if peer_list is not None else [peers.TorchBlas()],
-                         SMALL, 1 << 16, lambda: 1 << 34)
+    return measure.Bench(
+        fw,
+        pcr_mod,
+        peer_list if peer_list is not None else [peers.TorchBlas()],
+        SMALL,
+        1 << 16,
+        lambda: 1 << 34,
+    )
 
 
 def test_compare_case_records_times_ratios_and_check():
@@ -557,8 +648,9 @@ def test_compare_case_records_times_ratios_and_check():
     assert r["check"]["ok"] and r["check"]["rel_err"] < 1e-6 and r["check"]["peer_rel_err"] < 1e-6
     assert set(r["device_us"]) == {"pycutlass_rt", "cublas"} and r["method"] == "graph"
     dev = r["device_us"]
-    assert math.isclose(r["ratio"]["cublas"],
-                        dev["cublas"]["median_us"] / dev["pycutlass_rt"]["median_us"])
+    assert math.isclose(
+        r["ratio"]["cublas"], dev["cublas"]["median_us"] / dev["pycutlass_rt"]["median_us"]
+    )
     assert r["tflops"]["pycutlass_rt"] > 0 and set(r["host_us"]) == {"pycutlass_rt", "cublas"}
     assert "boom" in r["peer_errors"]["cutlass"]  # a failing peer is recorded, not fatal
     padded = b.run(shapes.Case("E", "bf16", 16, 16, 16, pad=8, beta=1.0))
@@ -594,11 +686,17 @@ def test_a_peer_that_cannot_be_captured_makes_everyone_use_events():
         if fw.capturing:
             raise NotImplementedError("calling cuBLAS API during stream capture")
 
-    cs = [timing.Contestant("ours", lambda i: None), timing.Contestant("blas", blas),
-          timing.Contestant("cutlass", lambda i: None, always_graph=True)]
+    cs = [
+        timing.Contestant("ours", lambda i: None),
+        timing.Contestant("blas", blas),
+        timing.Contestant("cutlass", lambda i: None, always_graph=True),
+    ]
     dev = timing.device_times(fw, cs, 2, SMALL, graph=True)
-    assert {n: s.method for n, s in dev.items()} == {"ours": "events", "blas": "events",
-                                                      "cutlass": "graph"}
+    assert {n: s.method for n, s in dev.items()} == {
+        "ours": "events",
+        "blas": "events",
+        "cutlass": "graph",
+    }
     assert "cuBLAS" in cs[1].errors["graph"]
     dev = timing.device_times(fw, cs[:1] + cs[2:], 2, SMALL, graph=False)
     assert (dev["ours"].method, dev["cutlass"].method) == ("events", "graph")
@@ -616,14 +714,20 @@ class FakePeer:
             if self.refuse and self.fw.capturing:
                 raise NotImplementedError("no capture")
             np.matmul(a, b, out=d)
+
         return fn
 
 
 def test_ratios_of_unlike_timings_are_left_out():
     fw = CapturingFw()
-    b = measure.Bench(fw, fake_pcr(), [FakePeer("cublas", fw, refuse_capture=True),
-                                       FakePeer("cutlass", fw, always_graph=True)],
-                      SMALL, 1 << 16, lambda: 1 << 34)
+    b = measure.Bench(
+        fw,
+        fake_pcr(),
+        [FakePeer("cublas", fw, refuse_capture=True), FakePeer("cutlass", fw, always_graph=True)],
+        SMALL,
+        1 << 16,
+        lambda: 1 << 34,
+    )
     r = b.run(shapes.Case("A", "bf16", 32, 32, 32))
     assert r["status"] == "ok" and r["method"] == "graph"
     assert set(r["ratio"]) == {"cublas"} and "not comparable" in r["ratio_skipped"]["cutlass"]
@@ -633,7 +737,8 @@ def test_ratios_of_unlike_timings_are_left_out():
 def test_a_wrong_result_is_flagged_not_fatal():
     b = bench(fake_pcr(kernels=("k_wrong",), wrong=("k_wrong",)))
     b._ours = lambda case, kernel=None: (  # noqa: E731
-        lambda a, b_, c, d: b.pcr.gemm(a, b_, c, d, kernel="k_wrong"))
+        lambda a, b_, c, d: b.pcr.gemm(a, b_, c, d, kernel="k_wrong")
+    )
     r = b.run(shapes.Case("A", "bf16", 32, 32, 32))
     assert r["status"] == "ok" and r["check"]["ok"] is False and "ratio" in r
 
@@ -648,9 +753,15 @@ def test_a_failing_call_of_ours_is_an_error_record():
 def test_host_case_times_every_way_to_call():
     r = bench(fake_pcr()).run(shapes.Case("G", "bf16", 32, 32, 32))
     assert r["status"] == "ok" and r["plan_kernel"] == "k_best"
-    assert set(r["host_us"]) == {"pcr.gemm", "torch.mm(out=)", "plan.run()", "plan(a, b, c, d)",
-                                 "graph replay: pcr.gemm", "graph replay: cublas",
-                                 "graph replay: plan.run()"}
+    assert set(r["host_us"]) == {
+        "pcr.gemm",
+        "torch.mm(out=)",
+        "plan.run()",
+        "plan(a, b, c, d)",
+        "graph replay: pcr.gemm",
+        "graph replay: cublas",
+        "graph replay: plan.run()",
+    }
     assert set(r["ratio"]) == {"cublas", "cublas|plan.run()", "cublas|graph"}
     no_plan = bench(fake_pcr(plan=False)).run(shapes.Case("G", "bf16", 32, 32, 32))
     assert no_plan["plan"] == "not available" and "plan.run()" not in no_plan["host_us"]
@@ -658,7 +769,8 @@ def test_host_case_times_every_way_to_call():
 
 def test_regret_case_finds_the_best_kernel():
     r = bench(fake_pcr(kernels=("k_chosen", "k_fast"), slow=("k_chosen",))).run(
-        shapes.Case("H", "bf16", 32, 32, 32))
+        shapes.Case("H", "bf16", 32, 32, 32)
+    )
     assert r["status"] == "ok" and r["chosen"] == "k_chosen" and r["best"] == "k_fast"
     assert 0 < r["best_over_chosen"] < 1 and set(r["kernels"]) == {"k_chosen", "k_fast"}
     assert all(c["ok"] for c in r["kernel_checks"].values())
@@ -685,13 +797,24 @@ def test_suite_writes_json_and_prints_a_summary(tmp_path, monkeypatch):
     monkeypatch.setattr(device, "nvidia_smi", lambda *a: {"raw": "", "gpus": []})
     mod = fake_pcr(kernels=("k_chosen", "k_fast"), slow=("k_chosen",))
     info = {"library": "fake.so", "abi": 1, "build": {}, "driver_version": "13.0"}
-    cases = [shapes.Case("A", "bf16", 32, 32, 32, "tt"), shapes.Case("A", "fp8", 32, 32, 32,
-                                                                    skip="not in this build"),
-             shapes.Case("G", "bf16", 16, 16, 16), shapes.Case("H", "bf16", 32, 32, 32)]
+    cases = [
+        shapes.Case("A", "bf16", 32, 32, 32, "tt"),
+        shapes.Case("A", "fp8", 32, 32, 32, skip="not in this build"),
+        shapes.Case("G", "bf16", 16, 16, 16),
+        shapes.Case("H", "bf16", 32, 32, 32),
+    ]
     err = io.StringIO()
-    result, path = suite.run(mod, info, NumpyFw(), cases, settings=SMALL,
-                             out_dir=str(tmp_path), use_cutlass=False, command="test",
-                             stream=err)
+    result, path = suite.run(
+        mod,
+        info,
+        NumpyFw(),
+        cases,
+        settings=SMALL,
+        out_dir=str(tmp_path),
+        use_cutlass=False,
+        command="test",
+        stream=err,
+    )
     back = report.read_json(path)
     assert [r["status"] for r in back["records"]] == ["ok", "skipped", "ok", "ok"]
     assert back["machine"]["gpu"] == "Fake GPU" and back["plan"] == "available"
@@ -724,8 +847,17 @@ def test_a_run_cut_short_keeps_the_cases_done(tmp_path, monkeypatch):
 
     monkeypatch.setattr(suite.Bench, "run", run_then_die)
     with pytest.raises(KeyboardInterrupt):
-        suite.run(mod, info, NumpyFw(), cases, settings=SMALL, out_dir=str(tmp_path),
-                  use_cutlass=False, command="test", stream=io.StringIO())
+        suite.run(
+            mod,
+            info,
+            NumpyFw(),
+            cases,
+            settings=SMALL,
+            out_dir=str(tmp_path),
+            use_cutlass=False,
+            command="test",
+            stream=io.StringIO(),
+        )
     back = report.read_json(str(tmp_path / "bench.json"))
     assert back["interrupted"] and [r["label"] for r in back["records"]] == ["32x32x32 tt"]
     assert back["summary"]

@@ -1,12 +1,12 @@
 """The declarative catalogue, the build filter and the arch plan (no compiler needed)."""
+
 import os
 import re
 import subprocess
 import sys
 
-import pytest
-
 import catalog
+import pytest
 
 TYPES = "f16|bf16|tf32|f32|f64|s8|s32|e4m3|e5m2"
 NAME = re.compile(
@@ -14,7 +14,8 @@ NAME = re.compile(
     rf"(?P<d>{TYPES})_"
     r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
     r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact|scaled))?(?:_(?P<split>streamk|splitk))?"
-    r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$")
+    r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$"
+)
 
 
 def test_names_unique_and_encode_every_parameter():
@@ -23,7 +24,13 @@ def test_names_unique_and_encode_every_parameter():
     for k in kernels:
         m = NAME.match(k.name)
         assert m, k.name
-        assert (m["fam"], m["a"], m["b"], m["d"], m["layout"]) == (k.family, k.a, k.b, k.d, k.layout)
+        assert (m["fam"], m["a"], m["b"], m["d"], m["layout"]) == (
+            k.family,
+            k.a,
+            k.b,
+            k.d,
+            k.layout,
+        )
         assert m["acc"] == k.acc == catalog.ACCUMULATORS.get(k.a, "f32")
         assert m["tile"] == "x".join(map(str, k.tile))
         assert int(m["align"]) == k.align
@@ -42,16 +49,21 @@ def test_every_dtype_and_layout_combination_in_default_build():
     half = [k for k in core if k.a in ("f16", "bf16")]
     for fam in ("sm80", "sm90"):
         combos = {(k.a, k.d, k.layout) for k in half if k.family == fam and k.align == 8}
-        assert combos == {(a, d, l) for a, d in catalog.GEMM_TYPES for l in catalog.AB_LAYOUTS}
+        assert combos == {(a, d, lay) for a, d in catalog.GEMM_TYPES for lay in catalog.AB_LAYOUTS}
     fallback = {(k.a, k.d, k.layout) for k in half if k.align == 1}
     assert len(fallback) == len(catalog.GEMM_TYPES) * len(catalog.AB_LAYOUTS)
     # fp32 (IEEE and TF32) and fp64 in every layout at any alignment (sm80 family SASS runs
     # on 8.x and 9.x); int8 and fp8 K-major, on sm90a and their sm80/sm89 families
     anyalign = {(k.a, k.layout) for k in core if k.align == 1 and k.family == "sm80"}
-    assert {(a, l) for a in ("tf32", "f32", "f64") for l in catalog.AB_LAYOUTS} <= anyalign
+    assert {(a, lay) for a in ("tf32", "f32", "f64") for lay in catalog.AB_LAYOUTS} <= anyalign
     quant = {(k.family, k.a, k.d) for k in core if k.a in ("s8", "e4m3")}
-    assert {("sm80", "s8", "s32"), ("sm90", "s8", "s32"), ("sm90", "s8", "bf16"),
-            ("sm89", "e4m3", "bf16"), ("sm90", "e4m3", "bf16")} <= quant
+    assert {
+        ("sm80", "s8", "s32"),
+        ("sm90", "s8", "s32"),
+        ("sm90", "s8", "bf16"),
+        ("sm89", "e4m3", "bf16"),
+        ("sm90", "e4m3", "bf16"),
+    } <= quant
 
 
 def test_sm75_is_turing_fp16_int8_simt_and_testable_on_hopper():
@@ -76,7 +88,9 @@ def test_sm70_builds_its_sm90_test_sass_from_a_front_end_cuda13_has():
     fam = catalog.FAMILIES["sm70"]
     assert catalog.gencode_flags(fam, ["90"]) == ["-gencode=arch=compute_75,code=[sm_90]"]
     assert catalog.gencode_flags(fam, ["70", "90"]) == [
-        "-gencode=arch=compute_70,code=[sm_70]", "-gencode=arch=compute_75,code=[sm_90]"]
+        "-gencode=arch=compute_70,code=[sm_70]",
+        "-gencode=arch=compute_75,code=[sm_90]",
+    ]
     assert catalog.plan(["70"], {"sm_70"}, (12, 8))[0] == {"sm70": ["70"]}
 
 
@@ -101,8 +115,10 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     swapped = [k for k in catalog.catalogue() if k.swap]
     assert swapped and all(k.family == "sm90" for k in swapped)
     # stream-K on 128 weight rows, or ping-pong on 64 without a split
-    assert all((k.schedule, k.split, k.tile[1]) in {("coop", "streamk", 128), ("pingpong", "none", 64)}
-               for k in swapped)
+    assert all(
+        (k.schedule, k.split, k.tile[1]) in {("coop", "streamk", 128), ("pingpong", "none", 64)}
+        for k in swapped
+    )
     assert {k.tile[0] for k in swapped} == {16, 32, 64}  # problem terms: M is the narrow side
     pp = next(k for k in swapped if k.tile == (16, 64, 128) and k.a == "bf16")
     assert "cute::Shape<cute::_64, cute::_16, cute::_128>" in catalog.kernel_type(pp)
@@ -110,12 +126,18 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     t = catalog.kernel_type(k)
     # CUTLASS sees M' = N on the 128-row side: tile 128x16, A' = B^T and B' = A^T, both
     # still K-major for a tn problem, and C/D column-major (the SwapAB flag)
-    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith("true, PCR_EPI_LINEAR, float, false>")
+    assert "cute::Shape<cute::_128, cute::_16, cute::_128>" in t and t.endswith(
+        "true, PCR_EPI_LINEAR, float, false>"
+    )
     assert "RowMajor, cutlass::layout::ColumnMajor" in t
     info = catalog.kernel_info(k)
-    assert info.endswith(", 1, 0, 0}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info  # swap; not grouped, no tensor scales
+    assert (
+        info.endswith(", 1, 0, 0}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info
+    )  # swap; not grouped, no tensor scales
     plain = catalog.Kernel("sm90", "bf16", "bf16", "bf16", "tt", (128, 128, 64), "coop")
-    assert catalog.kernel_type(plain).endswith("false, PCR_EPI_LINEAR, float, false>") and catalog.kernel_info(plain).endswith(", 0, 0, 0}")
+    assert catalog.kernel_type(plain).endswith(
+        "false, PCR_EPI_LINEAR, float, false>"
+    ) and catalog.kernel_info(plain).endswith(", 0, 0, 0}")
 
 
 def test_sm90_variety():
@@ -125,15 +147,22 @@ def test_sm90_variety():
     assert len({k.tile for k in catalog.catalogue() if k.family == "sm80"}) >= 3
 
 
-@pytest.mark.parametrize("spec,check", [
-    ("all", lambda ks, all_: len(ks) == len(all_)),
-    ("default", lambda ks, all_: ks and all(k.tier == "core" for k in ks)),
-    ("sm90_bf16_*", lambda ks, all_: ks and all(k.name.startswith("sm90_bf16_") for k in ks)),
-    ("sm90_*;!*_pingpong_*", lambda ks, all_: ks and all("pingpong" not in k.name and
-                                                        k.family == "sm90" for k in ks)),
-    ("!sm80_*", lambda ks, all_: ks and all(k.family != "sm80" for k in ks)),
-    ("nothing_matches", lambda ks, all_: ks == []),
-])
+@pytest.mark.parametrize(
+    "spec,check",
+    [
+        ("all", lambda ks, all_: len(ks) == len(all_)),
+        ("default", lambda ks, all_: ks and all(k.tier == "core" for k in ks)),
+        ("sm90_bf16_*", lambda ks, all_: ks and all(k.name.startswith("sm90_bf16_") for k in ks)),
+        (
+            "sm90_*;!*_pingpong_*",
+            lambda ks, all_: (
+                ks and all("pingpong" not in k.name and k.family == "sm90" for k in ks)
+            ),
+        ),
+        ("!sm80_*", lambda ks, all_: ks and all(k.family != "sm80" for k in ks)),
+        ("nothing_matches", lambda ks, all_: ks == []),
+    ],
+)
 def test_filter(spec, check):
     all_ = catalog.catalogue()
     assert check(catalog.select_kernels(all_, spec), all_)
@@ -167,13 +196,17 @@ def test_gencode_one_front_end_pass_plus_ptx():
     flags = catalog.gencode_flags(catalog.FAMILIES["sm80"], ["80", "86", "89", "90"])
     assert flags == ["-gencode=arch=compute_80,code=[sm_80,sm_86,sm_89,sm_90,compute_80]"]
     assert catalog.gencode_flags(catalog.FAMILIES["sm90"], ["90a"]) == [
-        "-gencode=arch=compute_90a,code=[sm_90a]"]
+        "-gencode=arch=compute_90a,code=[sm_90a]"
+    ]
     assert catalog.gencode_flags(catalog.FAMILIES["sm100"], ["100a"]) == [
-        "-gencode=arch=compute_100a,code=[sm_100a]"]
+        "-gencode=arch=compute_100a,code=[sm_100a]"
+    ]
 
 
 def test_emit(tmp_path):
-    ks = catalog.select_kernels(catalog.catalogue(), "sm90_bf16_bf16_f32_bf16_tn_*coop*,sm80_f16_f16_f32_f32_nt_*_a1")
+    ks = catalog.select_kernels(
+        catalog.catalogue(), "sm90_bf16_bf16_f32_bf16_tn_*coop*,sm80_f16_f16_f32_f32_nt_*_a1"
+    )
     per_family = {"sm80": ["80", "90"], "sm90": ["90a"]}
     catalog.emit(str(tmp_path), ks, per_family, {"x": 1})
     files = sorted(p.name for p in (tmp_path / "kernels").iterdir())
@@ -190,11 +223,22 @@ def test_emit(tmp_path):
 def test_list_cli_all_archs():
     # the issue's command: every kernel of the full catalogue, one per line, no compiler
     env = {k: v for k, v in os.environ.items() if k != "PYCUTLASS_RT_KERNELS"}
-    out = subprocess.run([sys.executable, catalog.__file__, "--list", "--archs", "all"],
-                         capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        [sys.executable, catalog.__file__, "--list", "--archs", "all"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     assert out.split() == [k.name for k in catalog.catalogue()]
-    assert {k.split("_")[0] for k in out.split()} == {"sm70", "sm75", "sm80", "sm89", "sm90",
-                                                      "sm100"}
+    assert {k.split("_")[0] for k in out.split()} == {
+        "sm70",
+        "sm75",
+        "sm80",
+        "sm89",
+        "sm90",
+        "sm100",
+    }
 
 
 def test_fused_epilogue_kernels_twin_plain_ones():
@@ -209,8 +253,9 @@ def test_fused_epilogue_kernels_twin_plain_ones():
     assert {k.layout for k in fused if k.family == "sm80"} == set(catalog.AB_LAYOUTS)
     # the default build can run every fused dtype and layout on sm80-family GPUs, any alignment
     core = catalog.select_kernels(kernels, "default")
-    assert {(k.a, k.layout) for k in core if k.epilogue == "biasact" and k.align == 1} == \
-        {(a, l) for a, _ in catalog.FUSED_TYPES for l in catalog.AB_LAYOUTS}
+    assert {(k.a, k.layout) for k in core if k.epilogue == "biasact" and k.align == 1} == {
+        (a, lay) for a, _ in catalog.FUSED_TYPES for lay in catalog.AB_LAYOUTS
+    }
     src = catalog.kernel_source(fused[0])
     assert "PCR_EPI_BIASACT, float, false>" in src
 
@@ -224,8 +269,11 @@ def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
     assert {k.a for k in flagged} == {"e4m3", "e5m2"}
     assert {k.family for k in flagged} == {"sm90", "sm100"}
     assert all(k.epilogue == "linear" and k.d != "s32" and not k.grouped for k in flagged)
-    assert len(flagged) == sum(1 for k in kernels if k.a in catalog.FP8
-                               and k.family in catalog.TMA_FAMILIES and k.epilogue == "linear")
+    assert len(flagged) == sum(
+        1
+        for k in kernels
+        if k.a in catalog.FP8 and k.family in catalog.TMA_FAMILIES and k.epilogue == "linear"
+    )
     int8_plain = [k for k in kernels if k.a == "s8" and k.d == "s32" and k.family == "sm90"]
     assert int8_plain and not any(k.tensor_scales for k in int8_plain)
     for k in (flagged[0], int8_plain[0]):
@@ -244,8 +292,9 @@ def test_grouped_kernels():
     assert all(k.split == "none" and not k.swap and k.epilogue == "linear" for k in grouped)
     for k in grouped:
         t = catalog.kernel_type(k)
-        assert t.startswith("pcr::tma::GroupedGemm<" if k.family == "sm90"
-                            else "pcr::mma::GroupedGemm<"), t
+        assert t.startswith(
+            "pcr::tma::GroupedGemm<" if k.family == "sm90" else "pcr::mma::GroupedGemm<"
+        ), t
         assert catalog.kernel_info(k).endswith(", 1, 0}")  # grouped, no tensor scales
     core = catalog.select_kernels(kernels, "default")
     assert {(k.family, k.layout) for k in core if k.grouped} >= {("sm90", "tn"), ("sm80", "nn")}
@@ -262,8 +311,10 @@ def test_split_k_kernels_wrap_their_unsplit_fp32_twin():
         src = catalog.kernel_source(k)
         tm, tn, tk = k.tile
         k_major = [catalog._cpp_bool(k.layout[0] == "t"), catalog._cpp_bool(k.layout[1] == "n")]
-        assert f"pcr::split::SplitK<{inner}, {catalog.DTYPES[k.d][0]}, {tm}, {tn}, {tk}, " \
-               f"{k_major[0]}, {k_major[1]}, {k.align}>" in src, name
+        assert (
+            f"pcr::split::SplitK<{inner}, {catalog.DTYPES[k.d][0]}, {tm}, {tn}, {tk}, "
+            f"{k_major[0]}, {k_major[1]}, {k.align}>" in src
+        ), name
         assert '#include "split_k' in src and "PCR_SPLIT_SPLITK" in src
         assert "pcr::split::Local<" in inner  # this translation unit's own instantiation
     assert {k.family for k in kernels.values() if k.split == "splitk"} == {"sm80", "sm90"}

@@ -1,4 +1,5 @@
 """python -m pycutlass_rt info / demo / tune, without a GPU (and without numpy)."""
+
 import importlib.util
 import json
 import os
@@ -11,15 +12,24 @@ import pycutlass_rt as pcr
 
 
 def run(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "pycutlass_rt", *args], capture_output=True,
-                          text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pycutlass_rt", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_info_json():
     r = run("info", "--json")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
-    assert info["abi"] == pcr._lib.ABI_VERSION and info["kernels"] and info["build"]["catalog"]["families"]
+    assert (
+        info["abi"] == pcr._lib.ABI_VERSION
+        and info["kernels"]
+        and info["build"]["catalog"]["families"]
+    )
     assert sum(len(v) for v in info["kernels"].values()) == info["build"]["kernels"]
 
 
@@ -68,12 +78,15 @@ def no_numpy(tmp_path):
 
 
 def test_runtime_works_without_numpy(no_numpy):
-    code = ("import sys, pycutlass_rt as pcr\n"
-            "names = [k.name for k in pcr.kernels()]\n"
-            "assert names and sys.modules['numpy'] is None  # never imported\n"
-            "print(len(names), pcr.info()['build']['kernels'])\n")
-    r = subprocess.run([sys.executable, "-c", code], env=no_numpy, capture_output=True,
-                       text=True, timeout=300)
+    code = (
+        "import sys, pycutlass_rt as pcr\n"
+        "names = [k.name for k in pcr.kernels()]\n"
+        "assert names and sys.modules['numpy'] is None  # never imported\n"
+        "print(len(names), pcr.info()['build']['kernels'])\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=no_numpy, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     count, built = r.stdout.split()
     assert count == built

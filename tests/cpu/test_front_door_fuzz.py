@@ -7,6 +7,7 @@ exactly that documented exception, naming the argument; or, for a valid case, th
 answer on a GPU (fp64 reference) and NoDeviceError without one. Never a crash, a hang or
 another exception.
 """
+
 import ctypes
 import fractions
 
@@ -24,6 +25,7 @@ F16 = np.float16
 
 def has_gpu():
     from helpers import gpu_reason
+
     return gpu_reason() is None
 
 
@@ -33,14 +35,21 @@ def view(rng_bits, rows, cols, dtype, layout, pad, offset, fill):
     lead, inner = (rows, cols) if layout == "t" else (cols, rows)
     buf = np.empty(offset + lead * (inner + pad) + 1, dtype)
     buf[:] = fill
-    base = buf[offset:offset + lead * (inner + pad)].reshape(lead, inner + pad)[:, :inner]
+    base = buf[offset : offset + lead * (inner + pad)].reshape(lead, inner + pad)[:, :inner]
     base[...] = np.asarray(rng_bits.integers(-4, 5, base.shape), dtype)
     return base if layout == "t" else base.T
 
 
 def scalar(kind, value):
-    return {"float": float, "int": int, "np32": np.float32, "np64": np.float64,
-            "np16": np.float16, "npint": np.int64, "frac": fractions.Fraction}[kind](value)
+    return {
+        "float": float,
+        "int": int,
+        "np32": np.float32,
+        "np64": np.float64,
+        "np16": np.float16,
+        "npint": np.int64,
+        "frac": fractions.Fraction,
+    }[kind](value)
 
 
 # fault -> (exception class, message fragment; "{v}" is the operand the fault hits)
@@ -77,14 +86,19 @@ def cases(draw):
         pads=draw(st.tuples(*[st.integers(0, 3)] * 4)),
         offsets=draw(st.tuples(*[st.integers(0, 2)] * 4)),
         c_form=draw(st.sampled_from(["none", "plain", "is_d", "f32", "broadcast"])),
-        alpha=scalar(draw(st.sampled_from(["float", "int", "np32", "np64", "np16", "npint", "frac"])),
-                     draw(st.sampled_from([1, 2, -1, 0, 0.5]))),
-        beta=scalar(draw(st.sampled_from(["float", "np32", "int"])), draw(st.sampled_from([1, -0.5]))),
+        alpha=scalar(
+            draw(st.sampled_from(["float", "int", "np32", "np64", "np16", "npint", "frac"])),
+            draw(st.sampled_from([1, 2, -1, 0, 0.5])),
+        ),
+        beta=scalar(
+            draw(st.sampled_from(["float", "np32", "int"])), draw(st.sampled_from([1, -0.5]))
+        ),
         fault=draw(st.sampled_from(list(FAULTS))),
         victim=draw(st.sampled_from("abd")),
         pick=draw(st.integers(0, 59)),
         capsule_a=draw(st.booleans()),
-        seed=draw(st.integers(0, 2 ** 32 - 1)))
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
 
 
 def build(case):
@@ -98,10 +112,13 @@ def build(case):
     a = view(rng, m, k, F16, lt[0], pads[0], offs[0], 0)
     b = view(rng, k, n, F16, lt[1], pads[1], offs[1], 0)
     d = view(rng, m, n, dout, lt[3], pads[3], offs[3], np.nan)
-    c = {"none": None, "plain": view(rng, m, n, dout, lt[2], pads[2], offs[2], 0), "is_d": d,
-         "f32": view(rng, m, n, np.float32, lt[2], pads[2], offs[2], 0),
-         "broadcast": np.broadcast_to(np.asarray(rng.integers(-4, 5, (1, n)), dout), (m, n)),
-         }[case["c_form"]]
+    c = {
+        "none": None,
+        "plain": view(rng, m, n, dout, lt[2], pads[2], offs[2], 0),
+        "is_d": d,
+        "f32": view(rng, m, n, np.float32, lt[2], pads[2], offs[2], 0),
+        "broadcast": np.broadcast_to(np.asarray(rng.integers(-4, 5, (1, n)), dout), (m, n)),
+    }[case["c_form"]]
     alpha, beta = case["alpha"], case["beta"] if c is not None else 0.0
     kw = {}
     fault, v, pick = case["fault"], case["victim"], case["pick"]
@@ -180,8 +197,12 @@ def build(case):
     return (a, b, c, d, alpha, beta), kw, exc, msg, ref_inputs
 
 
-@hypothesis.settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(hypothesis.HealthCheck),
+)
 @hypothesis.given(cases())
 def test_front_door(case):
     built = build(case)

@@ -1,4 +1,5 @@
 """The sweep -> fit -> table pipeline of heuristics/, on synthetic sweep data."""
+
 import csv
 import json
 import math
@@ -29,17 +30,33 @@ def write_sweep(path, times, cc=90):
         w.writeheader()
         for (m, n, k), per_kernel in times.items():
             for rank, (name, us) in enumerate(per_kernel.items()):
-                w.writerow({"gpu": "NVIDIA H200", "sm_count": 132, "cc": cc, "driver": 12080,
-                            "library": "x", "dtype": "bfloat16", "dtype_d": "bfloat16",
-                            "layout": "tn", "m": m, "n": n, "k": k, "kernel": name,
-                            "rank": rank, "median_us": us, "tflops": 1.0})
+                w.writerow(
+                    {
+                        "gpu": "NVIDIA H200",
+                        "sm_count": 132,
+                        "cc": cc,
+                        "driver": 12080,
+                        "library": "x",
+                        "dtype": "bfloat16",
+                        "dtype_d": "bfloat16",
+                        "layout": "tn",
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "kernel": name,
+                        "rank": rank,
+                        "median_us": us,
+                        "tflops": 1.0,
+                    }
+                )
     return str(path)
 
 
 def small_vs_big(ms=(1, 16, 64, 512, 4096), n=4096):
     """Small tiles win (10 vs 13 us) at M <= 64, big tiles above."""
-    return {(m, n, 4096): {SMALL: 10.0 if m <= 64 else 13.0, BIG: 13.0 if m <= 64 else 10.0}
-            for m in ms}
+    return {
+        (m, n, 4096): {SMALL: 10.0 if m <= 64 else 13.0, BIG: 13.0 if m <= 64 else 10.0} for m in ms
+    }
 
 
 def fitted(tmp_path, *sweeps, base=None):
@@ -51,23 +68,47 @@ def fitted(tmp_path, *sweeps, base=None):
 def test_config_of():
     assert fit.config_of(BIG) == "sm90_*_128x256x64_c2x1_coop_a8"
     assert fit.config_of(SK) == "sm90_*_128x64x64_c1x1_coop_streamk_a8"
-    assert (fit.config_of("sm80_f16_f16_f32_f32_nt_64x64x32_w2x2_s2_a1")
-            == "sm80_*_64x64x32_w2x2_s2_a1")
+    assert (
+        fit.config_of("sm80_f16_f16_f32_f32_nt_64x64x32_w2x2_s2_a1") == "sm80_*_64x64x32_w2x2_s2_a1"
+    )
     with pytest.raises(ValueError):
         fit.config_of("cublas")
 
 
-@pytest.mark.parametrize("name, fields", [
-    (SK, dict(family=90, tile=(128, 64, 64), cluster=(1, 1, 1), schedule="coop",
-              split="streamk", align=(8, 8, 8))),
-    (BIG, dict(cluster=(2, 1, 1), schedule="coop", split="none")),
-    ("sm80_bf16_bf16_f32_f32_tt_128x128x32_w2x2_s4_splitk_a8",
-     dict(family=80, warps=(2, 2, 1), stages=4, schedule="multistage", split="splitk",
-          dtype_d="float32", layout="tt")),
-    ("sm80_f16_f16_f32_f16_nn_64x64x32_w2x2_s2_a1", dict(schedule="pipelined", align=(1, 1, 1),
-                                                         dtype_a="float16")),
-    ("sm100_bf16_bf16_f32_bf16_tn_256x128x64_c2x1_2sm_a8", dict(family=100, schedule="2sm")),
-])
+@pytest.mark.parametrize(
+    "name, fields",
+    [
+        (
+            SK,
+            dict(
+                family=90,
+                tile=(128, 64, 64),
+                cluster=(1, 1, 1),
+                schedule="coop",
+                split="streamk",
+                align=(8, 8, 8),
+            ),
+        ),
+        (BIG, dict(cluster=(2, 1, 1), schedule="coop", split="none")),
+        (
+            "sm80_bf16_bf16_f32_f32_tt_128x128x32_w2x2_s4_splitk_a8",
+            dict(
+                family=80,
+                warps=(2, 2, 1),
+                stages=4,
+                schedule="multistage",
+                split="splitk",
+                dtype_d="float32",
+                layout="tt",
+            ),
+        ),
+        (
+            "sm80_f16_f16_f32_f16_nn_64x64x32_w2x2_s2_a1",
+            dict(schedule="pipelined", align=(1, 1, 1), dtype_a="float16"),
+        ),
+        ("sm100_bf16_bf16_f32_bf16_tn_256x128x64_c2x1_2sm_a8", dict(family=100, schedule="2sm")),
+    ],
+)
 def test_kernel_names_decode_for_the_model(name, fields):
     k = fit.kernel_info(name)
     assert k.name == name and all(getattr(k, f) == v for f, v in fields.items())
@@ -89,9 +130,19 @@ def test_fit_calibrates_the_model_per_bucket_and_traces_sources(tmp_path):
     assert len(digest) == 64 and table["sources"][0]["rows"] == 10
     assert cal["source"] == [f"{path}@{digest[:16]}"] and (cal["samples"], cal["shapes"]) == (5, 5)
     # levels: each swept shape, M buckets (powers of 4), all; values: mean log(measured / model)
-    assert set(cal["residuals"]) == {"*", "m0", "m2", "m3", "m4", "m6", "1x4096x4096",
-                                     "16x4096x4096", "64x4096x4096", "512x4096x4096",
-                                     "4096x4096x4096"}
+    assert set(cal["residuals"]) == {
+        "*",
+        "m0",
+        "m2",
+        "m3",
+        "m4",
+        "m6",
+        "1x4096x4096",
+        "16x4096x4096",
+        "64x4096x4096",
+        "512x4096x4096",
+        "4096x4096x4096",
+    }
     s = next(s for s in samples if s.m == 512)
     big_at_512 = round(math.log(10.0 / fit.model_us(s, BIG)), 4)
     assert cal["residuals"]["m4"][fit.config_of(BIG)] == big_at_512
@@ -110,8 +161,11 @@ def test_calibrated_selection_picks_each_samples_fastest_kernel(tmp_path):
 
 def test_calibration_tells_n_buckets_apart(tmp_path):
     """Few tiles (N = 4096): stream-K wins; many (N = 28672): the ping-pong tile."""
-    times = {(m, n, 4096): {SK: 8.0 if n == 4096 else 30.0, SMALL: 10.0 if n == 4096 else 25.0}
-             for m in (1, 16, 64) for n in (4096, 28672)}
+    times = {
+        (m, n, 4096): {SK: 8.0 if n == 4096 else 30.0, SMALL: 10.0 if n == 4096 else 25.0}
+        for m in (1, 16, 64)
+        for n in (4096, 28672)
+    }
     table = fitted(tmp_path, times)[0]
     assert pick(table, 16, n=4096, names=(SK, SMALL))[0] == SK
     assert pick(table, 16, n=28672, names=(SK, SMALL))[0] == SMALL
@@ -123,15 +177,23 @@ def test_each_calibration_names_the_sweeps_it_came_from(tmp_path):
 
 
 def test_source_paths_are_relative_to_the_repository():
-    assert fit.file_label(os.path.join(ROOT, "heuristics", "sweeps", "h200.csv"), "ab" * 32) == \
-        "heuristics/sweeps/h200.csv@" + "ab" * 8
+    assert (
+        fit.file_label(os.path.join(ROOT, "heuristics", "sweeps", "h200.csv"), "ab" * 32)
+        == "heuristics/sweeps/h200.csv@" + "ab" * 8
+    )
 
 
 def test_unmeasured_configurations_follow_in_model_order(tmp_path):
     table = fitted(tmp_path, small_vs_big())[0]
-    ranked = [(k.name, why) for k, why in _select.rank(
-        types.SimpleNamespace(m=16, n=4096, k=4096, sm_count=132, cc=90),
-        [fit.kernel_info(name, i) for i, name in enumerate((SK, BIG, SMALL))], [90], table).ranked]
+    ranked = [
+        (k.name, why)
+        for k, why in _select.rank(
+            types.SimpleNamespace(m=16, n=4096, k=4096, sm_count=132, cc=90),
+            [fit.kernel_info(name, i) for i, name in enumerate((SK, BIG, SMALL))],
+            [90],
+            table,
+        ).ranked
+    ]
     assert [n for n, _ in ranked[:2]] == [SMALL, BIG]
     assert ranked[2][0] == SK and ranked[2][1].startswith("analytic model")
 
@@ -163,8 +225,10 @@ def test_hand_rules_of_a_calibrated_family_stay_first(tmp_path):
 
 def test_check_reports_regret_per_selector(tmp_path):
     """Four shapes: the table picks BIG everywhere, the sweep's rank 0 was SMALL."""
-    times = {(m, 4096, 4096): {SMALL: 10.0, BIG: us} for m, us in
-             ((1, 20.0), (16, 10.4), (512, 8.0), (4096, 5.0))}
+    times = {
+        (m, 4096, 4096): {SMALL: 10.0, BIG: us}
+        for m, us in ((1, 20.0), (16, 10.4), (512, 8.0), (4096, 5.0))
+    }
     samples, _, _ = fit.read_samples([write_sweep(tmp_path / "s.csv", times)])
     table = {"format": 1, "families": {"sm90": [{"prefer": ["sm90_*_128x256x64_c2x1_coop_a8"]}]}}
     report = fit.check(table, samples)["sm90"]
@@ -205,24 +269,41 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
 
     import pycutlass_rt as pcr
     from pycutlass_rt import _cache, _tune
+
     times = {SMALL: 10.0, BIG: 13.0, SK: None}
     monkeypatch.setattr(pcr._lib, "load", lambda: types.SimpleNamespace(last_error=str))
     monkeypatch.setattr(pcr, "kernels", lambda: [])
-    monkeypatch.setattr(_cache, "device_key", lambda lib, dev, names: {
-        "gpu": "NVIDIA H200", "sm_count": 132, "driver": 12080, "build": "b1"})
-    monkeypatch.setattr(_tune, "backend", lambda: types.SimpleNamespace(
-        device=lambda i: contextlib.nullcontext()))
-    monkeypatch.setattr(_tune, "make_operands", lambda bk, spec: types.SimpleNamespace(
-        call=lambda name: name, spec=spec))
+    monkeypatch.setattr(
+        _cache,
+        "device_key",
+        lambda lib, dev, names: {
+            "gpu": "NVIDIA H200",
+            "sm_count": 132,
+            "driver": 12080,
+            "build": "b1",
+        },
+    )
+    monkeypatch.setattr(
+        _tune, "backend", lambda: types.SimpleNamespace(device=lambda i: contextlib.nullcontext())
+    )
+    monkeypatch.setattr(
+        _tune,
+        "make_operands",
+        lambda bk, spec: types.SimpleNamespace(call=lambda name: name, spec=spec),
+    )
     # the problem as computed: this stand-in orients every problem as D^T = B^T A^T
-    monkeypatch.setattr(_tune, "describe", lambda lib, ops: types.SimpleNamespace(
-        cc=90, m=ops.spec.n, n=ops.spec.m, k=ops.spec.k))
+    monkeypatch.setattr(
+        _tune,
+        "describe",
+        lambda lib, ops: types.SimpleNamespace(cc=90, m=ops.spec.n, n=ops.spec.m, k=ops.spec.k),
+    )
     monkeypatch.setattr(_tune, "candidates", lambda lib, p: [fit.kernel_info(n) for n in times])
 
     def time_us(bk, name, reps):
         if times[name] is None:
             raise pcr.CudaError("cudaErrorLaunchFailure")
         return times[name]
+
     monkeypatch.setattr(_tune, "time_us", time_us)
     out = tmp_path / "sweeps" / "h200.csv"
     assert sweep.main(["--out", str(out), "--grid", "awkward", "--layouts", "tn"]) == 0

@@ -1,4 +1,5 @@
 """The loader, the ABI header against the ctypes layer, and the registry in the binary."""
+
 import ctypes
 import os
 import re
@@ -6,9 +7,9 @@ import shutil
 import subprocess
 import sys
 
+import catalog
 import pytest
 
-import catalog
 import pycutlass_rt as pcr
 from pycutlass_rt import _lib, errors
 
@@ -21,7 +22,9 @@ def header_text():
 
 
 def c_struct_fields(name):
-    body = dict((n, b) for b, n in re.findall(r"typedef struct \{([^{}]*)\} (\w+);", header_text()))[name]
+    body = dict(
+        (n, b) for b, n in re.findall(r"typedef struct \{([^{}]*)\} (\w+);", header_text())
+    )[name]
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     fields = []
     for decl in body.split(";"):
@@ -36,8 +39,9 @@ def c_struct_fields(name):
 CTYPE = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "const char*": ctypes.c_char_p}
 
 
-@pytest.mark.parametrize("cname,pystruct", [("pcr_problem", _lib.Problem),
-                                            ("pcr_kernel_desc", _lib.KernelDesc)])
+@pytest.mark.parametrize(
+    "cname,pystruct", [("pcr_problem", _lib.Problem), ("pcr_kernel_desc", _lib.KernelDesc)]
+)
 def test_structs_match_header(cname, pystruct):
     assert [(n, CTYPE[t]) for n, t in c_struct_fields(cname)] == list(pystruct._fields_)
 
@@ -52,7 +56,9 @@ def test_status_codes_match_header():
 def test_every_abi_function_is_bound():
     declared = set(re.findall(r"PCR_API [\w\s\*]+?\b(pcr_\w+)\(", header_text()))
     assert declared == set(_lib._SIGNATURES)
-    assert int(re.search(r"#define PCR_ABI_VERSION (\d+)", header_text()).group(1)) == _lib.ABI_VERSION
+    assert (
+        int(re.search(r"#define PCR_ABI_VERSION (\d+)", header_text()).group(1)) == _lib.ABI_VERSION
+    )
 
 
 def test_builtins_are_named_in_the_header_and_check_their_arguments(lib):
@@ -76,9 +82,17 @@ def test_loads_and_reports(lib):
 
 
 #: catalogue dtype names -> the library's
-DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "tf32": "tfloat32",
-               "f64": "float64", "s8": "int8", "s32": "int32", "e4m3": "float8_e4m3fn",
-               "e5m2": "float8_e5m2"}
+DTYPE_NAMES = {
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "tf32": "tfloat32",
+    "f64": "float64",
+    "s8": "int8",
+    "s32": "int32",
+    "e4m3": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
+}
 
 
 def test_registry_matches_catalogue(lib):
@@ -111,10 +125,13 @@ def test_kernel_find(lib):
 
 @pytest.mark.skipif(not shutil.which("nm"), reason="nm not installed")
 def test_exports_only_the_abi(lib):
-    out = subprocess.run(["nm", "-D", "--defined-only", lib.path], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", lib.path], capture_output=True, text=True, check=True
+    ).stdout
     syms = [line.split()[-1] for line in out.splitlines() if line.strip()]
-    assert syms and all(s.startswith("pcr_") for s in syms), [s for s in syms if not s.startswith("pcr_")]
+    assert syms and all(s.startswith("pcr_") for s in syms), [
+        s for s in syms if not s.startswith("pcr_")
+    ]
 
 
 def run_py(code, **env):
@@ -123,8 +140,10 @@ def run_py(code, **env):
 
 
 def test_missing_library_is_a_clear_error():
-    r = run_py("import pycutlass_rt as p\ntry:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
-               PYCUTLASS_RT_LIBRARY="/nonexistent/libpycutlass_rt.so")
+    r = run_py(
+        "import pycutlass_rt as p\ntry:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
+        PYCUTLASS_RT_LIBRARY="/nonexistent/libpycutlass_rt.so",
+    )
     assert "ERR" in r.stdout and "/nonexistent/libpycutlass_rt.so (missing)" in r.stdout
     assert "PYCUTLASS_RT_LIBRARY" in r.stdout
 
@@ -132,15 +151,19 @@ def test_missing_library_is_a_clear_error():
 def test_corrupt_library_is_a_clear_error(tmp_path):
     bad = tmp_path / "libpycutlass_rt.so"
     bad.write_bytes(b"\x7fELF garbage")
-    r = run_py("import pycutlass_rt as p\ntry:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
-               PYCUTLASS_RT_LIBRARY=str(bad))
+    r = run_py(
+        "import pycutlass_rt as p\ntry:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
+        PYCUTLASS_RT_LIBRARY=str(bad),
+    )
     assert "ERR" in r.stdout and str(bad) in r.stdout
 
 
 def test_abi_mismatch_is_a_clear_error(lib):
-    r = run_py("import pycutlass_rt as p\nfrom pycutlass_rt import _lib\n_lib.ABI_VERSION = 999\n"
-               "try:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
-               PYCUTLASS_RT_LIBRARY=lib.path)
+    r = run_py(
+        "import pycutlass_rt as p\nfrom pycutlass_rt import _lib\n_lib.ABI_VERSION = 999\n"
+        "try:\n p.kernels()\nexcept p.LibraryError as e: print('ERR', e)",
+        PYCUTLASS_RT_LIBRARY=lib.path,
+    )
     assert "ERR" in r.stdout and f"ABI version {_lib.ABI_VERSION}" in r.stdout
     assert "expects 999" in r.stdout
 
@@ -190,12 +213,16 @@ def test_driver_older_than_the_build_is_a_clear_error(lib, tmp_path):
     if runtime.value < 13000:
         pytest.skip("this build's runtime runs on a CUDA 12.4 driver")
     (tmp_path / "fake.c").write_text(OLD_DRIVER)
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"),
-                    str(tmp_path / "fake.c")], check=True)
-    code = ("import numpy as np, pycutlass_rt as p\n"
-            "a = np.ones((4, 8), np.float16); b = np.ones((8, 6), np.float16)\n"
-            "try:\n p.gemm(a, b, None, np.zeros((4, 6), np.float16))\n"
-            "except p.NoDeviceError as e: print('ERR', e)\n")
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "fake.c")],
+        check=True,
+    )
+    code = (
+        "import numpy as np, pycutlass_rt as p\n"
+        "a = np.ones((4, 8), np.float16); b = np.ones((8, 6), np.float16)\n"
+        "try:\n p.gemm(a, b, None, np.zeros((4, 6), np.float16))\n"
+        "except p.NoDeviceError as e: print('ERR', e)\n"
+    )
     # The stand-in comes first on the search path, ahead of a real driver if there is one.
     path = os.pathsep.join([str(tmp_path), os.environ.get("LD_LIBRARY_PATH", "")])
     r = run_py(code, PYCUTLASS_RT_LIBRARY=lib.path, LD_LIBRARY_PATH=path)

@@ -4,6 +4,7 @@ A counting producer exports versioned DLPack capsules whose deleter counts calls
 front door reads them (without consuming) and the capsule destructor then runs the
 deleter, as the DLPack protocol requires, whatever the call's outcome.
 """
+
 import ctypes
 import gc
 
@@ -23,19 +24,27 @@ _DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 class _Versioned(ctypes.Structure):
-    _fields_ = [("version", _Version), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", _DELETER), ("flags", ctypes.c_uint64), ("dl_tensor", _lib.DLTensor)]
+    _fields_ = [
+        ("version", _Version),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", _DELETER),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _lib.DLTensor),
+    ]
 
 
 # The destructor receives the dying capsule as a raw pointer: touching it as a Python
 # object there would resurrect it. Private prototypes keep ctypes.pythonapi untouched.
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_PyCapsule_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
-                                   _CAPSULE_DESTRUCTOR)(("PyCapsule_New", ctypes.pythonapi))
+_PyCapsule_New = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR
+)(("PyCapsule_New", ctypes.pythonapi))
 _PyCapsule_IsValid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", ctypes.pythonapi))
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
 _PyCapsule_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
 
 
 class CountingProducer:

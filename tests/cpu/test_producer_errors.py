@@ -12,6 +12,7 @@ Everything here fails before any device work, so it runs without a GPU. Producer
 C exchange API (as torch has) are built from a small C library compiled here, whose
 functions call back into Python: ctypes callbacks cannot leave an exception set.
 """
+
 import ctypes
 import os
 import shutil
@@ -32,11 +33,14 @@ class ProducerError(Exception):
     """A producer's own failure, which must reach the caller unchanged."""
 
 
-_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
-                                 ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)(("PyCapsule_New", ctypes.pythonapi))
 # PyCapsule_New keeps the name pointer: the names live as long as the module
-_NAMES = {name: ctypes.create_string_buffer(name) for name in
-          (b"not_a_tensor", b"dlpack_exchange_api", b"something_else")}
+_NAMES = {
+    name: ctypes.create_string_buffer(name)
+    for name in (b"not_a_tensor", b"dlpack_exchange_api", b"something_else")
+}
 
 
 def capsule(pointer, name):
@@ -44,6 +48,7 @@ def capsule(pointer, name):
 
 
 # ---- numpy-like producers (the Python side reads them) ---------------------------------
+
 
 class Fake:
     """Wraps a numpy array; `fault` says which of its DLPack methods misbehaves, and how."""
@@ -119,16 +124,23 @@ ENTRY_POINTS = {
     "Gemm": lambda a, b, d: pcr.Gemm(a, b, None, d),
     "plan call": lambda a, b, d: plan_shell()(a, b, None, d),
     "grouped_gemm": lambda a, b, d: pcr.grouped_gemm([a], [b], None, [d]),
-    "moe_gemm": lambda a, b, d: pcr.moe_gemm(a, np.ones((1, 8, 6), F16),
-                                             np.array([0, 4], np.int32), d),
+    "moe_gemm": lambda a, b, d: pcr.moe_gemm(
+        a, np.ones((1, 8, 6), F16), np.array([0, 4], np.int32), d
+    ),
 }
 
 
 @pytest.mark.parametrize("victim", ["a", "d"])
-@pytest.mark.parametrize("entry, fault", [
-    (entry, fault) for entry in ENTRY_POINTS for fault in FAULTS
-    # capsule names are read in C, past the plan shell (a real plan needs a GPU)
-    if (entry, fault) != ("plan call", "dlpack_returns_other_capsule")])
+@pytest.mark.parametrize(
+    "entry, fault",
+    [
+        (entry, fault)
+        for entry in ENTRY_POINTS
+        for fault in FAULTS
+        # capsule names are read in C, past the plan shell (a real plan needs a GPU)
+        if (entry, fault) != ("plan call", "dlpack_returns_other_capsule")
+    ],
+)
 def test_python_producers(lib, entry, fault, victim):
     a, b, d, fake = operands(victim, fault)
     expected = FAULTS[fault]
@@ -212,13 +224,17 @@ class Exchange:
 
     def behave(self, export="ok", stream="ok"):
         """Each of "ok", "raise" (this producer's error) or "silent" (0, no exception)."""
+
         def answer(how, value):
             if how == "raise":
                 raise self.error
             return value if how == "ok" else 0
+
         # the callables stay referenced here while the C side holds them
-        self.callables = (lambda obj: answer(export, ctypes.addressof(obj.dl)),
-                          lambda device: answer(stream, 0x5000))
+        self.callables = (
+            lambda obj: answer(export, ctypes.addressof(obj.dl)),
+            lambda device: answer(stream, 0x5000),
+        )
         self.helper.fake_set(*self.callables)
 
 
@@ -243,8 +259,9 @@ def exchange(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("exchange")
     (tmp / "exchange.c").write_text(EXCHANGE_C)
     so = tmp / "libexchange.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-I", INCLUDE, "-o", str(so),
-                    str(tmp / "exchange.c")], check=True)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-I", INCLUDE, "-o", str(so), str(tmp / "exchange.c")], check=True
+    )
     helper = ctypes.PyDLL(str(so))
     helper.fake_set.argtypes = [ctypes.py_object, ctypes.py_object]
     helper.fake_set.restype = None
@@ -253,14 +270,22 @@ def exchange(tmp_path_factory):
     api_v2 = ctypes.addressof(ctypes.c_char.in_dll(helper, "fake_api_v2"))
     # one type per form of __dlpack_c_exchange_api__: the library caches it per type
     state.types = {
-        "valid": type("Valid", (ExchangeTensor,), {
-            "__dlpack_c_exchange_api__": capsule(api, b"dlpack_exchange_api")}),
-        "wrong capsule name": type("WrongName", (ExchangeTensor,), {
-            "__dlpack_c_exchange_api__": capsule(api, b"something_else")}),
-        "version 2": type("Version2", (ExchangeTensor,), {
-            "__dlpack_c_exchange_api__": capsule(api_v2, b"dlpack_exchange_api")}),
-        "not a capsule": type("NotCapsule", (ExchangeTensor,), {
-            "__dlpack_c_exchange_api__": 42}),
+        "valid": type(
+            "Valid",
+            (ExchangeTensor,),
+            {"__dlpack_c_exchange_api__": capsule(api, b"dlpack_exchange_api")},
+        ),
+        "wrong capsule name": type(
+            "WrongName",
+            (ExchangeTensor,),
+            {"__dlpack_c_exchange_api__": capsule(api, b"something_else")},
+        ),
+        "version 2": type(
+            "Version2",
+            (ExchangeTensor,),
+            {"__dlpack_c_exchange_api__": capsule(api_v2, b"dlpack_exchange_api")},
+        ),
+        "not a capsule": type("NotCapsule", (ExchangeTensor,), {"__dlpack_c_exchange_api__": 42}),
     }
     yield state
     helper.fake_set(None, None)
@@ -269,8 +294,7 @@ def exchange(tmp_path_factory):
 def tensors(kind, exchange):
     """a (4x8), b (8x6), d (4x6), w (1x8x6) and offsets (2) of the given exchange type."""
     tp = exchange.types[kind]
-    return (tp((4, 8)), tp((8, 6)), tp((4, 6)), tp((1, 8, 6)),
-            tp((2,), DLDataTypeCode.Int, 32))
+    return (tp((4, 8)), tp((8, 6)), tp((4, 6)), tp((1, 8, 6)), tp((2,), DLDataTypeCode.Int, 32))
 
 
 def c_entry_points(lib):
@@ -283,21 +307,24 @@ def c_entry_points(lib):
 
     def plan_create(a, b, d, w, o):
         handle = ctypes.c_void_p()
-        st = lib.pcr_py_plan_create(a, b, None, d, 1.0, 0.0, None, -1,
-                                    ctypes.byref(_lib.Problem()), ctypes.byref(handle))
+        st = lib.pcr_py_plan_create(
+            a, b, None, d, 1.0, 0.0, None, -1, ctypes.byref(_lib.Problem()), ctypes.byref(handle)
+        )
         assert not handle.value
         return st
 
     return {
-        "builtin gemm": lambda a, b, d, w, o: lib.gemm(a, b, None, d, 1.0, 0.0, None, -1,
-                                                       flags, 0),
+        "builtin gemm": lambda a, b, d, w, o: lib.gemm(a, b, None, d, 1.0, 0.0, None, -1, flags, 0),
         "pcr_py_describe": lambda a, b, d, w, o: lib.pcr_py_describe(
-            a, b, None, d, 1.0, 0.0, None, ctypes.byref(_lib.Problem())),
+            a, b, None, d, 1.0, 0.0, None, ctypes.byref(_lib.Problem())
+        ),
         "pcr_py_plan_create": plan_create,
         "pcr_py_grouped_gemm": lambda a, b, d, w, o: lib.pcr_py_grouped_gemm(
-            *arrays(a, b), None, *arrays(d), 1, 1.0, 0.0, -1, flags, 0, None),
+            *arrays(a, b), None, *arrays(d), 1, 1.0, 0.0, -1, flags, 0, None
+        ),
         "pcr_py_moe_gemm": lambda a, b, d, w, o: lib.pcr_py_moe_gemm(
-            a, w, o, d, 1.0, -1, flags, 0, None),
+            a, w, o, d, 1.0, -1, flags, 0, None
+        ),
         "gemm": lambda a, b, d, w, o: pcr.gemm(a, b, None, d),
         "explain": lambda a, b, d, w, o: pcr.explain(a, b, None, d),
         "Gemm": lambda a, b, d, w, o: pcr.Gemm(a, b, None, d),
@@ -308,8 +335,14 @@ def c_entry_points(lib):
 
 C_ENTRY_POINTS = list(c_entry_points(lib=None))  # names only: the calls read lib when made
 #: entry points that ask the producer for its current stream (before any device work)
-ASK_STREAM = {"builtin gemm", "pcr_py_grouped_gemm", "pcr_py_moe_gemm", "gemm",
-              "grouped_gemm", "moe_gemm"}
+ASK_STREAM = {
+    "builtin gemm",
+    "pcr_py_grouped_gemm",
+    "pcr_py_moe_gemm",
+    "gemm",
+    "grouped_gemm",
+    "moe_gemm",
+}
 
 
 def outcome(call, lib):
@@ -321,9 +354,16 @@ def outcome(call, lib):
     return lib.error(st) if st else None
 
 
-@pytest.mark.parametrize("entry, fault", [
-    (entry, f"{part} {how}") for entry in C_ENTRY_POINTS for part in ("export", "stream")
-    for how in ("raises", "fails silently") if part == "export" or entry in ASK_STREAM])
+@pytest.mark.parametrize(
+    "entry, fault",
+    [
+        (entry, f"{part} {how}")
+        for entry in C_ENTRY_POINTS
+        for part in ("export", "stream")
+        for how in ("raises", "fails silently")
+        if part == "export" or entry in ASK_STREAM
+    ],
+)
 def test_exchange_api_producers(lib, exchange, entry, fault):
     part, how = fault.split(" ", 1)
     exchange.behave(**{part: "raise" if how == "raises" else "silent"})
@@ -347,17 +387,29 @@ def test_unusable_exchange_apis_are_dtype_errors(lib, exchange, entry, kind):
     assert "__dlpack_c_exchange_api__" in str(error)
 
 
-@pytest.mark.parametrize("extras", [(None, None, None, "relu", 0), (None, None, None, 0, 2.5),
-                                    (None, None, None, 2 ** 70, 0)])
+@pytest.mark.parametrize(
+    "extras",
+    [(None, None, None, "relu", 0), (None, None, None, 0, 2.5), (None, None, None, 2**70, 0)],
+)
 def test_extras_of_the_wrong_type(lib, extras):
     """The extras tuple's activation and math must be ints; anything else was read with a
     Python exception left set (a SystemError from the builtin)."""
     a, b, d = np.ones((4, 8), F16), np.ones((8, 6), F16), np.zeros((4, 6), F16)
-    for call in (lambda: lib.gemm(a.__dlpack__(), b.__dlpack__(), None, d.__dlpack__(), 1.0,
-                                  0.0, extras, -1, 0, 0),
-                 lambda: lib.pcr_py_describe(a.__dlpack__(), b.__dlpack__(), None,
-                                             d.__dlpack__(), 1.0, 0.0, extras,
-                                             ctypes.byref(_lib.Problem()))):
+    for call in (
+        lambda: lib.gemm(
+            a.__dlpack__(), b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, extras, -1, 0, 0
+        ),
+        lambda: lib.pcr_py_describe(
+            a.__dlpack__(),
+            b.__dlpack__(),
+            None,
+            d.__dlpack__(),
+            1.0,
+            0.0,
+            extras,
+            ctypes.byref(_lib.Problem()),
+        ),
+    ):
         error = outcome(call, lib)
         assert isinstance(error, pcr.InvalidArgumentError), error
         assert "activation and math" in str(error)

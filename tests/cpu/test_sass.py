@@ -4,6 +4,7 @@ Uses cuobjdump and nvdisasm (CUDA toolkit, or the nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm wheels); skipped where neither is installed. This is how archs we
 cannot run here are still checked.
 """
+
 import collections
 import functools
 import glob
@@ -18,12 +19,14 @@ import pytest
 import pycutlass_rt as pcr
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tool_dir():
     if shutil.which("cuobjdump") and shutil.which("nvdisasm"):
         return os.path.dirname(shutil.which("cuobjdump"))
     for d in glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "nvidia", "*", "bin")):
-        if os.path.exists(os.path.join(d, "cuobjdump")) and os.path.exists(os.path.join(d, "nvdisasm")):
+        if os.path.exists(os.path.join(d, "cuobjdump")) and os.path.exists(
+            os.path.join(d, "nvdisasm")
+        ):
             return d
     return None
 
@@ -31,11 +34,18 @@ def tool_dir():
 def cuobjdump(*args):
     d = tool_dir()
     if d is None:
-        pytest.skip("cuobjdump/nvdisasm not installed (pip install nvidia-cuda-cuobjdump "
-                    "nvidia-cuda-nvdisasm)")
+        pytest.skip(
+            "cuobjdump/nvdisasm not installed (pip install nvidia-cuda-cuobjdump "
+            "nvidia-cuda-nvdisasm)"
+        )
     env = dict(os.environ, PATH=d + os.pathsep + os.environ.get("PATH", ""))
-    return subprocess.run([os.path.join(d, "cuobjdump"), *args, pcr._lib.load().path],
-                          capture_output=True, text=True, env=env, check=True).stdout
+    return subprocess.run(
+        [os.path.join(d, "cuobjdump"), *args, pcr._lib.load().path],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
 
 
 def test_sass_for_every_requested_arch():
@@ -55,26 +65,35 @@ MMA = {
     **{("sm90", a): "HGMMA" for a in ("float16", "bfloat16", "tfloat32")},  # wgmma
     **{("sm90", a): "QGMMA" for a in ("float8_e4m3fn", "float8_e5m2")},
     ("sm90", "int8"): "IGMMA",
-    **{("sm100", a): "UTCHMMA" for a in ("float16", "bfloat16")},           # tcgen05.mma
+    **{("sm100", a): "UTCHMMA" for a in ("float16", "bfloat16")},  # tcgen05.mma
     **{("sm100", a): "UTCQMMA" for a in ("float8_e4m3fn", "float8_e5m2")},
-    **{("sm80", a): "HMMA.16816" for a in ("float16", "bfloat16")},          # mma.sync
+    **{("sm80", a): "HMMA.16816" for a in ("float16", "bfloat16")},  # mma.sync
     **{("sm80", a): "HMMA.1688.F32.TF32" for a in ("tfloat32", "float32")},
     ("sm80", "float64"): "DMMA",  # DMMA.884 (sm_8x), DMMA.8x8x4 (sm_90)
     ("sm80", "int8"): "IMMA.16832",
     **{("sm89", a): "QMMA.16832" for a in ("float8_e4m3fn", "float8_e5m2")},
-    ("sm75", "float16"): "HMMA.1688",                                        # Turing
+    ("sm75", "float16"): "HMMA.1688",  # Turing
     ("sm75", "int8"): "IMMA.8816",
-    ("sm70", "float16"): "HMMA.884",                                         # Volta (CUDA 12.x)
-    **{(f, "float32"): "FFMA" for f in ("sm70", "sm75")},                    # SIMT
+    ("sm70", "float16"): "HMMA.884",  # Volta (CUDA 12.x)
+    **{(f, "float32"): "FFMA" for f in ("sm70", "sm75")},  # SIMT
     **{(f, "float64"): "DFMA" for f in ("sm70", "sm75")},
 }
 
 
-@pytest.mark.parametrize("family,arch", [
-    ("sm90", "sm_90a"), ("sm100", "sm_100a"), ("sm80", "sm_80"), ("sm75", "sm_75"),
-    ("sm70", "sm_70"), ("sm80", "sm_86"), ("sm80", "sm_89"), ("sm80", "sm_90"),
-    ("sm89", "sm_89"),
-])
+@pytest.mark.parametrize(
+    "family,arch",
+    [
+        ("sm90", "sm_90a"),
+        ("sm100", "sm_100a"),
+        ("sm80", "sm_80"),
+        ("sm75", "sm_75"),
+        ("sm70", "sm_70"),
+        ("sm80", "sm_86"),
+        ("sm80", "sm_89"),
+        ("sm80", "sm_90"),
+        ("sm89", "sm_89"),
+    ],
+)
 def test_expected_instructions(family, arch):
     tokens = pcr.info()["build"]["catalog"]["families"].get(family, [])
     if arch[3:] not in tokens:

@@ -1,8 +1,8 @@
 """Kernel choice: table rules, the analytic model, family order, and the C-side memo."""
+
 import ctypes
 import types
 
-import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
@@ -11,15 +11,33 @@ from pycutlass_rt._kernels import KernelInfo
 
 
 def kern(i, name, family, tile, schedule, layout="tn", dtype="bfloat16", out="bfloat16", align=8):
-    return KernelInfo(i, name, family, dtype, dtype, "float32", out, layout, tile, (1, 1, 1),
-                      (0, 0, 0), 0, schedule, "linear", "none", (align, align, align))
+    return KernelInfo(
+        i,
+        name,
+        family,
+        dtype,
+        dtype,
+        "float32",
+        out,
+        layout,
+        tile,
+        (1, 1, 1),
+        (0, 0, 0),
+        0,
+        schedule,
+        "linear",
+        "none",
+        (align, align, align),
+    )
 
 
 FAKE = [
     kern(0, "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8", 90, (128, 256, 64), "coop"),
     kern(1, "sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8", 90, (64, 128, 64), "pingpong"),
     kern(2, "sm80_bf16_bf16_f32_bf16_tn_128x128x32_w2x2_s4_a8", 80, (128, 128, 32), "multistage"),
-    kern(3, "sm80_bf16_bf16_f32_bf16_tn_64x64x32_w2x2_s2_a1", 80, (64, 64, 32), "pipelined", align=1),
+    kern(
+        3, "sm80_bf16_bf16_f32_bf16_tn_64x64x32_w2x2_s2_a1", 80, (64, 64, 32), "pipelined", align=1
+    ),
 ]
 
 
@@ -39,11 +57,13 @@ def test_table_is_shipped_and_well_formed():
     assert t["format"] in _select.TABLE_FORMATS and set(t["families"]) >= {"sm80", "sm90"}
     for fam, rules in t["families"].items():
         if fam not in t.get("calibration", {}):  # else the calibration orders what rules leave
-            assert not {"max_m", "max_n", "max_k"} & rules[-1].keys(), \
+            assert not {"max_m", "max_n", "max_k"} & rules[-1].keys(), (
                 "the last rule must match every shape"
+            )
     cal = t["calibration"]["sm90"]
-    assert cal["residuals"]["*"] and all(src.split("@")[0] in {s["file"] for s in t["sources"]}
-                                         for src in cal["source"])
+    assert cal["residuals"]["*"] and all(
+        src.split("@")[0] in {s["file"] for s in t["sources"]} for src in cal["source"]
+    )
 
 
 def test_large_problems_take_the_big_cooperative_tile():
@@ -63,10 +83,13 @@ def test_model_orders_what_the_table_does_not_name():
     only_80 = [FAKE[2], FAKE[3]]
     c = _select.rank(prob(4096, 4096, 4096), only_80, [80])
     assert c.ranked[0][0].name == FAKE[2].name  # multistage beats the 2-stage fallback
-    assert _select.model_time(FAKE[3], 4096, 4096, 4096, 132) > _select.model_time(FAKE[2], 4096, 4096, 4096, 132)
+    assert _select.model_time(FAKE[3], 4096, 4096, 4096, 132) > _select.model_time(
+        FAKE[2], 4096, 4096, 4096, 132
+    )
 
 
 # ---- the analytic model, on the catalogue's sm90 and sm80 configurations ----------------
+
 
 def config(i, family, tile, grid, schedule, split="none", stages=0, align=8):
     """A catalogue-like kernel; ``grid`` is the cluster (sm90) or the warps (sm80)."""
@@ -74,26 +97,57 @@ def config(i, family, tile, grid, schedule, split="none", stages=0, align=8):
     tag = f"c{grid[0]}x{grid[1]}_{schedule}" if tma else f"w{grid[0]}x{grid[1]}_s{stages}"
     suffix = "" if split == "none" else f"_{split}"  # the name's words are the fields
     name = f"sm{family}_bf16_bf16_f32_bf16_tn_{'x'.join(map(str, tile))}_{tag}{suffix}_a{align}"
-    return KernelInfo(i, name, family, "bfloat16", "bfloat16", "float32", "bfloat16", "tn", tile,
-                      grid + (1,) if tma else (1, 1, 1), (0, 0, 0) if tma else grid + (1,),
-                      stages, schedule, "linear", split, (align,) * 3)
+    return KernelInfo(
+        i,
+        name,
+        family,
+        "bfloat16",
+        "bfloat16",
+        "float32",
+        "bfloat16",
+        "tn",
+        tile,
+        grid + (1,) if tma else (1, 1, 1),
+        (0, 0, 0) if tma else grid + (1,),
+        stages,
+        schedule,
+        "linear",
+        split,
+        (align,) * 3,
+    )
 
 
-SM90 = [config(i, 90, *c) for i, c in enumerate([
-    ((128, 256, 64), (2, 1), "coop"), ((128, 128, 64), (1, 2), "coop"),
-    ((256, 128, 64), (1, 2), "coop"), ((64, 128, 64), (1, 1), "pingpong"),
-    ((128, 128, 64), (2, 1), "pingpong"), ((64, 256, 64), (1, 1), "pingpong"),
-    ((64, 64, 128), (1, 1), "pingpong"), ((128, 64, 64), (1, 1), "coop", "streamk"),
-    ((128, 128, 64), (1, 1), "coop", "streamk"),
-    ((128, 256, 64), (1, 1), "coop", "streamk"),
-    ((128, 128, 64), (1, 1), "coop", "splitk")])]
-SM80 = [config(20 + i, 80, *c) for i, c in enumerate([
-    ((128, 128, 32), (2, 2), "multistage", "none", 4),
-    ((128, 256, 32), (2, 4), "multistage", "none", 3),
-    ((64, 64, 32), (2, 2), "multistage", "none", 6),
-    ((256, 128, 32), (4, 2), "multistage", "none", 3),
-    ((128, 128, 32), (2, 2), "multistage", "splitk", 4),
-    ((64, 64, 32), (2, 2), "pipelined", "none", 2, 1)])]
+SM90 = [
+    config(i, 90, *c)
+    for i, c in enumerate(
+        [
+            ((128, 256, 64), (2, 1), "coop"),
+            ((128, 128, 64), (1, 2), "coop"),
+            ((256, 128, 64), (1, 2), "coop"),
+            ((64, 128, 64), (1, 1), "pingpong"),
+            ((128, 128, 64), (2, 1), "pingpong"),
+            ((64, 256, 64), (1, 1), "pingpong"),
+            ((64, 64, 128), (1, 1), "pingpong"),
+            ((128, 64, 64), (1, 1), "coop", "streamk"),
+            ((128, 128, 64), (1, 1), "coop", "streamk"),
+            ((128, 256, 64), (1, 1), "coop", "streamk"),
+            ((128, 128, 64), (1, 1), "coop", "splitk"),
+        ]
+    )
+]
+SM80 = [
+    config(20 + i, 80, *c)
+    for i, c in enumerate(
+        [
+            ((128, 128, 32), (2, 2), "multistage", "none", 4),
+            ((128, 256, 32), (2, 4), "multistage", "none", 3),
+            ((64, 64, 32), (2, 2), "multistage", "none", 6),
+            ((256, 128, 32), (4, 2), "multistage", "none", 3),
+            ((128, 128, 32), (2, 2), "multistage", "splitk", 4),
+            ((64, 64, 32), (2, 2), "pipelined", "none", 2, 1),
+        ]
+    )
+]
 NO_TABLE = {"families": {}}
 
 
@@ -103,6 +157,7 @@ def model_best(kernels, m, n, k, sms=132, cc=90):
 
 
 # What the H200 sweep (heuristics/sweeps/h200_bf16.csv) measured, the model must reproduce:
+
 
 @pytest.mark.parametrize("m", [1, 16, 64])
 def test_decode_takes_a_64_row_data_parallel_tile(m):
@@ -137,12 +192,16 @@ def test_few_tiles_and_a_long_k_loop_take_split_k():
 H200_FEW_TILES = [(16, 4096, 14336), (128, 4096, 14336), (1, 8192, 28672), (256, 256, 65536)]
 
 
-@pytest.mark.parametrize("m, n, k, kernels, tile, sms, cc", [
-    *[(*s, SM90, (128, 128, 64), 132, 90) for s in H200_FEW_TILES],
-    *[(*s, SM90, (128, 256, 64), 132, 90) for s in H200_FEW_TILES],
-    # A100 split-K: factor min(ceil(108 / tiles), K iterations / 4) keeps one round of units
-    (16, 4096, 14336, SM80, (128, 128, 32), 108, 80),
-    (256, 256, 65536, SM80, (128, 128, 32), 108, 80)])
+@pytest.mark.parametrize(
+    "m, n, k, kernels, tile, sms, cc",
+    [
+        *[(*s, SM90, (128, 128, 64), 132, 90) for s in H200_FEW_TILES],
+        *[(*s, SM90, (128, 256, 64), 132, 90) for s in H200_FEW_TILES],
+        # A100 split-K: factor min(ceil(108 / tiles), K iterations / 4) keeps one round of units
+        (16, 4096, 14336, SM80, (128, 128, 32), 108, 80),
+        (256, 256, 65536, SM80, (128, 128, 32), 108, 80),
+    ],
+)
 def test_split_beats_its_data_parallel_twin_when_tiles_are_few(m, n, k, kernels, tile, sms, cc):
     """H200: 1.1-3.3x faster than the same tile data-parallel on these shapes."""
     split = next(c for c in kernels if c.tile == tile and c.split != "none")
@@ -155,15 +214,18 @@ def test_split_fix_up_grows_with_peers():
     sk = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "streamk")
     dp = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "none")
     short = _select.model_time(sk, 16, 4096, 4096, 132, 90) / _select.model_time(
-        dp, 16, 4096, 4096, 132, 90)
+        dp, 16, 4096, 4096, 132, 90
+    )
     long = _select.model_time(sk, 16, 4096, 14336, 132, 90) / _select.model_time(
-        dp, 16, 4096, 14336, 132, 90)
+        dp, 16, 4096, 14336, 132, 90
+    )
     assert long < 0.7 < 0.9 < short
 
 
 @pytest.mark.parametrize("shape", [(8192, 8192, 8192), (4096, 4096, 4096), (8192, 4096, 14336)])
-@pytest.mark.parametrize("kernels, sms, cc", [(SM90, 132, 90), (SM80, 108, 80)],
-                         ids=["h200", "a100"])
+@pytest.mark.parametrize(
+    "kernels, sms, cc", [(SM90, 132, 90), (SM80, 108, 80)], ids=["h200", "a100"]
+)
 def test_large_problems_take_big_data_parallel_tiles(shape, kernels, sms, cc):
     """H200: 128x256 c2x1 cooperative first on all three (771-776 TFLOP/s)."""
     best = model_best(kernels, *shape, sms, cc)
@@ -181,16 +243,20 @@ def test_stream_k_follows_cutlass_decomposition():
     assert _select.decompose(sk, 140, 64, 132) == (68, 132, 2)
 
 
-@pytest.mark.parametrize("m, n, k, sms, slices", [
-    (256, 256, 65536, 132, 32),    # 4 tiles: 33 fit one wave, 32 divides 1024 K tiles
-    (128, 128, 65536, 132, 128),   # capped at 128
-    (128, 128, 1 << 20, 132, 128),
-    (16, 4096, 14336, 132, 4),     # 32 tiles
-    (16, 4096, 14336, 108, 2),     # 3 fit, 3 does not divide 224 K tiles
-    (256, 256, 65544, 132, 3),     # K not whole tiles: 8-element units, 8193 = 3 x 2731
-    (256, 256, 512, 132, 2),       # >= 4 K tiles per slice
-    (256, 256, 256, 132, 1),
-    (4096, 4096, 4096, 132, 1)])   # more tiles than SMs
+@pytest.mark.parametrize(
+    "m, n, k, sms, slices",
+    [
+        (256, 256, 65536, 132, 32),  # 4 tiles: 33 fit one wave, 32 divides 1024 K tiles
+        (128, 128, 65536, 132, 128),  # capped at 128
+        (128, 128, 1 << 20, 132, 128),
+        (16, 4096, 14336, 132, 4),  # 32 tiles
+        (16, 4096, 14336, 108, 2),  # 3 fit, 3 does not divide 224 K tiles
+        (256, 256, 65544, 132, 3),  # K not whole tiles: 8-element units, 8193 = 3 x 2731
+        (256, 256, 512, 132, 2),  # >= 4 K tiles per slice
+        (256, 256, 256, 132, 1),
+        (4096, 4096, 4096, 132, 1),
+    ],
+)  # more tiles than SMs
 def test_split_slices(m, n, k, sms, slices):
     """Parallel split-K's slice count, as native/kernels/split_k.cuh computes it."""
     sk = next(c for c in SM90 if c.split == "splitk")
@@ -212,7 +278,8 @@ def test_memory_bound_time_is_bytes_over_bandwidth():
     t = _select.model_time(kern, 1, 8192, 8192, 132, 90)
     assert floor <= t <= floor * (1 + _select.OVERLAP)
     assert _select.model_time(kern, 1, 8192, 16384, 132, 90) == pytest.approx(
-        2 * _select.model_time(kern, 1, 8192, 8192, 132, 90), rel=0.02)
+        2 * _select.model_time(kern, 1, 8192, 8192, 132, 90), rel=0.02
+    )
 
 
 def test_model_counts_waves():
@@ -233,9 +300,16 @@ def test_model_launches_whole_clusters():
     assert t21 == pytest.approx(t12, rel=0.05)
 
 
-@pytest.mark.parametrize("cc, expect", [(90, (7.5, 30.0)), (89, (2.5, 6.0)),
-                                        (120, (15.0, 54.0)), (70, (1.5, 11.0)),
-                                        (61, (1.5, 11.0))])
+@pytest.mark.parametrize(
+    "cc, expect",
+    [
+        (90, (7.5, 30.0)),
+        (89, (2.5, 6.0)),
+        (120, (15.0, 54.0)),
+        (70, (1.5, 11.0)),
+        (61, (1.5, 11.0)),
+    ],
+)
 def test_device_params_take_the_nearest_known_arch_below(cc, expect):
     assert _select.device_params(cc) == expect
 
@@ -245,20 +319,40 @@ def test_choose_checks_through_the_library(lib):
     ks = pcr.kernels()
     k0 = ks[0]
     code = {"float16": 1, "bfloat16": 2, "float32": 3}
-    p = _lib.Problem(m=127, n=1000, k=4097, dtype_a=code[k0.dtype_a], dtype_b=code[k0.dtype_b],
-                     dtype_d=code[k0.dtype_d], layout_a="tn".index(k0.layout[0]),
-                     layout_b="tn".index(k0.layout[1]), align_a=2, align_b=16, align_c=16,
-                     align_d=16, device=-1, cc=90, sm_count=132, batch=1)  # as describe()
+    p = _lib.Problem(
+        m=127,
+        n=1000,
+        k=4097,
+        dtype_a=code[k0.dtype_a],
+        dtype_b=code[k0.dtype_b],
+        dtype_d=code[k0.dtype_d],
+        layout_a="tn".index(k0.layout[0]),
+        layout_b="tn".index(k0.layout[1]),
+        align_a=2,
+        align_b=16,
+        align_c=16,
+        align_d=16,
+        device=-1,
+        cc=90,
+        sm_count=132,
+        batch=1,
+    )  # as describe()
     choice = _select.choose(lib, p, ks)
-    for k, why in choice.ranked:
+    for k, _ in choice.ranked:
         assert k.align[0] == 1, f"{k.name} accepted a 2-byte-aligned A"
     # rejections after the dtype and layout checks, the ones this problem is about
     later = [(k, why) for k, why in choice.rejected if "dtypes" not in why and "layout" not in why]
-    misaligned = [why for k, why in later if k.align[0] == 8 and k.family in (90, 80)
-                  and k.epilogue == "linear" and not k.grouped]
+    misaligned = [
+        why
+        for k, why in later
+        if k.align[0] == 8 and k.family in (90, 80) and k.epilogue == "linear" and not k.grouped
+    ]
     # a plain problem never takes a grouped kernel, nor a fused one while a plain one fits
-    assert all(why.startswith(("epilogue", "grouped")) or "alignment" in why for k, why in later
-               if (k.epilogue != "linear" or k.grouped) and k.family in (90, 80))
+    assert all(
+        why.startswith(("epilogue", "grouped")) or "alignment" in why
+        for k, why in later
+        if (k.epilogue != "linear" or k.grouped) and k.family in (90, 80)
+    )
     assert all("alignment" in w for w in misaligned)
     assert all("do not run on compute 9.0" in why for k, why in later if k.family == 100)
 
@@ -267,7 +361,7 @@ def test_select_memo_round_trip(lib):
     p = _lib.Problem(m=1, n=2, k=3, dtype_a=2, dtype_b=2, dtype_d=2, cc=90)
     ids = (ctypes.c_int32 * 1)(0)
     assert lib.pcr_select_put(ctypes.byref(p), ids, 1) == 0
-    bad = (ctypes.c_int32 * 1)(10 ** 6)
+    bad = (ctypes.c_int32 * 1)(10**6)
     assert lib.pcr_select_put(ctypes.byref(p), bad, 1) == errors.ERR_KERNEL_NOT_FOUND
     assert lib.pcr_select_clear() == 0
 

@@ -1,4 +1,5 @@
 """pycutlass_rt.tune and its per-device cache, on CPU: fake library, kernels and timings."""
+
 import contextlib
 import ctypes
 import json
@@ -15,14 +16,31 @@ BF16 = 2
 
 
 def kern(i, name, tile=(128, 128, 64), family=90, split="none"):
-    return KernelInfo(i, name, family, "bfloat16", "bfloat16", "float32", "bfloat16", "tn", tile,
-                      (1, 1, 1), (0, 0, 0), 0, "coop", "linear", split, (8, 8, 8))
+    return KernelInfo(
+        i,
+        name,
+        family,
+        "bfloat16",
+        "bfloat16",
+        "float32",
+        "bfloat16",
+        "tn",
+        tile,
+        (1, 1, 1),
+        (0, 0, 0),
+        0,
+        "coop",
+        "linear",
+        split,
+        (8, 8, 8),
+    )
 
 
 BIG = kern(0, "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8", (128, 256, 64))
 SMALL = kern(1, "sm90_bf16_bf16_f32_bf16_tn_64x64x128_c1x1_pingpong_a8", (64, 64, 128))
-SK = kern(2, "sm90_bf16_bf16_f32_bf16_tn_128x64x64_c1x1_coop_streamk_a8", (128, 64, 64),
-          split="streamk")
+SK = kern(
+    2, "sm90_bf16_bf16_f32_bf16_tn_128x64x64_c1x1_coop_streamk_a8", (128, 64, 64), split="streamk"
+)
 B100 = kern(3, "sm100_bf16_bf16_f32_bf16_tn_128x128x64_c1x1_1sm_a8", family=100)
 KERNELS = [BIG, SMALL, SK, B100]
 NAMES = [k.name for k in KERNELS]
@@ -33,8 +51,7 @@ RULES = {"format": 1, "families": {"sm90": [{"prefer": ["sm90_*_128x256x64_c2x1_
 class FakeLib:
     """The library functions selection and the cache use, with one device."""
 
-    def __init__(self, gpu="NVIDIA H200", sms=132, driver=12080, build=b'{"abi": 1}',
-                 reject=None):
+    def __init__(self, gpu="NVIDIA H200", sms=132, driver=12080, build=b'{"abi": 1}', reject=None):
         self.gpu, self.sms, self.driver, self.build = gpu, sms, driver, build
         self.reject = reject or {}  # kernel index -> reason
         self.error = ""
@@ -83,8 +100,17 @@ class FakeLib:
 
 
 def problem(m=16, n=4096, k=4096, device=0, **kw):
-    fields = dict(dtype_a=BF16, dtype_b=BF16, dtype_d=BF16, layout_b=1, align_a=16, align_b=16,
-                  align_d=16, cc=90, sm_count=132)
+    fields = dict(
+        dtype_a=BF16,
+        dtype_b=BF16,
+        dtype_d=BF16,
+        layout_b=1,
+        align_a=16,
+        align_b=16,
+        align_d=16,
+        cc=90,
+        sm_count=132,
+    )
     return Problem(m=m, n=n, k=k, device=device, **{**fields, **kw})
 
 
@@ -104,8 +130,10 @@ def dev_of(lib):
 
 
 def pin(lib, kernel, pinned=True, p=None):
-    return _cache.store(dev_of(lib), {_cache.problem_key(p or problem()): {
-        "kernel": kernel.name, "us": 1.0, "pinned": pinned}})
+    return _cache.store(
+        dev_of(lib),
+        {_cache.problem_key(p or problem()): {"kernel": kernel.name, "us": 1.0, "pinned": pinned}},
+    )
 
 
 def ranked(lib, p=None, kernels=KERNELS):
@@ -114,11 +142,15 @@ def ranked(lib, p=None, kernels=KERNELS):
 
 # ---- where the cache lives, and its key ---------------------------------------------------
 
-@pytest.mark.parametrize("env, expect", [
-    ({"PYCUTLASS_RT_CACHE_DIR": "/x/pcr", "XDG_CACHE_HOME": "/xdg"}, "/x/pcr"),
-    ({"XDG_CACHE_HOME": "/xdg"}, "/xdg/pycutlass_rt"),
-    ({}, "HOME/.cache/pycutlass_rt"),
-])
+
+@pytest.mark.parametrize(
+    "env, expect",
+    [
+        ({"PYCUTLASS_RT_CACHE_DIR": "/x/pcr", "XDG_CACHE_HOME": "/xdg"}, "/x/pcr"),
+        ({"XDG_CACHE_HOME": "/xdg"}, "/xdg/pycutlass_rt"),
+        ({}, "HOME/.cache/pycutlass_rt"),
+    ],
+)
 def test_cache_dir_resolution(env, expect, monkeypatch, tmp_path):
     for var in ("PYCUTLASS_RT_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(var, raising=False)
@@ -128,8 +160,10 @@ def test_cache_dir_resolution(env, expect, monkeypatch, tmp_path):
     assert _cache.cache_dir() == expect.replace("HOME", str(tmp_path))
 
 
-@pytest.mark.parametrize("change", [{"gpu": "NVIDIA H100 80GB HBM3"}, {"sms": 114},
-                                    {"driver": 13000}, {"build": b'{"abi": 2}'}])
+@pytest.mark.parametrize(
+    "change",
+    [{"gpu": "NVIDIA H100 80GB HBM3"}, {"sms": 114}, {"driver": 13000}, {"build": b'{"abi": 2}'}],
+)
 def test_each_part_of_the_device_key_selects_another_file(change, cache_dir):
     here = dev_of(FakeLib())
     _cache.reset()
@@ -152,6 +186,7 @@ def test_no_device_means_no_cache(cache_dir):
 
 # ---- writing and reading ------------------------------------------------------------------
 
+
 def test_store_merges_atomically_and_leaves_no_temporary(cache_dir):
     lib = FakeLib()
     path = pin(lib, SK, pinned=False)
@@ -169,28 +204,42 @@ def test_a_failed_write_keeps_the_old_file(cache_dir, monkeypatch):
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
+
     monkeypatch.setattr(_cache.json, "dump", broken)
     with pytest.raises(OSError, match="disk full"):
         pin(lib, SMALL, p=problem(m=64))
     assert open(path).read() == before and os.listdir(cache_dir) == [os.path.basename(path)]
 
 
-@pytest.mark.parametrize("content, why", [
-    ("{not json", "unreadable"),
-    ('["a list"]', "not a pycutlass_rt tuned cache"),
-    ('{"kind": "pycutlass_rt tuned kernels", "format": 99, "device": {}, "entries": {}}',
-     "format 99"),
-    ('{"kind": "pycutlass_rt tuned kernels", "format": 1, "device": {}, "entries": {"p": 3}}',
-     "malformed entries"),
-    ("FOREIGN", "made for NVIDIA A100"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("{not json", "unreadable"),
+        ('["a list"]', "not a pycutlass_rt tuned cache"),
+        (
+            '{"kind": "pycutlass_rt tuned kernels", "format": 99, "device": {}, "entries": {}}',
+            "format 99",
+        ),
+        (
+            '{"kind": "pycutlass_rt tuned kernels", "format": 1, "device": {}, "entries": {"p": 3}}',
+            "malformed entries",
+        ),
+        ("FOREIGN", "made for NVIDIA A100"),
+    ],
+)
 def test_corrupt_or_foreign_files_are_ignored_with_a_warning(content, why, cache_dir):
     lib = FakeLib()
     path = _cache.path_for(dev_of(lib))
     os.makedirs(cache_dir)
     if content == "FOREIGN":  # a valid file of another device key, under this key's name
-        content = json.dumps({"kind": _cache.KIND, "format": 1, "entries": {},
-                              "device": {**dev_of(lib), "gpu": "NVIDIA A100"}})
+        content = json.dumps(
+            {
+                "kind": _cache.KIND,
+                "format": 1,
+                "entries": {},
+                "device": {**dev_of(lib), "gpu": "NVIDIA A100"},
+            }
+        )
     with open(path, "w") as f:
         f.write(content)
     with pytest.warns(RuntimeWarning, match=why):
@@ -215,6 +264,7 @@ def test_files_are_read_once(cache_dir):
 
 
 # ---- selection order ----------------------------------------------------------------------
+
 
 def test_cache_then_table_then_model(cache_dir, monkeypatch):
     lib = FakeLib()
@@ -249,15 +299,19 @@ def test_unpinned_entry_for_a_kernel_that_cannot_run_is_skipped(cache_dir):
 def test_pinned_kernel_admits_no_other(cache_dir):
     lib = FakeLib()
     path = pin(lib, SMALL)
-    assert ranked(lib) == [(SMALL.name, f"pinned by tune(strict=True) on this device "
-                                        f"(cache file {path})")]
+    assert ranked(lib) == [
+        (SMALL.name, f"pinned by tune(strict=True) on this device (cache file {path})")
+    ]
 
 
-@pytest.mark.parametrize("case, kernels, reject, reason", [
-    ("missing", [BIG, SK], {}, "missing from this build"),
-    ("rejected", KERNELS, {SMALL.index: "A needs 16-byte alignment"}, "16-byte alignment"),
-    ("other arch", KERNELS, {}, "do not run on compute 9.0"),
-])
+@pytest.mark.parametrize(
+    "case, kernels, reject, reason",
+    [
+        ("missing", [BIG, SK], {}, "missing from this build"),
+        ("rejected", KERNELS, {SMALL.index: "A needs 16-byte alignment"}, "16-byte alignment"),
+        ("other arch", KERNELS, {}, "do not run on compute 9.0"),
+    ],
+)
 def test_pinned_kernel_that_cannot_run_is_an_error(case, kernels, reject, reason, cache_dir):
     lib = FakeLib(reject=reject)
     pinned = B100 if case == "other arch" else SMALL
@@ -269,8 +323,10 @@ def test_pinned_kernel_that_cannot_run_is_an_error(case, kernels, reject, reason
 
 # ---- strict mode --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("made_on", [None, {"gpu": "NVIDIA H100 80GB HBM3"}, {"driver": 12040},
-                                     {"build": b'{"abi": 0}'}])
+
+@pytest.mark.parametrize(
+    "made_on", [None, {"gpu": "NVIDIA H100 80GB HBM3"}, {"driver": 12040}, {"build": b'{"abi": 0}'}]
+)
 def test_strict_mode_refuses_a_stale_or_missing_cache(made_on, cache_dir, monkeypatch):
     if made_on is not None:
         pin(FakeLib(**made_on), SK)
@@ -291,16 +347,27 @@ def test_strict_mode_refuses_a_stale_or_missing_cache(made_on, cache_dir, monkey
 
 # ---- tune() -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("item, expect", [
-    ((16, 4096, 4096), _tune.Spec(16, 4096, 4096)),
-    ([1, 2, 3], _tune.Spec(1, 2, 3)),
-    ({"m": 8, "n": 16, "k": 32, "dtype": "float16"}, _tune.Spec(8, 16, 32, "float16", "float16")),
-    ({"m": 8, "n": 16, "k": 32, "out_dtype": "float32", "layout": "nt"},
-     _tune.Spec(8, 16, 32, "bfloat16", "float32", "nt")),
-    ({"m": 8, "n": 16, "k": 32, "dtype": "int8"}, _tune.Spec(8, 16, 32, "int8", "int32")),
-    ({"m": 8, "n": 16, "k": 32, "dtype": "float8_e4m3fn"},
-     _tune.Spec(8, 16, 32, "float8_e4m3fn", "bfloat16")),
-])
+
+@pytest.mark.parametrize(
+    "item, expect",
+    [
+        ((16, 4096, 4096), _tune.Spec(16, 4096, 4096)),
+        ([1, 2, 3], _tune.Spec(1, 2, 3)),
+        (
+            {"m": 8, "n": 16, "k": 32, "dtype": "float16"},
+            _tune.Spec(8, 16, 32, "float16", "float16"),
+        ),
+        (
+            {"m": 8, "n": 16, "k": 32, "out_dtype": "float32", "layout": "nt"},
+            _tune.Spec(8, 16, 32, "bfloat16", "float32", "nt"),
+        ),
+        ({"m": 8, "n": 16, "k": 32, "dtype": "int8"}, _tune.Spec(8, 16, 32, "int8", "int32")),
+        (
+            {"m": 8, "n": 16, "k": 32, "dtype": "float8_e4m3fn"},
+            _tune.Spec(8, 16, 32, "float8_e4m3fn", "bfloat16"),
+        ),
+    ],
+)
 def test_spec_of(item, expect):
     assert _tune.spec_of(item) == expect
 
@@ -311,26 +378,35 @@ def test_tf32_specs_time_float32_tensors_with_tf32_math():
     assert _tune.spec_of((8, 16, 32), dtype="float32").math is None
 
 
-@pytest.mark.parametrize("item, error", [
-    ((0, 1, 1), errors.InvalidArgumentError), ((1.5, 2, 3), errors.InvalidArgumentError),
-    ((1, 2), errors.InvalidArgumentError),
-    ({"m": 1, "n": 1, "k": 1, "x": 2}, errors.InvalidArgumentError),
-    ({"m": 1, "n": 1, "k": 1, "dtype": "float32", "out_dtype": "float16"}, errors.DTypeError),
-    ({"m": 1, "n": 1, "k": 1, "dtype": "int4"}, errors.DTypeError),
-    ({"m": 1, "n": 1, "k": 1, "layout": "tx"}, errors.InvalidArgumentError),
-])
+@pytest.mark.parametrize(
+    "item, error",
+    [
+        ((0, 1, 1), errors.InvalidArgumentError),
+        ((1.5, 2, 3), errors.InvalidArgumentError),
+        ((1, 2), errors.InvalidArgumentError),
+        ({"m": 1, "n": 1, "k": 1, "x": 2}, errors.InvalidArgumentError),
+        ({"m": 1, "n": 1, "k": 1, "dtype": "float32", "out_dtype": "float16"}, errors.DTypeError),
+        ({"m": 1, "n": 1, "k": 1, "dtype": "int4"}, errors.DTypeError),
+        ({"m": 1, "n": 1, "k": 1, "layout": "tx"}, errors.InvalidArgumentError),
+    ],
+)
 def test_spec_of_rejects(item, error):
     with pytest.raises(error):
         _tune.spec_of(item)
 
 
-@pytest.mark.parametrize("fields, spec", [
-    ({}, dict(offsets=(0, 0, 0, 0), c_dtype=None)),
-    ({"align_a": 2, "align_d": 4}, dict(offsets=(1, 0, 0, 2), c_dtype=None)),
-    ({"c_mode": 1, "dtype_c": BF16, "align_c": 16}, dict(c_dtype="bfloat16", c_layout="t")),
-    ({"c_mode": 2, "dtype_c": 3, "align_c": 8}, dict(c_dtype="float32", c_layout="n",
-                                                     offsets=(0, 0, 2, 0))),
-])
+@pytest.mark.parametrize(
+    "fields, spec",
+    [
+        ({}, dict(offsets=(0, 0, 0, 0), c_dtype=None)),
+        ({"align_a": 2, "align_d": 4}, dict(offsets=(1, 0, 0, 2), c_dtype=None)),
+        ({"c_mode": 1, "dtype_c": BF16, "align_c": 16}, dict(c_dtype="bfloat16", c_layout="t")),
+        (
+            {"c_mode": 2, "dtype_c": 3, "align_c": 8},
+            dict(c_dtype="float32", c_layout="n", offsets=(0, 0, 2, 0)),
+        ),
+    ],
+)
 def test_recorded_problems_are_rebuilt_exactly(fields, spec):
     s = _tune.spec_from_problem(problem(**fields))
     assert (s.m, s.n, s.k, s.dtype, s.layout) == (16, 4096, 4096, "bfloat16", "tn")
@@ -377,6 +453,7 @@ def fake_tuning(monkeypatch, lib, times):
         if times[name] is None:
             raise errors.CudaError("cudaErrorLaunchFailure")
         return times[name]
+
     monkeypatch.setattr(_tune, "time_us", time_us)
 
 
@@ -419,4 +496,3 @@ def test_grouped_problems_are_reported_not_tuned():
     tuned, target = _tune.tune_one(FakeLib(), None, None, p)
     assert target is p and tuned.kernel is None and "grouped GEMMs are not tuned" in tuned.note
     assert tuned.problem.endswith(" moe")
-

@@ -3,6 +3,7 @@
 Everything here is decided before any device work, so it runs without a GPU; a valid
 call then needs the GPU (NoDeviceError here, a result on a GPU machine).
 """
+
 import ctypes
 
 import numpy as np
@@ -10,35 +11,63 @@ import pytest
 
 import pycutlass_rt as pcr
 from pycutlass_rt import _call, _dlpack, _lib, errors
-from pycutlass_rt._abi import (Activation, BiasAxis, CMode, DLDataTypeCode, DLDeviceType, Epilogue,
-                               ScaleKind)
+from pycutlass_rt._abi import (
+    Activation,
+    BiasAxis,
+    CMode,
+    DLDataTypeCode,
+    DLDeviceType,
+    Epilogue,
+    ScaleKind,
+)
 
 F16 = np.float16
 
 
 def mats(m=4, n=6, k=8, dtype=F16):
     rng = np.random.default_rng(0)
-    return (rng.integers(-4, 5, (m, k)).astype(dtype), rng.integers(-4, 5, (k, n)).astype(dtype),
-            np.zeros((m, n), dtype))
+    return (
+        rng.integers(-4, 5, (m, k)).astype(dtype),
+        rng.integers(-4, 5, (k, n)).astype(dtype),
+        np.zeros((m, n), dtype),
+    )
 
 
 class _Cai:
     """A minimal __cuda_array_interface__ producer over host memory (parsed, never run)."""
 
     def __init__(self, arr, strides=None):
-        self.__cuda_array_interface__ = {"shape": arr.shape, "typestr": "<f2",
-                                         "data": (arr.ctypes.data, False), "version": 3,
-                                         "strides": strides}
+        self.__cuda_array_interface__ = {
+            "shape": arr.shape,
+            "typestr": "<f2",
+            "data": (arr.ctypes.data, False),
+            "version": 3,
+            "strides": strides,
+        }
 
 
-def describe(lib, a, b, c, d, alpha=1.0, beta=0.0, bias=None, activation=0, scale_a=None,
-             scale_b=None, math=0):
+def describe(
+    lib,
+    a,
+    b,
+    c,
+    d,
+    alpha=1.0,
+    beta=0.0,
+    bias=None,
+    activation=0,
+    scale_a=None,
+    scale_b=None,
+    math=0,
+):
     """(status, problem) from the C describe step; NO_DEVICE still fills the problem."""
-    objs, _, _, keep = _dlpack.prepare((a, b, c, d, bias, scale_a, scale_b), _call.NAMES,
-                                       None, None)
+    objs, _, _, keep = _dlpack.prepare(
+        (a, b, c, d, bias, scale_a, scale_b), _call.NAMES, None, None
+    )
     p = _lib.Problem()
-    st = lib.pcr_py_describe(*objs[:4], alpha, beta, _call.extras(objs, activation, math),
-                             ctypes.byref(p))
+    st = lib.pcr_py_describe(
+        *objs[:4], alpha, beta, _call.extras(objs, activation, math), ctypes.byref(p)
+    )
     return st, p
 
 
@@ -48,17 +77,20 @@ def expect_valid(lib, *args, **kw):
     return p
 
 
-@pytest.mark.parametrize("la,lb,ld,expect", [
-    ("r", "r", "r", (0, 0, 0)),   # tt
-    ("r", "c", "r", (0, 1, 0)),   # tn
-    ("c", "r", "r", (1, 0, 0)),   # nt
-    ("c", "c", "r", (1, 1, 0)),   # nn
-    ("r", "r", "c", (1, 1, 1)),   # column-major d: D^T = B^T A^T
-    ("c", "c", "c", (0, 0, 1)),
-])
+@pytest.mark.parametrize(
+    "la,lb,ld,expect",
+    [
+        ("r", "r", "r", (0, 0, 0)),  # tt
+        ("r", "c", "r", (0, 1, 0)),  # tn
+        ("c", "r", "r", (1, 0, 0)),  # nt
+        ("c", "c", "r", (1, 1, 0)),  # nn
+        ("r", "r", "c", (1, 1, 1)),  # column-major d: D^T = B^T A^T
+        ("c", "c", "c", (0, 0, 1)),
+    ],
+)
 def test_canonical_layouts(lib, la, lb, ld, expect):
     a, b, d = mats()
-    conv = lambda x, l: x if l == "r" else np.asfortranarray(x)  # noqa: E731
+    conv = lambda x, order: x if order == "r" else np.asfortranarray(x)  # noqa: E731
     p = expect_valid(lib, conv(a, la), conv(b, lb), None, conv(d, ld))
     assert (p.layout_a, p.layout_b, p.transposed) == expect
     m, n = (4, 6) if not p.transposed else (6, 4)
@@ -67,7 +99,7 @@ def test_canonical_layouts(lib, la, lb, ld, expect):
 
 def test_padded_and_sliced_views(lib):
     big = np.zeros((16, 40), F16)
-    a = big[:4, :8]        # leading dimension 40
+    a = big[:4, :8]  # leading dimension 40
     b = np.zeros((8, 32), F16)[:, 3:9]  # shifted pointer: 6 bytes off 16
     d = np.zeros((4, 16), F16)[:, :6]
     p = expect_valid(lib, a, b, None, d)
@@ -99,15 +131,28 @@ def test_strided_vector_is_column_major(lib):
     assert p.layout_a == 1
 
 
-@pytest.mark.parametrize("beta,c_kind,mode", [
-    (0.0, None, CMode.C_NONE), (1.0, "same", CMode.C_READ), (1.0, "is_d", CMode.C_READ),
-    (1.0, "col", CMode.C_COPIED), (1.0, "f32", CMode.C_COPIED), (1.0, "broadcast", CMode.C_COPIED),
-    (0.0, "same", CMode.C_NONE)])
+@pytest.mark.parametrize(
+    "beta,c_kind,mode",
+    [
+        (0.0, None, CMode.C_NONE),
+        (1.0, "same", CMode.C_READ),
+        (1.0, "is_d", CMode.C_READ),
+        (1.0, "col", CMode.C_COPIED),
+        (1.0, "f32", CMode.C_COPIED),
+        (1.0, "broadcast", CMode.C_COPIED),
+        (0.0, "same", CMode.C_NONE),
+    ],
+)
 def test_c_modes(lib, beta, c_kind, mode):
     a, b, d = mats()
-    c = {None: None, "same": np.ones_like(d), "is_d": d, "col": np.asfortranarray(np.ones_like(d)),
-         "f32": np.ones(d.shape, np.float32),
-         "broadcast": np.broadcast_to(np.ones((1, 6), F16), (4, 6))}[c_kind]
+    c = {
+        None: None,
+        "same": np.ones_like(d),
+        "is_d": d,
+        "col": np.asfortranarray(np.ones_like(d)),
+        "f32": np.ones(d.shape, np.float32),
+        "broadcast": np.broadcast_to(np.ones((1, 6), F16), (4, 6)),
+    }[c_kind]
     p = expect_valid(lib, a, b, c, d, beta=beta)
     assert p.c_mode == mode
 
@@ -128,12 +173,12 @@ def test_shape_and_rank_errors():
 
 def test_dimensions_past_int32_are_refused():
     # 32-bit problem coordinates in every kernel: refuse rather than wrap around
-    huge = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2 ** 31, 8), (0, 2))
+    huge = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2**31, 8), (0, 2))
     a, b, d = mats(k=8)
     err(pcr.UnsupportedError, "a has a dimension of 2\\^31 or more", huge, b, None, d)
     err(pcr.UnsupportedError, "b has a dimension of 2\\^31 or more", a, huge.T, None, d)
     # element counts past 2^31 with 32-bit dimensions are fine (64-bit offsets; tests/gpu)
-    tall = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2 ** 31 - 1, 8), (0, 2))
+    tall = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2**31 - 1, 8), (0, 2))
     err(pcr.InvalidArgumentError, "zero stride", tall, b, None, d)
 
 
@@ -146,12 +191,26 @@ def test_stride_errors():
     err(pcr.InvalidArgumentError, "neither row- nor column-major", no_unit, b, None, d)
     rows_overlap = np.lib.stride_tricks.as_strided(np.zeros(256, F16), (4, 8), (8, 2))
     err(pcr.InvalidArgumentError, "neither row- nor column-major", rows_overlap, b, None, d)
-    err(pcr.InvalidArgumentError, "neither row- nor column-major", a, b, None, np.zeros((8, 12), F16)[::2, ::2])
+    err(
+        pcr.InvalidArgumentError,
+        "neither row- nor column-major",
+        a,
+        b,
+        None,
+        np.zeros((8, 12), F16)[::2, ::2],
+    )
 
 
 def test_dtype_errors():
     a, b, d = mats()
-    err(pcr.DTypeError, "dtype pycutlass_rt does not handle", a.astype(np.int16), b.astype(np.int16), None, d)
+    err(
+        pcr.DTypeError,
+        "dtype pycutlass_rt does not handle",
+        a.astype(np.int16),
+        b.astype(np.int16),
+        None,
+        d,
+    )
     err(pcr.UnsupportedError, "must share a dtype", a, b.astype(np.float32), None, d)
     with pytest.raises(pcr.UnsupportedError, match="available: .*float16 x float16 -> float16"):
         pcr.gemm(a, b, None, d.astype(np.float64))
@@ -210,18 +269,36 @@ def test_host_mixed_with_device_is_rejected(lib):
 
 def test_cuda_array_interface_is_parsed(lib):
     a, b, d = mats()
-    caps, keep = zip(*[_dlpack.cai_capsule(_Cai(x), n, lambda p: 0) for x, n in
-                       ((a, "a"), (b, "b"), (d, "d"))])
+    caps, keep = zip(
+        *[_dlpack.cai_capsule(_Cai(x), n, lambda p: 0) for x, n in ((a, "a"), (b, "b"), (d, "d"))]
+    )
     p = _lib.Problem()
     st = lib.pcr_py_describe(caps[0], caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p))
     assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
     assert (p.m, p.n, p.k, p.layout_a) == (4, 6, 8, 0)
     cap_t, _ = _dlpack.cai_capsule(_Cai(a, strides=(2, 16)), "a", lambda p: 0)  # column-major view
-    assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p)) in (0, errors.ERR_NO_DEVICE)
+    assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p)) in (
+        0,
+        errors.ERR_NO_DEVICE,
+    )
     assert p.layout_a == 1
     with pytest.raises(pcr.DTypeError, match="not supported"):
-        _dlpack.cai_capsule(type("X", (), {"__cuda_array_interface__": {
-            "shape": (1,), "typestr": "<c8", "data": (0, False), "version": 3}})(), "a", None)
+        _dlpack.cai_capsule(
+            type(
+                "X",
+                (),
+                {
+                    "__cuda_array_interface__": {
+                        "shape": (1,),
+                        "typestr": "<c8",
+                        "data": (0, False),
+                        "version": 3,
+                    }
+                },
+            )(),
+            "a",
+            None,
+        )
 
 
 def test_capsules_are_read_once_and_consumed_ones_rejected(lib):
@@ -251,10 +328,13 @@ def test_stream_handles():
     class Proto:
         def __cuda_stream__(self):
             return (0, 1234)
+
     class Torchish:
         cuda_stream = 77
+
     class Cupyish:
         ptr = 99
+
     assert _dlpack.stream_handle(5) == 5
     assert _dlpack.stream_handle(Proto()) == 1234
     assert _dlpack.stream_handle(Torchish()) == 77
@@ -277,7 +357,9 @@ def test_valid_call_without_gpu_raises_no_device(has_gpu):
 
 
 def test_exception_hierarchy():
-    assert issubclass(pcr.InvalidArgumentError, ValueError) and issubclass(pcr.DTypeError, TypeError)
+    assert issubclass(pcr.InvalidArgumentError, ValueError) and issubclass(
+        pcr.DTypeError, TypeError
+    )
     assert issubclass(pcr.UnsupportedError, NotImplementedError)
     assert issubclass(pcr.NoKernelForArchError, pcr.UnsupportedError)
     for status in range(1, 14):
@@ -309,12 +391,13 @@ def test_pure_c_entry_points(lib):
     assert st in (0, errors.ERR_NO_DEVICE) and (p.m, p.n, p.k) == (4, 6, 8)
     # strides given explicitly, in elements: b read as column-major through its transpose
     bt = np.ascontiguousarray(b.T)
-    st = lib.pcr_describe(view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, None,
-                          ctypes.byref(p))
+    st = lib.pcr_describe(
+        view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, None, ctypes.byref(p)
+    )
     assert st in (0, errors.ERR_NO_DEVICE) and p.layout_b == 1
     st = lib.pcr_gemm(view(a), view(b), None, None, 1.0, 0.0, None, -1, None, None)
     assert st == errors.ERR_INVALID_ARGUMENT and "required" in lib.last_error()
-    st = lib.pcr_gemm(view(a), view(b), None, view(d), 1.0, 0.0, None, 10 ** 6, None, None)
+    st = lib.pcr_gemm(view(a), view(b), None, view(d), 1.0, 0.0, None, 10**6, None, None)
     assert st in (errors.ERR_KERNEL_NOT_FOUND, errors.ERR_NO_DEVICE)
 
 
@@ -329,8 +412,11 @@ def test_pure_c_plans_and_grouped_calls(lib, has_gpu):
     assert lib.pcr_plan_create(*args, None) == errors.ERR_INVALID_ARGUMENT
     assert "plan is NULL" in lib.last_error()
     assert lib.pcr_plan_create(*args, ctypes.byref(plan)) == gpu_only and not plan.value
-    assert lib.pcr_plan_run_with(None, view(a), view(b), None, view(d), None, None) == \
-        errors.ERR_INVALID_ARGUMENT and "plan is NULL" in lib.last_error()
+    assert (
+        lib.pcr_plan_run_with(None, view(a), view(b), None, view(d), None, None)
+        == errors.ERR_INVALID_ARGUMENT
+        and "plan is NULL" in lib.last_error()
+    )
 
     def group(x):
         return (ctypes.POINTER(_lib.DLTensor) * 1)(ctypes.pointer(view(x)))
@@ -338,19 +424,30 @@ def test_pure_c_plans_and_grouped_calls(lib, has_gpu):
     keep = [group(x) for x in (a, b, d)]
     assert lib.pcr_grouped_gemm(*keep[:2], None, keep[2], 1, 1.0, 0.0, -1, None, None) == gpu_only
     assert lib.pcr_grouped_gemm(None, None, None, None, 0, 1.0, 0.0, -1, None, None) == 0
-    assert lib.pcr_grouped_gemm(None, None, None, None, -1, 1.0, 0.0, -1, None, None) == \
-        errors.ERR_INVALID_ARGUMENT and "count >= 0" in lib.last_error()
+    assert (
+        lib.pcr_grouped_gemm(None, None, None, None, -1, 1.0, 0.0, -1, None, None)
+        == errors.ERR_INVALID_ARGUMENT
+        and "count >= 0" in lib.last_error()
+    )
     w, offsets = np.ones((1, 8, 6), F16), np.array([0, 4], np.int32)
-    assert lib.pcr_moe_gemm(view(a), view(b), view(offsets), view(d), 1.0, -1, None, None) == \
-        errors.ERR_INVALID_ARGUMENT and "w must be 3-D" in lib.last_error()
-    assert lib.pcr_moe_gemm(view(a), view(w), None, view(d), 1.0, -1, None, None) == \
-        errors.ERR_INVALID_ARGUMENT and "offsets and out are required" in lib.last_error()
+    assert (
+        lib.pcr_moe_gemm(view(a), view(b), view(offsets), view(d), 1.0, -1, None, None)
+        == errors.ERR_INVALID_ARGUMENT
+        and "w must be 3-D" in lib.last_error()
+    )
+    assert (
+        lib.pcr_moe_gemm(view(a), view(w), None, view(d), 1.0, -1, None, None)
+        == errors.ERR_INVALID_ARGUMENT
+        and "offsets and out are required" in lib.last_error()
+    )
 
 
 def test_operands_on_two_gpus_are_rejected(lib):
     a, b, d = mats()
-    caps = [_dlpack.cai_capsule(_Cai(x), n, lambda p, dev=dev: dev)
-            for x, n, dev in ((a, "a", 0), (b, "b", 1), (d, "d", 0))]
+    caps = [
+        _dlpack.cai_capsule(_Cai(x), n, lambda p, dev=dev: dev)
+        for x, n, dev in ((a, "a", 0), (b, "b", 1), (d, "d", 0))
+    ]
     st = lib.gemm(caps[0][0], caps[1][0], None, caps[2][0], 1.0, 0.0, None, -1, 0, 0)
     assert st == errors.ERR_DEVICE_MISMATCH
     assert "b is on cuda:1 but d is on cuda:0" in lib.last_error()
@@ -375,15 +472,22 @@ def test_bias_broadcasts_like_numpy(lib):
     """(N,) and (1, N) add per column, (M, 1) per row; a column-major d flips the axis."""
     a, b, d = mats(4, 6, 8)
     col, row = BiasAxis.BIAS_PER_COLUMN, BiasAxis.BIAS_PER_ROW
-    for bias, axis in ((np.zeros(6, F16), col), (np.zeros((1, 6), F16), col),
-                       (np.zeros((4, 1), F16), row), (np.zeros((1, 1, 6), F16), col)):
+    for bias, axis in (
+        (np.zeros(6, F16), col),
+        (np.zeros((1, 6), F16), col),
+        (np.zeros((4, 1), F16), row),
+        (np.zeros((1, 1, 6), F16), col),
+    ):
         p = expect_valid(lib, a, b, None, d, bias=bias)
         assert (p.bias, p.epilogue, p.align_bias) == (axis, Epilogue.EPI_BIASACT, 16), bias.shape
     p = expect_valid(lib, a, b, None, np.asfortranarray(d), bias=np.zeros(6, F16))
     assert p.transposed and p.bias == row
     p = expect_valid(lib, a, b, None, d, activation=Activation.ACT_SILU)
-    assert (p.bias, p.activation, p.epilogue) == (BiasAxis.BIAS_NONE, Activation.ACT_SILU,
-                                                  Epilogue.EPI_BIASACT)
+    assert (p.bias, p.activation, p.epilogue) == (
+        BiasAxis.BIAS_NONE,
+        Activation.ACT_SILU,
+        Epilogue.EPI_BIASACT,
+    )
     assert expect_valid(lib, a, b, None, d).epilogue == 0
 
 
@@ -391,30 +495,66 @@ def test_bias_and_activation_errors():
     a, b, d = mats(4, 6, 8)
     err(pcr.InvalidArgumentError, "does not broadcast", a, b, None, d, bias=np.zeros(5, F16))
     err(pcr.InvalidArgumentError, "does not broadcast", a, b, None, d, bias=np.zeros((4, 6), F16))
-    err(pcr.UnsupportedError, "bias is float32 but d is float16", a, b, None, d,
-        bias=np.zeros(6, np.float32))
-    err(pcr.InvalidArgumentError, "bias must be contiguous", a, b, None, d,
-        bias=np.zeros(12, F16)[::2])
-    err(pcr.UnsupportedError, "one bias vector serves the whole batch", a, b, None, d,
-        bias=np.zeros((2, 1, 6), F16))
+    err(
+        pcr.UnsupportedError,
+        "bias is float32 but d is float16",
+        a,
+        b,
+        None,
+        d,
+        bias=np.zeros(6, np.float32),
+    )
+    err(
+        pcr.InvalidArgumentError,
+        "bias must be contiguous",
+        a,
+        b,
+        None,
+        d,
+        bias=np.zeros(12, F16)[::2],
+    )
+    err(
+        pcr.UnsupportedError,
+        "one bias vector serves the whole batch",
+        a,
+        b,
+        None,
+        d,
+        bias=np.zeros((2, 1, 6), F16),
+    )
     err(pcr.OverlapError, "d overlaps bias", a, b, None, d, bias=d[0])
-    err(pcr.InvalidArgumentError, "activation must be None or one of", a, b, None, d,
-        activation="tanh")
-    err(pcr.InvalidArgumentError, "activation must be None or one of", a, b, None, d,
-        activation=1)
+    err(
+        pcr.InvalidArgumentError,
+        "activation must be None or one of",
+        a,
+        b,
+        None,
+        d,
+        activation="tanh",
+    )
+    err(pcr.InvalidArgumentError, "activation must be None or one of", a, b, None, d, activation=1)
     # float16 -> float32 kernels exist in the CI build, but none with a fused epilogue
     d32 = np.zeros((4, 6), np.float32)
-    if any(k.dtype_a == "float16" and k.dtype_d == "float32" and k.epilogue == "linear"
-           for k in pcr.kernels()):
-        err(pcr.UnsupportedError, "float16 -> float32 with a fused bias/activation epilogue; "
-            "available with a fused bias/activation epilogue: float16 x float16 -> float16", a, b, None, d32,
-            bias=np.zeros(6, np.float32))
+    if any(
+        k.dtype_a == "float16" and k.dtype_d == "float32" and k.epilogue == "linear"
+        for k in pcr.kernels()
+    ):
+        err(
+            pcr.UnsupportedError,
+            "float16 -> float32 with a fused bias/activation epilogue; "
+            "available with a fused bias/activation epilogue: float16 x float16 -> float16",
+            a,
+            b,
+            None,
+            d32,
+            bias=np.zeros(6, np.float32),
+        )
 
 
 def test_batches_are_described(lib):
     rng = np.random.default_rng(1)
     a = rng.integers(-4, 5, (3, 4, 8)).astype(F16)
-    b = rng.integers(-4, 5, (8, 6)).astype(F16)          # shared by the batch
+    b = rng.integers(-4, 5, (8, 6)).astype(F16)  # shared by the batch
     d = np.zeros((3, 4, 6), F16)
     p = expect_valid(lib, a, b, None, d)
     assert (p.batch, p.m, p.n, p.k) == (3, 4, 6, 8)
@@ -429,12 +569,24 @@ def test_batches_are_described(lib):
 def test_batch_errors():
     a, b, d = np.zeros((3, 4, 8), F16), np.zeros((2, 8, 6), F16), np.zeros((3, 4, 6), F16)
     err(pcr.InvalidArgumentError, "batch mismatch: b holds 2 matrices", a, b, None, d)
-    err(pcr.InvalidArgumentError, "d holds 1 matrices but a holds 3", a,
-        np.zeros((8, 6), F16), None, np.zeros((4, 6), F16))
+    err(
+        pcr.InvalidArgumentError,
+        "d holds 1 matrices but a holds 3",
+        a,
+        np.zeros((8, 6), F16),
+        None,
+        np.zeros((4, 6), F16),
+    )
     shared_d = np.lib.stride_tricks.as_strided(np.zeros((4, 6), F16), (3, 4, 6), (0, 12, 2))
     err(pcr.OverlapError, "d's matrices overlap", a, np.zeros((8, 6), F16), None, shared_d)
-    err(pcr.InvalidArgumentError, "2-D matrix or a 3-D batch", np.zeros((1, 1, 4, 8), F16),
-        np.zeros((8, 6), F16), None, np.zeros((4, 6), F16))
+    err(
+        pcr.InvalidArgumentError,
+        "2-D matrix or a 3-D batch",
+        np.zeros((1, 1, 4, 8), F16),
+        np.zeros((8, 6), F16),
+        None,
+        np.zeros((4, 6), F16),
+    )
 
 
 def test_grouped_front_door_checks():
@@ -457,20 +609,31 @@ def test_scales_are_checked(lib):
     d16 = np.zeros((4, 6), F16)
     # scales dequantize int8 / fp8 only
     a16, b16, _ = mats()
-    err(pcr.UnsupportedError, "int8 and fp8", a16, b16, None, d16,
-        scale_a=np.ones(4, np.float32))
-    err(pcr.UnsupportedError, "must be float32", a, b, None, d16,
-        scale_a=np.ones(4, np.float16))
-    err(pcr.InvalidArgumentError, "pass one .per tensor. or 4", a, b, None, d16,
-        scale_a=np.ones(6, np.float32))
+    err(pcr.UnsupportedError, "int8 and fp8", a16, b16, None, d16, scale_a=np.ones(4, np.float32))
+    err(pcr.UnsupportedError, "must be float32", a, b, None, d16, scale_a=np.ones(4, np.float16))
+    err(
+        pcr.InvalidArgumentError,
+        "pass one .per tensor. or 4",
+        a,
+        b,
+        None,
+        d16,
+        scale_a=np.ones(6, np.float32),
+    )
     err(pcr.InvalidArgumentError, "or 6", a, b, None, d16, scale_b=np.ones((6, 1), np.float32))
-    err(pcr.MisalignedError, "contiguous", a, b, None, d16,
-        scale_b=np.ones(12, np.float32)[::2])
+    err(pcr.MisalignedError, "contiguous", a, b, None, d16, scale_b=np.ones(12, np.float32)[::2])
     # kinds, and their roles once d is column-major (computed as d^T = b^T a^T)
     vector, tensor = ScaleKind.SCALE_VECTOR, ScaleKind.SCALE_TENSOR
     for dd, want in ((d16, (vector, tensor)), (np.asfortranarray(d16), (tensor, vector))):
-        st, p = describe(lib, a, b, None, dd, scale_a=np.ones((4, 1), np.float32),
-                         scale_b=np.ones((1, 1), np.float32))
+        st, p = describe(
+            lib,
+            a,
+            b,
+            None,
+            dd,
+            scale_a=np.ones((4, 1), np.float32),
+            scale_b=np.ones((1, 1), np.float32),
+        )
         assert (p.scale_m, p.scale_n) == want, lib.last_error()
         assert st in (0, errors.ERR_NO_DEVICE, errors.ERR_UNSUPPORTED)
         if st == 0 or st == errors.ERR_NO_DEVICE:
@@ -487,7 +650,7 @@ def test_int32_outputs_take_integer_scalars():
     d = np.zeros((4, 6), np.int32)
     err(pcr.InvalidArgumentError, r"must be\s+integers", a, b, None, d, 0.5)
     err(pcr.InvalidArgumentError, "integers", a, b, d, d, 1.0, 0.25)
-    err(pcr.InvalidArgumentError, "int32's range", a, b, None, d, 2.0 ** 31)
+    err(pcr.InvalidArgumentError, "int32's range", a, b, None, d, 2.0**31)
 
 
 def test_math_selects_tf32_kernels(lib):

@@ -1,6 +1,6 @@
 """GPU tests: skipped, with the reason, where no GPU (or no torch) is usable."""
-import pytest
 
+import pytest
 from helpers import gpu_reason
 
 
@@ -9,6 +9,7 @@ def pytest_collection_modifyitems(config, items):
     if reason is None:
         try:
             import torch
+
             if not torch.cuda.is_available():
                 reason = "torch sees no CUDA device"
         except ImportError:
@@ -36,7 +37,11 @@ def pytest_runtest_makereport(item, call):
     excinfo = call.excinfo
     if report.when == "call" and excinfo is not None and MISSING_DTYPES in str(excinfo.value):
         import pycutlass_rt as pcr
+
         if isinstance(excinfo.value, pcr.UnsupportedError):
             report.outcome = "skipped"
-            report.longrepr = (str(item.fspath), item.location[1] or 0,
-                               f"Skipped: {str(excinfo.value).splitlines()[0][:200]}")
+            report.longrepr = (
+                str(item.fspath),
+                item.location[1] or 0,
+                f"Skipped: {str(excinfo.value).splitlines()[0][:200]}",
+            )

@@ -22,6 +22,8 @@ runs, so none is chosen: ``explain`` and plans name none), records an empty batc
 Prints ``start <kernel> <case>`` before each case (flushed) and, per kernel, ``ok <kernel>``
 or ``FAIL <kernel> <case>: <why>``; exits 1 if any case failed.
 """
+
+import functools
 import itertools
 import os
 import sys
@@ -31,16 +33,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIZE = 16  # a multiple of every kernel's alignment in elements (int8 and fp8 take 16)
 #: (L, M, N, K): L None for 2-D operands. Every combination with an empty extent, over
 #: 2-D operands, an empty batch and a batch of 3.
-SHAPES = [(L, *mnk) for L in (None, 0, 3)
-          for mnk in itertools.product((0, SIZE), repeat=3)
-          if L == 0 or 0 in mnk]
+SHAPES = [
+    (L, *mnk)
+    for L in (None, 0, 3)
+    for mnk in itertools.product((0, SIZE), repeat=3)
+    if L == 0 or 0 in mnk
+]
 
 
 def main(which: str) -> int:
     import torch
+    from helpers import runnable_kernels, torch_dtype
 
     import pycutlass_rt as pcr
-    from helpers import runnable_kernels, torch_dtype
 
     def ints(shape, dtype):
         """Integers in [-4, 4]: every sum and product below is exact in every dtype."""
@@ -79,15 +84,22 @@ def main(which: str) -> int:
     def same(got, want):
         torch.cuda.synchronize()
         if got.shape != want.shape or not torch.equal(got.double(), want):
-            raise AssertionError(f"wrong result: got {got.double().flatten()[:8].tolist()}, "
-                                 f"want {want.flatten()[:8].tolist()}")
+            raise AssertionError(
+                f"wrong result: got {got.double().flatten()[:8].tolist()}, "
+                f"want {want.flatten()[:8].tolist()}"
+            )
 
     def gemm_cases(k, name, layout=None):
         la, lb = layout or k.layout
         for L, m, n, kk in SHAPES:
-            yield f"gemm L={L} {m}x{n}x{kk}", lambda: run_gemm(k, name, L, m, n, kk, la, lb)
-        yield "batch 1 against an empty batch", lambda: run_gemm(k, name, 0, SIZE, SIZE, SIZE,
-                                                                 la, lb, shared_a=True)
+            yield (
+                f"gemm L={L} {m}x{n}x{kk}",
+                functools.partial(run_gemm, k, name, L, m, n, kk, la, lb),
+            )
+        yield (
+            "batch 1 against an empty batch",
+            lambda: run_gemm(k, name, 0, SIZE, SIZE, SIZE, la, lb, shared_a=True),
+        )
         yield "empty batch against d of one matrix", lambda: mismatch(k, name, la, lb)
 
     def run_gemm(k, name, L, m, n, kk, la, lb, shared_a=False):
@@ -122,9 +134,12 @@ def main(which: str) -> int:
         la, lb = k.layout
 
         def group(m, n, kk):
-            return (matrix(None, m, kk, la, in_dt), matrix(None, kk, n, lb, in_dt),
-                    matrix(None, m, n, "t", out_dt),
-                    torch.full((m, n), -77, device="cuda").to(out_dt))
+            return (
+                matrix(None, m, kk, la, in_dt),
+                matrix(None, kk, n, lb, in_dt),
+                matrix(None, m, n, "t", out_dt),
+                torch.full((m, n), -77, device="cuda").to(out_dt),
+            )
 
         def run_groups(shapes):
             groups = [group(*s) for s in shapes]
@@ -147,16 +162,24 @@ def main(which: str) -> int:
             same(out, want)
 
         yield "grouped: no group", lambda: run_groups([])
-        yield "grouped: only empty groups", lambda: run_groups(
-            [(0, SIZE, SIZE), (SIZE, 0, SIZE), (0, 0, 0)])
-        yield "grouped: empty groups among real ones", lambda: run_groups(
-            [(0, SIZE, SIZE), (SIZE, SIZE, SIZE), (SIZE, SIZE, 0), (SIZE, 0, SIZE)])
+        yield (
+            "grouped: only empty groups",
+            lambda: run_groups([(0, SIZE, SIZE), (SIZE, 0, SIZE), (0, 0, 0)]),
+        )
+        yield (
+            "grouped: empty groups among real ones",
+            lambda: run_groups(
+                [(0, SIZE, SIZE), (SIZE, SIZE, SIZE), (SIZE, SIZE, 0), (SIZE, 0, SIZE)]
+            ),
+        )
         yield "moe: no token", lambda: run_moe(0, 4, SIZE, [0, 0, 0, 0, 0])
         yield "moe: no expert", lambda: run_moe(SIZE, 0, SIZE, [0])
         if la == "t":  # moe_gemm reads x row-major: kernels of column-major A never run it
             yield "moe: every expert empty", lambda: run_moe(SIZE, 3, SIZE, [0, 0, 0, 0])
-            yield "moe: some experts empty", lambda: run_moe(2 * SIZE, 4, SIZE,
-                                                              [0, 0, SIZE, SIZE, 2 * SIZE - 3])
+            yield (
+                "moe: some experts empty",
+                lambda: run_moe(2 * SIZE, 4, SIZE, [0, 0, SIZE, SIZE, 2 * SIZE - 3]),
+            )
         yield "moe: K = 0", lambda: run_moe(2 * SIZE, 3, 0, [0, 5, 5, SIZE])
 
     def tune_cases(k):
@@ -181,13 +204,18 @@ def main(which: str) -> int:
         # both operands row-major: a layout most dtypes have no kernel for, which an
         # empty problem (no kernel runs) must not care about
         todo = [(k, None, gemm_cases(k, None, "tt")) for k in kinds]
-        todo += [(k, None, grouped_cases(k, None)) for k in runnable_kernels(
-            lambda k: (k.dtype_a, k.dtype_d, k.layout), grouped=True)]
+        todo += [
+            (k, None, grouped_cases(k, None))
+            for k in runnable_kernels(lambda k: (k.dtype_a, k.dtype_d, k.layout), grouped=True)
+        ]
         todo += [(k, None, tune_cases(k)) for k in kinds[:1]]
     else:
-        todo = [(k, k.name, (grouped_cases if k.grouped else gemm_cases)(k, k.name))
-                for grouped in (False, True) for k in runnable_kernels(grouped=grouped)
-                if str(k.family) == which]
+        todo = [
+            (k, k.name, (grouped_cases if k.grouped else gemm_cases)(k, k.name))
+            for grouped in (False, True)
+            for k in runnable_kernels(grouped=grouped)
+            if str(k.family) == which
+        ]
     failed = 0
     for k, name, cases in todo:
         label = name or f"selected({k.dtype_a}->{k.dtype_d},{k.epilogue},{k.layout})"

@@ -8,6 +8,7 @@ also checks the answers.
 
     python tests/gpu/sanitize_cases.py   # what the test runs, without the sanitizer
 """
+
 import os
 import sys
 
@@ -16,9 +17,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main():
     import torch
+    from helpers import empty, matrix, runnable_kernels, torch_dtype
 
     import pycutlass_rt as pcr
-    from helpers import empty, matrix, runnable_kernels, torch_dtype
 
     failures = []
     # Outputs start as NaN: an element a kernel leaves unwritten fails the check, and
@@ -26,8 +27,10 @@ def main():
 
     def check(what, a, b, c, d, alpha=1.0, beta=0.0, plan=False, **kw):
         sa, sb = kw.get("scale_a"), kw.get("scale_b")  # dequantization: (sa * a) @ (b * sb)
-        want = alpha * ((a.double() * (1 if sa is None else sa.double())) @
-                        (b.double() * (1 if sb is None else sb.double())))  # c may be d
+        want = alpha * (
+            (a.double() * (1 if sa is None else sa.double()))
+            @ (b.double() * (1 if sb is None else sb.double()))
+        )  # c may be d
         if c is not None and beta:
             want += beta * c.double()
         if kw.get("bias") is not None:
@@ -45,8 +48,9 @@ def main():
     bf = torch.bfloat16
 
     # one kernel of every family, input dtype, schedule, split, swap and alignment class
-    for k in runnable_kernels(lambda k: (k.family, k.dtype_a, k.schedule, k.split, k.swap_ab,
-                                         k.align[0] == 1, k.epilogue)):
+    for k in runnable_kernels(
+        lambda k: (k.family, k.dtype_a, k.schedule, k.split, k.swap_ab, k.align[0] == 1, k.epilogue)
+    ):
         if k.dtype_d == "int8":
             continue  # saturating outputs: tests/gpu/test_dtypes.py checks them
         tm, tn, tk = k.tile
@@ -60,30 +64,76 @@ def main():
         if k.epilogue != "linear":
             extra.update(bias=matrix(1, n, "t", td)[0], activation="relu")
         if k.epilogue == "scaled":
-            extra.update(scale_a=torch.rand(m, 1, device="cuda") + 0.5,
-                         scale_b=torch.rand(1, n, device="cuda") + 0.5)
+            extra.update(
+                scale_a=torch.rand(m, 1, device="cuda") + 0.5,
+                scale_b=torch.rand(1, n, device="cuda") + 0.5,
+            )
         alpha, beta = (1.5, -0.5) if td.is_floating_point else (2.0, -1.0)
-        check(k.name, a, b, matrix(m, n, "t", td), empty(m, n, td), alpha, beta,
-              kernel=k.name, **extra)
+        check(
+            k.name,
+            a,
+            b,
+            matrix(m, n, "t", td),
+            empty(m, n, td),
+            alpha,
+            beta,
+            kernel=k.name,
+            **extra,
+        )
 
-    check("odd sizes (alignment 1)", matrix(67, 129, "t", bf), matrix(129, 65, "n", bf), None,
-          empty(67, 65))
-    check("shifted view", matrix(96, 72, "t", bf, offset=1), matrix(72, 40, "t", bf), None,
-          empty(96, 40))
-    check("k = 0", matrix(80, 0, "t", bf), matrix(0, 48, "t", bf), matrix(80, 48, "n", bf),
-          empty(80, 48), 1.0, 2.0)
+    check(
+        "odd sizes (alignment 1)",
+        matrix(67, 129, "t", bf),
+        matrix(129, 65, "n", bf),
+        None,
+        empty(67, 65),
+    )
+    check(
+        "shifted view",
+        matrix(96, 72, "t", bf, offset=1),
+        matrix(72, 40, "t", bf),
+        None,
+        empty(96, 40),
+    )
+    check(
+        "k = 0",
+        matrix(80, 0, "t", bf),
+        matrix(0, 48, "t", bf),
+        matrix(80, 48, "n", bf),
+        empty(80, 48),
+        1.0,
+        2.0,
+    )
     d = matrix(130, 136, "t", bf)
     check("c is d", matrix(130, 264, "t", bf), matrix(264, 136, "t", bf), d, d, 1.0, 1.0)
     a, b = matrix(257, 1025, "t", bf), matrix(1025, 520, "n", bf)  # 2^27 MACs, odd K
     assert pcr.explain(a, b, None, empty(257, 520)).problem["staged"], "not staged"
     check("staged", a, b, None, empty(257, 520))
-    check("plan", matrix(200, 136, "n", bf), matrix(136, 264, "t", bf), None, empty(200, 264),
-          plan=True)
+    check(
+        "plan",
+        matrix(200, 136, "n", bf),
+        matrix(136, 264, "t", bf),
+        None,
+        empty(200, 264),
+        plan=True,
+    )
 
-    check("batch", matrix(3 * 70, 72, "t", bf).reshape(3, 70, 72), matrix(72, 48, "n", bf), None,
-          torch.full((3, 70, 48), float("nan"), device="cuda", dtype=bf))
-    check("bias per row + relu", matrix(90, 64, "t", bf), matrix(64, 56, "t", bf), None,
-          empty(90, 56), bias=matrix(90, 1, "t", bf), activation="relu")
+    check(
+        "batch",
+        matrix(3 * 70, 72, "t", bf).reshape(3, 70, 72),
+        matrix(72, 48, "n", bf),
+        None,
+        torch.full((3, 70, 48), float("nan"), device="cuda", dtype=bf),
+    )
+    check(
+        "bias per row + relu",
+        matrix(90, 64, "t", bf),
+        matrix(64, 56, "t", bf),
+        None,
+        empty(90, 56),
+        bias=matrix(90, 1, "t", bf),
+        activation="relu",
+    )
 
     if any(k.grouped for k in pcr.kernels()):
         sizes = [(0, 40, 64), (1, 8, 8), (70, 48, 96), (130, 136, 64)]
@@ -99,10 +149,12 @@ def main():
         starts = [0, 100, 100, 250]
         pairs = [(d, a.double() @ b.double()) for a, b, d in zip(As, Bs, Ds)] + [
             (out[s:e], x[s:e].double() @ w[i].double())
-            for i, (s, e) in enumerate(zip(starts, ends.tolist()))]
+            for i, (s, e) in enumerate(zip(starts, ends.tolist()))
+        ]
         for i, (got, want) in enumerate(pairs):
-            if got.numel() and not ((got.double() - want).norm()
-                                    <= 1.6e-2 * want.norm().clamp_min(1e-30)):
+            if got.numel() and not (
+                (got.double() - want).norm() <= 1.6e-2 * want.norm().clamp_min(1e-30)
+            ):
                 failures.append(f"grouped case {i}")
         print("grouped and moe: checked", flush=True)
 

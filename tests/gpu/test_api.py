@@ -1,18 +1,23 @@
 """gemm through the public API on the GPU: layouts, strides, alignment fallbacks, C forms,
 scalars, frameworks (torch, cupy, jax, numba, numpy), streams, threads and CUDA graphs."""
+
 import itertools
 import threading
 
 import numpy as np
 import pytest
+from helpers import matrix as mat
 
 import pycutlass_rt as pcr
-from helpers import matrix as mat
 
 torch = pytest.importorskip("torch")
 
-DTYPES = [(torch.float16, torch.float16), (torch.float16, torch.float32),
-          (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32)]
+DTYPES = [
+    (torch.float16, torch.float16),
+    (torch.float16, torch.float32),
+    (torch.bfloat16, torch.bfloat16),
+    (torch.bfloat16, torch.float32),
+]
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
 
 
@@ -40,8 +45,18 @@ def test_all_layouts(in_dt, out_dt, la, lb, lc, ld):
     close(d, ref(a, b, c, 1.25, -0.5), f"{la}{lb}{lc}{ld}")
 
 
-@pytest.mark.parametrize("m,n,k", [(127, 1000, 4097), (1, 1, 1), (3, 5, 7), (1, 4096, 4096),
-                                   (4096, 1, 64), (8191, 256, 16), (256, 256, 65536)])
+@pytest.mark.parametrize(
+    "m,n,k",
+    [
+        (127, 1000, 4097),
+        (1, 1, 1),
+        (3, 5, 7),
+        (1, 4096, 4096),
+        (4096, 1, 64),
+        (8191, 256, 16),
+        (256, 256, 65536),
+    ],
+)
 def test_odd_sizes_and_alignment_fallback(m, n, k):
     a, b = mat(m, k, "t", torch.bfloat16), mat(k, n, "t", torch.bfloat16)
     d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -61,8 +76,19 @@ def test_padded_and_shifted_views(pad, offset):
     close(d, ref(a, b), f"pad {pad} offset {offset}")
 
 
-@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (0.5, 0.0), (1.0, 1.0), (-1.5, 0.25),
-                                        (0.0, 1.0), (2.0, -1.0), (np.float32(0.75), np.float64(0.5)), (3, 2)])
+@pytest.mark.parametrize(
+    "alpha,beta",
+    [
+        (1.0, 0.0),
+        (0.5, 0.0),
+        (1.0, 1.0),
+        (-1.5, 0.25),
+        (0.0, 1.0),
+        (2.0, -1.0),
+        (np.float32(0.75), np.float64(0.5)),
+        (3, 2),
+    ],
+)
 def test_alpha_beta(alpha, beta):
     a, b = mat(96, 160, "t", torch.bfloat16), mat(160, 112, "n", torch.bfloat16)
     c = mat(96, 112, "t", torch.float32)
@@ -88,9 +114,15 @@ def test_c_is_d_and_c_forms():
 
 
 def test_empty_and_k_zero():
-    a, b = torch.empty(0, 8, device="cuda", dtype=torch.float16), torch.empty(8, 16, device="cuda", dtype=torch.float16)
+    a, b = (
+        torch.empty(0, 8, device="cuda", dtype=torch.float16),
+        torch.empty(8, 16, device="cuda", dtype=torch.float16),
+    )
     pcr.gemm(a, b, None, torch.empty(0, 16, device="cuda", dtype=torch.float16))
-    a, b = torch.empty(8, 0, device="cuda", dtype=torch.float16), torch.empty(0, 16, device="cuda", dtype=torch.float16)
+    a, b = (
+        torch.empty(8, 0, device="cuda", dtype=torch.float16),
+        torch.empty(0, 16, device="cuda", dtype=torch.float16),
+    )
     c = torch.randn(8, 16, device="cuda", dtype=torch.float16)
     d = torch.full((8, 16), float("nan"), device="cuda", dtype=torch.float16)
     pcr.gemm(a, b, c, d, 1.0, 3.0)
@@ -112,8 +144,11 @@ def test_errors_on_gpu():
     with pytest.raises(pcr.UnsupportedError, match="available"):
         pcr.gemm(a.double(), b.double(), None, d.float())  # no float64 -> float32 kernel
     misaligned = torch.empty(64 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(64, 64)
-    sm90 = [k.name for k in pcr.kernels() if k.family == 90 and k.dtype_a == "float16"
-            and k.dtype_d == "float16" and k.layout == "tt"]
+    sm90 = [
+        k.name
+        for k in pcr.kernels()
+        if k.family == 90 and k.dtype_a == "float16" and k.dtype_d == "float16" and k.layout == "tt"
+    ]
     if sm90:
         with pytest.raises(pcr.MisalignedError, match="16-byte alignment of a"):
             pcr.gemm(misaligned, b, None, d, kernel=sm90[0])
@@ -123,7 +158,9 @@ def test_explain_matches_gemm_choice():
     a, b = mat(4096, 4096, "t", torch.bfloat16), mat(4096, 4096, "n", torch.bfloat16)
     d = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
     e = pcr.explain(a, b, None, d)
-    assert e.kernel and e.kernel.startswith("sm90_" if torch.cuda.get_device_capability() == (9, 0) else "sm80_")
+    assert e.kernel and e.kernel.startswith(
+        "sm90_" if torch.cuda.get_device_capability() == (9, 0) else "sm80_"
+    )
     assert e.problem["layout"] == "tn" and e.ranked[0][0] == e.kernel
     assert str(e).startswith("problem: 4096x4096x4096")
     pcr.gemm(a, b, None, d, kernel=e.kernel)
@@ -242,15 +279,25 @@ def test_numba_cuda_array_interface():
 def test_demo_runs():
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "pycutlass_rt", "demo", "--size", "2048"],
-                         capture_output=True, text=True, timeout=600)
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pycutlass_rt", "demo", "--size", "2048"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all results match" in out.stdout
 
 
-@pytest.mark.parametrize("m,n,k,la,lb,ld", [(1000, 1000, 1001, "t", "t", "t"),
-                                            (517, 1030, 999, "n", "t", "n"),
-                                            (640, 2049, 513, "t", "n", "t")])
+@pytest.mark.parametrize(
+    "m,n,k,la,lb,ld",
+    [
+        (1000, 1000, 1001, "t", "t", "t"),
+        (517, 1030, 999, "n", "t", "n"),
+        (640, 2049, 513, "t", "n", "t"),
+    ],
+)
 @pytest.mark.parametrize("c_mode", ["none", "c", "c_is_d"])
 def test_large_misaligned_problems_are_staged(m, n, k, la, lb, ld, c_mode):
     """Odd leading dimensions: the operands go through aligned scratch to a fast kernel."""

@@ -5,19 +5,24 @@ of 1, or batch stride 0 from expand), column-major and transposed views, fused e
 plans and graph capture; one kernel of each family, schedule, split, swap and alignment
 class is forced by name, and the selected kernel is checked too.
 """
+
 import pytest
+from helpers import math_of, runnable_kernels, tolerance, torch_dtype
 
 import pycutlass_rt as pcr
-from helpers import math_of, runnable_kernels, tolerance, torch_dtype
 
 torch = pytest.importorskip("torch")
 
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
 
 # float outputs (int32 ones run the same batch mode; tests/gpu/test_kernels.py has them)
-KINDS = [k.name for k in runnable_kernels(
-    lambda k: (k.family, k.dtype_a, k.schedule, k.split, k.swap_ab, k.align[0] == 1,
-               k.epilogue)) if torch_dtype(k.dtype_d).is_floating_point]
+KINDS = [
+    k.name
+    for k in runnable_kernels(
+        lambda k: (k.family, k.dtype_a, k.schedule, k.split, k.swap_ab, k.align[0] == 1, k.epilogue)
+    )
+    if torch_dtype(k.dtype_d).is_floating_point
+]
 
 
 def batch(L, rows, cols, layout="t", dtype=torch.bfloat16, gap=0):
@@ -60,8 +65,18 @@ def test_kernel_batched(name):
     d = nan_batch(L, m, n, out_dt, gap=gap)
     fused = k.epilogue != "linear"
     bias = torch.randn(n, device="cuda").to(out_dt) if fused else None
-    pcr.gemm(a, b, c, d, 0.5, 1.0, bias=bias, activation="relu" if fused else None,
-             math=math_of(k), kernel=name)
+    pcr.gemm(
+        a,
+        b,
+        c,
+        d,
+        0.5,
+        1.0,
+        bias=bias,
+        activation="relu" if fused else None,
+        math=math_of(k),
+        kernel=name,
+    )
     ref = 0.5 * torch.bmm(a.double(), b.double()) + c.double()
     if fused:
         ref = torch.relu(ref + bias.double())
@@ -90,8 +105,8 @@ def test_shared_operands(shared):
 
 def test_column_major_output_and_transposed_views():
     L, m, n, k = 5, 120, 80, 64
-    a = batch(L, k, m).transpose(1, 2)   # (L, m, k) column-major
-    b = batch(L, n, k).transpose(1, 2)   # (L, k, n) column-major: x @ w.t() per batch
+    a = batch(L, k, m).transpose(1, 2)  # (L, m, k) column-major
+    b = batch(L, n, k).transpose(1, 2)  # (L, k, n) column-major: x @ w.t() per batch
     d = nan_batch(L, n, m, torch.bfloat16).transpose(1, 2)  # column-major output
     pcr.gemm(a, b, None, d)
     check(d, torch.bmm(a.double(), b.double()), "column-major d")
@@ -142,8 +157,7 @@ def test_batch_errors():
     with pytest.raises(pcr.InvalidArgumentError, match="batch mismatch"):
         pcr.gemm(a, b, None, d)
     with pytest.raises(pcr.InvalidArgumentError, match="d holds 1 matrices"):
-        pcr.gemm(a, batch(3, 8, 8), None, torch.empty(8, 8, device="cuda",
-                                                      dtype=torch.bfloat16))
+        pcr.gemm(a, batch(3, 8, 8), None, torch.empty(8, 8, device="cuda", dtype=torch.bfloat16))
     shared_d = torch.empty(1, 8, 8, device="cuda", dtype=torch.bfloat16).expand(3, 8, 8)
     with pytest.raises(pcr.OverlapError, match="d's matrices overlap"):
         pcr.gemm(a, batch(3, 8, 8), None, shared_d)

@@ -1,15 +1,20 @@
 """The dtypes beyond fp16/bf16 through the public API: fp32 (IEEE and math="tf32"), fp64,
 int8 and fp8 with per-tensor, per-row and per-column scales, against fp64 references."""
+
 import pytest
+from helpers import matrix, reference, runnable_kernels
 
 import pycutlass_rt as pcr
-from helpers import matrix, reference, runnable_kernels
 
 torch = pytest.importorskip("torch")
 
 FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
-OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
-       "int8": torch.int8}
+OUT = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "int8": torch.int8,
+}
 # fp8 MMAs accumulate with fewer bits than fp32: float32 outputs of fp8 inputs get 5e-4
 TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 5e-4}
 
@@ -85,9 +90,16 @@ SCALED = built(lambda k: k.epilogue == "scaled")
 
 @pytest.mark.skipif(not SCALED, reason="no dequantizing kernel of this build runs here")
 @pytest.mark.parametrize("name", [k.name for k in SCALED])
-@pytest.mark.parametrize("kinds", [("vector", "vector"), ("tensor", "vector"),
-                                   ("vector", "tensor"), ("tensor", "tensor"),
-                                   ("float", None)])
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        ("vector", "vector"),
+        ("tensor", "vector"),
+        ("vector", "tensor"),
+        ("tensor", "tensor"),
+        ("float", None),
+    ],
+)
 def test_scaled_kernel(name, kinds):
     k = pcr._kernels.by_name(name)
     in_dt = FP8.get(k.dtype_a, torch.int8)
@@ -96,21 +108,24 @@ def test_scaled_kernel(name, kinds):
     x, w = quantized(m, n, kk, in_dt)
     sa_vec = torch.rand(m, 1, device="cuda") + 0.5
     sb_vec = torch.rand(1, n, device="cuda") + 0.5
-    pick = {"vector": (sa_vec, sb_vec), "tensor": (sa_vec[:1, :1].clone(),
-                                                   sb_vec[:1, :1].clone())}
+    pick = {"vector": (sa_vec, sb_vec), "tensor": (sa_vec[:1, :1].clone(), sb_vec[:1, :1].clone())}
     sa = pick[kinds[0]][0] if kinds[0] in pick else 0.03
     sb = pick[kinds[1]][1] if kinds[1] in pick else None
     small = 1e-4 if in_dt == torch.int8 else 1.0  # int8 products: keep results in range
     d = torch.empty(m, n, device="cuda", dtype=out_dt)
     bias = None if out_dt == torch.int8 else torch.randn(n, device="cuda").to(out_dt)
     act = None if out_dt == torch.int8 else "silu"
-    pcr.gemm(x, w, None, d, small, bias=bias, activation=act, scale_a=sa, scale_b=sb,
-             kernel=name)
+    pcr.gemm(x, w, None, d, small, bias=bias, activation=act, scale_a=sa, scale_b=sb, kernel=name)
     torch.cuda.synchronize()
     sa_ref = sa if torch.is_tensor(sa) else torch.tensor(sa, device="cuda")
     sb_ref = sb if sb is not None else torch.tensor(1.0, device="cuda")
-    ref = reference(sa_ref.double() * x.double(), w.double() * sb_ref.double(), alpha=small,
-                    bias=bias, activation=act)
+    ref = reference(
+        sa_ref.double() * x.double(),
+        w.double() * sb_ref.double(),
+        alpha=small,
+        bias=bias,
+        activation=act,
+    )
     if out_dt == torch.int8:
         assert (d.double() - ref.round().clamp(-128, 127)).abs().max().item() <= 1
     else:
@@ -177,10 +192,14 @@ def test_scales_follow_a_column_major_output_and_plans():
         plan(x, w, None, d, scale_a=sa[:1].clone(), scale_b=sb)  # a scalar is another kind
 
 
-@needs(lambda k: (k.dtype_a, k.dtype_d, k.epilogue) == ("float8_e4m3fn", "bfloat16", "linear"),
-       "e4m3 -> bf16")
-@needs(lambda k: (k.dtype_a, k.dtype_d, k.epilogue) == ("float8_e4m3fn", "bfloat16", "scaled"),
-       "e4m3 -> bf16 dequantizing")
+@needs(
+    lambda k: (k.dtype_a, k.dtype_d, k.epilogue) == ("float8_e4m3fn", "bfloat16", "linear"),
+    "e4m3 -> bf16",
+)
+@needs(
+    lambda k: (k.dtype_a, k.dtype_d, k.epilogue) == ("float8_e4m3fn", "bfloat16", "scaled"),
+    "e4m3 -> bf16 dequantizing",
+)
 def test_fp8_per_tensor_scales_match_torch_scaled_mm():
     x, w = quantized(256, 512, 384, torch.float8_e4m3fn)
     sa = torch.tensor(0.5, device="cuda")
@@ -193,12 +212,17 @@ def test_fp8_per_tensor_scales_match_torch_scaled_mm():
     assert rel_err(d, want.double()) <= 1e-2
 
 
-@needs(lambda k: (k.dtype_a, k.dtype_d, k.epilogue) == ("float8_e4m3fn", "bfloat16", "scaled"),
-       "e4m3 -> bf16 dequantizing")
-@pytest.mark.parametrize("m, n, k, kinds", [
-    (127, 1000, 4097, ("vector", "vector")),  # odd K: a and b staged (K padded with zeros)
-    (1000, 1001, 4097, ("vector", "tensor")),  # odd N too: d staged, no vector along N
-])
+@needs(
+    lambda k: (k.dtype_a, k.dtype_d, k.epilogue) == ("float8_e4m3fn", "bfloat16", "scaled"),
+    "e4m3 -> bf16 dequantizing",
+)
+@pytest.mark.parametrize(
+    "m, n, k, kinds",
+    [
+        (127, 1000, 4097, ("vector", "vector")),  # odd K: a and b staged (K padded with zeros)
+        (1000, 1001, 4097, ("vector", "tensor")),  # odd N too: d staged, no vector along N
+    ],
+)
 def test_scaled_misaligned_operands_are_staged(m, n, k, kinds):
     x, w = quantized(m, n, k, torch.float8_e4m3fn)  # odd K: rows not 16-byte aligned
     sa = torch.rand(m, 1, device="cuda") + 0.5

@@ -4,10 +4,11 @@ Every bias/activation kernel of the build that runs here is forced by name throu
 activation, each bias axis and beta in {0, nonzero}; selection, plans, graph capture,
 K = 0 and the transposed (column-major d) orientation are checked on the chosen kernel.
 """
+
 import pytest
+from helpers import matrix, reference, runnable_kernels
 
 import pycutlass_rt as pcr
-from helpers import matrix, reference, runnable_kernels
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -48,8 +49,12 @@ def test_fused_kernel(name):
     # and a problem of several waves
     edge = 3 if k.align[0] == 1 else 8
     shapes = [(tm + edge, 2 * tn + 8, 3 * tk + edge), (5 * tm, 7 * tn, 2 * tk)]
-    cases = [(act, bias, beta) for act in ACTIVATIONS for bias in ("col", "row", None)
-             for beta in (0.0, 0.5)]
+    cases = [
+        (act, bias, beta)
+        for act in ACTIVATIONS
+        for bias in ("col", "row", None)
+        for beta in (0.0, 0.5)
+    ]
     for i, (act, bias_kind, beta) in enumerate(cases):
         if act is None and bias_kind is None:
             continue  # the plain epilogue: test_kernels covers it
@@ -58,23 +63,25 @@ def test_fused_kernel(name):
         bias = bias_for(bias_kind, m, n, dt)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
         alpha = 1.0 if i % 3 else -0.75
-        pcr.gemm(a, b, c if beta else None, d, alpha, beta, bias=bias, activation=act,
-                 kernel=name)
-        check(d, reference(a, b, c, alpha, beta, bias, act),
-              f"{name} {m}x{n}x{kk} act={act} bias={bias_kind} beta={beta}")
+        pcr.gemm(a, b, c if beta else None, d, alpha, beta, bias=bias, activation=act, kernel=name)
+        check(
+            d,
+            reference(a, b, c, alpha, beta, bias, act),
+            f"{name} {m}x{n}x{kk} act={act} bias={bias_kind} beta={beta}",
+        )
 
 
 def fused_available(layout="tn", dtype="bfloat16"):
-    return any(k.layout == layout and k.dtype_d == dtype
-               for k in map(pcr._kernels.by_name, FUSED))
+    return any(k.layout == layout and k.dtype_d == dtype for k in map(pcr._kernels.by_name, FUSED))
 
 
 needs_fused = pytest.mark.skipif(not fused_available(), reason="no bf16 tn fused kernel here")
 
 
 @needs_fused
-@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 1024, 512), (1000, 3000, 520),
-                                   (4096, 4096, 4096)])
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 4096, 4096), (16, 1024, 512), (1000, 3000, 520), (4096, 4096, 4096)]
+)
 def test_selection_picks_a_fused_kernel(m, n, k):
     x = matrix(m, k, "t")
     w = matrix(n, k, "t")  # a Linear's weight: x @ w.t() is a tn problem

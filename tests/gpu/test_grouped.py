@@ -5,10 +5,11 @@ sizes (empty, tiny, K = 0, large), with and without C; selection, odd layouts, g
 capture (the MoE offsets change between replays: they are read on the GPU) and errors
 are checked on the chosen kernel.
 """
+
 import pytest
+from helpers import matrix, runnable_kernels
 
 import pycutlass_rt as pcr
-from helpers import matrix, runnable_kernels
 
 torch = pytest.importorskip("torch")
 
@@ -16,11 +17,19 @@ TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 GROUPED = [k.name for k in runnable_kernels(grouped=True)]
 #: bf16 grouped kernels of the nn layout (what a tt problem with column-major d becomes)
-GROUPED_NN = [k for k in runnable_kernels(grouped=True)
-              if k.layout == "nn" and k.dtype_a == "bfloat16"]
+GROUPED_NN = [
+    k for k in runnable_kernels(grouped=True) if k.layout == "nn" and k.dtype_a == "bfloat16"
+]
 #: (M, N, K) per group: empty, tiny, K = 0, a partial tile, several tiles
-SIZES = [(0, 64, 64), (1, 8, 8), (17, 40, 0), (130, 72, 96), (300, 256, 520), (64, 128, 64),
-         (5, 512, 1024)]
+SIZES = [
+    (0, 64, 64),
+    (1, 8, 8),
+    (17, 40, 0),
+    (130, 72, 96),
+    (300, 256, 520),
+    (64, 128, 64),
+    (5, 512, 1024),
+]
 
 
 def close(got, want, what):
@@ -82,8 +91,10 @@ def test_column_major_outputs_are_oriented_per_group():
     sizes = [(64, 96, 128), (40, 24, 64)]
     As = [matrix(m, k, "t") for m, n, k in sizes]
     Bs = [matrix(k, n, "t") for m, n, k in sizes]
-    Ds = [torch.full((n, m), float("nan"), device="cuda", dtype=torch.bfloat16).t()
-          for m, n, k in sizes]
+    Ds = [
+        torch.full((n, m), float("nan"), device="cuda", dtype=torch.bfloat16).t()
+        for m, n, k in sizes
+    ]
     pcr.grouped_gemm(As, Bs, None, Ds)
     check_groups(As, Bs, None, Ds, 1.0, 0.0, "column-major d")
     mixed = [Ds[0], torch.empty(40, 24, device="cuda", dtype=torch.bfloat16)]

@@ -6,13 +6,14 @@ D's dtype bit for bit; random inputs are checked with per-dtype tolerances, inte
 outputs exactly (rounded and saturated). D starts as NaN (or -77) so unwritten elements
 show.
 """
+
 import math
 
 import pytest
+from helpers import empty, math_of, reference, runnable_kernels, tolerance, torch_dtype
+from helpers import matrix as _matrix
 
 import pycutlass_rt as pcr
-from helpers import (empty, math_of, matrix as _matrix, reference, runnable_kernels, tolerance,
-                     torch_dtype)
 
 torch = pytest.importorskip("torch")
 
@@ -33,11 +34,16 @@ def shapes_for(k):
     tm, tn, tk = k.tile
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     side = int(math.sqrt(sms))
-    raw = [(2, 8, 8), (tm + 1, tn - 1, tk + 1), (tm - 1, tn + 1, 2 * tk - 1),
-           (tm * side // 2, tn * side, 3 * tk), (int(tm * side * 1.25), tn * side, tk),
-           (int(tm * side * 2.5), tn * side // 2, 2 * tk + 3),
-           # few tiles, deep K: what stream-K / split-K kernels split across the SMs
-           (tm + 5, 2 * tn - 3, 48 * tk + 1)]
+    raw = [
+        (2, 8, 8),
+        (tm + 1, tn - 1, tk + 1),
+        (tm - 1, tn + 1, 2 * tk - 1),
+        (tm * side // 2, tn * side, 3 * tk),
+        (int(tm * side * 1.25), tn * side, tk),
+        (int(tm * side * 2.5), tn * side // 2, 2 * tk + 3),
+        # few tiles, deep K: what stream-K / split-K kernels split across the SMs
+        (tm + 5, 2 * tn - 3, 48 * tk + 1),
+    ]
     a_al, b_al, d_al = k.align
     out = []
     for m, n, kk in raw:
@@ -87,8 +93,13 @@ def test_kernel(name):
         alpha, beta = scalars[i % 4]
         pcr.gemm(a, b, c, d, alpha, beta, math=math_of(k), kernel=name)
         torch.cuda.synchronize()
-        check(d, reference(a, b, c, alpha, beta), integer and alpha * 4 == int(alpha * 4),
-              f"{name} {m}x{n}x{kk} alpha={alpha} beta={beta}", tolerance(k, out_dt))
+        check(
+            d,
+            reference(a, b, c, alpha, beta),
+            integer and alpha * 4 == int(alpha * 4),
+            f"{name} {m}x{n}x{kk} alpha={alpha} beta={beta}",
+            tolerance(k, out_dt),
+        )
 
 
 @pytest.mark.skipif(not KERNELS, reason="no kernel of this build runs on this GPU")

@@ -1,6 +1,7 @@
 """Tensors on a second GPU: the call runs on their device, on that device's stream, and
 leaves the caller's current device alone. Skipped on a one-GPU machine (the CPU suite
 unit-tests the device checks: tests/cpu/test_validation.py)."""
+
 import threading
 
 import pytest
@@ -68,9 +69,12 @@ def test_plans_and_graphs_on_the_second_device():
 
 def test_both_devices_from_threads_match_serial_results():
     shapes = [(512, 384, 256), (1, 4096, 1024), (127, 1000, 4097), (2048, 1024, 512)]
-    jobs = [(dev, on(dev, m, k, seed=i), on(dev, k, n, seed=i + 1))
-            for i, (dev, (m, n, k)) in enumerate(
-                (dev, s) for dev in ("cuda:0", "cuda:1") for s in shapes)]
+    jobs = [
+        (dev, on(dev, m, k, seed=i), on(dev, k, n, seed=i + 1))
+        for i, (dev, (m, n, k)) in enumerate(
+            (dev, s) for dev in ("cuda:0", "cuda:1") for s in shapes
+        )
+    ]
     serial = []
     for dev, a, b in jobs:
         d = torch.empty(a.shape[0], b.shape[1], device=dev, dtype=torch.bfloat16)

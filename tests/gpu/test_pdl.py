@@ -5,10 +5,11 @@ Each GEMM of a chain reads what the one before it wrote and overwrites what that
 touched global memory before its grid dependency wait would read stale or NaN data, or
 clobber its predecessor's inputs. Values stay small integers, so results are exact.
 """
+
 import pytest
+from helpers import empty, math_of, matrix, runnable_kernels, torch_dtype
 
 import pycutlass_rt as pcr
-from helpers import empty, math_of, matrix, runnable_kernels, torch_dtype
 
 torch = pytest.importorskip("torch")
 
@@ -52,7 +53,7 @@ def test_back_to_back_kernels_see_each_others_writes(name):
     a = selection(m, k, in_dt, kern.layout[0])
     b = matrix(k, n, kern.layout[1], in_dt, integer=True)
     first = matrix(m, n, "t", out_dt, integer=True)
-    step = (a.double() @ b.double())
+    step = a.double() @ b.double()
     want = (first.double() + STEPS * step).to(out_dt)
     bufs = [empty(m, n, out_dt) for _ in range(2)]
 
@@ -76,8 +77,9 @@ def test_back_to_back_kernels_see_each_others_writes(name):
     assert torch.equal(got, want), f"{(got != want).sum().item()} elements differ (graph)"
 
 
-SAME_TYPE = [n for n in KERNELS
-             if pcr._kernels.by_name(n).dtype_a == pcr._kernels.by_name(n).dtype_d]
+SAME_TYPE = [
+    n for n in KERNELS if pcr._kernels.by_name(n).dtype_a == pcr._kernels.by_name(n).dtype_d
+]
 
 
 @pytest.mark.skipif(not SAME_TYPE, reason="no sm90a kernel with D of A's dtype runs here")
@@ -96,7 +98,6 @@ def test_previous_output_as_next_a(name):
     for _ in range(STEPS):
         want = view(want) @ p.double()
     bufs = [empty(side, side, dt) for _ in range(2)]
-    got = run_chain(lambda prev, out: pcr.gemm(view(prev), p, None, out, kernel=name),
-                    first, bufs)
+    got = run_chain(lambda prev, out: pcr.gemm(view(prev), p, None, out, kernel=name), first, bufs)
     torch.cuda.synchronize()
     assert torch.equal(got, want.to(dt)), f"{(got != want.to(dt)).sum().item()} elements differ"

@@ -1,9 +1,10 @@
 """Bound plans (pycutlass_rt.Gemm): runs, rebinding, graph capture, stream-K, misuse."""
+
 import numpy as np
 import pytest
+from helpers import matrix
 
 import pycutlass_rt as pcr
-from helpers import matrix
 
 torch = pytest.importorskip("torch")
 BF16 = torch.bfloat16
@@ -23,15 +24,22 @@ def close(d, r, what, tol=1.6e-2):
 
 def streamk_kernels():
     try:
-        names = [k.name for k in pcr.kernels() if k.split == "streamk"
-                 and k.dtype_a == "bfloat16" and k.dtype_d == "bfloat16" and k.layout == "tn"]
+        names = [
+            k.name
+            for k in pcr.kernels()
+            if k.split == "streamk"
+            and k.dtype_a == "bfloat16"
+            and k.dtype_d == "bfloat16"
+            and k.layout == "tn"
+        ]
     except pcr.Error:
         return []
     return names
 
 
-@pytest.mark.parametrize("m,n,k", [(64, 64, 64), (256, 4096, 4096), (127, 1000, 4097),
-                                   (1, 4096, 8192)])
+@pytest.mark.parametrize(
+    "m,n,k", [(64, 64, 64), (256, 4096, 4096), (127, 1000, 4097), (1, 4096, 8192)]
+)
 def test_run_matches_gemm_and_reference(m, n, k):
     a, b = matrix(m, k, "t", BF16), matrix(k, n, "n", BF16)
     c = matrix(m, n, "t", BF16)

@@ -1,5 +1,6 @@
 """Guarantees the README states: determinism, thread safety, flat memory over many calls,
 clear failures without a visible GPU and after fork, capture of a first-time shape."""
+
 import multiprocessing as mp
 import os
 import subprocess
@@ -8,9 +9,9 @@ import threading
 
 import numpy as np
 import pytest
+from helpers import matrix
 
 import pycutlass_rt as pcr
-from helpers import matrix
 
 torch = pytest.importorskip("torch")
 
@@ -132,20 +133,30 @@ def test_many_calls_keep_memory_flat():
 
 
 def _run(code, **env):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, **env), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **env),
+        timeout=120,
+    )
 
 
 def test_hidden_gpus_raise_no_device():
-    r = _run("import numpy as np, pycutlass_rt as p\n"
-             "try:\n p.gemm(np.ones((4,8),np.float16), np.ones((8,2),np.float16), None, np.empty((4,2),np.float16))\n"
-             "except p.NoDeviceError as e: print('NoDeviceError', e)", CUDA_VISIBLE_DEVICES="")
+    r = _run(
+        "import numpy as np, pycutlass_rt as p\n"
+        "try:\n p.gemm(np.ones((4,8),np.float16), np.ones((8,2),np.float16), None, np.empty((4,2),np.float16))\n"
+        "except p.NoDeviceError as e: print('NoDeviceError', e)",
+        CUDA_VISIBLE_DEVICES="",
+    )
     assert "NoDeviceError" in r.stdout and "CUDA_VISIBLE_DEVICES=" in r.stdout, r.stdout + r.stderr
 
 
 def _child_gemm(q):
     import numpy as np
+
     import pycutlass_rt as p
+
     a = np.ones((4, 8), np.float16)
     try:
         d = p.gemm(a, np.ones((8, 2), np.float16), None, np.empty((4, 2), np.float16))
@@ -161,8 +172,9 @@ def test_spawn_works_and_fork_after_cuda_fails_clearly():
     p.start()
     assert q.get(timeout=120) == ("ok", 64.0)
     p.join()
-    pcr.gemm(np.ones((4, 8), np.float16), np.ones((8, 2), np.float16), None,
-             np.empty((4, 2), np.float16))  # CUDA is now in use in this process
+    pcr.gemm(
+        np.ones((4, 8), np.float16), np.ones((8, 2), np.float16), None, np.empty((4, 2), np.float16)
+    )  # CUDA is now in use in this process
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     p = ctx.Process(target=_child_gemm, args=(q,))

@@ -2,6 +2,7 @@
 
 Deselect with ``-m "not sanitizer"`` for a quick GPU run; each tool takes up to a minute.
 """
+
 import os
 import re
 import shutil
@@ -24,8 +25,17 @@ def sanitizer():
 @pytest.mark.skipif(sanitizer() is None, reason="compute-sanitizer is not installed")
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "initcheck", "synccheck"])
 def test_sanitizer_reports_nothing(tool):
-    cmd = [sanitizer(), "--tool", tool, "--error-exitcode", "99", "--print-limit", "20",
-           sys.executable, CASES]
+    cmd = [
+        sanitizer(),
+        "--tool",
+        tool,
+        "--error-exitcode",
+        "99",
+        "--print-limit",
+        "20",
+        sys.executable,
+        CASES,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]

@@ -3,11 +3,12 @@
 Shapes here are chosen so that every kernel really splits (pycutlass_rt._select.split_slices
 mirrors the C side's choice), including a K that is not a whole number of K tiles.
 """
+
 import pytest
+from helpers import empty, matrix, reference, runnable_kernels, tolerance, torch_dtype
 
 import pycutlass_rt as pcr
 from pycutlass_rt import _select
-from helpers import empty, matrix, reference, runnable_kernels, tolerance, torch_dtype
 
 torch = pytest.importorskip("torch")
 
@@ -24,9 +25,11 @@ def shape(kern, spec):
 
 def operands(kern, m, n, k, integer):
     in_dt, out_dt = torch_dtype(kern.dtype_a), torch_dtype(kern.dtype_d)
-    return (matrix(m, k, kern.layout[0], in_dt, integer=integer),
-            matrix(k, n, kern.layout[1], in_dt, integer=integer),
-            matrix(m, n, "t", out_dt, integer=integer))
+    return (
+        matrix(m, k, kern.layout[0], in_dt, integer=integer),
+        matrix(k, n, kern.layout[1], in_dt, integer=integer),
+        matrix(m, n, "t", out_dt, integer=integer),
+    )
 
 
 @pytest.mark.skipif(not KERNELS, reason="no split-K kernel of this build runs on this GPU")

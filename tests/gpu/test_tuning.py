@@ -1,8 +1,9 @@
 """pycutlass_rt.tune on the GPU: measuring, the cache selection reads, recording, strict mode."""
+
 import pytest
+from helpers import matrix
 
 import pycutlass_rt as pcr
-from helpers import matrix
 from pycutlass_rt import _cache, _tune
 
 torch = pytest.importorskip("torch")
@@ -59,7 +60,7 @@ def test_recorded_problems_are_tuned_and_pinned():
         pcr.gemm(x, w.t(), None, y)
         pcr.gemm(x, w.t(), c, y, 1.0, 1.0)
         pcr.gemm(xs, ws.t(), None, y)  # misaligned: the alignment-fallback kernels
-        pcr.gemm(x, w.t(), None, y)    # the same problem again: recorded once
+        pcr.gemm(x, w.t(), None, y)  # the same problem again: recorded once
 
     result = _tune.tune(model, strict=True, repeats=3)
     assert len(result) == 3 and all(t.pinned and t.kernel for t in result)
