@@ -50,7 +50,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 6
+PCR_ABI_VERSION = 7
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
 PCR_STREAM_FROM_PRODUCER = 1
@@ -342,6 +342,10 @@ FUNCTIONS = {
                                      POINTER(Problem)), False),
     # int pcr_select_clear(void)
     "pcr_select_clear": Function(c_int, (), False),
+    # int pcr_problem_identity(const pcr_problem* problem, int64_t* values, int32_t capacity)
+    "pcr_problem_identity": Function(c_int, (POINTER(Problem), POINTER(c_int64), c_int32), False),
+    # const char* pcr_problem_identity_names(void)
+    "pcr_problem_identity_names": Function(c_char_p, (), False),
     # int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
     #     double alpha, double beta, pcr_py_object* extras, int32_t kernel, pcr_problem* problem,
     #     pcr_plan** plan)

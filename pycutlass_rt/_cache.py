@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime
+import functools
 import glob
 import hashlib
 import json
@@ -29,14 +30,16 @@ import threading
 import warnings
 from dataclasses import dataclass
 
-from ._abi import Epilogue, Grouped, Status
+from ._abi import Status
 from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS
+from ._lib import load
 from .errors import UnsupportedError
 
 DIR_ENV = "PYCUTLASS_RT_CACHE_DIR"
 STRICT_ENV = "PYCUTLASS_RT_STRICT"
 KIND = "pycutlass_rt tuned kernels"
-FORMAT = 1
+#: 2: problem keys spell every identity field (format 1 lacked staged, activation and scales)
+FORMAT = 2
 
 
 @dataclass
@@ -108,32 +111,37 @@ def bypassed():
 
 
 def problem_key(p) -> str:
-    """The canonical problem as a string: the fields of the C side's selection memo key.
-
-    The coded fields appear as numbers (c_mode, the bias axis): keys are stored in cache
-    files, so their spelling stays as tuned caches already hold it.
+    """The canonical problem as a string: every field of its identity, the list the C side's
+    selection memo keys on (``pcr_problem_identity``), so that a tuned entry applies to
+    exactly the problems it was tuned for.
 
     Example:
         >>> from pycutlass_rt._abi import Dtype, Layout, Problem
         >>> bf16 = Dtype.BF16
-        >>> problem_key(Problem(m=16, n=4096, k=4096, dtype_a=bf16, dtype_b=bf16, dtype_d=bf16,
-        ...                     layout_b=Layout.COL_MAJOR, align_a=16, align_b=16, align_d=16,
-        ...                     cc=90))
-        '16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 c_mode=0 sm90'
+        >>> problem_key(Problem(m=16, n=4096, k=4096, batch=1, dtype_a=bf16, dtype_b=bf16,
+        ...                     dtype_d=bf16, layout_b=Layout.COL_MAJOR, align_a=16,
+        ...                     align_b=16, align_d=16, cc=90))  # doctest: +NORMALIZE_WHITESPACE
+        '16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 sm90 batch=1 c_mode=0
+         staged=0 bias=0 activation=0 align_bias=0 epilogue=0 grouped=0 scale_m=0 scale_n=0'
     """
-    dt = [DTYPE_NAMES.get(x, "-") for x in (p.dtype_a, p.dtype_b, p.dtype_c, p.dtype_d)]
-    key = (
-        f"{p.m}x{p.n}x{p.k} {','.join(dt)} "
-        f"{LAYOUT_LETTERS[p.layout_a]}{LAYOUT_LETTERS[p.layout_b]} "
-        f"align={p.align_a},{p.align_b},{p.align_c},{p.align_d} c_mode={p.c_mode} sm{p.cc}"
-    )
-    if p.batch > 1:
-        key += f" batch={p.batch}"
-    if p.epilogue != Epilogue.EPI_LINEAR:  # fused epilogues: bias axis and alignment matter
-        key += f" bias_act={p.bias},{p.align_bias}"
-    if p.grouped != Grouped.GROUPED_NONE:
-        key += " grouped" if p.grouped == Grouped.GROUPED_LIST else " moe"
-    return key
+    f = dict(zip(_identity_names(), _identity_values(p)))
+    dt = ",".join(DTYPE_NAMES.get(f.pop(f"dtype_{x}"), "-") for x in "abcd")
+    lay = "".join(LAYOUT_LETTERS[f.pop(f"layout_{x}")] for x in "ab")
+    align = ",".join(str(f.pop(f"align_{x}")) for x in "abcd")
+    head = f"{f.pop('m')}x{f.pop('n')}x{f.pop('k')} {dt} {lay} align={align} sm{f.pop('cc')}"
+    return " ".join([head, *(f"{name}={value}" for name, value in f.items())])
+
+
+@functools.lru_cache(maxsize=1)
+def _identity_names() -> tuple:
+    return tuple(load().pcr_problem_identity_names().decode().split())
+
+
+def _identity_values(p) -> list:
+    values = (ctypes.c_int64 * len(_identity_names()))()
+    lib = load()
+    lib.check(lib.pcr_problem_identity(ctypes.byref(p), values, len(values)))
+    return list(values)
 
 
 def build_id(lib, kernel_names) -> str:

@@ -472,7 +472,7 @@ def tune(
         >>> import pycutlass_rt as pcr
         >>> r = pcr.tune([(16, 4096, 4096), (8192, 8192, 8192)])  # doctest: +SKIP
         >>> print(r)  # doctest: +SKIP
-        16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 c_mode=0 sm90
+        16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 sm90 batch=1 c_mode=0 ...
           best  sm90_bf16_bf16_f32_bf16_tn_128x64x64_c1x1_coop_streamk_a8  9.71 us
           table sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8  12.02 us  gain 1.24x
         ...

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 6
+#define PCR_ABI_VERSION 7
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -312,6 +312,14 @@ PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* o
                          const DLTensor* out, double alpha, int32_t kernel, void* stream,
                          pcr_problem* problem);
 PCR_API int pcr_select_clear(void);
+
+/* A problem's identity: the fields its kernel choice may hinge on, as the selection memo
+ * keys on them (a grouped problem's M bucketed to a power of two). pcr_problem_identity
+ * writes them as int64 values (capacity: at least as many as pcr_problem_identity_names
+ * lists); pcr_problem_identity_names lists their pcr_problem field names, in that order,
+ * each followed by a space. Tune caches key on the same list. */
+PCR_API int pcr_problem_identity(const pcr_problem* problem, int64_t* values, int32_t capacity);
+PCR_API const char* pcr_problem_identity_names(void);
 
 /* ---- Python-object entry points -------------------------------------------------
  * For callers inside a CPython process (loaded with ctypes.PyDLL: the GIL is held).

@@ -155,6 +155,12 @@ PCR_API int pcr_select_clear(void) {
   return guarded([&] { select_clear(); });
 }
 
+PCR_API int pcr_problem_identity(const pcr_problem* problem, int64_t* values, int32_t capacity) {
+  return guarded([&] { return identity(problem, values, capacity); });
+}
+
+PCR_API const char* pcr_problem_identity_names(void) { return identity_names(); }
+
 // ---- Python-object entry points (python.cpp) -------------------------------------
 
 PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta,

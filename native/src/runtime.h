@@ -170,6 +170,9 @@ int select(const pcr_problem& problem, const Bound& bound, int* kernel);
 // pcr_select_put and pcr_select_clear: the calling thread's memo, and every thread's.
 int select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
 void select_clear();
+// pcr_problem_identity and pcr_problem_identity_names: the memo key's fields, for Python.
+int identity(const pcr_problem* problem, int64_t* values, int32_t capacity);
+const char* identity_names();
 // Whether two described problems are one to the memo, with the same orientation, memory
 // (host or GPU) and device: what a plan checks of the tensors it is run on.
 bool same_problem(const pcr_problem& x, const pcr_problem& y);

@@ -15,9 +15,24 @@ namespace {
 // Each thread keeps its own map, so lookups take no lock; a global generation number
 // lets pcr_select_clear invalidate every thread's map.
 
+// A problem's identity: every field its kernel choice may hinge on. The memo keys on it,
+// pcr_problem_identity hands the same list to Python's tune cache (_cache.problem_key), and
+// a plan's rebinding compares it: one list, so the three cannot drift apart.
+// clang-format off
+#define PCR_IDENTITY(X)                                                                    \
+  X(m) X(n) X(k) X(batch) X(dtype_a) X(dtype_b) X(dtype_c) X(dtype_d) X(layout_a)          \
+  X(layout_b) X(align_a) X(align_b) X(align_c) X(align_d) X(c_mode) X(cc) X(staged) X(bias) \
+  X(activation) X(align_bias) X(epilogue) X(grouped) X(scale_m) X(scale_n)
+// clang-format on
+#define PCR_COUNT(field) +1
+constexpr int kIdentityFields = 0 PCR_IDENTITY(PCR_COUNT);
+#undef PCR_COUNT
+#define PCR_NAME(field) #field " "
+constexpr char kIdentityNames[] = PCR_IDENTITY(PCR_NAME);
+#undef PCR_NAME
+
 struct Key {
-  int64_t m, n, k, batch;
-  int32_t f[20];
+  int64_t v[kIdentityFields];
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
 struct KeyHash {
@@ -46,21 +61,15 @@ thread_local Memo t_memo;
 
 Key key_of(const pcr_problem& p) {
   Key key;
-  std::memset(&key, 0, sizeof key);
-  key.m = p.m;
+  int i = 0;
+#define PCR_VALUE(field) key.v[i++] = int64_t(p.field);
+  PCR_IDENTITY(PCR_VALUE)
+#undef PCR_VALUE
   // A grouped problem's M is its largest group's (the MoE form: every routed token), which
   // changes from call to call; the choice does not hinge on it, so powers of two bucket it
   // and a new routing reuses the remembered kernels instead of asking Python again.
   if (p.grouped != PCR_GROUPED_NONE)
-    for (key.m = p.m ? 1 : 0; key.m < p.m;) key.m *= 2;
-  key.n = p.n;
-  key.k = p.k;
-  key.batch = p.batch;
-  int32_t f[20] = {p.dtype_a,    p.dtype_b,  p.dtype_c, p.dtype_d, p.layout_a,
-                   p.layout_b,   p.align_a,  p.align_b, p.align_c, p.align_d,
-                   p.c_mode,     p.cc,       p.staged,  p.bias,    p.activation,
-                   p.align_bias, p.epilogue, p.grouped, p.scale_m, p.scale_n};
-  std::memcpy(key.f, f, sizeof f);
+    for (key.v[0] = p.m ? 1 : 0; key.v[0] < p.m;) key.v[0] *= 2;
   return key;
 }
 
@@ -132,5 +141,17 @@ int select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count
 }
 
 void select_clear() { g_generation.fetch_add(1, std::memory_order_acq_rel); }
+
+const char* identity_names() { return kIdentityNames; }
+
+int identity(const pcr_problem* problem, int64_t* values, int32_t capacity) {
+  if (!problem || !values || capacity < kIdentityFields)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "pcr_problem_identity: needs a problem and room for %d values",
+                     kIdentityFields);
+  Key key = key_of(*problem);
+  std::memcpy(values, key.v, sizeof key.v);
+  return PCR_OK;
+}
 
 }  // namespace pcr

@@ -221,7 +221,9 @@ def test_a_failed_write_keeps_the_old_file(cache_dir, monkeypatch):
             "format 99",
         ),
         (
-            '{"kind": "pycutlass_rt tuned kernels", "format": 1, "device": {}, "entries": {"p": 3}}',
+            json.dumps(
+                {"kind": _cache.KIND, "format": _cache.FORMAT, "device": {}, "entries": {"p": 3}}
+            ),
             "malformed entries",
         ),
         ("FOREIGN", "made for NVIDIA A100"),
@@ -235,7 +237,7 @@ def test_corrupt_or_foreign_files_are_ignored_with_a_warning(content, why, cache
         content = json.dumps(
             {
                 "kind": _cache.KIND,
-                "format": 1,
+                "format": _cache.FORMAT,
                 "entries": {},
                 "device": {**dev_of(lib), "gpu": "NVIDIA A100"},
             }
@@ -495,4 +497,30 @@ def test_grouped_problems_are_reported_not_tuned():
     p = problem(m=8192, n=4096, k=4096, grouped=2, batch=16)
     tuned, target = _tune.tune_one(FakeLib(), None, None, p)
     assert target is p and tuned.kernel is None and "grouped GEMMs are not tuned" in tuned.note
-    assert tuned.problem.endswith(" moe")
+    assert tuned.problem.endswith(" grouped=2 scale_m=0 scale_n=0")  # the MoE form
+
+
+def test_problem_key_spells_every_identity_field_of_the_memo(lib):
+    """The tune cache keys on the C memo's own identity list: problems that differ in any
+    of its fields (activation, scales and staging included) never share a cached kernel."""
+    names = lib.pcr_problem_identity_names().decode().split()
+    assert {"activation", "scale_m", "scale_n", "staged", "epilogue", "batch"} <= set(names)
+    base = problem(batch=1)
+    keys = {_cache.problem_key(base)}
+    for name in names:
+        other = Problem.from_buffer_copy(base)
+        value = getattr(base, name)
+        setattr(other, name, 1 - value if name.startswith("layout") else value + 1)
+        keys.add(_cache.problem_key(other))
+    assert len(keys) == len(names) + 1, "some identity field leaves the key unchanged"
+
+
+def test_cache_files_of_the_older_key_format_are_ignored_with_a_warning(cache_dir):
+    """Format 1 keys lacked fields of the identity: such a file is ignored, with a warning."""
+    dev = {"gpu": "X", "sm_count": 1, "driver": 1, "build": "b"}
+    path = _cache.path_for(dev)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"kind": _cache.KIND, "format": 1, "device": dev, "entries": {}}, f)
+    with pytest.warns(RuntimeWarning, match="format 1, this version reads 2"):
+        assert _cache.read(path, dev) is None
