@@ -9,9 +9,9 @@ A sample is one swept problem (GPU, dtypes, layout, M, N, K) with the time of ev
 candidate kernel. Kernels are compared as configurations: the name with dtypes and
 layouts replaced by ``*`` (``sm90_*_128x256x64_c2x1_coop_a8``), so one entry serves every
 dtype and layout. Per arch family the fit calibrates the analytic model of
-pycutlass_rt/_select.py: for each configuration, the mean of log(measured / model time)
+pycutlass_rt/_model.py: for each configuration, the mean of log(measured / model time)
 at each swept shape, over each M bucket (powers of 4) and over all samples (``calibration``
-in the table; _select.py uses the finest level that timed a candidate's configuration).
+in the table, read by _table.py; _select.py uses the finest level that timed a candidate's configuration).
 The calibration belongs to the device's preferred family (sm90 from H100/H200 sweeps) and
 covers kernels of every family that runs there: an H200 sweep of sm80 kernels competes
 with the sm90 ones. The family's hand rules (a ``source`` that starts with ``hand:``) stay
@@ -43,12 +43,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from pycutlass_rt import _select  # noqa: E402  (pure Python: loads no library)
+from pycutlass_rt import _model, _select, _table  # noqa: E402  (pure Python: loads no library)
 from pycutlass_rt._abi import Epilogue, Schedule, Split  # noqa: E402
 from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
-TABLE_FORMAT = 2  # what _select.TABLE_FORMATS reads (2: with calibrations)
+TABLE_FORMAT = 2  # what _table.TABLE_FORMATS reads (2: with calibrations)
 WITHIN = 1.05  # "close to the best" in --check
 
 # the words of kernel names past the tile: KernelInfo holds them as they are
@@ -62,7 +62,7 @@ _NAME = re.compile(
 )
 
 
-config_of = _select.config_of  # a kernel name without dtypes and layouts
+config_of = _table.config_of  # a kernel name without dtypes and layouts
 
 
 def kernel_info(name: str, index: int = 0) -> KernelInfo:
@@ -200,14 +200,14 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
 
 def model_us(s: Sample, name: str) -> float:
     """The analytic model's time for kernel ``name`` on sample ``s``."""
-    return _select.model_time(kernel_info(name), s.m, s.n, s.k, s.sm_count, s.cc)
+    return _model.model_time(kernel_info(name), s.m, s.n, s.k, s.sm_count, s.cc)
 
 
 def calibrate(samples: list[Sample]) -> dict:
     """One family's calibration: {"residuals": {level: {config: mean log(measured/model)}}}."""
     logs: dict = collections.defaultdict(lambda: collections.defaultdict(list))
     for s in samples:
-        keys = _select.bucket_keys(s.m, s.n, s.k)
+        keys = _table.bucket_keys(s.m, s.n, s.k)
         for name, r in s.residuals.items():
             for key in keys:
                 logs[key][config_of(name)].append(r)

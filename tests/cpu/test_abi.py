@@ -13,7 +13,7 @@ import gen_abi
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _abi, _lib, _select, errors
+from pycutlass_rt import _abi, _lib, _model, errors
 
 GEN = os.path.abspath(gen_abi.__file__)
 
@@ -255,7 +255,7 @@ def test_every_constant_the_catalogue_emits_is_declared():
 
 
 def test_the_model_knows_every_schedule():
-    assert set(_select.SCHEDULE_EFF) == {s.token for s in _abi.Schedule}
+    assert set(_model.SCHEDULE_EFF) == {s.token for s in _abi.Schedule}
 
 
 def test_kernel_info_holds_the_words_of_the_name(lib):

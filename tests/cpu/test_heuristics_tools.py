@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "heuristics"))
 import fit  # noqa: E402
 import sweep  # noqa: E402
 
-from pycutlass_rt import _select  # noqa: E402
+from pycutlass_rt import _select, _table  # noqa: E402
 
 SMALL = "sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8"
 BIG = "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8"
@@ -125,7 +125,7 @@ def pick(table, m, n=4096, k=4096, names=(SMALL, BIG)):
 def test_fit_calibrates_the_model_per_bucket_and_traces_sources(tmp_path):
     table, samples, (path,) = fitted(tmp_path, small_vs_big())
     cal = table["calibration"]["sm90"]
-    assert table["format"] in _select.TABLE_FORMATS and table["families"]["sm90"] == []
+    assert table["format"] in _table.TABLE_FORMATS and table["families"]["sm90"] == []
     digest = table["sources"][0]["sha256"]
     assert len(digest) == 64 and table["sources"][0]["rows"] == 10
     assert cal["source"] == [f"{path}@{digest[:16]}"] and (cal["samples"], cal["shapes"]) == (5, 5)

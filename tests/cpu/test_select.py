@@ -6,7 +6,7 @@ import types
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _lib, _select, errors
+from pycutlass_rt import _lib, _model, _select, _table, errors
 from pycutlass_rt._kernels import KernelInfo
 
 
@@ -53,8 +53,8 @@ def test_families_for():
 
 
 def test_table_is_shipped_and_well_formed():
-    t = _select.table()
-    assert t["format"] in _select.TABLE_FORMATS and set(t["families"]) >= {"sm80", "sm90"}
+    t = _table.table()
+    assert t["format"] in _table.TABLE_FORMATS and set(t["families"]) >= {"sm80", "sm90"}
     for fam, rules in t["families"].items():
         if fam not in t.get("calibration", {}):  # else the calibration orders what rules leave
             assert not {"max_m", "max_n", "max_k"} & rules[-1].keys(), (
@@ -83,7 +83,7 @@ def test_model_orders_what_the_table_does_not_name():
     only_80 = [FAKE[2], FAKE[3]]
     c = _select.rank(prob(4096, 4096, 4096), only_80, [80])
     assert c.ranked[0][0].name == FAKE[2].name  # multistage beats the 2-stage fallback
-    assert _select.model_time(FAKE[3], 4096, 4096, 4096, 132) > _select.model_time(
+    assert _model.model_time(FAKE[3], 4096, 4096, 4096, 132) > _model.model_time(
         FAKE[2], 4096, 4096, 4096, 132
     )
 
@@ -177,7 +177,7 @@ def test_calibration_keeps_split_k_off_decode_shapes_no_sweep_timed(m):
     e^0.45 over the model): between swept M values the calibrated ranking still puts a
     64-row tile first."""
     p = types.SimpleNamespace(m=m, n=4096, k=4096, sm_count=132, cc=90)
-    assert f"{m}x4096x4096" not in _select.calibration(90)["residuals"]
+    assert f"{m}x4096x4096" not in _table.calibration(90)["residuals"]
     best = _select.rank(p, SM90, [90]).ranked[0][0]
     assert best.split != "splitk" and best.tile[0] == 64, best.name
 
@@ -206,17 +206,17 @@ def test_split_beats_its_data_parallel_twin_when_tiles_are_few(m, n, k, kernels,
     """H200: 1.1-3.3x faster than the same tile data-parallel on these shapes."""
     split = next(c for c in kernels if c.tile == tile and c.split != "none")
     dp = next(c for c in kernels if c.tile == tile and c.split == "none")
-    assert _select.model_time(split, m, n, k, sms, cc) < _select.model_time(dp, m, n, k, sms, cc)
+    assert _model.model_time(split, m, n, k, sms, cc) < _model.model_time(dp, m, n, k, sms, cc)
 
 
 def test_split_fix_up_grows_with_peers():
     """Short K loops (4096) over few tiles: the fix-up eats the gain (H200: 28.7 vs 23.7 us)."""
     sk = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "streamk")
     dp = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "none")
-    short = _select.model_time(sk, 16, 4096, 4096, 132, 90) / _select.model_time(
+    short = _model.model_time(sk, 16, 4096, 4096, 132, 90) / _model.model_time(
         dp, 16, 4096, 4096, 132, 90
     )
-    long = _select.model_time(sk, 16, 4096, 14336, 132, 90) / _select.model_time(
+    long = _model.model_time(sk, 16, 4096, 14336, 132, 90) / _model.model_time(
         dp, 16, 4096, 14336, 132, 90
     )
     assert long < 0.7 < 0.9 < short
@@ -236,11 +236,11 @@ def test_stream_k_follows_cutlass_decomposition():
     sk = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "streamk")
     # no partial wave, a last wave at least half full, or too short a K loop: data-parallel
     for tiles, iters in ((264, 64), (200, 64), (40, 8)):
-        assert _select.decompose(sk, tiles, iters, 132)[2] == 1
+        assert _model.decompose(sk, tiles, iters, 132)[2] == 1
     # 32 tiles x 64 K iterations over 132 SMs: 16 iterations each, ~4 units per tile
-    assert _select.decompose(sk, 32, 64, 132) == (16, 132, 6)
+    assert _model.decompose(sk, 32, 64, 132) == (16, 132, 6)
     # one wave plus 8 tiles: all 140 tiles go stream-K, each split by 1-2 units
-    assert _select.decompose(sk, 140, 64, 132) == (68, 132, 2)
+    assert _model.decompose(sk, 140, 64, 132) == (68, 132, 2)
 
 
 @pytest.mark.parametrize(
@@ -260,32 +260,32 @@ def test_stream_k_follows_cutlass_decomposition():
 def test_split_slices(m, n, k, sms, slices):
     """Parallel split-K's slice count, as native/kernels/split_k.cuh computes it."""
     sk = next(c for c in SM90 if c.split == "splitk")
-    assert _select.split_slices(sk, m, n, k, sms) == slices
-    assert _select.split_slices(sk, m, n, k, sms, batch=2) == 1
+    assert _model.split_slices(sk, m, n, k, sms) == slices
+    assert _model.split_slices(sk, m, n, k, sms, batch=2) == 1
 
 
 def test_split_k_runs_every_slice_at_once():
     sk = next(c for c in SM90 if c.split == "splitk")
     # 4 tiles x 32 slices of 32 K tiles each: one wave, 128 SMs busy, no serial peers
-    assert _select.decompose(sk, 4, 1024, 132, 32) == (32, 128, 32)
+    assert _model.decompose(sk, 4, 1024, 132, 32) == (32, 128, 32)
 
 
 def test_memory_bound_time_is_bytes_over_bandwidth():
     """1 x 8192 x 8192 streams 128 MiB of B with every SM busy: bytes over DRAM bandwidth."""
-    _, gbps = _select.device_params(90)
+    _, gbps = _model.device_params(90)
     kern = next(c for c in SM90 if c.tile == (64, 64, 128))
     floor = 2 * (8192 + 8192 * 8192 + 8192) / (gbps * 1e3 * 132)
-    t = _select.model_time(kern, 1, 8192, 8192, 132, 90)
-    assert floor <= t <= floor * (1 + _select.OVERLAP)
-    assert _select.model_time(kern, 1, 8192, 16384, 132, 90) == pytest.approx(
-        2 * _select.model_time(kern, 1, 8192, 8192, 132, 90), rel=0.02
+    t = _model.model_time(kern, 1, 8192, 8192, 132, 90)
+    assert floor <= t <= floor * (1 + _model.OVERLAP)
+    assert _model.model_time(kern, 1, 8192, 16384, 132, 90) == pytest.approx(
+        2 * _model.model_time(kern, 1, 8192, 8192, 132, 90), rel=0.02
     )
 
 
 def test_model_counts_waves():
     # compute-bound (K = 8192): 132 tiles of 128x256 fit one wave, 133 need two
-    t1 = _select.model_time(FAKE[0], 128 * 132, 256, 8192, 132)
-    t2 = _select.model_time(FAKE[0], 128 * 133, 256, 8192, 132)
+    t1 = _model.model_time(FAKE[0], 128 * 132, 256, 8192, 132)
+    t2 = _model.model_time(FAKE[0], 128 * 133, 256, 8192, 132)
     assert t2 == pytest.approx(2 * t1, rel=0.05)
 
 
@@ -294,9 +294,9 @@ def test_model_launches_whole_clusters():
     # cluster of the same tile is faster there, and as fast where M fills both rows
     two_by_one = config(0, 90, (128, 128, 64), (2, 1), "coop")
     one_by_two = config(1, 90, (128, 128, 64), (1, 2), "coop")
-    t21, t12 = (_select.model_time(k, 128, 16384, 8192, 132) for k in (two_by_one, one_by_two))
+    t21, t12 = (_model.model_time(k, 128, 16384, 8192, 132) for k in (two_by_one, one_by_two))
     assert t21 > 1.3 * t12  # twice the tiles; the weights' DRAM time is the same
-    t21, t12 = (_select.model_time(k, 256, 16384, 8192, 132) for k in (two_by_one, one_by_two))
+    t21, t12 = (_model.model_time(k, 256, 16384, 8192, 132) for k in (two_by_one, one_by_two))
     assert t21 == pytest.approx(t12, rel=0.05)
 
 
@@ -311,7 +311,7 @@ def test_model_launches_whole_clusters():
     ],
 )
 def test_device_params_take_the_nearest_known_arch_below(cc, expect):
-    assert _select.device_params(cc) == expect
+    assert _model.device_params(cc) == expect
 
 
 def test_choose_checks_through_the_library(lib):

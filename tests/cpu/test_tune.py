@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from pycutlass_rt import _cache, _kernels, _select, _tune, errors
+from pycutlass_rt import _cache, _kernels, _select, _table, _tune, errors
 from pycutlass_rt._kernels import KernelInfo
 from pycutlass_rt._lib import Problem
 
@@ -119,7 +119,7 @@ def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv(_cache.DIR_ENV, str(d))
     monkeypatch.delenv(_cache.STRICT_ENV, raising=False)
-    monkeypatch.setattr(_select, "table", lambda: RULES)
+    monkeypatch.setattr(_table, "table", lambda: RULES)
     _cache.reset()
     yield d
     _cache.reset()
@@ -275,7 +275,7 @@ def test_cache_then_table_then_model(cache_dir, monkeypatch):
     assert [n for n, _ in order[1:]] == [SMALL.name, SK.name]  # the model orders the rest
     assert all("analytic model" in why for _, why in order[1:])
 
-    monkeypatch.setattr(_select, "table", lambda: {"families": {}})
+    monkeypatch.setattr(_table, "table", lambda: {"families": {}})
     assert [n for n, _ in ranked(lib)] == [SMALL.name, SK.name, BIG.name]
 
     path = pin(lib, SK, pinned=False)
