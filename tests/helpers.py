@@ -45,6 +45,44 @@ def runnable_kernels(kind=None, grouped=False):
     return out
 
 
+#: the epilogues in the order in which each computes the ones before it
+EPILOGUE_ORDER = ("linear", "biasact", "scaled")
+FLIP = {"t": "n", "n": "t"}
+
+
+def canonical_layout(la, lb, ld="t"):
+    """The kernel layout of a problem whose a, b, d are row- ('t') or column-major ('n'):
+    a column-major d is computed as D^T = B^T A^T, which swaps and flips a's and b's."""
+    return la + lb if ld == "t" else FLIP[lb] + FLIP[la]
+
+
+def require(dtype, out=None, layout=None, epilogue="linear"):
+    """Skips the calling GPU test unless this build holds a kernel that runs here for
+    ``dtype`` inputs into ``out`` (default: ``dtype``), in the canonical ``layout`` ("tn",
+    ...; None: any), with ``epilogue`` or one that computes it: tests ask the build what
+    it holds before they run (development builds filter kernels).
+
+    ``dtype`` and ``out`` are library dtype names or torch dtypes.
+    """
+    name = lambda x: str(x).split(".")[-1]  # noqa: E731 - torch.float16 -> "float16"
+    dtype, out = name(dtype), name(out or dtype)
+    if layout is not None and (len(layout) != 2 or set(layout) - {"t", "n"}):
+        raise ValueError(f"require: layout is two of 't'/'n', got {layout!r}")
+    need = EPILOGUE_ORDER.index(epilogue)
+    for k in runnable_kernels():
+        if (
+            k.dtype_a == dtype
+            and k.dtype_d == out
+            and (layout is None or k.layout == layout)
+            and EPILOGUE_ORDER.index(k.epilogue) >= need
+        ):
+            return
+    import pytest
+
+    where = f" in layout {layout}" if layout else ""
+    pytest.skip(f"no {epilogue} kernel for {dtype} -> {out}{where} in this build runs here")
+
+
 def torch_dtype(name):
     """The torch dtype of a library dtype name ("tfloat32": float32 tensors, math="tf32")."""
     import torch

@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 import pytest
+from helpers import canonical_layout, require
 from helpers import matrix as mat
 
 import pycutlass_rt as pcr
@@ -36,6 +37,7 @@ def close(d, r, what=""):
 @pytest.mark.parametrize("in_dt,out_dt", DTYPES, ids=lambda t: str(t).split(".")[-1])
 @pytest.mark.parametrize("la,lb,lc,ld", list(itertools.product("tn", repeat=4)))
 def test_all_layouts(in_dt, out_dt, la, lb, lc, ld):
+    require(in_dt, out_dt, canonical_layout(la, lb, ld))
     m, n, k = 136, 72, 264
     a, b = mat(m, k, la, in_dt), mat(k, n, lb, in_dt)
     c = mat(m, n, lc, out_dt)
@@ -68,6 +70,7 @@ def test_odd_sizes_and_alignment_fallback(m, n, k):
 
 @pytest.mark.parametrize("pad,offset", [(8, 0), (3, 0), (0, 1), (5, 3)])
 def test_padded_and_shifted_views(pad, offset):
+    require(torch.float16, layout="tn")
     m, n, k = 200, 136, 328
     a = mat(m, k, "t", torch.float16, pad=pad, offset=offset)
     b = mat(k, n, "n", torch.float16, pad=pad, offset=offset)
@@ -90,6 +93,7 @@ def test_padded_and_shifted_views(pad, offset):
     ],
 )
 def test_alpha_beta(alpha, beta):
+    require(torch.bfloat16, torch.float32, "tn")
     a, b = mat(96, 160, "t", torch.bfloat16), mat(160, 112, "n", torch.bfloat16)
     c = mat(96, 112, "t", torch.float32)
     d = torch.empty(96, 112, device="cuda", dtype=torch.float32)
@@ -98,6 +102,7 @@ def test_alpha_beta(alpha, beta):
 
 
 def test_c_is_d_and_c_forms():
+    require(torch.float16, layout="tt")
     a, b = mat(128, 64, "t", torch.float16), mat(64, 96, "t", torch.float16)
     d = mat(128, 96, "t", torch.float16)
     r = ref(a, b, d, 1.0, 1.0)
@@ -114,6 +119,7 @@ def test_c_is_d_and_c_forms():
 
 
 def test_empty_and_k_zero():
+    require(torch.float16)  # the dtypes must exist; no kernel runs
     a, b = (
         torch.empty(0, 8, device="cuda", dtype=torch.float16),
         torch.empty(8, 16, device="cuda", dtype=torch.float16),
@@ -186,6 +192,7 @@ def test_streams():
 
 
 def test_cuda_graph_capture_and_replay():
+    require(torch.float16, layout="tn")
     a, b = mat(256, 512, "t", torch.float16), mat(512, 128, "n", torch.float16)
     c = mat(256, 128, "t", torch.float16)
     d = torch.empty(256, 128, device="cuda", dtype=torch.float16)
@@ -225,6 +232,7 @@ def test_threads():
 
 
 def test_numpy_host_arrays():
+    require(torch.float16, torch.float32, "tn")
     rng = np.random.default_rng(1)
     a = rng.uniform(-1, 1, (300, 200)).astype(np.float16)
     b = np.asfortranarray(rng.uniform(-1, 1, (200, 100)).astype(np.float16))
@@ -236,6 +244,8 @@ def test_numpy_host_arrays():
 
 
 def test_cupy():
+    require(torch.float16, layout="tt")
+    require(torch.float16, layout="nn")  # its column-major output
     cp = pytest.importorskip("cupy")
     a = cp.random.uniform(-1, 1, (256, 128)).astype(cp.float16)
     b = cp.random.uniform(-1, 1, (128, 64)).astype(cp.float16)
@@ -265,6 +275,7 @@ def test_jax_inputs():
 
 
 def test_numba_cuda_array_interface():
+    require(torch.float16, layout="tt")
     cuda = pytest.importorskip("numba.cuda")
     a = np.random.default_rng(4).uniform(-1, 1, (64, 32)).astype(np.float16)
     b = np.random.default_rng(5).uniform(-1, 1, (32, 48)).astype(np.float16)
@@ -277,6 +288,8 @@ def test_numba_cuda_array_interface():
 
 
 def test_demo_runs():
+    require(torch.float16, layout="tt")  # the demo's numpy, torch and cupy runs
+    require(torch.bfloat16, layout="tt")
     import subprocess
     import sys
 

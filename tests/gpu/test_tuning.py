@@ -1,7 +1,7 @@
 """pycutlass_rt.tune on the GPU: measuring, the cache selection reads, recording, strict mode."""
 
 import pytest
-from helpers import matrix
+from helpers import matrix, require
 
 import pycutlass_rt as pcr
 from pycutlass_rt import _cache, _tune
@@ -77,6 +77,7 @@ def test_strict_environment_refuses_a_device_without_cache(monkeypatch):
 
 
 def test_cupy_operands(monkeypatch):
+    require("float16", layout="tn")
     pytest.importorskip("cupy")
     monkeypatch.setattr(_tune, "backend", _tune._Cupy)
     result = _tune.tune([(256, 1024, 512)], dtype="float16", repeats=3, cache=False)
