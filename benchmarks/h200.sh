@@ -10,6 +10,10 @@
 #        into build/sweeps (or the sweeps PCR_SWEEPS names)
 # fit    heuristics/fit.py on the shipped sweeps plus build/sweeps: the table, recalibrated
 # test   the GPU test suite (compute-sanitizer cases last)
+# wheel  the default build exactly as the README says (pip wheel . with no knobs: every
+#        default arch, the core tier), kept in $OUT/wheel and installed into /tmp/pcr
+# wheeltest  the GPU suite (not the sanitizer) against that installed wheel, run from
+#        outside the checkout so that the source tree's package cannot stand in for it
 # bench  python -m benchmarks $PCR_BENCH (default: --quick --no-cutlass), results in build/bench
 #
 # PCR_KERNELS is the kernel filter of the build. The machine has no network: the pinned
@@ -59,6 +63,23 @@ phase_test() {
     2>&1 | tee "$OUT/gpu-tests.log" | tail -25
   timeout 120 python3 -m pytest tests/gpu -q -p no:cacheprovider -m sanitizer \
     2>&1 | tee "$OUT/gpu-sanitizer.log" | tail -5
+}
+
+phase_wheel() {
+  mkdir -p "$OUT/wheel"
+  env -u PYCUTLASS_RT_LIBRARY -u PYCUTLASS_RT_ARCHS -u PYCUTLASS_RT_KERNELS \
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" timeout "${PCR_WHEEL_TIMEOUT:-540}" \
+    python3 -m pip wheel . -v --no-build-isolation --no-deps -w "$OUT/wheel" \
+    >"$OUT/wheel-build.log" 2>&1 &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pcr \
+      "$OUT"/wheel/*.whl
+}
+
+phase_wheeltest() {
+  local repo=$PWD
+  (cd /tmp && env -u PYCUTLASS_RT_LIBRARY PYTHONPATH="/tmp/pcr:/tmp/site" \
+    timeout "${PCR_TEST_TIMEOUT:-480}" python3 -m pytest "$repo/tests/gpu" -q -rs \
+    -p no:cacheprovider -m "not sanitizer" 2>&1 | tee "$OUT/wheel-gpu-tests.log" | tail -25)
 }
 
 phase_bench() {
