@@ -191,21 +191,32 @@ def gemm(
         objs, keep, extra, kidx = (a, b, c, d), None, None, PCR_KERNEL_SELECT
         flags, handle = PCR_STREAM_FROM_PRODUCER, 0
     else:
-        act = _call.activation_code(activation)
-        mth = _call.math_code(math)
-        if scale_a is not None or scale_b is not None:
-            alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
-        kidx = _call.kernel_index(kernel)
-        objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
-        extra = _call.extras(objs, act, mth)
+        keep = _call.prepare(
+            a,
+            b,
+            c,
+            d,
+            alpha,
+            beta,
+            bias=bias,
+            activation=activation,
+            scale_a=scale_a,
+            scale_b=scale_b,
+            math=math,
+            stream=stream,
+            kernel=kernel,
+        )
+        objs, alpha, extra, kidx = keep.objs, keep.alpha, keep.extra, keep.kernel
+        flags, handle = keep.flags, keep.handle
     oa, ob, oc, od = objs[:4]  # the extras' three tensors travel in `extra`
     st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
     if st:
-        if st == Status.NEED_SELECTION:
-            _call.remember(lib, objs, alpha, beta, extra)
-            st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
-        if st:
-            raise lib.error(st)
+        _call.settle(
+            lib,
+            st,
+            lambda: lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle),
+            lambda: _call.describe(lib, objs, alpha, beta, extra),
+        )
     _lib.note_cuda_used()
     del keep
     return d
@@ -288,14 +299,24 @@ def explain(
         kernel:  sm90_bf16_bf16_f32_bf16_tt_128x256x64_c2x1_coop_a8  (table rule ...)
     """
     lib = _lib.load()
-    alpha, beta = _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta")
-    act, mth = _call.activation_code(activation), _call.math_code(math)
     if d is None:
         raise InvalidArgumentError("explain needs d (the output) to know its layout and dtype")
-    alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
-    objs, _, _, keep = _call.operands((a, b, c, d), None, bias, scale_a, scale_b)
-    problem = _call.describe(lib, objs, alpha, beta, _call.extras(objs, act, mth))
-    del keep
+    call = _call.prepare(
+        a,
+        b,
+        c,
+        d,
+        alpha,
+        beta,
+        bias=bias,
+        activation=activation,
+        scale_a=scale_a,
+        scale_b=scale_b,
+        math=math,
+        kernel=kernel,
+    )
+    problem = _call.describe(lib, call.objs, call.alpha, call.beta, call.extra)
+    forced, call = call.kernel, None  # the operands' exports are released here
     pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
     for x in ("a", "b", "c", "d"):
         pdict[f"dtype_{x}"] = _kernels.DTYPE_NAMES.get(pdict[f"dtype_{x}"])
@@ -349,7 +370,7 @@ def explain(
     ranked = [(k.name, why) for k, why in choice.ranked] if work else []
     rejected = [(k.name, why) for k, why in choice.rejected] if work else []
     if kernel is not None:
-        forced = kernels()[_call.kernel_index(kernel)]
+        forced = kernels()[forced]
         st = lib.pcr_kernel_check(forced.index, ctypes.byref(problem))
         if st:
             return Explanation(

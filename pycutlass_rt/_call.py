@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import numbers
+from dataclasses import dataclass
 
 from . import _dlpack, _kernels, _lib, _select
-from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math
+from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math, Status
 from .errors import DTypeError, Error, InvalidArgumentError, NoKernelForArchError, UnsupportedError
 
 NAMES = ("a", "b", "c", "d", "bias", "scale_a", "scale_b")
@@ -92,6 +93,64 @@ def extras(objs, activation: int, math: int):
     return (objs[4], objs[5], objs[6], activation, math)
 
 
+@dataclass
+class Call:
+    """One GEMM call's arguments, checked and converted once, in the form the C entry points
+    take: ``gemm`` (off its hottest path), ``explain`` and ``Gemm`` build it alike."""
+
+    objs: tuple  # a, b, c, d, bias, scale_a, scale_b as the C calls take them
+    alpha: float  # Python-number scales folded in
+    beta: float
+    activation: Activation
+    math: Math
+    extra: tuple | None  # the pcr_extras argument: None or (bias, scale_a, scale_b, act, math)
+    kernel: int  # PCR_KERNEL_SELECT, or the forced kernel's index
+    handle: int  # the stream handle (0 with flags: the producer's stream)
+    flags: int
+    keep: object  # the call's temporary exports, alive until the call is dropped
+
+
+def prepare(
+    a,
+    b,
+    c,
+    d,
+    alpha=1.0,
+    beta=0.0,
+    *,
+    bias=None,
+    activation=None,
+    scale_a=None,
+    scale_b=None,
+    math=None,
+    stream=None,
+    kernel=None,
+) -> Call:
+    """The :class:`Call` of a GEMM entry point's arguments (those of pycutlass_rt.gemm).
+
+    Raises:
+        DTypeError, InvalidArgumentError: a bad scalar, activation, math, kernel name or
+            operand, named.
+    """
+    alpha, beta = scalar(alpha, "alpha"), scalar(beta, "beta")
+    act, mth = activation_code(activation), math_code(math)
+    alpha, scale_a, scale_b = host_scales(alpha, scale_a, scale_b)
+    kidx = kernel_index(kernel)
+    objs, handle, flags, keep = operands((a, b, c, d), stream, bias, scale_a, scale_b)
+    return Call(objs, alpha, beta, act, mth, extras(objs, act, mth), kidx, handle, flags, keep)
+
+
+def settle(lib, status: int, again, problem_of) -> None:
+    """Finishes an entry point whose first attempt returned ``status``: a problem seen for
+    the first time (PCR_NEED_SELECTION) gets its kernels ranked for ``problem_of()``, then
+    ``again()`` runs; any failure raises the library's error."""
+    if status == Status.NEED_SELECTION:
+        remember_problem(lib, problem_of())
+        status = again()
+    if status:
+        raise lib.error(status)
+
+
 def describe(lib, objs, alpha: float, beta: float, extra=None) -> _lib.Problem:
     a, b, c, d = objs[:4]
     problem = _lib.Problem()
@@ -101,11 +160,6 @@ def describe(lib, objs, alpha: float, beta: float, extra=None) -> _lib.Problem:
 
 #: called with each problem that reaches selection (pycutlass_rt.tune records with it)
 selection_hooks: list = []
-
-
-def remember(lib, objs, alpha: float, beta: float, extra=None) -> None:
-    """Chooses kernels for a problem seen for the first time; C memoizes the ranking."""
-    remember_problem(lib, describe(lib, objs, alpha, beta, extra))
 
 
 def remember_problem(lib, problem) -> None:

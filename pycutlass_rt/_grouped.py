@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 
 from . import _call, _lib
-from ._abi import PCR_STREAM_FROM_PRODUCER, Status
+from ._abi import PCR_STREAM_FROM_PRODUCER
 from .errors import InvalidArgumentError
 
 
@@ -117,11 +117,7 @@ def moe_gemm(x, w, offsets, out, alpha=1.0, *, stream=None, kernel=None):
 
 
 def _run(lib, fn, args, problem) -> None:
-    """Calls ``fn``; on the first sight of a problem, ranks its kernels and calls again."""
-    st = fn(*args)
-    if st == Status.NEED_SELECTION:
-        _call.remember_problem(lib, problem)
-        st = fn(*args)
-    if st:
-        raise lib.error(st)
+    """Calls ``fn``; on the first sight of a problem (described into ``problem`` by that
+    call), ranks its kernels and calls again."""
+    _call.settle(lib, fn(*args), lambda: fn(*args), lambda: problem)
     _lib.note_cuda_used()

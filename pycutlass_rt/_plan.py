@@ -6,7 +6,7 @@ import ctypes
 import functools
 
 from . import _call, _dlpack, _kernels, _lib
-from ._abi import PCR_KERNEL_NONE, Status
+from ._abi import PCR_KERNEL_NONE
 from .errors import InvalidArgumentError
 
 
@@ -67,29 +67,41 @@ class Gemm:
         if d is None:
             raise InvalidArgumentError("Gemm needs d, the output tensor")
         lib = self._lib = _lib.load()
-        alpha = _call.scalar(alpha, "alpha")
-        self.beta = _call.scalar(beta, "beta")
+        call = _call.prepare(
+            a,
+            b,
+            c,
+            d,
+            alpha,
+            beta,
+            bias=bias,
+            activation=activation,
+            scale_a=scale_a,
+            scale_b=scale_b,
+            math=math,
+            kernel=kernel,
+        )
         # Python-number scales are folded into alpha here, and so in every run
-        self.alpha, scale_a, scale_b = _call.host_scales(alpha, scale_a, scale_b)
-        self._act, self._math = _call.activation_code(activation), _call.math_code(math)
-        kidx = _call.kernel_index(kernel)
-        objs, _, flags, keep = _call.operands((a, b, c, d), None, bias, scale_a, scale_b)
-        extra = _call.extras(objs, self._act, self._math)
+        self.alpha, self.beta, self._act, self._math = (
+            call.alpha,
+            call.beta,
+            call.activation,
+            call.math,
+        )
+        objs, flags, keep = call.objs, call.flags, call.keep
         problem, handle = _lib.Problem(), ctypes.c_void_p()
         args = (
             *objs[:4],
-            self.alpha,
-            self.beta,
-            extra,
-            kidx,
+            call.alpha,
+            call.beta,
+            call.extra,
+            call.kernel,
             ctypes.byref(problem),
             ctypes.byref(handle),
         )
-        st = lib.pcr_py_plan_create(*args)
-        if st == Status.NEED_SELECTION:
-            _call.remember(lib, objs, self.alpha, self.beta, extra)
-            st = lib.pcr_py_plan_create(*args)
-        lib.check(st)
+        # a plan that needs a selection returns with its problem described
+        create = lambda: lib.pcr_py_plan_create(*args)  # noqa: E731
+        _call.settle(lib, create(), create, lambda: problem)
         _lib.note_cuda_used()
         self._handle = handle.value
         self._keep = (a, b, c, d, bias, scale_a, scale_b, objs, keep)  # addresses in use

@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 from pycutlass_rt import _cache, _kernels, _select, _table, _tune, errors
+from pycutlass_rt._abi import Status
 from pycutlass_rt._kernels import KernelInfo
 from pycutlass_rt._lib import Problem
 
@@ -422,8 +423,11 @@ def test_recording_collects_each_problem_once(cache_dir, monkeypatch):
     monkeypatch.setenv(_cache.STRICT_ENV, "1")  # no cache: would refuse outside recording
 
     def model():
-        for m in (16, 64, 16):
-            _call.remember(lib, [m, None, None, None, None], 1.0, 0.0)  # what gemm does on a miss
+        for m in (16, 64, 16):  # what gemm does on a miss: describe, rank, call again
+            objs = [m, None, None, None, None]
+            again = lambda: 0  # noqa: E731 - the second attempt succeeds
+            describe = lambda objs=objs: _call.describe(lib, objs, 1.0, 0.0)  # noqa: E731
+            _call.settle(lib, Status.NEED_SELECTION, again, describe)
 
     problems = _tune.record(lib, model)
     assert [p.m for p in problems] == [16, 64] and lib.clears == 2
