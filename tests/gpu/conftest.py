@@ -1,4 +1,8 @@
-"""GPU tests: skipped, with the reason, where no GPU (or no torch) is usable."""
+"""GPU tests: skipped, with the reason, where no GPU (or no torch) is usable.
+
+A test that needs kernels beyond the bfloat16 ones the default tier holds in every layout
+asks the build first (helpers.require) and skips, saying what is missing.
+"""
 
 import pytest
 from helpers import gpu_reason
