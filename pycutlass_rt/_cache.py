@@ -40,6 +40,18 @@ STRICT_ENV = "PYCUTLASS_RT_STRICT"
 KIND = "pycutlass_rt tuned kernels"
 #: 2: problem keys spell every identity field (format 1 lacked staged, activation and scales)
 FORMAT = 2
+#: a cache file larger than this is not read (a tuned cache holds a few thousand entries)
+MAX_BYTES = 16 << 20
+#: the types an entry's fields must have when present; "kernel" must be there
+ENTRY_TYPES = {
+    "kernel": str,
+    "pinned": bool,
+    "us": (int, float),
+    "table_kernel": (str, type(None)),
+    "table_us": (int, float, type(None)),
+    "candidates": int,
+    "date": str,
+}
 
 
 @dataclass
@@ -198,24 +210,40 @@ def _problem_of(doc) -> str | None:
     if doc.get("format") != FORMAT:
         return f"format {doc.get('format')!r}, this version reads {FORMAT}"
     entries = doc.get("entries")
-    if not isinstance(entries, dict) or not all(
-        isinstance(e, dict) and isinstance(e.get("kernel"), str) for e in entries.values()
-    ):
+    if not isinstance(entries, dict) or not all(_entry_ok(e) for e in entries.values()):
         return "malformed entries"
     if not isinstance(doc.get("device"), dict):
         return "no device key"
     return None
 
 
+def _entry_ok(entry) -> bool:
+    """Whether a cache entry has a kernel name and fields of the types tune() writes (a
+    hand-edited ``"pinned": "false"`` must not pin)."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("kernel"), str)
+        and all(
+            isinstance(entry[f], t) and (t is bool or not isinstance(entry[f], bool))
+            for f, t in ENTRY_TYPES.items()
+            if f in entry
+        )
+    )
+
+
 def read(path: str, dev: dict | None = None, verb: str = "ignoring") -> CacheFile | None:
-    """The file at ``path``, or None when absent; a corrupt file, or one made for another
-    device key than ``dev``, is ignored with a RuntimeWarning ("<verb> tuned cache ...")."""
+    """The file at ``path``, or None when absent; a corrupt, oversized, deeply nested or
+    mistyped file, or one made for another device key than ``dev``, is ignored with a
+    RuntimeWarning ("<verb> tuned cache ...")."""
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
+        doc = json.loads(raw)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nesting too deep
         warnings.warn(f"{verb} tuned cache {path}: unreadable ({e})", RuntimeWarning, stacklevel=2)
         return None
     why = _problem_of(doc)
@@ -287,11 +315,34 @@ def lookup(lib, problem, kernel_names) -> Hit | None:
 def store(dev: dict, entries: dict) -> str:
     """Merges ``entries`` (problem key -> entry) into the device's file, atomically.
 
-    The file is re-read first, so entries that another process wrote meanwhile survive;
-    for the same problem the newer entry wins. Returns the file's path.
+    The file is re-read first, under a lock that writers take in turn (on the cache
+    directory), so entries that another process wrote meanwhile survive; for the same
+    problem the newer entry wins. Returns the file's path.
     """
     path = path_for(dev)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    with _locked(os.path.dirname(path)):
+        return _store_locked(path, dev, entries)
+
+
+@contextlib.contextmanager
+def _locked(directory: str):
+    """Holds an exclusive advisory lock on ``directory`` (POSIX flock on the directory
+    itself, so no lock file is left behind; elsewhere, none)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: writers are not serialized
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _store_locked(path: str, dev: dict, entries: dict) -> str:
     current = read(path, dev, "replacing")
     merged = {**(current.entries if current else {}), **entries}
     doc = {

@@ -528,3 +528,66 @@ def test_cache_files_of_the_older_key_format_are_ignored_with_a_warning(cache_di
         json.dump({"kind": _cache.KIND, "format": 1, "device": dev, "entries": {}}, f)
     with pytest.warns(RuntimeWarning, match="format 1, this version reads 2"):
         assert _cache.read(path, dev) is None
+
+
+def _file_with(entries):
+    return {"kind": _cache.KIND, "format": _cache.FORMAT, "device": {}, "entries": entries}
+
+
+@pytest.mark.parametrize(
+    "doc, why",
+    [
+        ("[" * 100000 + "]" * 100000, "unreadable"),  # json raises RecursionError on it
+        (json.dumps(_file_with({"p": {"kernel": "k", "pinned": "false"}})), "malformed"),
+        (json.dumps(_file_with({"p": {"kernel": "k", "us": "fast"}})), "malformed"),
+        (json.dumps(_file_with({"p": {"kernel": "k", "candidates": True}})), "malformed"),
+        (json.dumps(_file_with({"p": {"kernel": 3}})), "malformed"),
+    ],
+)
+def test_hostile_files_are_ignored_with_a_warning(tmp_path, doc, why):
+    path = tmp_path / "cache.json"
+    path.write_text(doc)
+    with pytest.warns(RuntimeWarning, match=why):
+        assert _cache.read(str(path)) is None
+
+
+def test_oversized_files_are_not_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(_cache, "MAX_BYTES", 64)
+    path = tmp_path / "cache.json"
+    path.write_text(json.dumps(_file_with({f"p{i}": {"kernel": "k"} for i in range(9)})))
+    with pytest.warns(RuntimeWarning, match="larger than"):
+        assert _cache.read(str(path)) is None
+
+
+def test_well_typed_entries_are_read(tmp_path):
+    entry = {
+        "kernel": "k",
+        "us": 1.5,
+        "table_kernel": None,
+        "table_us": None,
+        "candidates": 3,
+        "pinned": False,
+        "date": "2026-12-03",
+    }
+    path = tmp_path / "cache.json"
+    path.write_text(json.dumps(_file_with({"p": entry})))
+    assert _cache.read(str(path)).entries == {"p": entry}
+
+
+def _store_many(args):
+    directory, worker = args
+    os.environ[_cache.DIR_ENV] = directory
+    dev = {"gpu": "X", "sm_count": 1, "driver": 1, "build": "b"}
+    for i in range(20):
+        _cache.store(dev, {f"w{worker}-{i}": {"kernel": "k", "us": 1.0}})
+
+
+def test_concurrent_writers_keep_each_others_entries(tmp_path):
+    """Writers take the lock in turn: four processes' 80 entries all reach the file."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        pool.map(_store_many, [(str(tmp_path), w) for w in range(4)])
+    (path,) = [p for p in tmp_path.iterdir() if p.suffix == ".json"]
+    assert len(json.loads(path.read_text())["entries"]) == 80
