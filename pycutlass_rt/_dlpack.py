@@ -230,6 +230,11 @@ def prepare(operands, names, stream, device_of):
             "JAX arrays are immutable, so pycutlass_rt does not write into them; pass a "
             "writable output (torch, cupy, numba, numpy) and view it with jax.dlpack"
         )
+    if kinds[3] == CAI and operands[3].__cuda_array_interface__["data"][1]:
+        raise errors.ReadOnlyError(
+            "d exposes a read-only __cuda_array_interface__ (its data's read-only flag is "
+            "set); pycutlass_rt does not write into it: pass a writable output"
+        )
     out, keep = [], []
     for x, kind, name in zip(operands, kinds, names):
         if kind == DLPACK:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import sys
 import threading
 from ctypes import c_char_p, c_int, c_void_p, py_object
 
@@ -141,6 +142,18 @@ _lock = threading.Lock()
 _lib: Library | None = None
 
 
+def _refuse_without_gil() -> None:
+    """The library's Python-object entry points run on the GIL's protection (they are bound
+    through ctypes.PyDLL and read tensors' Python objects without locks of their own), so a
+    free-threaded CPython running without its GIL is refused, saying how to run it."""
+    gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    if gil_enabled is not None and not gil_enabled():
+        raise errors.LibraryError(
+            "pycutlass_rt needs the GIL, and this free-threaded Python runs without it; "
+            "start Python with PYTHON_GIL=1 (or -X gil=1), or use a standard CPython"
+        )
+
+
 def load() -> Library:
     """The library, loaded on first use (raises LibraryError with the paths tried)."""
     global _lib
@@ -148,6 +161,7 @@ def load() -> Library:
         return _lib
     with _lock:
         if _lib is None:
+            _refuse_without_gil()
             tried = []
             for path in candidate_paths():
                 if not os.path.exists(path):

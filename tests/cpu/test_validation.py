@@ -671,3 +671,26 @@ def test_unsupported_combination_lists_the_existing_ones():
     a, b, _ = mats(dtype=np.float64)
     with pytest.raises(pcr.UnsupportedError, match="available: .*float16 x float16 -> float16"):
         pcr.gemm(a, b, None, np.zeros((4, 6), np.float16))
+
+
+class _CaiProducer:
+    """A __cuda_array_interface__ producer as numba's arrays are (the protocol on the type)."""
+
+    def __init__(self, arr, read_only=False):
+        self._cai = {
+            "shape": arr.shape,
+            "typestr": "<f2",
+            "version": 3,
+            "strides": None,
+            "data": (arr.ctypes.data, read_only),
+        }
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._cai
+
+
+def test_a_read_only_cuda_array_interface_output_is_refused():
+    a, b, d = mats()
+    with pytest.raises(pcr.ReadOnlyError, match="read-only __cuda_array_interface__"):
+        pcr.gemm(_CaiProducer(a), _CaiProducer(b), None, _CaiProducer(d, read_only=True))
