@@ -193,6 +193,28 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
                        "array was given)",
                        g);
   }
+  // Outputs must not share memory: the groups run at once, so aliased outputs race.
+  {
+    struct Span {
+      uintptr_t lo, hi;
+      int group;
+    };
+    std::vector<Span> spans;
+    for (int g = 0; g < count; ++g) {
+      Span s{0, 0, g};
+      bounds[g].d.extent(&s.lo, &s.hi);
+      if (s.lo < s.hi) spans.push_back(s);
+    }
+    std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.lo < y.lo; });
+    for (size_t i = 1, last = 0; i < spans.size(); ++i) {
+      if (spans[i].lo < spans[last].hi)
+        return set_error(PCR_ERR_OVERLAP,
+                         "group %d's d overlaps group %d's d in memory; every group needs its "
+                         "own output",
+                         spans[i].group, spans[last].group);
+      if (spans[i].hi > spans[last].hi) last = i;
+    }
+  }
   // Groups without work (M, N or K = 0) never reach the kernel: their layouts and
   // alignments (any, for an empty matrix) do not count. The first one with work leads.
   auto works = [&](int g) { return probs[g].m && probs[g].n && probs[g].k; };
@@ -296,6 +318,10 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   if (p.transposed || p.host || p.layout_a != PCR_ROW_MAJOR)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "moe_gemm takes row-major GPU x and out (one token per row)");
+  Matrix every_expert = bd.b;  // describe checked out against expert 0's matrix only
+  every_expert.batch = experts, every_expert.sb = w_step;
+  if (overlaps(bd.d, every_expert))
+    return set_error(PCR_ERR_OVERLAP, "out overlaps w in memory; pass a separate output");
   const int esize = bd.b.esize;
   if ((w_step * esize) % 16 && experts > 1) p.align_b = std::min(p.align_b, 2);
   // offsets: int32 or int64, contiguous, on x's GPU; E + 1 boundaries or E ends

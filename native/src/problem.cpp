@@ -56,6 +56,11 @@ int dtype_from_dl(DLDataType t) {
 
 bool is_host(int device_type) { return device_type == kDLCPU || device_type == kDLCUDAHost; }
 
+// The largest M, N or K: kernels count tiles (extent + tile - 1) and staging pads extents
+// (to 16 bytes, leading dimensions to 128) in int32, so an extent within a tile or a pad of
+// 2^31 would wrap around.
+constexpr int64_t kMaxExtent = (int64_t(1) << 31) - 1024;
+
 // A 2-D matrix, or a 3-D batch of them (batch dimension first).
 int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Matrix* m) {
   if (t->ndim != 2 && t->ndim != 3)
@@ -84,10 +89,10 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
   m->cols = t->shape[r + 1];
   if (m->rows < 0 || m->cols < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a negative dimension", name);
-  if (m->rows >= (int64_t(1) << 31) || m->cols >= (int64_t(1) << 31))
+  if (m->rows > kMaxExtent || m->cols > kMaxExtent)
     return set_error(PCR_ERR_UNSUPPORTED,
-                     "%s has a dimension of 2^31 or more (%" PRId64 " x %" PRId64
-                     "); kernels index dimensions with 32 bits",
+                     "%s has a dimension past 2^31 - 1024 (%" PRId64 " x %" PRId64
+                     "); kernels index dimensions, count tiles and pad extents with 32 bits",
                      name, m->rows, m->cols);
   if (t->strides) {
     m->s0 = t->strides[r];
@@ -265,13 +270,6 @@ int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matri
 
 bool is_quantized(int dtype) { return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2; }
 
-bool overlaps(const Matrix& x, const Matrix& y) {
-  uintptr_t xl, xh, yl, yh;
-  x.extent(&xl, &xh);
-  y.extent(&yl, &yh);
-  return xl < xh && yl < yh && xl < yh && yl < xh;
-}
-
 // A problem this large (multiply-adds) runs its misaligned operands through aligned
 // scratch: a pass over each costs far less than the any-alignment kernels' slowness.
 constexpr double kStageMinMacs = double(1 << 27);
@@ -301,6 +299,13 @@ void stage_misaligned(pcr_problem* p) {
 }
 
 }  // namespace
+
+bool overlaps(const Matrix& x, const Matrix& y) {
+  uintptr_t xl, xh, yl, yh;
+  x.extent(&xl, &xh);
+  y.extent(&yl, &yh);
+  return xl < xh && yl < yh && xl < yh && yl < xh;
+}
 
 void Matrix::transpose() {
   std::swap(rows, cols);
@@ -418,14 +423,19 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                        ops[i]->device_id, D.device_id);
   }
 
-  // Aliasing: d may be c exactly, and must not overlap a or b.
-  if (overlaps(D, A) || overlaps(D, B) || (bias && overlaps(D, V)))
-    return set_error(PCR_ERR_OVERLAP,
-                     "d overlaps %s in memory; the output must not alias an input of the "
-                     "product (pass a separate output)",
-                     overlaps(D, A)   ? "a"
-                     : overlaps(D, B) ? "b"
-                                      : "bias");
+  // Aliasing: d may be c exactly, and must not overlap a, b or the extras (which the
+  // kernel reads while d is written).
+  {
+    const Matrix* inputs[] = {&A, &B, bias ? &V : nullptr, scale_a ? &SA : nullptr,
+                              scale_b ? &SB : nullptr};
+    const char* input_names[] = {"a", "b", "bias", "scale_a", "scale_b"};
+    for (int i = 0; i < 5; ++i)
+      if (inputs[i] && overlaps(D, *inputs[i]))
+        return set_error(PCR_ERR_OVERLAP,
+                         "d overlaps %s in memory; the output must not alias an input of the "
+                         "product (pass a separate output)",
+                         input_names[i]);
+  }
   bool c_is_d =
       use_c && C.ptr == D.ptr && C.s0 == D.s0 && C.s1 == D.s1 && C.sb == D.sb && C.dtype == D.dtype;
   if (use_c && !c_is_d && overlaps(C, D))

@@ -87,6 +87,8 @@ struct Matrix {
   // Byte range [lo, hi) touched by the elements; empty when the matrix is empty.
   void extent(uintptr_t* lo, uintptr_t* hi) const;
 };
+// Whether two matrices' byte ranges share memory (empty ones share none).
+bool overlaps(const Matrix& x, const Matrix& y);
 
 // What a launch needs beyond the pcr_problem: the operands in canonical orientation.
 struct Bound {

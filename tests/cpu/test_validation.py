@@ -175,10 +175,13 @@ def test_dimensions_past_int32_are_refused():
     # 32-bit problem coordinates in every kernel: refuse rather than wrap around
     huge = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2**31, 8), (0, 2))
     a, b, d = mats(k=8)
-    err(pcr.UnsupportedError, "a has a dimension of 2\\^31 or more", huge, b, None, d)
-    err(pcr.UnsupportedError, "b has a dimension of 2\\^31 or more", a, huge.T, None, d)
+    err(pcr.UnsupportedError, "a has a dimension past 2\\^31 - 1024", huge, b, None, d)
+    err(pcr.UnsupportedError, "b has a dimension past 2\\^31 - 1024", a, huge.T, None, d)
+    # within a tile or a pad of 2^31, tile counts and padded extents would wrap in int32
+    near = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (8, 2**31 - 1), (2, 0))
+    err(pcr.UnsupportedError, "a has a dimension past 2\\^31 - 1024", near, near.T, None, d)
     # element counts past 2^31 with 32-bit dimensions are fine (64-bit offsets; tests/gpu)
-    tall = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2**31 - 1, 8), (0, 2))
+    tall = np.lib.stride_tricks.as_strided(np.zeros(8, F16), (2**31 - 1024, 8), (0, 2))
     err(pcr.InvalidArgumentError, "zero stride", tall, b, None, d)
 
 
@@ -694,3 +697,11 @@ def test_a_read_only_cuda_array_interface_output_is_refused():
     a, b, d = mats()
     with pytest.raises(pcr.ReadOnlyError, match="read-only __cuda_array_interface__"):
         pcr.gemm(_CaiProducer(a), _CaiProducer(b), None, _CaiProducer(d, read_only=True))
+
+
+def test_d_may_not_overlap_the_scales():
+    """The dequantizing epilogue reads the scale vectors while it writes d."""
+    a, b = np.ones((4, 8), np.int8), np.ones((8, 6), np.int8)
+    d = np.zeros((4, 6), np.float32)
+    err(pcr.OverlapError, "d overlaps scale_a", a, b, None, d, scale_a=d.reshape(-1)[:4])
+    err(pcr.OverlapError, "d overlaps scale_b", a, b, None, d, scale_b=d.reshape(-1)[4:10])

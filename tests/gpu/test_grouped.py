@@ -114,6 +114,9 @@ def test_grouped_errors():
         pcr.grouped_gemm([a, a], [b, matrix(32, 64, "t")], None, [d, d.clone()])
     with pytest.raises(pcr.OverlapError, match="group 0"):
         pcr.grouped_gemm([a], [b], None, [a])
+    # the groups run at once: two outputs sharing memory would race
+    with pytest.raises(pcr.OverlapError, match="group 1's d overlaps group 0's d"):
+        pcr.grouped_gemm([a, a], [b, b], None, [d, d[32:]])
     assert pcr.grouped_gemm([], [], None, []) == []
 
 
@@ -205,3 +208,11 @@ def test_moe_errors():
         pcr.moe_gemm(x, w, ends.cuda(), out.t())
     with pytest.raises(pcr.InvalidArgumentError, match="w must be 3-D"):
         pcr.moe_gemm(x, w[0], ends.cuda(), out)
+
+
+def test_moe_out_may_not_overlap_any_expert():
+    """Every expert's weights are read while out is written, not expert 0's alone."""
+    x, w, ends = moe_inputs(64, 4, 64, 64)
+    w = w.contiguous()  # (E, K, N), row-major
+    with pytest.raises(pcr.OverlapError, match="out overlaps w"):
+        pcr.moe_gemm(x, w, ends.cuda(), w[2])  # expert 2's (K, N) = (T, N) storage as out
