@@ -216,3 +216,18 @@ def test_moe_out_may_not_overlap_any_expert():
     w = w.contiguous()  # (E, K, N), row-major
     with pytest.raises(pcr.OverlapError, match="out overlaps w"):
         pcr.moe_gemm(x, w, ends.cuda(), w[2])  # expert 2's (K, N) = (T, N) storage as out
+
+
+def test_column_blocks_of_one_output_are_separate_outputs():
+    """Groups may write disjoint column blocks of one output (fused Q, K and V projections):
+    their byte ranges interleave, but they share no element."""
+    x = matrix(64, 64, "t")
+    ws = [matrix(64, n, "n") for n in (64, 32, 32)]
+    out = torch.full((64, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pcr.grouped_gemm([x] * 3, ws, None, [out[:, :64], out[:, 64:96], out[:, 96:]])
+    torch.cuda.synchronize()
+    want = torch.cat([x.double() @ w.double() for w in ws], dim=1)
+    assert not torch.isnan(out).any()
+    assert ((out.double() - want).norm() / want.norm()).item() < 1.6e-2
+    with pytest.raises(pcr.OverlapError, match="group 1's d overlaps group 0's d"):
+        pcr.grouped_gemm([x] * 2, ws[1:], None, [out[:, 64:96], out[:, 80:112]])
