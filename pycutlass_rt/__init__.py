@@ -14,7 +14,7 @@ import ctypes
 import json
 from dataclasses import dataclass, field
 
-from . import _call, _dlpack, _kernels, _lib, _select
+from . import _call, _dlpack, _doctor, _kernels, _lib, _select
 from ._abi import (
     PCR_KERNEL_SELECT,
     PCR_STREAM_FROM_PRODUCER,
@@ -398,7 +398,7 @@ def info() -> dict:
 
     Example:
         >>> import pycutlass_rt as pcr
-        >>> {"abi", "build", "devices", "kernels"} <= set(pcr.info())
+        >>> {"abi", "build", "devices", "frameworks", "kernels"} <= set(pcr.info())
         True
     """
     lib = _lib.load()
@@ -440,6 +440,7 @@ def info() -> dict:
         "devices": devices,
         "device_error": device_error,
         "driver_version": ver(drv.value),
+        "frameworks": _doctor.framework_versions(),
         "kernels": per_family,
         "library": lib.path,
         "runtime_version": ver(rt.value),

@@ -49,6 +49,8 @@ def cmd_info(args) -> int:
         print(f"{fam}: {len(names)} kernels  (SASS {sass})")
     for note in build["catalog"].get("skipped", []):
         print(f"skipped at build time: {note}")
+    present = [f"{k} {v}" for k, v in info["frameworks"].items() if v]
+    print(f"frameworks: {', '.join(present) or 'none installed'}")
     return 0
 
 
@@ -95,6 +97,20 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from . import _doctor
+
+    report = _doctor.diagnose()
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        _doctor.print_report(report)
+    if report["problems"]:
+        print(f"doctor: {report['problems'][0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
 #: the benchmark suite left the package: it runs from a source checkout
 BENCH_MOVED = (
     "python -m pycutlass_rt bench: the benchmark suite is not part of the package; "
@@ -112,6 +128,13 @@ def main(argv=None) -> int:
     p = sub.add_parser("info", help="driver, runtime, devices and the kernels of this build")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(fn=cmd_info)
+    p = sub.add_parser(
+        "doctor",
+        help="whether this machine can run the library: driver, GPUs, frameworks, cache; "
+        "exits 1 with the first problem",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(fn=cmd_doctor)
     p = sub.add_parser("demo", help="run GEMMs on the GPU, check them, time them next to cuBLAS")
     p.add_argument("--size", type=int, default=4096, help="square size for torch/cupy runs")
     p.set_defaults(fn=cmd_demo)

@@ -1,5 +1,6 @@
 """python -m pycutlass_rt info / demo / tune, without a GPU (and without numpy)."""
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -101,3 +102,24 @@ def test_demo_without_numpy_says_what_to_install(no_numpy):
     r = run("demo", env=no_numpy)
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "pip install" in r.stderr and "numpy" in r.stderr
+
+
+def test_info_names_the_framework_versions():
+    info = json.loads(run("info", "--json").stdout)
+    assert info["frameworks"]["numpy"] == importlib.metadata.version("numpy")
+    assert "frameworks: " in run("info").stdout
+
+
+def test_doctor_without_gpu_exits_1_with_the_reason(has_gpu, monkeypatch):
+    if has_gpu:
+        pytest.skip("GPU present: doctor checks GEMMs for real (tests/gpu)")
+    env = {**os.environ, "PYCUTLASS_RT_PDL": "0"}
+    r = run("doctor", "--json", env=env)
+    assert r.returncode == 1 and r.stderr.startswith("doctor: no usable GPU"), r.stderr
+    report = json.loads(r.stdout)
+    assert report["problems"][0].startswith("no usable GPU")
+    assert report["environment"]["PYCUTLASS_RT_PDL"] == "0"
+    assert report["frameworks"]["numpy"]["dlpack"].startswith("__dlpack__")
+    assert report["tune_cache"]["directory"]
+    text = run("doctor")
+    assert text.returncode == 1 and "PROBLEM: no usable GPU" in text.stdout

@@ -329,3 +329,21 @@ def test_large_misaligned_problems_are_staged(m, n, k, la, lb, ld, c_mode):
     if d2 is not None:
         pcr.Gemm(a, b, c, d2, 1.5, beta).run()
         close(d2, want, "staged plan")
+
+
+def test_doctor_finds_no_problem_and_checks_a_gemm_per_framework():
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "pycutlass_rt", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    report = json.loads(r.stdout)
+    assert r.returncode == 0 and not report["problems"], r.stdout + r.stderr
+    assert report["devices"] and report["devices"][0]["kernels_runnable"]
+    assert report["frameworks"]["torch"]["gemm"].startswith(("ok", "skipped")), report
+    assert "exchange API" in report["frameworks"]["torch"]["dlpack"]
