@@ -191,7 +191,7 @@ def gemm(
         objs, keep, extra, kidx = (a, b, c, d), None, None, PCR_KERNEL_SELECT
         flags, handle = PCR_STREAM_FROM_PRODUCER, 0
     else:
-        keep = _call.prepare(
+        call = keep = _call.prepare(
             a,
             b,
             c,
@@ -206,8 +206,8 @@ def gemm(
             stream=stream,
             kernel=kernel,
         )
-        objs, alpha, extra, kidx = keep.objs, keep.alpha, keep.extra, keep.kernel
-        flags, handle = keep.flags, keep.handle
+        objs, alpha, extra, kidx = call.objs, call.alpha, call.extra, call.kernel
+        flags, handle = call.flags, call.handle
     oa, ob, oc, od = objs[:4]  # the extras' three tensors travel in `extra`
     st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
     if st:
@@ -316,7 +316,8 @@ def explain(
         kernel=kernel,
     )
     problem = _call.describe(lib, call.objs, call.alpha, call.beta, call.extra)
-    forced, call = call.kernel, None  # the operands' exports are released here
+    forced_index = call.kernel
+    del call  # the operands' exports are released here
     pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
     for x in ("a", "b", "c", "d"):
         pdict[f"dtype_{x}"] = _kernels.DTYPE_NAMES.get(pdict[f"dtype_{x}"])
@@ -366,11 +367,11 @@ def explain(
             "copied through aligned scratch around the kernel, one extra pass each"
         )
     # a problem without GEMM work takes no kernel, whatever the build holds
-    choice = _select.choose(lib, problem, kernels()) if work else None
-    ranked = [(k.name, why) for k, why in choice.ranked] if work else []
-    rejected = [(k.name, why) for k, why in choice.rejected] if work else []
+    choice = _select.choose(lib, problem, kernels()) if work else _select.Choice([])
+    ranked = [(k.name, why) for k, why in choice.ranked]
+    rejected = [(k.name, why) for k, why in choice.rejected]
     if kernel is not None:
-        forced = kernels()[forced]
+        forced = kernels()[forced_index]
         st = lib.pcr_kernel_check(forced.index, ctypes.byref(problem))
         if st:
             return Explanation(
