@@ -135,8 +135,9 @@ def main(argv=None) -> int:
                     (m, n, k), dtype, args.out_dtype or _tune.OUTPUTS[dtype][0], layout
                 )
                 ops = _tune.make_operands(bk, spec)
-                problem = _tune.describe(lib, ops)
-                for rank, kern in enumerate(_tune.candidates(lib, problem)):
+                judged = _tune.describe(lib, ops)
+                problem = judged.problem
+                for rank, kern in enumerate(_tune.candidates(lib, judged)):
                     if not any(fnmatch.fnmatchcase(kern.name, p) for p in patterns):
                         continue
                     try:

@@ -13,7 +13,8 @@ knows this header's constructs and nothing more (no preprocessor, no libclang):
   through, not evaluated (the DLPack declarations inside ``#ifndef DLPACK_MAJOR_VERSION``
   are wanted);
 - ``typedef enum { A = 1, B, ... } name;`` with integer values (or none: previous + 1);
-- ``typedef struct { type a, *b; ... } name;`` of scalar, pointer and struct fields, and
+- ``typedef struct { type a, *b; char s[N]; ... } name;`` of scalar, pointer and struct
+  fields and one-dimensional arrays (N an integer or a #define), and
   ``typedef struct tag name;`` (opaque: reached through pointers only);
 - ``typedef <type> name;`` aliases, such as ``typedef void pcr_py_object;``;
 - ``PCR_API <type> name(<params>);`` prototypes.
@@ -84,9 +85,10 @@ class CType:
 
     base: str
     depth: int = 0
+    length: str = ""  # a struct field's array length: an integer or a #define'd name
 
     def __str__(self) -> str:
-        return self.base + "*" * self.depth
+        return self.base + "*" * self.depth + (f"[{self.length}]" if self.length else "")
 
 
 @dataclasses.dataclass
@@ -192,11 +194,12 @@ def parse(text: str) -> Abi:
 
     Example:
         >>> abi = parse("#define V 3\\ntypedef enum { X_A = 1, X_B } x_t;\\n"
-        ...             "typedef struct { int32_t a, *b; } s_t;\\nPCR_API int f(s_t* s);")
-        >>> abi.defines, abi.enums[0].members, abi.structs[0].fields[1]
-        ({'V': 3}, [('X_A', 1), ('X_B', 2)], ('b', CType(base='int32_t', depth=1)))
-        >>> abi.functions[0].params
-        [('s', CType(base='s_t', depth=1))]
+        ...             "typedef struct { int32_t a, *b; char c[V]; } s_t;\\n"
+        ...             "PCR_API int f(s_t* s);")
+        >>> abi.defines, abi.enums[0].members, [str(t) for _, t in abi.structs[0].fields]
+        ({'V': 3}, [('X_A', 1), ('X_B', 2)], ['int32_t', 'int32_t*', 'char[V]'])
+        >>> [(name, str(t)) for name, t in abi.functions[0].params]
+        [('s', 's_t*')]
     """
     abi = Abi()
     text = _strip_comments(text).replace("\\\n", " ")
@@ -240,10 +243,18 @@ def _statement(stmt: str, abi: Abi) -> None:
     if m:
         fields = []
         for decl in filter(None, (x.strip() for x in m[1].split(";"))):
+            array = re.fullmatch(r"([^\[\],]+?)\s*\[\s*(\w+)\s*\]", decl)
+            if array:  # `char reason[PCR_REASON_SIZE]`: one array of fixed length
+                ctype, name = _declaration(array[1])
+                if name is None or not (array[2].isdigit() or array[2] in abi.defines):
+                    raise HeaderError(f"struct {m[2]}: cannot read {decl!r}")
+                fields.append((name, dataclasses.replace(ctype, length=array[2])))
+                continue
             if re.search(r"[\[\](){}:]", decl):
                 raise HeaderError(
-                    f"struct {m[2]}: cannot read {decl!r} (arrays, bit fields, "
-                    "function pointers and nested definitions are not read)"
+                    f"struct {m[2]}: cannot read {decl!r} (arrays of more than one "
+                    "declarator or dimension, bit fields, function pointers and nested "
+                    "definitions are not read)"
                 )
             first, *more = decl.split(",")
             ctype, name = _declaration(first)
@@ -333,6 +344,8 @@ class _Types:
         Raises:
             HeaderError: a type the mirror cannot express (an opaque struct by value).
         """
+        if t.length:  # a fixed-length array field
+            return f"{self.ctypes(dataclasses.replace(t, length=''), where)} * {t.length}"
         base = t.base
         while base in self.abi.aliases and base not in PY_OBJECT_TYPES:
             alias = self.abi.aliases[base]

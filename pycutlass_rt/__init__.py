@@ -315,8 +315,8 @@ def explain(
         math=math,
         kernel=kernel,
     )
-    problem = _call.describe(lib, call.objs, call.alpha, call.beta, call.extra)
-    forced_index = call.kernel
+    judged = call.describe(lib)  # the verdicts gemm's launch would reach on these operands
+    problem, forced_index = judged.problem, call.kernel
     del call  # the operands' exports are released here
     pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
     for x in ("a", "b", "c", "d"):
@@ -367,17 +367,19 @@ def explain(
             "copied through aligned scratch around the kernel, one extra pass each"
         )
     # a problem without GEMM work takes no kernel, whatever the build holds
-    choice = _select.choose(lib, problem, kernels()) if work else _select.Choice([])
+    choice = (
+        _select.choose(lib, problem, judged.verdicts, kernels()) if work else _select.Choice([])
+    )
     ranked = [(k.name, why) for k, why in choice.ranked]
     rejected = [(k.name, why) for k, why in choice.rejected]
     if kernel is not None:
-        forced = kernels()[forced_index]
-        st = lib.pcr_kernel_check(forced.index, ctypes.byref(problem))
-        if st:
+        status, why = judged.verdicts[forced_index]
+        if status:
             return Explanation(
-                None, f"forced kernel rejected: {lib.last_error()}", pdict, ranked, rejected, notes
+                None, f"forced kernel rejected: {why}", pdict, ranked, rejected, notes
             )
-        return Explanation(forced.name, "forced with kernel=", pdict, ranked, rejected, notes)
+        name = kernels()[forced_index].name
+        return Explanation(name, "forced with kernel=", pdict, ranked, rejected, notes)
     if not work:
         return Explanation(
             None,

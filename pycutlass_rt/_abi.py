@@ -12,8 +12,8 @@ names, and FUNCTIONS holds every exported function's ctypes signature.
 from __future__ import annotations
 
 import enum
-from ctypes import (POINTER, Structure, c_char_p, c_double, c_int, c_int32, c_int64, c_size_t,
-                    c_uint16, c_uint32, c_uint64, c_uint8, c_void_p, py_object)
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32, c_int64,
+                    c_size_t, c_uint16, c_uint32, c_uint64, c_uint8, c_void_p, py_object)
 from typing import NamedTuple
 
 
@@ -50,7 +50,8 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 7
+PCR_ABI_VERSION = 8
+PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
 PCR_STREAM_FROM_PRODUCER = 1
@@ -268,6 +269,12 @@ class Problem(Structure):
                 ("scale_m", c_int32), ("scale_n", c_int32)]
 
 
+class Verdict(Structure):
+    """The header's pcr_verdict."""
+
+    _fields_ = [("status", c_int32), ("reason", c_char * PCR_REASON_SIZE)]
+
+
 #: name -> signature of every function the library exports
 FUNCTIONS = {
     # int pcr_abi_version(void)
@@ -284,8 +291,8 @@ FUNCTIONS = {
     "pcr_kernel_find": Function(c_int, (c_char_p, POINTER(c_int32)), False),
     # int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs)
     "pcr_kernel_runs_on": Function(c_int, (c_int32, c_int32, POINTER(c_int32)), False),
-    # int pcr_kernel_check(int32_t kernel, const pcr_problem* problem)
-    "pcr_kernel_check": Function(c_int, (c_int32, POINTER(Problem)), False),
+    # int pcr_kernel_verdicts(const pcr_problem* problem, pcr_verdict* verdicts, int32_t count)
+    "pcr_kernel_verdicts": Function(c_int, (POINTER(Problem), POINTER(Verdict), c_int32), False),
     # int pcr_driver_version(int32_t* version)
     "pcr_driver_version": Function(c_int, (POINTER(c_int32),), False),
     # int pcr_runtime_version(int32_t* version)
@@ -299,10 +306,11 @@ FUNCTIONS = {
     # int pcr_pointer_device(const void* ptr, int32_t* device)
     "pcr_pointer_device": Function(c_int, (c_void_p, POINTER(c_int32)), False),
     # int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-    #     double alpha, double beta, const pcr_extras* extras, pcr_problem* out)
+    #     double alpha, double beta, const pcr_extras* extras, pcr_problem* out,
+    #     pcr_verdict* verdicts, int32_t count)
     "pcr_describe": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(DLTensor),
                                      POINTER(DLTensor), c_double, c_double, POINTER(Extras),
-                                     POINTER(Problem)), False),
+                                     POINTER(Problem), POINTER(Verdict), c_int32), False),
     # int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
     #     double alpha, double beta, const pcr_extras* extras, int32_t kernel, void* stream,
     #     pcr_problem* problem)
@@ -353,9 +361,11 @@ FUNCTIONS = {
                                            c_double, py_object, c_int32, POINTER(Problem),
                                            POINTER(c_void_p)), True),
     # int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
-    #     double alpha, double beta, pcr_py_object* extras, pcr_problem* out)
+    #     double alpha, double beta, pcr_py_object* extras, pcr_problem* out, pcr_verdict* verdicts,
+    #     int32_t count)
     "pcr_py_describe": Function(c_int, (py_object, py_object, py_object, py_object, c_double,
-                                        c_double, py_object, POINTER(Problem)), True),
+                                        c_double, py_object, POINTER(Problem), POINTER(Verdict),
+                                        c_int32), True),
     # int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_object** c,
     #     pcr_py_object** d, int32_t count, double alpha, double beta, int32_t kernel,
     #     int32_t flags, void* stream, pcr_problem* problem)

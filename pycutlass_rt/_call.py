@@ -7,7 +7,7 @@ import numbers
 from dataclasses import dataclass
 
 from . import _dlpack, _kernels, _lib, _select
-from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math, Status
+from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math, Status, Verdict
 from .errors import DTypeError, Error, InvalidArgumentError, NoKernelForArchError, UnsupportedError
 
 NAMES = ("a", "b", "c", "d", "bias", "scale_a", "scale_b")
@@ -109,6 +109,10 @@ class Call:
     flags: int
     keep: object  # the call's temporary exports, alive until the call is dropped
 
+    def describe(self, lib) -> Judged:
+        """The call's problem and every kernel's verdict on it (one C call)."""
+        return describe(lib, self.objs, self.alpha, self.beta, self.extra)
+
 
 def prepare(
     a,
@@ -140,33 +144,62 @@ def prepare(
     return Call(objs, alpha, beta, act, mth, extras(objs, act, mth), kidx, handle, flags, keep)
 
 
-def settle(lib, status: int, again, problem_of) -> None:
+def settle(lib, status: int, again, judged) -> None:
     """Finishes an entry point whose first attempt returned ``status``: a problem seen for
-    the first time (PCR_NEED_SELECTION) gets its kernels ranked for ``problem_of()``, then
-    ``again()`` runs; any failure raises the library's error."""
+    the first time (PCR_NEED_SELECTION) gets its kernels ranked from ``judged()`` (a
+    :class:`Judged`), then ``again()`` runs; any failure raises the library's error."""
     if status == Status.NEED_SELECTION:
-        remember_problem(lib, problem_of())
+        remember_problem(lib, judged())
         status = again()
     if status:
         raise lib.error(status)
 
 
-def describe(lib, objs, alpha: float, beta: float, extra=None) -> _lib.Problem:
+@dataclass
+class Judged:
+    """A described problem and each kernel's verdict on it, as the C side judged them:
+    ``verdicts[i]`` is (status, reason) of the build's kernel ``i`` (status 0: it runs
+    the problem). What selection and explain() rank, so they agree with the launch."""
+
+    problem: _lib.Problem
+    verdicts: list
+
+
+def _verdicts(array) -> list:
+    return [(v.status, v.reason.decode(errors="replace")) for v in array]
+
+
+def describe(lib, objs, alpha: float, beta: float, extra=None) -> Judged:
+    """The problem of a call's C objects with every kernel's full verdict (CUTLASS's
+    ``can_implement`` on these operands included), in one C call."""
     a, b, c, d = objs[:4]
-    problem = _lib.Problem()
-    lib.check(lib.pcr_py_describe(a, b, c, d, alpha, beta, extra, ctypes.byref(problem)))
-    return problem
+    problem, count = _lib.Problem(), len(_kernels.kernels())
+    array = (Verdict * count)()
+    lib.check(
+        lib.pcr_py_describe(a, b, c, d, alpha, beta, extra, ctypes.byref(problem), array, count)
+    )
+    return Judged(problem, _verdicts(array))
+
+
+def judge(lib, problem) -> Judged:
+    """Every kernel's verdict on a problem alone, without operands: what a grouped problem
+    gets (its sizes live on the GPU)."""
+    count = len(_kernels.kernels())
+    array = (Verdict * count)()
+    lib.check(lib.pcr_kernel_verdicts(ctypes.byref(problem), array, count))
+    return Judged(problem, _verdicts(array))
 
 
 #: called with each problem that reaches selection (pycutlass_rt.tune records with it)
 selection_hooks: list = []
 
 
-def remember_problem(lib, problem) -> None:
-    """Ranks the kernels for a described problem and hands the ranking to C."""
+def remember_problem(lib, judged: Judged) -> None:
+    """Ranks the kernels for a judged problem and hands the ranking to C."""
+    problem = judged.problem
     for hook in selection_hooks:
         hook(problem)
-    choice = _select.choose(lib, problem, _kernels.kernels())
+    choice = _select.choose(lib, problem, judged.verdicts, _kernels.kernels())
     if not choice.ranked:
         raise no_candidates(problem, choice)
     ids = [k.index for k, _ in choice.ranked[:8]]

@@ -99,9 +99,9 @@ class Gemm:
             ctypes.byref(problem),
             ctypes.byref(handle),
         )
-        # a plan that needs a selection returns with its problem described
+        # a plan that needs a selection asks for it; its operands are judged for it
         create = lambda: lib.pcr_py_plan_create(*args)  # noqa: E731
-        _call.settle(lib, create(), create, lambda: problem)
+        _call.settle(lib, create(), create, lambda: call.describe(lib))
         _lib.note_cuda_used()
         self._handle = handle.value
         self._keep = (a, b, c, d, bias, scale_a, scale_b, objs, keep)  # addresses in use

@@ -15,7 +15,6 @@ _table.py, the model in _model.py.
 
 from __future__ import annotations
 
-import ctypes
 import fnmatch
 import math
 from dataclasses import dataclass, field
@@ -171,11 +170,11 @@ def static_match(kern: KernelInfo, problem) -> str | None:
     return None
 
 
-def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
-    """(accepted kernels, [(kernel, why rejected)]): static checks, then the C side's."""
+def screen(problem, verdicts, all_kernels: list[KernelInfo]) -> tuple[list, list]:
+    """(accepted kernels, [(kernel, why rejected)]): static checks, then the C side's
+    ``verdicts`` ((status, reason) per kernel index, see _call.Judged)."""
     accepted, rejected = [], []
     order = families_for(problem.cc)
-    pref = ctypes.byref(problem)
     for kern in all_kernels:
         reason = static_match(kern, problem)
         if reason is None and kern.family not in order:
@@ -183,8 +182,8 @@ def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
                 f"sm{kern.family} kernels do not run on compute "
                 f"{problem.cc // 10}.{problem.cc % 10}"
             )
-        if reason is None and lib.pcr_kernel_check(kern.index, pref) != Status.OK:
-            reason = lib.last_error()
+        if reason is None and verdicts[kern.index][0] != Status.OK:
+            reason = verdicts[kern.index][1]
         if reason is None:
             accepted.append(kern)
         else:
@@ -199,8 +198,10 @@ def screen(lib, problem, all_kernels: list[KernelInfo]) -> tuple[list, list]:
     return accepted, rejected
 
 
-def choose(lib, problem, all_kernels: list[KernelInfo], *, use_cache: bool = True) -> Choice:
-    """Checks every kernel against ``problem`` and ranks the survivors.
+def choose(
+    lib, problem, verdicts, all_kernels: list[KernelInfo], *, use_cache: bool = True
+) -> Choice:
+    """Ranks the kernels whose ``verdicts`` (see screen) accept ``problem``.
 
     With ``use_cache`` (the default) the device's tuned cache comes first; tune() and the
     sweep pass False to see every candidate in table/model order.
@@ -209,7 +210,7 @@ def choose(lib, problem, all_kernels: list[KernelInfo], *, use_cache: bool = Tru
         UnsupportedError: a pinned kernel cannot run the problem, or PYCUTLASS_RT_STRICT=1
             and the device has no current tuned cache (see pycutlass_rt.tune).
     """
-    accepted, rejected = screen(lib, problem, all_kernels)
+    accepted, rejected = screen(problem, verdicts, all_kernels)
     choice = rank(problem, accepted, families_for(problem.cc))
     choice.rejected = rejected
     if not use_cache:

@@ -200,17 +200,12 @@ def make_operands(bk, spec: Spec) -> Operands:
     return Operands(sets, 1.0 if spec.c_dtype else 0.0, extras)
 
 
-def describe(lib, ops: Operands) -> _lib.Problem:
-    """The canonical problem the C side makes of the first operand set."""
+def describe(lib, ops: Operands):
+    """The canonical problem the C side makes of the first operand set, with every
+    kernel's verdict on those operands (an ``_call.Judged``), through gemm's own Call."""
     from . import _call
 
-    x = ops.extras
-    objs, _, _, keep = _call.operands(ops.sets[0], None, None, x.get("scale_a"), x.get("scale_b"))
-    problem = _call.describe(
-        lib, objs, 1.0, ops.beta, _call.extras(objs, 0, _call.math_code(x.get("math")))
-    )
-    del keep
-    return problem
+    return _call.prepare(*ops.sets[0], 1.0, ops.beta, **ops.extras).describe(lib)
 
 
 def time_us(bk, run, repeats: int = DEFAULT_REPEATS) -> float:
@@ -335,9 +330,13 @@ def record(lib, fn) -> list:
 # ---- tuning -----------------------------------------------------------------------------
 
 
-def candidates(lib, problem) -> list:
-    """Every kernel that runs ``problem`` here, in the table/model order (cache ignored)."""
-    return [k for k, _ in _select.choose(lib, problem, _kernels.kernels(), use_cache=False).ranked]
+def candidates(lib, judged, problem=None) -> list:
+    """Every kernel whose verdict in ``judged`` (see describe) accepts its problem, in the
+    table/model order for ``problem`` (default: the judged one; the cache is ignored)."""
+    choice = _select.choose(
+        lib, problem or judged.problem, judged.verdicts, _kernels.kernels(), use_cache=False
+    )
+    return [k for k, _ in choice.ranked]
 
 
 def tune_one(
@@ -355,13 +354,14 @@ def tune_one(
             note="grouped GEMMs are not tuned: the table and model order them",
         ), recorded
     ops = make_operands(bk, spec)
-    problem = describe(lib, ops)
+    judged = describe(lib, ops)  # the operands timed: their verdicts screen the kernels
+    problem = judged.problem
     target = recorded if recorded is not None else problem
     key = _cache.problem_key(target)
     note = ""
     if _cache.problem_key(problem) != key:
         note = f"timed on {_cache.problem_key(problem)} (operands as close as could be made)"
-    ranked = candidates(lib, target)
+    ranked = candidates(lib, judged, target)
     if not ranked:
         return Tuned(key, None, None, None, None, note="no kernel of this build runs it"), target
     timings, failed = {}, {}

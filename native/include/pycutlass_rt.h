@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 7
+#define PCR_ABI_VERSION 8
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -218,6 +218,13 @@ typedef struct {
   int32_t scale_n;    /* pcr_scale_kind of its columns: none, one value, one per column */
 } pcr_problem;
 
+/* A kernel's verdict on one problem: whether it runs it and, if not, why. */
+#define PCR_REASON_SIZE 252
+typedef struct {
+  int32_t status;               /* PCR_OK: the kernel runs the problem; else an error code */
+  char reason[PCR_REASON_SIZE]; /* why not (NUL-terminated, cut short if longer); "" if OK */
+} pcr_verdict;
+
 /* ---- library ------------------------------------------------------------------- */
 PCR_API int pcr_abi_version(void);
 PCR_API const char* pcr_last_error(void); /* "" when none; thread-local */
@@ -229,8 +236,11 @@ PCR_API int pcr_kernel_info(int32_t kernel, pcr_kernel_desc* out);
 PCR_API int pcr_kernel_find(const char* name, int32_t* kernel);
 /* *runs = 1 if the build holds an image of `kernel` that loads on `device`. */
 PCR_API int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs);
-/* PCR_OK if `kernel` can compute `problem`, else the reason (UNSUPPORTED/MISALIGNED). */
-PCR_API int pcr_kernel_check(int32_t kernel, const pcr_problem* problem);
+/* Each kernel's verdict on a problem: verdicts[i] for kernel i < min(count,
+ * pcr_kernel_count()). This judges the problem alone (dtypes, layouts, epilogue,
+ * alignment, an image for its GPU): what grouped problems get, whose sizes live on the
+ * GPU. pcr_describe gives the full verdicts of a problem with its operands. */
+PCR_API int pcr_kernel_verdicts(const pcr_problem* problem, pcr_verdict* verdicts, int32_t count);
 
 /* ---- devices ------------------------------------------------------------------- */
 PCR_API int pcr_driver_version(int32_t* version); /* 0 when no driver is installed */
@@ -243,9 +253,13 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device);
 
 /* ---- GEMM ---------------------------------------------------------------------- */
 /* Validates and canonicalizes a problem without touching the GPU's queues. `c` may be
- * NULL when beta == 0; `extras` may be NULL. */
+ * NULL when beta == 0; `extras` may be NULL. With `verdicts` (NULL: none), each kernel's
+ * verdict on the problem and these operands, as pcr_gemm would judge it (CUTLASS's
+ * can_implement included): verdicts[i] for kernel i < min(count, pcr_kernel_count()).
+ * A kernel choice made from them is the one pcr_gemm accepts. */
 PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-                         double alpha, double beta, const pcr_extras* extras, pcr_problem* out);
+                         double alpha, double beta, const pcr_extras* extras, pcr_problem* out,
+                         pcr_verdict* verdicts, int32_t count);
 
 /* The `kernel` argument of the launching entry points: an index (pcr_kernel_info) forces
  * that kernel; PCR_KERNEL_SELECT takes the one remembered by pcr_select_put. A plan of a
@@ -341,7 +355,8 @@ PCR_API int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object
                                pcr_py_object* d, double alpha, double beta, pcr_py_object* extras,
                                int32_t kernel, pcr_problem* problem, pcr_plan** plan);
 PCR_API int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
-                            double alpha, double beta, pcr_py_object* extras, pcr_problem* out);
+                            double alpha, double beta, pcr_py_object* extras, pcr_problem* out,
+                            pcr_verdict* verdicts, int32_t count);
 /* a, b, c, d: arrays of `count` objects (c may be NULL, or hold None). */
 PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_object** c,
                                 pcr_py_object** d, int32_t count, double alpha, double beta,

@@ -46,10 +46,11 @@ PCR_API int pcr_kernel_runs_on(int32_t kernel, int32_t device, int32_t* runs) {
   });
 }
 
-PCR_API int pcr_kernel_check(int32_t kernel, const pcr_problem* problem) {
+PCR_API int pcr_kernel_verdicts(const pcr_problem* problem, pcr_verdict* verdicts, int32_t count) {
   return guarded([&] {
     clear_error();
-    return check_kernel(kernel, *problem, nullptr);
+    if (!problem) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_kernel_verdicts: no problem");
+    return judge(*problem, nullptr, verdicts, count);
   });
 }
 
@@ -82,11 +83,10 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device) {
 // ---- GEMM ----------------------------------------------------------------------
 
 PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-                         double alpha, double beta, const pcr_extras* extras, pcr_problem* out) {
-  return guarded([&] {
-    Bound bd;
-    return describe(a, b, c, d, alpha, beta, extras, out, &bd);
-  });
+                         double alpha, double beta, const pcr_extras* extras, pcr_problem* out,
+                         pcr_verdict* verdicts, int32_t count) {
+  return guarded(
+      [&] { return describe_judged(a, b, c, d, alpha, beta, extras, out, verdicts, count); });
 }
 
 PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
@@ -171,8 +171,9 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,
-                            void* extras, pcr_problem* out) {
-  return guarded([&] { return py_describe(a, b, c, d, alpha, beta, extras, out); });
+                            void* extras, pcr_problem* out, pcr_verdict* verdicts, int32_t count) {
+  return guarded(
+      [&] { return py_describe(a, b, c, d, alpha, beta, extras, out, verdicts, count); });
 }
 
 PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,

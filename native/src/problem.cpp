@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -739,6 +740,26 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
     }
   }
   return PCR_OK;
+}
+
+int judge(const pcr_problem& p, const Bound* bound, pcr_verdict* verdicts, int32_t count) {
+  if (!verdicts) return PCR_OK;
+  if (count < 0) return set_error(PCR_ERR_INVALID_ARGUMENT, "verdicts: count %d < 0", count);
+  for (int k = 0; k < count && k < kKernelCount; ++k) {
+    pcr_verdict& v = verdicts[k];
+    v.status = check_kernel(k, p, bound);
+    std::snprintf(v.reason, sizeof v.reason, "%s", v.status == PCR_OK ? "" : last_error());
+  }
+  clear_error();
+  return PCR_OK;
+}
+
+int describe_judged(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                    double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
+                    pcr_verdict* verdicts, int32_t count) {
+  Bound bd;
+  int st = describe(a, b, c, d, alpha, beta, extras, problem, &bd);
+  return st == PCR_OK ? judge(*problem, &bd, verdicts, count) : st;
 }
 
 }  // namespace pcr

@@ -491,15 +491,14 @@ int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_
 const void* py_builtins() { return py().ok ? kBuiltins : nullptr; }
 
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
-                pcr_problem* out) {
+                pcr_problem* out, pcr_verdict* verdicts, int32_t count) {
   clear_error();
   Operand ops[kOperands];
   PyExtras x;
   int st = ingest_call(a, b, c, d, extras, ops, &x);
   if (st != PCR_OK) return st;
-  Bound bd;
-  return describe(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-                  extras_of(x, ops), out, &bd);
+  return describe_judged(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+                         extras_of(x, ops), out, verdicts, count);
 }
 
 }  // namespace pcr

@@ -104,8 +104,16 @@ struct Bound {
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
              double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
              Bound* bound);
-// Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, CUTLASS's checks).
+// Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, an image for its GPU;
+// with `bound`, CUTLASS's can_implement on those operands too).
 int check_kernel(int k, const pcr_problem& problem, const Bound* bound);
+// check_kernel's verdict for each kernel i < min(count, kKernelCount) (verdicts may be
+// nullptr: none), the calling thread's error message left empty.
+int judge(const pcr_problem& problem, const Bound* bound, pcr_verdict* verdicts, int32_t count);
+// describe, then judge with the operands it bound (pcr_describe, pcr_py_describe).
+int describe_judged(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                    double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
+                    pcr_verdict* verdicts, int32_t count);
 GemmArgs gemm_args(const pcr_problem& problem, const Bound& bound);
 // A problem with `staged` operands as its kernel sees it: those operands copied into
 // scratch at `base` in their own layout, zero-padded so that every contiguous extent is a
@@ -234,7 +242,7 @@ void plan_destroy(pcr_plan* plan);
 int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
                    int32_t kernel, pcr_problem* problem, pcr_plan** plan);
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
-                pcr_problem* out);
+                pcr_problem* out, pcr_verdict* verdicts, int32_t count);
 int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
                     double beta, int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,

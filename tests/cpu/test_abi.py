@@ -122,7 +122,8 @@ def test_generated_snippet_module(tmp_path):
     "snippet, why",
     [
         ("typedef union { int a; float b; } u;", "unrecognized declaration"),
-        ("typedef struct { int32_t a[4]; } s;", "arrays"),
+        ("typedef struct { int32_t a[4][2]; } s;", "arrays of more than one"),
+        ("typedef struct { char s[UNDEFINED]; } s;", "cannot read"),
         ("typedef enum { A = 1 << 2 } e;", "integer values only"),
         ("int32_t global_counter;", "unrecognized declaration"),
     ],

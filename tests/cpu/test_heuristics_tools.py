@@ -295,9 +295,11 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(
         _tune,
         "describe",
-        lambda lib, ops: types.SimpleNamespace(cc=90, m=ops.spec.n, n=ops.spec.m, k=ops.spec.k),
+        lambda lib, ops: types.SimpleNamespace(
+            problem=types.SimpleNamespace(cc=90, m=ops.spec.n, n=ops.spec.m, k=ops.spec.k)
+        ),
     )
-    monkeypatch.setattr(_tune, "candidates", lambda lib, p: [fit.kernel_info(n) for n in times])
+    monkeypatch.setattr(_tune, "candidates", lambda lib, j: [fit.kernel_info(n) for n in times])
 
     def time_us(bk, name, reps):
         if times[name] is None:

@@ -316,7 +316,7 @@ def c_entry_points(lib):
     return {
         "builtin gemm": lambda a, b, d, w, o: lib.gemm(a, b, None, d, 1.0, 0.0, None, -1, flags, 0),
         "pcr_py_describe": lambda a, b, d, w, o: lib.pcr_py_describe(
-            a, b, None, d, 1.0, 0.0, None, ctypes.byref(_lib.Problem())
+            a, b, None, d, 1.0, 0.0, None, ctypes.byref(_lib.Problem()), None, 0
         ),
         "pcr_py_plan_create": plan_create,
         "pcr_py_grouped_gemm": lambda a, b, d, w, o: lib.pcr_py_grouped_gemm(
@@ -408,6 +408,8 @@ def test_extras_of_the_wrong_type(lib, extras):
             0.0,
             extras,
             ctypes.byref(_lib.Problem()),
+            None,
+            0,
         ),
     ):
         error = outcome(call, lib)

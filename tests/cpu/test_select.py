@@ -6,7 +6,7 @@ import types
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _lib, _model, _select, _table, errors
+from pycutlass_rt import _abi, _lib, _model, _select, _table, errors
 from pycutlass_rt._kernels import KernelInfo
 
 
@@ -337,7 +337,7 @@ def test_choose_checks_through_the_library(lib):
         sm_count=132,
         batch=1,
     )  # as describe()
-    choice = _select.choose(lib, p, ks)
+    choice = _select.choose(lib, p, pcr._call.judge(lib, p).verdicts, ks)
     for k, _ in choice.ranked:
         assert k.align[0] == 1, f"{k.name} accepted a 2-byte-aligned A"
     # rejections after the dtype and layout checks, the ones this problem is about
@@ -368,8 +368,25 @@ def test_select_memo_round_trip(lib):
 
 def test_no_kernel_for_this_arch_names_the_built_archs(lib):
     p = _lib.Problem(m=64, n=64, k=64, dtype_a=2, dtype_b=2, dtype_d=2, cc=61, sm_count=80)
-    choice = _select.choose(lib, p, pcr.kernels())
+    choice = _select.choose(lib, p, pcr._call.judge(lib, p).verdicts, pcr.kernels())
     assert choice.ranked == []
     e = pcr._call.no_candidates(p, choice)
     assert isinstance(e, pcr.NoKernelForArchError) and "compute 6.1" in str(e)
     assert all(f"sm{k.family}" in str(e) for k in pcr.kernels())
+
+
+def test_kernel_verdicts_cover_the_build_in_one_call(lib):
+    """pcr_kernel_verdicts judges every kernel at once: a verdict per kernel, reasons only
+    for refusals, never past the count given; a negative count or no problem is refused."""
+    ks = pcr.kernels()
+    p = _lib.Problem(m=64, n=64, k=64, dtype_a=2, dtype_b=2, dtype_d=2, cc=90, device=-1)
+    judged = pcr._call.judge(lib, p)
+    assert len(judged.verdicts) == len(ks)
+    assert all((st == 0) == (why == "") for st, why in judged.verdicts)
+    assert any("computes" in why for _, why in judged.verdicts)  # other dtypes: refused
+    array = (_abi.Verdict * 2)()
+    array[1].status = 12345  # past the count: untouched
+    assert lib.pcr_kernel_verdicts(ctypes.byref(p), array, 1) == 0
+    assert array[0].status == judged.verdicts[0][0] and array[1].status == 12345
+    assert lib.pcr_kernel_verdicts(ctypes.byref(p), array, -1) == errors.ERR_INVALID_ARGUMENT
+    assert lib.pcr_kernel_verdicts(None, array, 1) == errors.ERR_INVALID_ARGUMENT

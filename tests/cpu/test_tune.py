@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from pycutlass_rt import _cache, _kernels, _select, _table, _tune, errors
+from pycutlass_rt import _cache, _call, _kernels, _select, _table, _tune, errors
 from pycutlass_rt._abi import Status
 from pycutlass_rt._kernels import KernelInfo
 from pycutlass_rt._lib import Problem
@@ -76,9 +76,21 @@ class FakeLib:
     def pcr_build_info(self):
         return self.build
 
-    def pcr_kernel_check(self, index, problem):
-        self.error = self.reject.get(index, "")
-        return errors.ERR_MISALIGNED if self.error else 0
+    def verdicts(self, count=None):
+        """Each kernel's (status, reason): the ones in ``reject`` are misaligned."""
+        count = len(KERNELS) if count is None else count
+        return [
+            (errors.ERR_MISALIGNED, self.reject[i]) if i in self.reject else (0, "")
+            for i in range(count)
+        ]
+
+    def _fill(self, array, count):
+        for i, (status, reason) in enumerate(self.verdicts(count)):
+            array[i].status, array[i].reason = status, reason.encode()
+
+    def pcr_kernel_verdicts(self, problem, array, count):
+        self._fill(array, count)
+        return 0
 
     def last_error(self):
         return self.error
@@ -90,8 +102,9 @@ class FakeLib:
     def pcr_select_put(self, problem, ids, count):
         return 0
 
-    def pcr_py_describe(self, a, b, c, d, alpha, beta, extras, out):
+    def pcr_py_describe(self, a, b, c, d, alpha, beta, extras, out, array, count):
         ctypes.pointer(out._obj)[0] = problem(a)  # "a" carries the problem's m
+        self._fill(array, count)
         self.described.append(a)
         return 0
 
@@ -138,7 +151,8 @@ def pin(lib, kernel, pinned=True, p=None):
 
 
 def ranked(lib, p=None, kernels=KERNELS):
-    return [(k.name, why) for k, why in _select.choose(lib, p or problem(), kernels).ranked]
+    choice = _select.choose(lib, p or problem(), lib.verdicts(), kernels)
+    return [(k.name, why) for k, why in choice.ranked]
 
 
 # ---- where the cache lives, and its key ---------------------------------------------------
@@ -289,7 +303,7 @@ def test_cache_then_table_then_model(cache_dir, monkeypatch):
 def test_cache_ignored_when_asked(cache_dir):
     lib = FakeLib()
     pin(lib, SMALL)
-    choice = _select.choose(lib, problem(), KERNELS, use_cache=False)
+    choice = _select.choose(lib, problem(), lib.verdicts(), KERNELS, use_cache=False)
     assert choice.ranked[0][0].name == BIG.name and len(choice.ranked) == 3
 
 
@@ -417,7 +431,6 @@ def test_recorded_problems_are_rebuilt_exactly(fields, spec):
 
 
 def test_recording_collects_each_problem_once(cache_dir, monkeypatch):
-    _call = pytest.importorskip("pycutlass_rt._call")
     lib = FakeLib()
     monkeypatch.setattr(_kernels, "kernels", lambda: KERNELS)
     monkeypatch.setenv(_cache.STRICT_ENV, "1")  # no cache: would refuse outside recording
@@ -452,7 +465,9 @@ def fake_tuning(monkeypatch, lib, times):
     monkeypatch.setattr(_tune._lib, "load", lambda: lib)
     monkeypatch.setattr(_tune, "backend", FakeBackend)
     monkeypatch.setattr(_kernels, "kernels", lambda: KERNELS)
-    monkeypatch.setattr(_tune, "describe", lambda lib_, ops: problem(m=ops.sets[0][0]))
+    monkeypatch.setattr(
+        _tune, "describe", lambda lib_, ops: _call.Judged(problem(m=ops.sets[0][0]), lib.verdicts())
+    )
     monkeypatch.setattr(_tune.Operands, "call", lambda self, name: name)
 
     def time_us(bk, name, repeats):

@@ -66,7 +66,7 @@ def describe(
     )
     p = _lib.Problem()
     st = lib.pcr_py_describe(
-        *objs[:4], alpha, beta, _call.extras(objs, activation, math), ctypes.byref(p)
+        *objs[:4], alpha, beta, _call.extras(objs, activation, math), ctypes.byref(p), None, 0
     )
     return st, p
 
@@ -276,11 +276,15 @@ def test_cuda_array_interface_is_parsed(lib):
         *[_dlpack.cai_capsule(_Cai(x), n, lambda p: 0) for x, n in ((a, "a"), (b, "b"), (d, "d"))]
     )
     p = _lib.Problem()
-    st = lib.pcr_py_describe(caps[0], caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p))
+    st = lib.pcr_py_describe(
+        caps[0], caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p), None, 0
+    )
     assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
     assert (p.m, p.n, p.k, p.layout_a) == (4, 6, 8, 0)
     cap_t, _ = _dlpack.cai_capsule(_Cai(a, strides=(2, 16)), "a", lambda p: 0)  # column-major view
-    assert lib.pcr_py_describe(cap_t, caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p)) in (
+    assert lib.pcr_py_describe(
+        cap_t, caps[1], None, caps[2], 1.0, 0.0, None, ctypes.byref(p), None, 0
+    ) in (
         0,
         errors.ERR_NO_DEVICE,
     )
@@ -390,12 +394,12 @@ def test_pure_c_entry_points(lib):
     """pcr_describe / pcr_gemm on hand-built DLTensors (the ABI for non-Python callers)."""
     a, b, d = mats(4, 6, 8)
     p = _lib.Problem()
-    st = lib.pcr_describe(view(a), view(b), None, view(d), 1.0, 0.0, None, ctypes.byref(p))
+    st = lib.pcr_describe(view(a), view(b), None, view(d), 1.0, 0.0, None, ctypes.byref(p), None, 0)
     assert st in (0, errors.ERR_NO_DEVICE) and (p.m, p.n, p.k) == (4, 6, 8)
     # strides given explicitly, in elements: b read as column-major through its transpose
     bt = np.ascontiguousarray(b.T)
     st = lib.pcr_describe(
-        view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, None, ctypes.byref(p)
+        view(a), view(bt, (1, 8), (8, 6)), None, view(d), 1.0, 0.0, None, ctypes.byref(p), None, 0
     )
     assert st in (0, errors.ERR_NO_DEVICE) and p.layout_b == 1
     st = lib.pcr_gemm(view(a), view(b), None, None, 1.0, 0.0, None, -1, None, None)
