@@ -1,4 +1,4 @@
-"""The benchmark's shape groups A-J (benchmarks/README.md) and dtypes, as data.
+"""The benchmark's shape groups A-K (benchmarks/README.md) and dtypes, as data.
 
 This module is the one place the shape lists live; ``heuristics/sweep.py`` imports its
 grids from here. Layouts name A then B, ``t`` = row-major and ``n`` = column-major (the
@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from heuristics import corpus
 from pycutlass_rt._kernels import DTYPE_BYTES
 
 #: (N, K) pairs of groups B and C: the projections of 8B- and 70B-class transformer layers.
@@ -42,6 +43,9 @@ GROUPED_SHAPES = [
     (64, 8192, 2048, 2048),
     (64, 8192, 1536, 4096),
 ]
+#: group K (issue 29): the held-out part of heuristics/corpus.py, real models' projections
+#: (tn, no batch) of families kept out of any fit
+HELDOUT = list(dict.fromkeys((s.m, s.n, s.k) for s in corpus.load("heldout", "tn") if s.batch == 1))
 LAYOUTS = ("nn", "nt", "tn", "tt")
 #: extra elements on every leading dimension in group E's padded case (keeps 16 B alignment)
 PAD = 64
@@ -234,6 +238,7 @@ GROUPS = {
             ("bf16",),
             tuple(dict(m=t, n=n, k=k, experts=e) for e, t, n, k in GROUPED_SHAPES),
         ),
+        Group("K", "heldout", "regret", ("bf16",), tuple(_shapes(HELDOUT))),
     )
 }
 
