@@ -15,19 +15,21 @@ class Gemm:
     launched cheaply.
 
     Construction does everything :func:`pycutlass_rt.gemm` does per call: it validates the
-    operands, chooses the kernel, allocates the plan's own workspace and builds the
-    kernel's launch parameters (TMA descriptors included). Then:
+    operands, chooses the kernel and builds the kernel's launch parameters (TMA
+    descriptors included). Then:
 
     * ``plan.run()`` launches on the tensors given at construction: one C call, no
-      argument parsing, no allocation, so it is the cheapest way to repeat a GEMM and
-      is safe inside CUDA-graph capture;
+      argument parsing, so it is the cheapest way to repeat a GEMM; a problem that needs
+      scratch (stream-K workspace, staged operands) gets it per run, stream-ordered, as
+      :func:`pycutlass_rt.gemm` does, so runs capture into CUDA graphs anywhere;
     * ``plan(a, b, c, d, bias=..., scale_a=..., scale_b=...)`` runs on other tensors that
       describe the same problem
       (shape, dtypes, layouts, alignment, device); the launch parameters are rebuilt only
       when the addresses change.
 
-    The plan keeps references to the tensors it was built with. Runs of one plan must not
-    overlap on two streams at once (they share its workspace): build one plan per stream.
+    The plan keeps references to the tensors it was built with and holds no GPU memory.
+    Its runs may go to any stream, from one thread at a time (a run whose tensors or
+    scratch moved rebuilds the launch parameters the plan keeps).
 
     Args:
         a, b, c, d, alpha, beta, bias, activation, scale_a, scale_b, math: as for
@@ -154,7 +156,8 @@ class Gemm:
         return d
 
     def close(self) -> None:
-        """Frees the plan's workspace (after its pending launches); later runs fail."""
+        """Frees the plan (host memory; graphs that captured its runs stay valid); later
+        runs fail."""
         handle, self._handle, self._launch = self._handle, None, None
         if handle:
             self._lib.pcr_plan_destroy(handle)

@@ -155,6 +155,12 @@ int kernel_runs_on(int k, int device, bool* runs) {
     cudaError_t e = cudaFuncGetAttributes(&attr, kKernels[k]->ops.device_function());
     if (e != cudaSuccess) {
       cudaGetLastError();
+      // Only a missing or unloadable image is remembered; anything else (out of memory
+      // while loading the module, a busy device) fails this call and is asked again.
+      if (e != cudaErrorInvalidDeviceFunction && e != cudaErrorNoKernelImageForDevice &&
+          e != cudaErrorInvalidPtx && e != cudaErrorUnsupportedPtxVersion &&
+          e != cudaErrorInvalidKernelImage && e != cudaErrorSharedObjectInitFailed)
+        return cuda_status(e, "cudaFuncGetAttributes (loading the kernel's image)");
       ok = false;
     }
   }

@@ -168,9 +168,8 @@ template <class Fill>
 int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double beta,
                 cudaStream_t stream, Fill fill) {
   if (groups == 0) return PCR_OK;
-  void* buffer = nullptr;
-  bool temporary = false;  // inside graph capture, on a stream seen for the first time
-  int st = workspace_for(p.device, stream, arrays_bytes(groups), &buffer, kGroupArrays, &temporary);
+  Scratch arrays;  // written on the GPU by `fill`, read by the kernel, then freed
+  int st = arrays.allocate(p.device, stream, arrays_bytes(groups));
   if (st != PCR_OK) return st;
   GemmArgs g;
   std::memset(&g, 0, sizeof g);  // prepared launches compare args bytewise
@@ -181,11 +180,10 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
   g.beta = beta;
   g.batch = 1;
   g.groups = groups;
-  g.group = arrays_at(static_cast<char*>(buffer), groups);
+  g.group = arrays_at(static_cast<char*>(arrays.get()), groups);
   g.device = p.device;
   g.sm_count = p.sm_count;
   if ((st = fill(g.group)) == PCR_OK) st = run_prepared(k, g, stream);
-  if (temporary) cudaFreeAsync(buffer, stream);
   return st;
 }
 

@@ -4,27 +4,19 @@
 namespace pcr {
 namespace {
 
-int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
-  return run_prepared(k, gemm_args(p, bd), stream);
-}
-
-// The kernel step of a launch: a plan's own workspace and prepared launch, or the
-// stream's workspace and the thread's prepared launches.
+// The kernel step of a launch, through `plan`'s prepared launch or (nullptr) the thread's.
 int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream, pcr_plan* plan) {
-  if (!plan) return run_kernel(p, bd, k, stream);
-  return plan->prepared.launch(k, gemm_args(p, bd), plan->workspace_bytes, plan->workspace, stream);
+  return run_prepared(k, gemm_args(p, bd), stream, plan ? &plan->prepared : nullptr);
 }
 
 // Copies the staged inputs into (zero-padded) scratch, runs the kernel's problem there,
 // and copies D back.
 int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
                   pcr_plan* plan) {
-  void* scratch = plan ? plan->scratch : nullptr;
-  int st = plan ? PCR_OK
-                : workspace_for(p.device, stream, stage_layout(p, bd, nullptr).bytes, &scratch,
-                                kStagingScratch);
+  Scratch scratch;  // the call's own, freed on the stream after the copy back
+  int st = scratch.allocate(p.device, stream, stage_layout(p, bd, nullptr).bytes);
   if (st != PCR_OK) return st;
-  Staging s = stage_layout(p, bd, static_cast<char*>(scratch));
+  Staging s = stage_layout(p, bd, static_cast<char*>(scratch.get()));
   const Matrix* src[2];
   const Matrix* dst[2];
   int inputs = 0;
@@ -41,7 +33,7 @@ int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t strea
   Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d, &dev.bias, &dev.scale_m, &dev.scale_n};
   const Matrix* src[] = {&bd.a, &bd.b, &bd.c, &bd.d, &bd.bias, &bd.scale_m, &bd.scale_n};
   constexpr int kOps = sizeof ops / sizeof ops[0];
-  void* buffers[kOps] = {};
+  Scratch buffers[kOps];  // freed on the stream, after the copy back
   int st = PCR_OK;
   for (int i = 0; i < kOps && st == PCR_OK; ++i) {
     if (!src[i]->ptr) continue;
@@ -49,23 +41,24 @@ int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t strea
     uintptr_t lo, hi;
     src[i]->extent(&lo, &hi);
     if (hi == lo) continue;
-    st = cuda_status(cudaMalloc(&buffers[i], hi - lo), "cudaMalloc(host staging)");
+    st = buffers[i].allocate(p.device, stream, hi - lo);
     if (st == PCR_OK)
-      st = cuda_status(cudaMemcpy(buffers[i], src[i]->ptr, hi - lo, cudaMemcpyHostToDevice),
-                       "cudaMemcpy(host to device)");
-    ops[i]->ptr = static_cast<char*>(buffers[i]);
+      st = cuda_status(
+          cudaMemcpyAsync(buffers[i].get(), src[i]->ptr, hi - lo, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync(host to device)");
+    ops[i]->ptr = static_cast<char*>(buffers[i].get());
   }
   if (bd.c.ptr && bd.c.ptr == bd.d.ptr) dev.c.ptr = dev.d.ptr;
   if (st == PCR_OK) st = launch_device(p, dev, k, stream);
-  if (st == PCR_OK && buffers[3]) {
+  if (st == PCR_OK && buffers[3].get()) {
     uintptr_t lo, hi;
     bd.d.extent(&lo, &hi);
-    st = cuda_status(cudaMemcpyAsync(bd.d.ptr, buffers[3], hi - lo, cudaMemcpyDeviceToHost, stream),
-                     "cudaMemcpy(device to host)");
-    if (st == PCR_OK) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    st = cuda_status(
+        cudaMemcpyAsync(bd.d.ptr, buffers[3].get(), hi - lo, cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync(device to host)");
   }
-  for (void* b : buffers)
-    if (b) cudaFree(b);
+  // the host's d is complete, and the host's inputs may change, only after this
+  if (st == PCR_OK) st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return st;
 }
 

@@ -1,4 +1,4 @@
-// Bound plans: one problem's kernel, workspace, scratch and prepared launch, built once.
+// Bound plans: one problem's kernel and prepared launch, built once.
 #include <new>
 
 #include "runtime.h"
@@ -28,16 +28,13 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
   if (has_gemm_work(p)) {
     DeviceGuard guard;
     st = guard.set(p.device);
-    size_t scratch = stage_layout(p, bd, nullptr).bytes;
-    if (st == PCR_OK && scratch)
-      st = cuda_status(cudaMalloc(&pl->scratch, scratch), "cudaMalloc(staging scratch)");
-    // the kernel's own problem: staged operands live in the plan's scratch
-    Staging s = stage_layout(p, bd, static_cast<char*>(pl->scratch));
+    // Built now for the kernel's own problem, these parameters are what every run launches,
+    // unless scratch enters them (staged operands, a workspace): those runs build them
+    // for the scratch they get (the pool tends to hand a stream the same block again).
+    Staging s = stage_layout(p, bd, nullptr);
     GemmArgs g = gemm_args(s.problem, s.bound);
-    pl->workspace_bytes = kKernels[k]->ops.workspace_size(g);
-    if (st == PCR_OK && pl->workspace_bytes)
-      st = cuda_status(cudaMalloc(&pl->workspace, pl->workspace_bytes), "cudaMalloc(workspace)");
-    if (st == PCR_OK) st = pl->prepared.prepare(k, g, pl->workspace_bytes, pl->workspace);
+    size_t bytes = kKernels[k]->ops.workspace_size(g);
+    if (st == PCR_OK && !s.staged && !bytes) st = pl->prepared.prepare(k, g, 0, nullptr);
     if (st != PCR_OK) {
       plan_destroy(pl);
       return st;
@@ -89,16 +86,6 @@ int plan_kernel(const pcr_plan* plan, int32_t* kernel) {
   return PCR_OK;
 }
 
-void plan_destroy(pcr_plan* plan) {
-  if (!plan) return;
-  if (plan->workspace || plan->scratch) {
-    DeviceGuard guard;  // cudaFree waits for the plan's pending launches
-    if (guard.set(plan->problem.device) == PCR_OK) {
-      cudaFree(plan->workspace);
-      cudaFree(plan->scratch);
-    }
-  }
-  delete plan;
-}
+void plan_destroy(pcr_plan* plan) { delete plan; }
 
 }  // namespace pcr

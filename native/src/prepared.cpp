@@ -41,18 +41,12 @@ bool programmatic_suits(const pcr_kernel_desc& d, const GemmArgs& g) {
 
 }  // namespace
 
-int run_prepared(int k, const GemmArgs& g, cudaStream_t stream) {
-  PreparedLaunch& prep = t_prepared.find(k, g);
+int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own) {
+  PreparedLaunch& prep = own ? *own : t_prepared.find(k, g);
   size_t bytes = prep.kernel == k ? prep.workspace_bytes : kKernels[k]->ops.workspace_size(g);
-  void* ws = nullptr;
-  bool temporary = false;
-  if (bytes) {
-    int st = workspace_for(g.device, stream, bytes, &ws, kKernelWorkspace, &temporary);
-    if (st != PCR_OK) return st;
-  }
-  int st = prep.launch(k, g, bytes, ws, stream);
-  if (temporary) cudaFreeAsync(ws, stream);
-  return st;
+  Scratch ws;  // the pool hands the stream's last block back: the prepared launch matches
+  int st = ws.allocate(g.device, stream, bytes, kKernels[k]->info.grouped);
+  return st != PCR_OK ? st : prep.launch(k, g, bytes, ws.get(), stream);
 }
 
 int PreparedLaunch::prepare(int k, const GemmArgs& g, size_t bytes, void* ws) {

@@ -155,18 +155,29 @@ struct PreparedLaunch {
   int launch(int k, const GemmArgs& g, size_t bytes, void* workspace, cudaStream_t stream);
 };
 
-// Kernel k on `g`, through the calling thread's prepared launches and the stream's
-// workspace (see PreparedLaunch).
-int run_prepared(int k, const GemmArgs& g, cudaStream_t stream);
+// Kernel k on `g` with its workspace (Scratch), through `own` (a plan's) or the calling
+// thread's prepared launches (see PreparedLaunch).
+int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own = nullptr);
 
-// ---- scratch pools (workspace.cpp) ----
-// A device buffer of at least `bytes` kept per (device, stream, pool), grown outside graph
-// capture. Inside capture a short buffer cannot grow: with `temporary` the buffer is then
-// a stream-ordered allocation of the graph (cudaMallocAsync; *temporary = true), which the
-// caller releases with cudaFreeAsync after its last launch; without it the call fails.
-enum Pool { kKernelWorkspace = 0, kStagingScratch = 1, kGroupArrays = 2 };
-int workspace_for(int device, cudaStream_t stream, size_t bytes, void** out, Pool pool,
-                  bool* temporary = nullptr);
+// ---- scratch memory (scratch.cpp) ----
+// `bytes` of device memory for work enqueued on `stream`, freed on that stream when the
+// object goes (after the work enqueued there so far): stream-ordered, from the library's
+// pool of `device`; inside stream capture, memory owned by the graph. Declare it before
+// the launches that use it, in the scope that enqueues them.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { release(); }
+  int allocate(int device, cudaStream_t stream, size_t bytes, bool zeroed = false);
+  void* get() const { return ptr_; }
+
+ private:
+  void release() noexcept;
+  void* ptr_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
 
 // ---- kernel choice (select.cpp) ----
 // Whether a described problem runs a GEMM kernel at all (no empty extent, K > 0).
@@ -190,8 +201,7 @@ bool same_problem(const pcr_problem& x, const pcr_problem& y);
 // ---- launches (launch.cpp; the elementwise kernels in prefill.cu) ----
 int launch(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream);
 // GPU operands, their device current: the copies and the kernel a described problem
-// needs, through `plan`'s workspace and prepared launch, or (nullptr) the stream's and
-// the thread's.
+// needs, through `plan`'s prepared launch, or (nullptr) the thread's.
 int launch_device(const pcr_problem& problem, const Bound& bound, int kernel, cudaStream_t stream,
                   pcr_plan* plan = nullptr);
 // describe + kernel choice (forced, or from the selection memo) + launch.
@@ -210,14 +220,12 @@ int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], in
 
 }  // namespace pcr
 
-// A bound plan (pycutlass_rt.h): one problem, its kernel, workspace and prepared launch.
+// A bound plan (pycutlass_rt.h): one problem, its kernel and prepared launch. It owns no
+// device memory: each run's workspace and staging scratch are the run's own (Scratch).
 struct pcr_plan {
   pcr_problem problem;
   pcr::Bound bound;  // the tensors given at creation
   int kernel = -1;
-  void* workspace = nullptr;  // owned: runs never allocate, so capture always works
-  size_t workspace_bytes = 0;
-  void* scratch = nullptr;           // owned: staged operands (pcr_problem.staged)
   const void* stream_api = nullptr;  // the producer's DLPack exchange API, for its stream
   pcr::PreparedLaunch prepared;
 };
@@ -233,7 +241,7 @@ int plan_run(pcr_plan* plan, const DLTensor* a, const DLTensor* b, const DLTenso
              const DLTensor* d, const pcr_extras* extras, cudaStream_t stream);
 // The plan's kernel index (pcr_plan_kernel).
 int plan_kernel(const pcr_plan* plan, int32_t* kernel);
-// Frees the plan's buffers (waiting for its pending launches) and the plan; NULL: nothing.
+// Frees the plan (host memory only: its runs' scratch belongs to the runs); NULL: nothing.
 void plan_destroy(pcr_plan* plan);
 
 // ---- Python-object entry points (python.cpp) ----

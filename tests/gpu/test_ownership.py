@@ -1,0 +1,232 @@
+"""Scratch ownership under CUDA graphs, streams and threads (README, "Scratch memory").
+
+Every call's workspace, staging scratch and grouped-GEMM arrays are stream-ordered and
+its own; inside capture they are the graph's. So a graph needs no warm-up, replays
+correctly after larger eager calls on its capture stream and while other streams run the
+same shapes, and a plan may be closed before the graph that captured its run. Each case
+below is a problem that needs scratch of one kind (stream-K or split-K workspace, staged
+operands, grouped arrays), or none (plain).
+"""
+
+import threading
+
+import pytest
+from helpers import matrix, reference, runnable_kernels
+
+import pycutlass_rt as pcr
+
+torch = pytest.importorskip("torch")
+BF16 = torch.bfloat16
+
+
+def first(split):
+    ks = [
+        k.name
+        for k in runnable_kernels()
+        if k.split == split and (k.dtype_a, k.dtype_d, k.layout) == ("bfloat16",) * 2 + ("tn",)
+    ]
+    return ks[0] if ks else None
+
+
+class Case:
+    """One GEMM problem of a kind, its operands refreshable in place, and its reference."""
+
+    def __init__(self, kind, scale=1):
+        self.kind, self.kernel = kind, None
+        m, n, k = {
+            "plain": (96, 520, 264),
+            "streamk": (96, 4096, 4096),
+            "splitk": (24, 520, 32768),
+            "staged": (127, 1000, 4097),  # no 16-byte alignment anywhere
+            "grouped": (64, 256, 128),
+        }[kind]
+        m *= scale
+        if kind in ("streamk", "splitk"):
+            self.kernel = first(kind)
+            if self.kernel is None:
+                pytest.skip(f"no bf16 tn {kind} kernel of this build runs here")
+        if kind == "grouped":
+            if not runnable_kernels(grouped=True):
+                pytest.skip("no grouped kernel of this build runs here")
+            self.a = [matrix(m + 8 * g, k, "t", BF16) for g in range(3)]
+            self.b = [matrix(k, n, "n", BF16) for _ in range(3)]
+            self.d = [torch.empty(m + 8 * g, n, device="cuda", dtype=BF16) for g in range(3)]
+        else:
+            self.a, self.b = matrix(m, k, "t", BF16), matrix(k, n, "n", BF16)
+            self.d = torch.empty(m, n, device="cuda", dtype=BF16)
+
+    def __call__(self):
+        if self.kind == "grouped":
+            pcr.grouped_gemm(self.a, self.b, None, self.d)
+        else:
+            pcr.gemm(self.a, self.b, None, self.d, kernel=self.kernel)
+
+    def refresh(self):
+        """New inputs in place (what a captured graph reads), and NaN outputs."""
+        for x in self.a if self.kind == "grouped" else [self.a]:
+            x.copy_(torch.rand_like(x, dtype=torch.float32).to(x.dtype) - 0.5)
+        for y in self.d if self.kind == "grouped" else [self.d]:
+            y.fill_(float("nan"))
+
+    def check(self, what):
+        torch.cuda.synchronize()
+        pairs = (
+            zip(self.a, self.b, self.d) if self.kind == "grouped" else [(self.a, self.b, self.d)]
+        )
+        for a, b, d in pairs:
+            r = reference(a, b)
+            assert not torch.isnan(d).any(), f"{self.kind} {what}: NaN in output"
+            err = ((d.double() - r).norm() / r.norm().clamp_min(1e-30)).item()
+            assert err <= 1.6e-2, f"{self.kind} {what}: relative error {err:.2e}"
+
+
+KINDS = ["plain", "streamk", "splitk", "staged", "grouped"]
+
+
+def forget_selections():
+    """A process that has not run these problems yet: nothing memoized, nothing warm."""
+    pcr._lib.load().pcr_select_clear()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_capture_with_no_warm_up_under_torchs_recipe(kind):
+    """torch.cuda.graph captures on torch's own side stream; the first call of the
+    problem in this process happens inside the capture."""
+    case = Case(kind)
+    forget_selections()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        case()
+    for _ in range(2):
+        case.refresh()
+        g.replay()
+        case.check("replay")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_replay_after_larger_eager_calls_and_beside_other_streams(kind):
+    """A larger problem run eagerly on the capture stream between replays (its scratch is
+    bigger), and the same problem eagerly on two other streams while the graph replays."""
+    case, big = Case(kind), Case(kind, scale=8)
+    stream = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        case()
+    others = [Case(kind) for _ in range(2)]
+    side = [torch.cuda.Stream() for _ in others]
+    for rep in range(3):
+        with torch.cuda.stream(stream):
+            big.refresh()
+            big()
+            case.refresh()
+        g.replay()
+        for other, s in zip(others, side):
+            with torch.cuda.stream(s):
+                other.refresh()
+                other()
+        case.check(f"replay {rep}")
+        big.check(f"eager {rep}")
+        for other in others:
+            other.check(f"side stream {rep}")
+
+
+def test_many_batch_sizes_captured_into_one_pool():
+    """One graph per M (a serving engine's batch sizes), all sharing one memory pool."""
+    name = first("streamk")
+    graphs, cases, pool = [], [], None
+    for m in (1, 7, 33, 128, 1000):
+        a, b = matrix(m, 4096, "t", BF16), matrix(4096, 1024, "n", BF16)
+        d = torch.empty(m, 1024, device="cuda", dtype=BF16)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=pool):
+            pcr.gemm(a, b, None, d, kernel=name)
+        pool = g.pool()
+        graphs.append(g)
+        cases.append((a, b, d))
+    for g, (a, _, d) in reversed(list(zip(graphs, cases))):
+        a.copy_(torch.rand_like(a, dtype=torch.float32).to(BF16))
+        d.fill_(float("nan"))
+        g.replay()
+    torch.cuda.synchronize()
+    for a, b, d in cases:
+        r = reference(a, b)
+        assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
+
+
+def test_a_closed_plan_leaves_its_graph_whole():
+    """A graph holds no pointer into the plan whose run it captured."""
+    case = Case("staged")
+    plan = pcr.Gemm(case.a, case.b, None, case.d)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.run()
+    plan.close()
+    del plan
+    for _ in range(2):
+        case.refresh()
+        g.replay()
+        case.check("replay after close")
+
+
+def test_cupy_graph_without_warm_up():
+    cp = pytest.importorskip("cupy")
+    forget_selections()
+    a = cp.asarray(matrix(127, 4097, "t", BF16).float().cpu().numpy()).astype(cp.float16)
+    b = cp.asarray(matrix(4097, 1000, "t", BF16).float().cpu().numpy()).astype(cp.float16)
+    d = cp.empty((127, 1000), dtype=cp.float16)
+    if not any(k.dtype_a == "float16" and k.layout == "tt" for k in runnable_kernels()):
+        pytest.skip("no float16 tt kernel of this build runs here")
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        pcr.gemm(a, b, None, d)
+        graph = stream.end_capture()
+        d.fill(cp.nan)
+        graph.launch(stream)
+        stream.synchronize()
+    want = a.astype(cp.float64) @ b.astype(cp.float64)
+    err = float(cp.linalg.norm(d.astype(cp.float64) - want) / cp.linalg.norm(want))
+    assert err <= 1.6e-2
+
+
+@pytest.mark.parametrize("kind", ["streamk", "staged", "grouped"])
+@pytest.mark.parametrize("shared", [True, False], ids=["one stream", "own streams"])
+def test_sixteen_threads_match_a_serial_run_bitwise(kind, shared):
+    """16 threads calling at once, on one shared stream or each on its own, give the bits
+    the same calls give one after another."""
+    cases = [Case(kind) for _ in range(16)]
+    for c in cases:
+        c.refresh()
+    for c in cases:
+        c()
+    torch.cuda.synchronize()
+    serial = [[y.clone() for y in (c.d if kind == "grouped" else [c.d])] for c in cases]
+    common = torch.cuda.Stream()
+    start = threading.Barrier(len(cases))
+    errors = []
+
+    def work(c):
+        try:
+            s = common if shared else torch.cuda.Stream()
+            start.wait()
+            with torch.cuda.stream(s):
+                for _ in range(20):
+                    c()
+            s.synchronize()
+        except Exception as e:  # reported below, with the thread's case
+            errors.append(e)
+
+    for c in cases:
+        for y in c.d if kind == "grouped" else [c.d]:
+            y.fill_(float("nan"))
+    torch.cuda.synchronize()
+    threads = [threading.Thread(target=work, args=(c,)) for c in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    torch.cuda.synchronize()
+    for c, want in zip(cases, serial):
+        for y, w in zip(c.d if kind == "grouped" else [c.d], want):
+            assert torch.equal(y, w)
