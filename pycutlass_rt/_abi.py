@@ -305,6 +305,8 @@ FUNCTIONS = {
     "pcr_device_cc": Function(c_int, (c_int32, POINTER(c_int32), POINTER(c_int32)), False),
     # int pcr_pointer_device(const void* ptr, int32_t* device)
     "pcr_pointer_device": Function(c_int, (c_void_p, POINTER(c_int32)), False),
+    # int pcr_stream_wait(void* consumer, void* producer)
+    "pcr_stream_wait": Function(c_int, (c_void_p, c_void_p), False),
     # int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
     #     double alpha, double beta, const pcr_extras* extras, pcr_problem* out,
     #     pcr_verdict* verdicts, int32_t count)

@@ -79,10 +79,18 @@ def pointer_device(ptr: int) -> int:
     return dev.value
 
 
+def stream_wait(consumer: int, producer: int) -> None:
+    """Later work on ``consumer`` waits for what ``producer`` has enqueued so far."""
+    lib = _lib.load()
+    lib.check(lib.pcr_stream_wait(consumer, producer))
+
+
 def operands(tensors, stream, bias=None, scale_a=None, scale_b=None):
     """(objects for the C call, stream handle, flags, keep-alive) for (a, b, c, d) and
     the extras' tensors: seven objects, a, b, c, d, bias, scale_a, scale_b."""
-    return _dlpack.prepare((*tensors, bias, scale_a, scale_b), NAMES, stream, pointer_device)
+    return _dlpack.prepare(
+        (*tensors, bias, scale_a, scale_b), NAMES, stream, pointer_device, stream_wait
+    )
 
 
 def extras(objs, activation: int, math: int):

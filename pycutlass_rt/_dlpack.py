@@ -110,8 +110,7 @@ def _framework_stream(obj: Any) -> int | None:
         torch = sys.modules["torch"]
         return torch.cuda.current_stream(obj.device).cuda_stream
     if root == "numba":
-        s = obj.__cuda_array_interface__.get("stream")
-        return 0 if s in (None, 1) else int(s)
+        return cai_stream(obj) or 0
     return None
 
 
@@ -176,17 +175,34 @@ def cai_capsule(obj: Any, name: str, device_of) -> tuple[Any, Any]:
     return capsule, (mt, shape_arr, stride_arr, read_only)
 
 
+def cai_stream(obj: Any) -> int | None:
+    """The stream handle obj's __cuda_array_interface__ says its data is written on, or
+    None where it asks for no synchronization (no "stream", or None). The interface codes
+    the legacy default stream as 1 and the per-thread one as 2; 0 is not allowed."""
+    s = obj.__cuda_array_interface__.get("stream")
+    if s is None:
+        return None
+    if isinstance(s, bool) or not isinstance(s, int) or s == 0:
+        raise errors.InvalidArgumentError(
+            f"__cuda_array_interface__ stream {s!r}: must be None or a stream handle "
+            "(1 legacy default, 2 per-thread default; 0 is disallowed)"
+        )
+    return 0 if s == 1 else s  # 2 is cudaStreamPerThread's own handle
+
+
 # ---- the per-call entry ------------------------------------------------------------
 
 #: frameworks whose arrays may be read but never written (their buffers are immutable)
 IMMUTABLE = ("jax", "jaxlib")
 
 
-def prepare(operands, names, stream, device_of):
+def prepare(operands, names, stream, device_of, wait=None):
     """Objects for the C call, the stream handle and flags, and values to keep alive.
 
     ``operands`` are (a, b, c, d, bias, scale_a, scale_b); c and the last three may be
-    None. Raises DTypeError for non-tensors.
+    None. ``device_of(ptr)`` is the CUDA ordinal of a device pointer; ``wait(consumer,
+    producer)`` makes the call's stream wait for the stream a __cuda_array_interface__
+    operand names (None: not asked). Raises DTypeError for non-tensors.
     """
     x = EXCHANGE_TYPES
     a, b, c, d, bias, scale_a, scale_b = operands  # named, not looped: the hot path
@@ -240,6 +256,9 @@ def prepare(operands, names, stream, device_of):
         if kind == DLPACK:
             x = _export(x, code, name)
         elif kind == CAI:
+            producer = cai_stream(x)
+            if wait is not None and producer is not None and producer != handle:
+                wait(handle, producer)  # the interface's rule: synchronize before consuming
             x, k = cai_capsule(x, name, device_of)
             keep.append(k)
         out.append(x)

@@ -250,6 +250,11 @@ PCR_API int pcr_device_name(int32_t device, char* buf, size_t size);
 PCR_API int pcr_device_cc(int32_t device, int32_t* cc, int32_t* sm_count);
 /* The CUDA ordinal owning a device pointer (for producers that do not say). */
 PCR_API int pcr_pointer_device(const void* ptr, int32_t* device);
+/* Makes later work on `consumer` wait for the work enqueued on `producer` so far (an event
+ * recorded there), without blocking the host: for operands whose producer names the
+ * stream they are written on (__cuda_array_interface__'s "stream"). Both are cudaStream_t
+ * handles (NULL: the legacy default stream). */
+PCR_API int pcr_stream_wait(void* consumer, void* producer);
 
 /* ---- GEMM ---------------------------------------------------------------------- */
 /* Validates and canonicalizes a problem without touching the GPU's queues. `c` may be

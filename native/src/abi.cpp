@@ -76,6 +76,12 @@ PCR_API int pcr_device_cc(int32_t device, int32_t* cc, int32_t* sm_count) {
   return guarded([&] { return device_cc(device, cc, sm_count); });
 }
 
+PCR_API int pcr_stream_wait(void* consumer, void* producer) {
+  return guarded([&] {
+    return stream_wait(static_cast<cudaStream_t>(consumer), static_cast<cudaStream_t>(producer));
+  });
+}
+
 PCR_API int pcr_pointer_device(const void* ptr, int32_t* device) {
   return guarded([&] { return pointer_device(ptr, device); });
 }

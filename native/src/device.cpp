@@ -223,4 +223,16 @@ int pointer_device(const void* ptr, int32_t* device) {
   return PCR_OK;
 }
 
+int stream_wait(cudaStream_t consumer, cudaStream_t producer) {
+  if (consumer == producer) return PCR_OK;
+  cudaEvent_t done = nullptr;
+  int st = cuda_status(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+  if (st != PCR_OK) return st;
+  st = cuda_status(cudaEventRecord(done, producer), "cudaEventRecord(producer's stream)");
+  if (st == PCR_OK)
+    st = cuda_status(cudaStreamWaitEvent(consumer, done, 0), "cudaStreamWaitEvent(call's stream)");
+  cudaEventDestroy(done);  // released once the wait is satisfied
+  return st;
+}
+
 }  // namespace pcr

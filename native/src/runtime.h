@@ -72,6 +72,7 @@ int device_count(int32_t* count);
 int device_name(int32_t device, char* buf, size_t size);
 int device_cc(int32_t device, int32_t* cc, int32_t* sm_count);
 int pointer_device(const void* ptr, int32_t* device);
+int stream_wait(cudaStream_t consumer, cudaStream_t producer);
 
 // ---- operands and problems (problem.cpp) ----
 // A validated matrix operand: rows x cols with element strides s0 (rows), s1 (cols), in a

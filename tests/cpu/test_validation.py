@@ -36,13 +36,14 @@ def mats(m=4, n=6, k=8, dtype=F16):
 class _Cai:
     """A minimal __cuda_array_interface__ producer over host memory (parsed, never run)."""
 
-    def __init__(self, arr, strides=None):
+    def __init__(self, arr, strides=None, stream=None):
         self.__cuda_array_interface__ = {
             "shape": arr.shape,
             "typestr": "<f2",
             "data": (arr.ctypes.data, False),
             "version": 3,
             "strides": strides,
+            "stream": stream,
         }
 
 
@@ -709,3 +710,46 @@ def test_d_may_not_overlap_the_scales():
     d = np.zeros((4, 6), np.float32)
     err(pcr.OverlapError, "d overlaps scale_a", a, b, None, d, scale_a=d.reshape(-1)[:4])
     err(pcr.OverlapError, "d overlaps scale_b", a, b, None, d, scale_b=d.reshape(-1)[4:10])
+
+
+class _CaiType:
+    """A producer whose type has __cuda_array_interface__ (a property, as numba's)."""
+
+    def __init__(self, cai):
+        self._cai = cai.__cuda_array_interface__
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._cai
+
+
+@pytest.mark.parametrize(
+    "streams, launch, waits",
+    [
+        ((None, None, None), None, []),  # no stream named: nothing to wait for
+        ((7, None, 1), None, [(0, 7)]),  # a on stream 7; d on the legacy stream, the call's
+        ((7, 9, 2), 5, [(5, 7), (5, 9), (5, 2)]),  # an explicit stream waits for each
+        ((5, 5, 5), 5, []),  # already the call's stream
+    ],
+)
+def test_cai_operands_streams_are_waited_for(streams, launch, waits):
+    """The __cuda_array_interface__ rule: a consumer synchronizes with the stream the
+    producer names before reading (1 is the legacy default stream, 2 per-thread)."""
+    a, b, d = mats()
+    seen = []
+    ops = [_CaiType(_Cai(x, stream=s)) for x, s in zip((a, b, d), streams)]
+    _dlpack.prepare(
+        (ops[0], ops[1], None, ops[2], None, None, None),
+        _call.NAMES,
+        launch,
+        lambda ptr: 0,
+        lambda consumer, producer: seen.append((consumer, producer)),
+    )
+    assert seen == waits
+
+
+def test_cai_stream_zero_is_refused():
+    a, _, _ = mats()
+    with pytest.raises(pcr.InvalidArgumentError, match="0 is disallowed"):
+        _dlpack.cai_stream(_Cai(a, stream=0))
+

@@ -230,3 +230,33 @@ def test_sixteen_threads_match_a_serial_run_bitwise(kind, shared):
     for c, want in zip(cases, serial):
         for y, w in zip(c.d if kind == "grouped" else [c.d], want):
             assert torch.equal(y, w)
+
+
+class _CaiOnStream:
+    """A __cuda_array_interface__ producer (as numba's) whose data is written on `stream`."""
+
+    def __init__(self, tensor, stream):
+        self._t = tensor
+        self._cai = {**tensor.__cuda_array_interface__, "stream": stream.cuda_stream}
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._cai
+
+
+def test_a_cai_producers_stream_is_waited_for():
+    """The operand is still being written on its producer's stream (behind a 50 ms sleep)
+    when the call is made on another stream: the call waits for it, the host does not."""
+    m, n, k = 256, 512, 1024
+    src, b = matrix(m, k, "t", BF16), matrix(k, n, "n", BF16)
+    a = torch.zeros_like(src)
+    d = torch.empty(m, n, device="cuda", dtype=BF16)
+    producer = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(100_000_000)
+        a.copy_(src)
+    pcr.gemm(_CaiOnStream(a, producer), b, None, d)  # on torch's current stream
+    torch.cuda.synchronize()
+    r = reference(src, b)
+    assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
