@@ -752,4 +752,3 @@ def test_cai_stream_zero_is_refused():
     a, _, _ = mats()
     with pytest.raises(pcr.InvalidArgumentError, match="0 is disallowed"):
         _dlpack.cai_stream(_Cai(a, stream=0))
-
