@@ -61,6 +61,8 @@ struct PyApi {
   PyObject* (*long_from)(long);
   double (*float_value)(PyObject*);
   PyObject* (*err_occurred)();
+  void* (*save_thread)();  // PyThreadState*: the GIL released, and taken back
+  void (*restore_thread)(void*);
   PyObject* capsule_type;
   PyObject* none;
   bool ok;
@@ -86,6 +88,8 @@ const PyApi& py() {
     load(a.inc_ref, "Py_IncRef");
     load(a.dec_ref, "Py_DecRef");
     load(a.err_clear, "PyErr_Clear");
+    load(a.save_thread, "PyEval_SaveThread");
+    load(a.restore_thread, "PyEval_RestoreThread");
     load(a.tuple_size, "PyTuple_Size");
     load(a.tuple_item, "PyTuple_GetItem");
     load(a.long_value, "PyLong_AsLong");
@@ -312,8 +316,22 @@ int py_gemm(void* a, void* b, void* c, void* d, double alpha, double beta, void*
   int st = ingest_call(a, b, c, d, extras, ops, &x);
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
-  return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
-              extras_of(x, ops), kernel, stream, problem);
+  auto run = [&] {
+    return gemm(&ops[0].dl, &ops[1].dl, dl_or_null(ops[2]), &ops[3].dl, alpha, beta,
+                extras_of(x, ops), kernel, stream, problem);
+  };
+  // Host (numpy) operands make the call synchronize: other Python threads run meanwhile
+  // (and a Python host callback queued on the stream can). Nothing below touches Python.
+  bool host = false;
+  for (const Operand& op : ops)
+    host = host || (op.present && (op.dl.device.device_type == kDLCPU ||
+                                   op.dl.device.device_type == kDLCUDAHost));
+  if (!host) return run();
+  const PyApi& P = py();
+  void* thread = P.save_thread();
+  st = run();
+  P.restore_thread(thread);
+  return st;
 }
 
 int py_plan_run(pcr_plan* plan, void* a, void* b, void* c, void* d, void* extras, int32_t flags,
