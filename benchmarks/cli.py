@@ -39,8 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         type=parse_group,
         default=[],
-        help="shape group A-J (or its name: square, decode, prefill, awkward, "
-        "layouts, epilogue, host, regret, batched, grouped); repeat or "
+        help="shape group A-K (or its name: square, decode, prefill, awkward, "
+        "layouts, epilogue, host, regret, batched, grouped, heldout); repeat or "
         "comma-separate; default all",
     )
     p.add_argument(
@@ -53,6 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", help="results folder (default ./bench-results/<gpu>-<date>)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke run")
+    p.add_argument(
+        "--sample",
+        type=int,
+        metavar="N",
+        help="at most N shapes per group and dtype, evenly spaced through its list",
+    )
     p.add_argument(
         "--hot",
         action="store_true",
@@ -119,7 +125,7 @@ def run(args) -> int:
         available = shapes.available_dtypes(pcr.kernels())
     except pcr.LibraryError as e:
         return _fail(str(e))
-    case_list = shapes.cases(groups, dtypes, available)
+    case_list = shapes.cases(groups, dtypes, available, args.sample)
     if args.list:
         for c in case_list:
             print(

@@ -238,7 +238,7 @@ GROUPS = {
             ("bf16",),
             tuple(dict(m=t, n=n, k=k, experts=e) for e, t, n, k in GROUPED_SHAPES),
         ),
-        Group("K", "heldout", "regret", ("bf16",), tuple(_shapes(HELDOUT))),
+        Group("K", "heldout", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(HELDOUT))),
     )
 }
 
@@ -280,19 +280,24 @@ def available_dtypes(kernels) -> list:
     return [label for label, d in DTYPES.items() if any((a, d.lib_d) in pairs for a in d.lib_a)]
 
 
-def cases(groups=None, dtypes=None, available=()) -> list:
+def cases(groups=None, dtypes=None, available=(), sample=None) -> list:
     """The cases of ``groups`` (default all) for ``dtypes`` (default all), in order.
 
     Rows for a dtype outside ``available`` and rows with an unsupported epilogue are kept,
     with ``skip`` saying why, so that reports show them rather than drop them silently.
+    ``sample`` keeps at most that many shapes per group and dtype, evenly spaced through
+    the group's list (the same ones on every run).
     """
     out = []
     for key in groups or GROUPS:
         group = GROUPS[key]
+        every = group.shapes
+        if sample and len(every) > sample:
+            every = tuple(every[i * len(every) // sample] for i in range(sample))
         for dtype in group.dtypes:
             if dtypes and dtype not in dtypes:
                 continue
-            for shape in group.shapes:
+            for shape in every:
                 case = Case(
                     group=key,
                     dtype=dtype,

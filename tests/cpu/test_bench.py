@@ -861,3 +861,15 @@ def test_a_run_cut_short_keeps_the_cases_done(tmp_path, monkeypatch):
     back = report.read_json(str(tmp_path / "bench.json"))
     assert back["interrupted"] and [r["label"] for r in back["records"]] == ["32x32x32 tt"]
     assert back["summary"]
+
+
+def test_sample_keeps_evenly_spaced_shapes_of_each_group():
+    """--sample N: at most N shapes per group and dtype, the same ones every run, spread
+    through the list (the held-out group is ordered by model family)."""
+    every = shapes.cases(["K"], ["bf16"], ("bf16",))
+    some = shapes.cases(["K"], ["bf16"], ("bf16",), sample=10)
+    assert len(some) == 10 and some == shapes.cases(["K"], ["bf16"], ("bf16",), sample=10)
+    step = len(every) // 10
+    assert [c.label for c in some][:2] == [every[0].label, every[step].label]
+    assert len({c.label for c in some}) == 10
+    assert len(shapes.cases(["A"], ["bf16"], ("bf16",), sample=100)) == len(shapes.SQUARE)
