@@ -214,7 +214,7 @@ def test_benchmark_group_k_is_the_held_out_tn_part():
     held = [(s.m, s.n, s.k) for s in corpus.load("heldout", "tn") if s.batch == 1]
     got = [(s["m"], s["n"], s["k"]) for s in group.shapes]
     assert got == list(dict.fromkeys(held)) and len(got) > 500
-    assert group.kind == "regret" and group.dtypes == ("bf16",)
+    assert group.kind == "compare" and group.dtypes == ("bf16", "fp16", "fp8")
     assert all(s.get("layout", "tn") == "tn" and s.get("batch", 1) == 1 for s in group.shapes)
     fit = {(s.n, s.k) for s in corpus.load("fit")}
     assert any((n, k) not in fit for _, n, k in got)  # held-out families bring their own (N, K)

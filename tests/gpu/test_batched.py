@@ -7,7 +7,7 @@ class is forced by name, and the selected kernel is checked too.
 """
 
 import pytest
-from helpers import math_of, runnable_kernels, tolerance, torch_dtype
+from helpers import canonical_layout, math_of, require, runnable_kernels, tolerance, torch_dtype
 
 import pycutlass_rt as pcr
 
@@ -104,6 +104,7 @@ def test_shared_operands(shared):
 
 
 def test_column_major_output_and_transposed_views():
+    require(torch.bfloat16, layout=canonical_layout("n", "n", "n"))
     L, m, n, k = 5, 120, 80, 64
     a = batch(L, k, m).transpose(1, 2)  # (L, m, k) column-major
     b = batch(L, n, k).transpose(1, 2)  # (L, k, n) column-major: x @ w.t() per batch
@@ -114,6 +115,7 @@ def test_column_major_output_and_transposed_views():
 
 @pytest.mark.parametrize("L", [1, 8, 64])
 def test_selected_kernel_matches_bmm(L):
+    require(torch.bfloat16, layout="tt")
     m, n, k = 256, 512, 384
     a, b = batch(L, m, k), batch(L, k, n)
     d = nan_batch(L, m, n, torch.bfloat16)

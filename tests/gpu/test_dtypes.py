@@ -2,7 +2,7 @@
 int8 and fp8 with per-tensor, per-row and per-column scales, against fp64 references."""
 
 import pytest
-from helpers import matrix, reference, runnable_kernels
+from helpers import canonical_layout, matrix, reference, require, runnable_kernels
 
 import pycutlass_rt as pcr
 
@@ -34,6 +34,8 @@ def needs(pred, what):
 @needs(lambda k: k.dtype_a == "float32", "fp32 (3xTF32)")
 @needs(lambda k: k.dtype_a == "tfloat32", "TF32")
 def test_float32_ieee_by_default_and_tf32_on_request():
+    require(torch.float32, layout="tt")
+    require("tfloat32", torch.float32, "tt")
     a = torch.randn(512, 1024, device="cuda")
     b = torch.randn(1024, 384, device="cuda")
     ref = a.double() @ b.double()
@@ -52,7 +54,10 @@ def test_float32_ieee_by_default_and_tf32_on_request():
 
 @needs(lambda k: k.dtype_a == "float64", "fp64")
 def test_float64_any_layout_and_odd_shapes():
-    for la, lb in ("tn", "nt", "tt", "nn"):
+    layouts = ("tn", "nt", "tt", "nn")
+    for la, lb in layouts:  # every layout it runs, before it runs any
+        require(torch.float64, layout=canonical_layout(la, lb))
+    for la, lb in layouts:
         a = matrix(301, 129, la, torch.float64)
         b = matrix(129, 77, lb, torch.float64)
         c = torch.randn(301, 77, device="cuda", dtype=torch.float64)

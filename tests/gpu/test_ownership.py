@@ -11,7 +11,7 @@ operands, grouped arrays), or none (plain).
 import threading
 
 import pytest
-from helpers import matrix, reference, runnable_kernels
+from helpers import matrix, reference, require, runnable_kernels
 
 import pycutlass_rt as pcr
 
@@ -115,11 +115,11 @@ def test_replay_after_larger_eager_calls_and_beside_other_streams(kind):
     others = [Case(kind) for _ in range(2)]
     side = [torch.cuda.Stream() for _ in others]
     for rep in range(3):
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(stream):  # the replay too: it goes to the current stream
             big.refresh()
             big()
             case.refresh()
-        g.replay()
+            g.replay()
         for other, s in zip(others, side):
             with torch.cuda.stream(s):
                 other.refresh()
@@ -245,12 +245,14 @@ class _CaiOnStream:
 
 
 def test_a_cai_producers_stream_is_waited_for():
-    """The operand is still being written on its producer's stream (behind a 50 ms sleep)
-    when the call is made on another stream: the call waits for it, the host does not."""
+    """The operand is still being written on its producer's stream (behind a long sleep)
+    when the call is made on another stream: the call waits for it, the host does not.
+    float16: the interface has no bfloat16 type."""
+    require(torch.float16, layout="tn")
     m, n, k = 256, 512, 1024
-    src, b = matrix(m, k, "t", BF16), matrix(k, n, "n", BF16)
+    src, b = matrix(m, k, "t", torch.float16), matrix(k, n, "n", torch.float16)
     a = torch.zeros_like(src)
-    d = torch.empty(m, n, device="cuda", dtype=BF16)
+    d = torch.empty(m, n, device="cuda", dtype=torch.float16)
     producer = torch.cuda.Stream()
     torch.cuda.synchronize()
     with torch.cuda.stream(producer):

@@ -54,6 +54,7 @@ def test_run_matches_gemm_and_reference(m, n, k):
 
 
 def test_call_with_other_tensors_and_back():
+    require(BF16, layout="tt")
     m, n, k = 200, 136, 264
     a, b = matrix(m, k, "t", BF16), matrix(k, n, "t", BF16)
     d = torch.empty(m, n, device="cuda", dtype=BF16)
@@ -68,6 +69,7 @@ def test_call_with_other_tensors_and_back():
 
 
 def test_other_problem_is_refused():
+    require(BF16, layout="tt")
     a, b = matrix(128, 64, "t", BF16), matrix(64, 32, "t", BF16)
     d = torch.empty(128, 32, device="cuda", dtype=BF16)
     plan = pcr.Gemm(a, b, None, d)
@@ -85,6 +87,7 @@ def test_host_arrays_are_refused():
 
 
 def test_closed_plan_fails_cleanly():
+    require(BF16, layout="tt")
     a = matrix(64, 64, "t", BF16)
     plan = pcr.Gemm(a, a, None, torch.empty_like(a))
     plan.close()
@@ -113,6 +116,7 @@ def test_graph_capture_replays_new_inputs(use_plan):
 
 
 def test_explicit_and_side_streams():
+    require(BF16, layout="tt")
     a, b = matrix(512, 256, "t", BF16), matrix(256, 384, "t", BF16)
     d = torch.empty(512, 384, device="cuda", dtype=BF16)
     plan = pcr.Gemm(a, b, None, d)

@@ -24,6 +24,7 @@ SHAPES = [(512, 384, 256), (1, 4096, 1024), (127, 1000, 4097), (2048, 2048, 512)
 
 
 def test_same_kernel_same_shape_is_bitwise_deterministic():
+    require(torch.bfloat16, layout="tt")
     for m, n, k in SHAPES:
         a, b = rand(m, k), rand(k, n)
         outs = []
@@ -83,6 +84,7 @@ def test_threads_and_streams_match_a_serial_run():
 def test_first_cuda_call_of_a_fresh_thread():
     """A thread whose first CUDA work is ours has no current context yet: the call must
     make one current before it encodes TMA descriptors or launches."""
+    require(torch.bfloat16, layout="tt")
     a, b = rand(384, 512), rand(512, 256)
     want = torch.empty(384, 256, device="cuda", dtype=torch.bfloat16)
     pcr.gemm(a, b, None, want)
@@ -192,6 +194,7 @@ def test_spawn_works_and_fork_after_cuda_fails_clearly():
 
 def test_capture_of_a_first_time_shape():
     """Selection for a new shape inside capture does no device work, so capture holds."""
+    require(torch.bfloat16, layout="tt")
     a, b = rand(328, 200), rand(200, 136)
     d = torch.empty(328, 136, device="cuda", dtype=torch.bfloat16)
     g = torch.cuda.CUDAGraph()
