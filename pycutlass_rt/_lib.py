@@ -145,13 +145,17 @@ _lib: Library | None = None
 def _refuse_without_gil() -> None:
     """The library's Python-object entry points run on the GIL's protection (they are bound
     through ctypes.PyDLL and read tensors' Python objects without locks of their own), so a
-    free-threaded CPython running without its GIL is refused, saying how to run it."""
+    free-threaded CPython running without its GIL is refused at import, saying how to run
+    it (the package imports no extension module that could turn the GIL back on)."""
     gil_enabled = getattr(sys, "_is_gil_enabled", None)
     if gil_enabled is not None and not gil_enabled():
-        raise errors.LibraryError(
+        raise ImportError(
             "pycutlass_rt needs the GIL, and this free-threaded Python runs without it; "
             "start Python with PYTHON_GIL=1 (or -X gil=1), or use a standard CPython"
         )
+
+
+_refuse_without_gil()
 
 
 def load() -> Library:
@@ -161,7 +165,6 @@ def load() -> Library:
         return _lib
     with _lock:
         if _lib is None:
-            _refuse_without_gil()
             tried = []
             for path in candidate_paths():
                 if not os.path.exists(path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import weakref
 
 from . import _call, _dlpack, _kernels, _lib
 from ._abi import PCR_KERNEL_NONE
@@ -106,6 +107,9 @@ class Gemm:
         _call.settle(lib, create(), create, lambda: call.describe(lib))
         _lib.note_cuda_used()
         self._handle = handle.value
+        # Freed when the plan is collected, not at close(): a run in another thread may
+        # hold the handle between its check and its C call (a plan is host memory only).
+        weakref.finalize(self, lib.pcr_plan_destroy, self._handle)
         self._keep = (a, b, c, d, bias, scale_a, scale_b, objs, keep)  # addresses in use
         # Producers without the exchange API (cupy, numba) are asked for their current
         # stream in Python at each run; with it (torch), C asks the producer itself.
@@ -132,10 +136,11 @@ class Gemm:
         if stream is None and launch is not None:
             st = launch()
         else:
-            if self._handle is None:
+            plan = self._handle
+            if plan is None:
                 raise InvalidArgumentError("this plan was closed")
             handle = self._stream_of() if stream is None else _dlpack.stream_handle(stream)
-            st = self._lib.pcr_plan_run(self._handle, handle)
+            st = self._lib.pcr_plan_run(plan, handle)
         if st:
             raise self._lib.error(st)
 
@@ -145,28 +150,22 @@ class Gemm:
         Tensor scales may change from run to run (same kinds: one value or a vector);
         Python-number scales were folded into alpha when the plan was built.
         """
-        if self._handle is None:
+        plan = self._handle
+        if plan is None:
             raise InvalidArgumentError("this plan was closed")
         objs, handle, flags, keep = _call.operands((a, b, c, d), stream, bias, scale_a, scale_b)
         extra = _call.extras(objs, self._act, self._math)
-        st = self._lib.plan_run(self._handle, *objs[:4], extra, flags, handle)
+        st = self._lib.plan_run(plan, *objs[:4], extra, flags, handle)
         if st:
             raise self._lib.error(st)
         del keep
         return d
 
     def close(self) -> None:
-        """Frees the plan (host memory; graphs that captured its runs stay valid); later
-        runs fail."""
-        handle, self._handle, self._launch = self._handle, None, None
-        if handle:
-            self._lib.pcr_plan_destroy(handle)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
+        """Ends the plan: later runs raise InvalidArgumentError. Its host memory goes when
+        the object is collected (a run already under way in another thread finishes), and
+        graphs that captured its runs stay valid (the plan holds no GPU memory)."""
+        self._handle, self._launch = None, None
 
     def __repr__(self) -> str:
         m, n, k = self.shape

@@ -262,3 +262,27 @@ def test_a_cai_producers_stream_is_waited_for():
     torch.cuda.synchronize()
     r = reference(src, b)
     assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
+
+
+def test_closing_a_plan_other_threads_run_is_an_error_never_a_crash():
+    case = Case("plain")
+    plan = pcr.Gemm(case.a, case.b, None, case.d)
+    outcomes, started = [], threading.Barrier(5)
+
+    def runner():
+        started.wait()
+        while True:
+            try:
+                plan.run()
+            except pcr.InvalidArgumentError as e:
+                outcomes.append(str(e))
+                return
+
+    threads = [threading.Thread(target=runner) for _ in range(4)]
+    for t in threads:
+        t.start()
+    started.wait()
+    plan.close()
+    for t in threads:
+        t.join()
+    assert outcomes == ["this plan was closed"] * 4
