@@ -21,8 +21,9 @@ class Gemm:
 
     * ``plan.run()`` launches on the tensors given at construction: one C call, no
       argument parsing, so it is the cheapest way to repeat a GEMM; a problem that needs
-      scratch (stream-K workspace, staged operands) gets it per run, stream-ordered, as
-      :func:`pycutlass_rt.gemm` does, so runs capture into CUDA graphs anywhere;
+      scratch (stream-K workspace, staged operands) gets it per run as
+      :func:`pycutlass_rt.gemm` does (the stream's kept buffer; the graph's own under
+      capture), so runs capture into CUDA graphs anywhere;
     * ``plan(a, b, c, d, bias=..., scale_a=..., scale_b=...)`` runs on other tensors that
       describe the same problem
       (shape, dtypes, layouts, alignment, device); the launch parameters are rebuilt only

@@ -289,10 +289,10 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, co
  * a call takes the first that can implement it (at most 8 are kept). */
 /* ---- bound plans ----------------------------------------------------------------
  * A plan is one problem with its kernel chosen and its launch parameters built: running
- * it is a launch and nothing else (with stream-ordered scratch of its own where the
- * problem needs a workspace or staging, as pcr_gemm's), so it is cheap and safe inside
- * CUDA-graph capture. Create: like pcr_gemm (PCR_KERNEL_SELECT needs a remembered
- * selection, else PCR_NEED_SELECTION with *problem filled). The tensors given at
+ * it is a launch and nothing else (with scratch where the problem needs a workspace or
+ * staging, as pcr_gemm gets it), so it is cheap and safe inside CUDA-graph capture.
+ * Create: like pcr_gemm (PCR_KERNEL_SELECT needs a remembered selection, else
+ * PCR_NEED_SELECTION with *problem filled). The tensors given at
  * creation are bound (the caller keeps them alive); pcr_plan_run_with takes others that
  * describe the same problem. A plan holds no device memory: runs may go to any stream,
  * one thread at a time per plan; destroying it leaves graphs that captured its runs valid. */

@@ -168,8 +168,8 @@ template <class Fill>
 int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double beta,
                 cudaStream_t stream, Fill fill) {
   if (groups == 0) return PCR_OK;
-  Scratch arrays;  // written on the GPU by `fill`, read by the kernel, then freed
-  int st = arrays.allocate(p.device, stream, arrays_bytes(groups));
+  Scratch arrays;  // written on the GPU by `fill`, read by the kernel
+  int st = arrays.allocate(p.device, stream, arrays_bytes(groups), ScratchKind::kGroupArrays);
   if (st != PCR_OK) return st;
   GemmArgs g;
   std::memset(&g, 0, sizeof g);  // prepared launches compare args bytewise

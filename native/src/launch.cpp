@@ -13,8 +13,9 @@ int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream
 // and copies D back.
 int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
                   pcr_plan* plan) {
-  Scratch scratch;  // the call's own, freed on the stream after the copy back
-  int st = scratch.allocate(p.device, stream, stage_layout(p, bd, nullptr).bytes);
+  Scratch scratch;  // held until the copy back is enqueued
+  int st =
+      scratch.allocate(p.device, stream, stage_layout(p, bd, nullptr).bytes, ScratchKind::kStaging);
   if (st != PCR_OK) return st;
   Staging s = stage_layout(p, bd, static_cast<char*>(scratch.get()));
   const Matrix* src[2];
@@ -41,7 +42,7 @@ int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t strea
     uintptr_t lo, hi;
     src[i]->extent(&lo, &hi);
     if (hi == lo) continue;
-    st = buffers[i].allocate(p.device, stream, hi - lo);
+    st = buffers[i].allocate(p.device, stream, hi - lo, ScratchKind::kHostCopy);
     if (st == PCR_OK)
       st = cuda_status(
           cudaMemcpyAsync(buffers[i].get(), src[i]->ptr, hi - lo, cudaMemcpyHostToDevice, stream),

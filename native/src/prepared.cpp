@@ -44,8 +44,8 @@ bool programmatic_suits(const pcr_kernel_desc& d, const GemmArgs& g) {
 int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own) {
   PreparedLaunch& prep = own ? *own : t_prepared.find(k, g);
   size_t bytes = prep.kernel == k ? prep.workspace_bytes : kKernels[k]->ops.workspace_size(g);
-  Scratch ws;  // the pool hands the stream's last block back: the prepared launch matches
-  int st = ws.allocate(g.device, stream, bytes, kKernels[k]->info.grouped);
+  Scratch ws;  // the stream's kept workspace: the prepared launch's address stays valid
+  int st = ws.allocate(g.device, stream, bytes, ScratchKind::kWorkspace, kKernels[k]->info.grouped);
   return st != PCR_OK ? st : prep.launch(k, g, bytes, ws.get(), stream);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 
 #include "kernel.h"
 
@@ -161,23 +162,28 @@ struct PreparedLaunch {
 int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own = nullptr);
 
 // ---- scratch memory (scratch.cpp) ----
-// `bytes` of device memory for work enqueued on `stream`, freed on that stream when the
-// object goes (after the work enqueued there so far): stream-ordered, from the library's
-// pool of `device`; inside stream capture, memory owned by the graph. Declare it before
-// the launches that use it, in the scope that enqueues them.
+// What a call's scratch is for: one kept buffer per kind and stream (a call may hold a
+// workspace and staging or group arrays at once); host copies are never kept.
+enum class ScratchKind { kWorkspace, kStaging, kGroupArrays, kHostCopy };
+// `bytes` of device memory for the work a call enqueues on `stream` while this object
+// lives (declare it before those launches, in the scope that enqueues them): under
+// capture, the graph's own; otherwise the stream's kept buffer of `kind`, locked until
+// the object goes (see scratch.cpp). Zeroed on request where newly allocated.
 class Scratch {
  public:
   Scratch() = default;
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() { release(); }
-  int allocate(int device, cudaStream_t stream, size_t bytes, bool zeroed = false);
+  int allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind kind,
+               bool zeroed = false);
   void* get() const { return ptr_; }
 
  private:
   void release() noexcept;
   void* ptr_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // set for owned memory, freed on it
+  std::unique_lock<std::mutex> lock_;
 };
 
 // ---- kernel choice (select.cpp) ----

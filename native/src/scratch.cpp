@@ -1,16 +1,24 @@
-// Scratch memory: stream-ordered, owned by the call (or the graph) that uses it.
+// Scratch memory: the kernel workspaces, staging buffers and grouped-GEMM argument arrays
+// a call needs, and who owns them.
 //
-// Every kernel workspace, staging buffer and grouped-GEMM argument array that a call needs
-// is allocated on the call's stream (cudaMallocFromPoolAsync, from the library's pool of
-// that device) and freed on it once the call's last launch is enqueued (cudaFreeAsync).
-// The stream orders reuse: a later call on the stream gets the same memory back only
-// after the earlier one's kernels are done with it, and a call on another stream never
-// gets memory still in use. Inside stream capture the same two calls become the graph's
-// own allocation and free nodes, so a graph owns its scratch: no eager call can free or
-// overwrite memory a graph replays into, no warm-up is needed before capture, and nothing
-// is shared across devices, streams or kinds of buffer, so nothing can be confused.
+// - Inside stream capture, a call's scratch is the graph's own: allocated and freed on the
+//   capturing stream (cudaMallocFromPoolAsync / cudaFreeAsync become the graph's memory
+//   nodes). A graph never holds a pointer that anything outside it can free or reuse.
+// - Outside capture, a call uses its stream's buffer of that kind, kept from call to call
+//   so that a steady state allocates nothing (no host cost, and launch parameters built
+//   for the buffer's address stay valid). The buffer is keyed by device, the stream's
+//   process-unique id (cudaStreamGetId: a new stream never inherits an old one's buffer)
+//   and kind, so nothing is shared across devices, streams or kinds. It grows
+//   stream-ordered (the old block freed on the stream, a larger one allocated on it: no
+//   synchronization), and a call holds it locked until its launches are enqueued, so
+//   threads sharing a stream never see it move under them.
+// Host-array copies are always the call's own. Memory comes from the library's pool per
+// device, which keeps what it has (release threshold: all), so the application's default
+// pool and its settings are untouched.
 #include <climits>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "runtime.h"
 
@@ -21,9 +29,6 @@ constexpr int kMaxDevices = 64;
 std::mutex g_pool_mutex;
 cudaMemPool_t g_pools[kMaxDevices] = {};
 
-// The device's scratch pool: its memory is kept after frees (release threshold: all of
-// it), so steady-state calls reuse it without asking the driver; it is the library's own,
-// so the application's default pool and its settings stay untouched.
 int pool_for(int device, cudaMemPool_t* out) {
   if (device < 0 || device >= kMaxDevices)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "device ordinal %d is out of range", device);
@@ -44,31 +49,70 @@ int pool_for(int device, cudaMemPool_t* out) {
   return PCR_OK;
 }
 
-}  // namespace
-
-int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, bool zeroed) {
-  release();
-  if (bytes == 0) return PCR_OK;
+int stream_alloc(int device, cudaStream_t stream, size_t bytes, bool zeroed, void** out) {
   cudaMemPool_t pool = nullptr;
   int st = pool_for(device, &pool);
-  if (st != PCR_OK) return st;
-  st = cuda_status(cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream),
-                   "cudaMallocFromPoolAsync(scratch)");
+  if (st == PCR_OK)
+    st = cuda_status(cudaMallocFromPoolAsync(out, bytes, pool, stream),
+                     "cudaMallocFromPoolAsync(scratch)");
   if (st != PCR_OK) {
-    ptr_ = nullptr;
+    *out = nullptr;
     return st;
   }
-  stream_ = stream;
-  // Zeroed on request: the pointer-array kernels write their TMA descriptors into their
-  // workspace with tensormap.cp_fenceproxy, which compute-sanitizer's initcheck does not
-  // count as a write; unzeroed, every descriptor fence reads as uninitialized memory.
-  return zeroed ? cuda_status(cudaMemsetAsync(ptr_, 0, bytes, stream), "cudaMemsetAsync(scratch)")
+  // The pointer-array kernels write their TMA descriptors into their workspace with
+  // tensormap.cp_fenceproxy, which compute-sanitizer's initcheck does not count as a
+  // write; kept buffers are zeroed when they grow, so no read of them is uninitialized.
+  return zeroed ? cuda_status(cudaMemsetAsync(*out, 0, bytes, stream), "cudaMemsetAsync(scratch)")
                 : PCR_OK;
 }
 
+// A stream's kept buffer of one kind.
+struct Kept {
+  std::mutex mutex;  // held by the call using the buffer until its launches are enqueued
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+std::mutex g_kept_mutex;
+std::map<std::tuple<int, unsigned long long, int>, Kept> g_kept;  // (device, stream id, kind)
+
+}  // namespace
+
+int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind kind,
+                      bool zeroed) {
+  release();
+  if (bytes == 0) return PCR_OK;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  int st = cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (st != PCR_OK) return st;
+  if (capture != cudaStreamCaptureStatusNone || kind == ScratchKind::kHostCopy) {
+    st = stream_alloc(device, stream, bytes, zeroed, &ptr_);
+    if (st == PCR_OK) stream_ = stream;  // owned: freed on the stream by release()
+    return st;
+  }
+  unsigned long long id = 0;
+  if ((st = cuda_status(cudaStreamGetId(stream, &id), "cudaStreamGetId"))) return st;
+  Kept* kept;
+  {
+    std::lock_guard<std::mutex> lock(g_kept_mutex);
+    kept = &g_kept[{device, id, int(kind)}];  // std::map: entries never move
+  }
+  lock_ = std::unique_lock<std::mutex>(kept->mutex);
+  if (kept->bytes < bytes) {
+    if (kept->ptr) cudaFreeAsync(kept->ptr, stream);  // after the stream's uses so far
+    kept->ptr = nullptr;
+    kept->bytes = 0;
+    if ((st = stream_alloc(device, stream, bytes, true, &kept->ptr))) return st;
+    kept->bytes = bytes;
+  }
+  ptr_ = kept->ptr;
+  return PCR_OK;
+}
+
 void Scratch::release() noexcept {
-  if (ptr_) cudaFreeAsync(ptr_, stream_);  // after the work enqueued on stream_ so far
+  if (ptr_ && stream_) cudaFreeAsync(ptr_, stream_);  // owned: after the work enqueued so far
   ptr_ = nullptr;
+  stream_ = nullptr;
+  if (lock_.owns_lock()) lock_.unlock();
 }
 
 }  // namespace pcr
