@@ -242,3 +242,20 @@ def test_a_python_without_its_gil_is_refused_at_import_with_a_message():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "REFUSED" in r.stdout and "PYTHON_GIL=1" in r.stdout, r.stdout + r.stderr
+
+
+def test_wheel_metadata_ships_the_licenses_and_a_cpython_tag():
+    """What pip builds: a CPython-only (abi3) wheel carrying our license and the notices
+    of what the library links in (CUTLASS, the CUDA runtime, DLPack)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        wheel = tomllib.load(f)["tool"]["scikit-build"]["wheel"]
+    assert wheel["py-api"].startswith("cp3")  # abi3: PyPy and GraalPy do not install it
+    assert set(wheel["license-files"]) == {"LICENSE", "THIRD_PARTY_NOTICES.md"}
+    with open(os.path.join(root, "THIRD_PARTY_NOTICES.md")) as f:
+        notices = f.read()
+    assert "BSD-3-Clause" in notices and "NVIDIA CORPORATION" in notices  # CUTLASS's text
+    assert "cudart_static" in notices and "Apache License" in notices
+    with open(os.path.join(root, "LICENSE")) as f:
+        assert "BSD 3-Clause" in f.read()
