@@ -1,9 +1,6 @@
 // Scratch memory: the kernel workspaces, staging buffers and grouped-GEMM argument arrays
 // a call needs, and who owns them.
 //
-// - Inside stream capture, a call's scratch is the graph's own: allocated and freed on the
-//   capturing stream (cudaMallocFromPoolAsync / cudaFreeAsync become the graph's memory
-//   nodes). A graph never holds a pointer that anything outside it can free or reuse.
 // - Outside capture, a call uses its stream's buffer of that kind, kept from call to call
 //   so that a steady state allocates nothing (no host cost, and launch parameters built
 //   for the buffer's address stay valid). The buffer is keyed by device, the stream's
@@ -12,6 +9,13 @@
 //   stream-ordered (the old block freed on the stream, a larger one allocated on it: no
 //   synchronization), and a call holds it locked until its launches are enqueued, so
 //   threads sharing a stream never see it move under them.
+// - Inside stream capture, a call whose capturing stream already keeps a large enough
+//   buffer captures that buffer (replays then cost no more than eager calls: graph memory
+//   nodes around every kernel measured up to 2x slower replays on the H200); the buffer is
+//   then never freed, only retired when the stream needs a larger one, so no graph can
+//   replay into freed memory. Any other call's scratch is the graph's own
+//   (cudaMallocFromPoolAsync / cudaFreeAsync on the capturing stream become its memory
+//   nodes), so capture needs no warm-up.
 // Host-array copies are always the call's own. Memory comes from the library's pool per
 // device, which keeps what it has (release threshold: all), so the application's default
 // pool and its settings are untouched.
@@ -71,9 +75,28 @@ struct Kept {
   std::mutex mutex;  // held by the call using the buffer until its launches are enqueued
   void* ptr = nullptr;
   size_t bytes = 0;
+  bool captured = false;  // a graph may hold ptr: retired, never freed, when it grows
 };
 std::mutex g_kept_mutex;
 std::map<std::tuple<int, unsigned long long, int>, Kept> g_kept;  // (device, stream id, kind)
+// The id of each stream handle seen outside capture (a capturing stream cannot be asked).
+std::map<std::pair<int, cudaStream_t>, unsigned long long> g_ids;
+
+// The kept buffer of an eager call on `stream` (whose id is `id`), made if new.
+Kept* kept_for(int device, cudaStream_t stream, unsigned long long id, ScratchKind kind) {
+  std::lock_guard<std::mutex> lock(g_kept_mutex);
+  g_ids[{device, stream}] = id;             // a handle reused by a new stream gets the new id
+  return &g_kept[{device, id, int(kind)}];  // std::map: entries never move
+}
+
+// The kept buffer a capture on `stream` may use for `bytes`, or nullptr.
+Kept* kept_for_capture(int device, cudaStream_t stream, size_t bytes, ScratchKind kind) {
+  std::lock_guard<std::mutex> lock(g_kept_mutex);
+  auto id = g_ids.find({device, stream});
+  if (id == g_ids.end()) return nullptr;
+  auto it = g_kept.find({device, id->second, int(kind)});
+  return it != g_kept.end() && it->second.bytes >= bytes ? &it->second : nullptr;
+}
 
 }  // namespace
 
@@ -84,21 +107,31 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   int st = cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
   if (st != PCR_OK) return st;
-  if (capture != cudaStreamCaptureStatusNone || kind == ScratchKind::kHostCopy) {
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  if (capturing && kind != ScratchKind::kHostCopy) {
+    if (Kept* kept = kept_for_capture(device, stream, bytes, kind)) {
+      lock_ = std::unique_lock<std::mutex>(kept->mutex);
+      if (kept->bytes >= bytes) {  // still: it may have grown meanwhile (a larger block)
+        kept->captured = true;
+        ptr_ = kept->ptr;
+        return PCR_OK;
+      }
+      lock_.unlock();
+    }
+  }
+  if (capturing || kind == ScratchKind::kHostCopy) {
     st = stream_alloc(device, stream, bytes, zeroed, &ptr_);
     if (st == PCR_OK) stream_ = stream;  // owned: freed on the stream by release()
     return st;
   }
   unsigned long long id = 0;
   if ((st = cuda_status(cudaStreamGetId(stream, &id), "cudaStreamGetId"))) return st;
-  Kept* kept;
-  {
-    std::lock_guard<std::mutex> lock(g_kept_mutex);
-    kept = &g_kept[{device, id, int(kind)}];  // std::map: entries never move
-  }
+  Kept* kept = kept_for(device, stream, id, kind);
   lock_ = std::unique_lock<std::mutex>(kept->mutex);
   if (kept->bytes < bytes) {
-    if (kept->ptr) cudaFreeAsync(kept->ptr, stream);  // after the stream's uses so far
+    // after the stream's uses so far; a block a graph may replay into is kept for good
+    if (kept->ptr && !kept->captured) cudaFreeAsync(kept->ptr, stream);
+    kept->captured = false;
     kept->ptr = nullptr;
     kept->bytes = 0;
     if ((st = stream_alloc(device, stream, bytes, true, &kept->ptr))) return st;
