@@ -55,9 +55,9 @@ def host_scales(alpha: float, scale_a, scale_b):
     """Folds Python-number scales into alpha: (alpha, scale_a, scale_b) with only tensor
     scales left (read on the GPU by the kernel's epilogue)."""
     if isinstance(scale_a, numbers.Real):
-        alpha, scale_a = alpha * float(scale_a), None
+        alpha, scale_a = alpha * scalar(scale_a, "scale_a"), None
     if isinstance(scale_b, numbers.Real):
-        alpha, scale_b = alpha * float(scale_b), None
+        alpha, scale_b = alpha * scalar(scale_b, "scale_b"), None
     return alpha, scale_a, scale_b
 
 

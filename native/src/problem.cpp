@@ -103,10 +103,12 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
     m->s1 = 1;
   }
   // A size-1 dimension is never stepped over: its stride carries no information; nor do
-  // the strides of an empty matrix (read as compact row-major).
+  // the strides of an empty matrix or batch (read as compact row-major: numpy gives a
+  // freshly made empty array all-zero strides).
   if (m->rows == 1) m->s0 = 0;
   if (m->cols == 1) m->s1 = 0;
-  if (m->rows == 0 || m->cols == 0) m->s0 = std::max<int64_t>(m->cols, 1), m->s1 = 1;
+  if (m->rows == 0 || m->cols == 0 || m->batch == 0)
+    m->s0 = std::max<int64_t>(m->cols, 1), m->s1 = 1;
   if (m->s0 < 0 || m->s1 < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "%s has a negative stride (%" PRId64 ", %" PRId64

@@ -752,3 +752,18 @@ def test_cai_stream_zero_is_refused():
     a, _, _ = mats()
     with pytest.raises(pcr.InvalidArgumentError, match="0 is disallowed"):
         _dlpack.cai_stream(_Cai(a, stream=0))
+
+
+def test_fresh_numpy_empty_batches_are_empty_not_broadcast(lib):
+    """numpy gives a freshly made empty array all-zero strides: an empty batch, not a
+    broadcast view (found by the front-door fuzz)."""
+    a, b, d = (np.zeros(s, F16) for s in ((0, 4, 8), (0, 8, 6), (0, 4, 6)))
+    p = expect_valid(lib, a, b, None, d)
+    assert (p.batch, p.m, p.n, p.k) == (0, 4, 6, 8)
+
+
+@pytest.mark.parametrize("which", ["scale_a", "scale_b"])
+def test_boolean_scales_are_refused_like_boolean_scalars(which):
+    a, b, d = mats()
+    with pytest.raises(pcr.DTypeError, match=f"{which} must be a real number"):
+        pcr.gemm(a, b, None, d, **{which: False})
