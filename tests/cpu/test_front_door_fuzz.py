@@ -158,27 +158,52 @@ def scalar(kind, value):
     }[kind](value)
 
 
-# fault -> (exception class, message fragment; "{v}" is the operand the fault hits)
-FAULTS = {
-    None: (None, None),
+#: the library's answer to each fault the tests below inject, shared by them all:
+#: (exception class, message fragment; "{v}" is the operand the fault hits)
+ERRORS = {
     "shape": (pcr.InvalidArgumentError, "shape mismatch"),
     "ndim": (pcr.InvalidArgumentError, "{v} must be a 2-D matrix"),
     "dtype_unknown": (pcr.DTypeError, "a has a dtype pycutlass_rt does not handle"),
     "dtype_mixed": (pcr.UnsupportedError, "a and b must share a dtype"),
-    "dtype_out": (pcr.UnsupportedError, "no kernel in this build computes"),
+    "dtype_out": NO_KERNEL,
     "negative_stride": (pcr.InvalidArgumentError, "{v} has a negative stride"),
     "zero_stride": (pcr.InvalidArgumentError, "{v} has a zero stride"),
+    "negative_batch_stride": (pcr.InvalidArgumentError, "{v} has a negative batch dimension"),
     "no_unit_stride": (pcr.InvalidArgumentError, "is neither row- nor column-major"),
     "read_only_d": (pcr.ReadOnlyError, "d is read-only"),
-    "d_aliases_input": (pcr.OverlapError, "d overlaps a"),
-    "c_overlaps_d": (pcr.OverlapError, "c overlaps d"),
-    "scalar_type": (pcr.DTypeError, "{s} must be a real number"),
+    "d_aliases_a": (pcr.OverlapError, "d overlaps a"),
     "scalar_value": (pcr.InvalidArgumentError, "must be finite numbers"),
     "beta_without_c": (pcr.InvalidArgumentError, "c is None but beta"),
-    "kernel_name": (pcr.KernelNotFoundError, "no kernel named"),
-    "not_a_tensor": (pcr.DTypeError, "{v}: "),
-    "consumed_capsule": (pcr.InvalidArgumentError, "already consumed"),
-    "stream": (pcr.DTypeError, "stream: cannot get a CUDA stream handle"),
+}
+
+
+def errors_of(*faults, **more) -> dict:
+    """A test's fault table: the shared answers to ``faults``, and ``more`` of its own."""
+    return {**{f: ERRORS[f] for f in faults}, **more}
+
+
+FAULTS = {
+    None: (None, None),
+    **errors_of(
+        "shape",
+        "ndim",
+        "dtype_unknown",
+        "dtype_mixed",
+        "dtype_out",
+        "negative_stride",
+        "zero_stride",
+        "no_unit_stride",
+        "read_only_d",
+        "scalar_value",
+        "beta_without_c",
+        d_aliases_input=ERRORS["d_aliases_a"],
+        c_overlaps_d=(pcr.OverlapError, "c overlaps d"),
+        scalar_type=(pcr.DTypeError, "{s} must be a real number"),
+        kernel_name=(pcr.KernelNotFoundError, "no kernel named"),
+        not_a_tensor=(pcr.DTypeError, "{v}: "),
+        consumed_capsule=(pcr.InvalidArgumentError, "already consumed"),
+        stream=(pcr.DTypeError, "stream: cannot get a CUDA stream handle"),
+    ),
 }
 BAD_SCALARS = ["1.0", 1j, None, True, [1.0]]
 
@@ -353,16 +378,15 @@ BATCH_FAULTS = {
     None: (None, None),
     "batch_mismatch": (pcr.InvalidArgumentError, None),  # message built per case
     "d_2d": (None, None),  # a 2-D d: invalid iff an input holds L != 1 matrices
-    "ndim": (pcr.InvalidArgumentError, "{v} must be a 2-D matrix or a 3-D batch"),
-    "negative_batch_stride": (
-        pcr.InvalidArgumentError,
-        "{v} has a negative batch dimension or batch stride",
+    **errors_of(
+        "ndim",
+        "negative_batch_stride",
+        "shape",
+        "dtype_mixed",
+        "read_only_d",
+        "d_aliases_a",
+        d_overlap=(pcr.OverlapError, "d's matrices overlap"),
     ),
-    "d_overlap": (pcr.OverlapError, "d's matrices overlap"),
-    "shape": (pcr.InvalidArgumentError, "shape mismatch"),
-    "dtype_mixed": (pcr.UnsupportedError, "a and b must share a dtype"),
-    "read_only_d": (pcr.ReadOnlyError, "d is read-only"),
-    "d_aliases_a": (pcr.OverlapError, "d overlaps a"),
 }
 #: an input's form: its own L matrices, one (L = 1), a 2-D matrix, or one by batch stride 0
 FORMS = ["full", "one", "2d", "bcast"]
@@ -755,13 +779,16 @@ def test_plans(case):
 
 #: faults of one group's operands, found where that group is validated (in group order)
 GROUP_FAULTS = {
-    "shape": (pcr.InvalidArgumentError, "shape mismatch"),
-    "dtype_mixed": (pcr.UnsupportedError, "a is float16 but b is float32; a and b must share"),
-    "dtype_unknown": (pcr.DTypeError, "a has a dtype pycutlass_rt does not handle"),
-    "dtype_out": NO_KERNEL,
-    "d_aliases_a": (pcr.OverlapError, "d overlaps a"),
-    "negative_stride": (pcr.InvalidArgumentError, "{v} has a negative stride"),
-    "ndim": (pcr.InvalidArgumentError, "{v} must be a 2-D matrix or a 3-D batch"),
+    **errors_of(
+        "shape",
+        "dtype_unknown",
+        "dtype_out",
+        "d_aliases_a",
+        "negative_stride",
+        "ndim",
+        # checked after the "group g: " prefix: the message from its start
+        dtype_mixed=(pcr.UnsupportedError, "a is float16 but b is float32; a and b must share"),
+    ),
     "batch": (None, None),  # a 3-D group: "grouped GEMMs take 2-D GPU matrices" (a GPU)
     "dtype_differs": (None, None),  # valid alone; the groups must agree (checked last)
     "layout_differs": (None, None),
@@ -995,19 +1022,19 @@ CAI_READ_FAULTS = {
 }
 #: faults the library finds in the operands themselves: reachable without a GPU only when
 #: no operand has memory (a batch of 0 matrices, pointers 0)
-CAI_C_FAULTS = {
-    "shape": (pcr.InvalidArgumentError, "shape mismatch"),
-    "dtype_mixed": (pcr.UnsupportedError, "a is float16 but b is float32"),
-    "dtype_unknown": (pcr.DTypeError, "a has a dtype pycutlass_rt does not handle"),
-    "dtype_out": NO_KERNEL,
-    "ndim": (pcr.InvalidArgumentError, "{v} must be a 2-D matrix or a 3-D batch"),
-    "negative_stride": (pcr.InvalidArgumentError, "{v} has a negative stride"),
-    "zero_stride": (pcr.InvalidArgumentError, "{v} has a zero stride"),
-    "negative_batch_stride": (pcr.InvalidArgumentError, "{v} has a negative batch dimension"),
-    "no_unit_stride": (pcr.InvalidArgumentError, "is neither row- nor column-major"),
-    "beta_without_c": (pcr.InvalidArgumentError, "c is None but beta"),
-    "scalar_value": (pcr.InvalidArgumentError, "alpha and beta must be finite numbers"),
-}
+CAI_C_FAULTS = errors_of(
+    "shape",
+    "dtype_mixed",
+    "dtype_unknown",
+    "dtype_out",
+    "ndim",
+    "negative_stride",
+    "zero_stride",
+    "negative_batch_stride",
+    "no_unit_stride",
+    "beta_without_c",
+    "scalar_value",
+)
 
 
 #: faults of an interface's strides (a host array among the operands has none)
