@@ -29,8 +29,8 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
     DeviceGuard guard;
     st = guard.set(p.device);
     // Built now for the kernel's own problem, these parameters are what every run launches,
-    // unless scratch enters them (staged operands, a workspace): those runs build them
-    // for the scratch they get (the pool tends to hand a stream the same block again).
+    // unless scratch enters them (staged operands, a workspace): runs build those for the
+    // scratch they get, which is the stream's kept buffer (the same block run after run).
     Staging s = stage_layout(p, bd, nullptr);
     GemmArgs g = gemm_args(s.problem, s.bound);
     size_t bytes = kKernels[k]->ops.workspace_size(g);
