@@ -38,6 +38,14 @@ int pool_for(int device, cudaMemPool_t* out) {
     return set_error(PCR_ERR_INVALID_ARGUMENT, "device ordinal %d is out of range", device);
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   if (!g_pools[device]) {
+    // The first call may come inside a capture (no warm-up), whose global mode forbids
+    // creating a pool; this thread's relaxed mode allows it, and nothing here is captured.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    struct Restore {
+      cudaStreamCaptureMode mode;
+      ~Restore() { cudaThreadExchangeStreamCaptureMode(&mode); }
+    } restore{mode};
     cudaMemPoolProps props = {};
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;

@@ -4,6 +4,8 @@ A test that needs kernels beyond the bfloat16 ones the default tier holds in eve
 asks the build first (helpers.require) and skips, saying what is missing.
 """
 
+import re
+
 import pytest
 from helpers import gpu_reason
 
@@ -18,6 +20,11 @@ def pytest_collection_modifyitems(config, items):
                 reason = "torch sees no CUDA device"
         except ImportError:
             reason = "the GPU suite uses torch for references and tensors; torch is not installed"
+    # a soak runs where -m names it (not where it says "not soak")
+    soak = re.search(r"(?<!not )\bsoak\b", config.getoption("markexpr") or "") is not None
+    for item in items:
+        if "soak" in item.keywords and not soak:
+            item.add_marker(pytest.mark.skip(reason="a soak runs only when asked: -m soak"))
     if reason:
         for item in items:
             if "tests/gpu" in str(item.fspath).replace("\\", "/"):

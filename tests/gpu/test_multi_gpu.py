@@ -5,12 +5,14 @@ unit-tests the device checks: tests/cpu/test_validation.py)."""
 import threading
 
 import pytest
+from helpers import runnable_kernels
 
 import pycutlass_rt as pcr
 
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+BF16_TN = ("bfloat16", "bfloat16", "tn")
 
 
 def on(dev, rows, cols, dtype=torch.bfloat16, seed=0):
@@ -127,3 +129,59 @@ def test_cupy_on_the_second_device():
         err = float(cp.linalg.norm(d.astype(cp.float64) - want) / cp.linalg.norm(want))
     assert err < 2e-3
     assert cp.cuda.runtime.getDevice() == 0
+
+
+def test_scratch_of_every_kind_interleaved_on_two_devices():
+    """Stream-K workspace, staging scratch and grouped arrays, called in turn on cuda:0 and
+    cuda:1 (each on its device's default stream, where per-stream state of the two devices
+    once shared one key), give the bits the same calls give one device at a time."""
+    streamk = next(
+        (
+            k.name
+            for k in runnable_kernels()
+            if k.split == "streamk" and (k.dtype_a, k.dtype_d, k.layout) == BF16_TN
+        ),
+        None,
+    )
+    grouped = bool(runnable_kernels(grouped=True))
+
+    def jobs_on(dev):
+        def col(rows, cols, seed):  # rows x cols, column-major
+            return on(dev, cols, rows, seed=seed).t()
+
+        jobs = [(on(dev, 127, 4097), on(dev, 4097, 1000, seed=1), None)]  # staged: odd sizes
+        if streamk:
+            jobs.append((on(dev, 96, 4096, seed=2), col(4096, 4096, 3), streamk))
+        if grouped:
+            a = [on(dev, 64 + 8 * g, 128, seed=4 + g) for g in range(3)]
+            jobs.append((a, [col(128, 256, 9 + g) for g in range(3)], "grouped"))
+        return jobs
+
+    def run(a, b, kernel, out):  # out: the list of outputs outputs() made
+        if kernel == "grouped":
+            pcr.grouped_gemm(a, b, None, out)
+        else:
+            pcr.gemm(a, b, None, out[0], kernel=kernel)
+
+    def outputs(a, b, kernel):
+        pairs = zip(a, b) if kernel == "grouped" else [(a, b)]
+        return [
+            torch.empty(x.shape[0], y.shape[1], dtype=x.dtype, device=x.device) for x, y in pairs
+        ]
+
+    work = {dev: jobs_on(dev) for dev in ("cuda:0", "cuda:1")}
+    serial = {}
+    for dev, jobs in work.items():  # one device at a time
+        for i, (a, b, kernel) in enumerate(jobs):
+            serial[dev, i] = outputs(a, b, kernel)
+            run(a, b, kernel, serial[dev, i])
+        torch.cuda.synchronize(dev)
+    mixed = {key: outputs(*work[key[0]][key[1]]) for key in serial}
+    for _ in range(10):  # interleaved: every job of cuda:0, then of cuda:1, in turn
+        for i in range(len(work["cuda:0"])):
+            for dev in ("cuda:0", "cuda:1"):
+                run(*work[dev][i], mixed[dev, i])
+    for dev in work:
+        torch.cuda.synchronize(dev)
+    for key, want in serial.items():
+        assert all(torch.equal(w, g) for w, g in zip(want, mixed[key])), key
