@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
-from . import _call, _lib
+from . import _call, _dlpack, _lib
 from ._abi import PCR_STREAM_FROM_PRODUCER
 from .errors import InvalidArgumentError
 
@@ -54,6 +54,8 @@ def grouped_gemm(As, Bs, Cs, Ds, alpha=1.0, beta=0.0, *, stream=None, kernel=Non
             f"{len(As)}, {len(Bs)}, {len(Cs)} and {len(Ds)}"
         )
     count = len(As)
+    if count == 0 and stream is not None:  # nothing to run, but a bad stream is an error
+        _dlpack.stream_handle(stream)
     columns, keep, handle, flags = ([], [], [], []), [], 0, PCR_STREAM_FROM_PRODUCER
     for g in range(count):
         objs, h, f, k = _call.operands((As[g], Bs[g], Cs[g], Ds[g]), stream)

@@ -57,6 +57,25 @@ int dtype_from_dl(DLDataType t) {
 
 bool is_host(int device_type) { return device_type == kDLCPU || device_type == kDLCUDAHost; }
 
+// A DLPack dtype as numpy spells it ("int16", "uint8", "complex64"), for messages about
+// dtypes the library has no code for.
+std::string dl_dtype_text(DLDataType t) {
+  static const char* const kinds[] = {"int",    "uint",    "float", "opaque",
+                                      "bfloat", "complex", "bool"};
+  std::string s = t.code < sizeof kinds / sizeof *kinds ? kinds[t.code]
+                                                        : "code " + std::to_string(t.code) + " ";
+  s += std::to_string(t.bits);
+  if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
+  return s;
+}
+
+// A tensor's shape as Python prints it: "(3,)", "(2, 2)".
+std::string shape_text(const DLTensor* t) {
+  std::string s = "(";
+  for (int i = 0; i < t->ndim; ++i) s += (i ? ", " : "") + std::to_string(t->shape[i]);
+  return s + (t->ndim == 1 ? ",)" : ")");
+}
+
 // The largest M, N or K: kernels count tiles (extent + tile - 1) and staging pads extents
 // (to 16 bytes, leading dimensions to 128) in int32, so an extent within a tile or a pad of
 // 2^31 would wrap around.
@@ -184,8 +203,10 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
                      t->ndim);
   v->dtype = dtype_from_dl(t->dtype);
   if (v->dtype != D.dtype)
-    return set_error(PCR_ERR_UNSUPPORTED, "bias is %s but d is %s; pass the bias in d's dtype",
-                     dtype_name(v->dtype), dtype_name(D.dtype));
+    return set_error(
+        PCR_ERR_UNSUPPORTED, "bias is %s but d is %s; pass the bias in d's dtype",
+        v->dtype == PCR_DTYPE_INVALID ? dl_dtype_text(t->dtype).c_str() : dtype_name(v->dtype),
+        dtype_name(D.dtype));
   v->esize = esize_of(v->dtype);
   int64_t shape[3] = {1, 1, 1}, stride[3] = {0, 0, 0};
   for (int i = 0, j = 3 - t->ndim; i < t->ndim; ++i, ++j) {
@@ -207,12 +228,10 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
     *axis = PCR_BIAS_PER_ROW, len = shape[1], step = stride[1];
   } else {
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "bias of shape (%" PRId64 ", %" PRId64
-                     ") does not broadcast against d "
-                     "(%" PRId64 ", %" PRId64
-                     ") as a vector: pass (N,) or (1, N) for one value "
-                     "per column, (M, 1) for one per row",
-                     shape[1], shape[2], D.rows, D.cols);
+                     "bias of shape %s does not broadcast against d (%" PRId64 ", %" PRId64
+                     ") as a vector: pass (N,) or (1, N) for one value per column, (M, 1) for "
+                     "one per row",
+                     shape_text(t).c_str(), D.rows, D.cols);
   }
   if (len > 1 && step != 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT,

@@ -501,7 +501,9 @@ def test_bias_broadcasts_like_numpy(lib):
 
 def test_bias_and_activation_errors():
     a, b, d = mats(4, 6, 8)
-    err(pcr.InvalidArgumentError, "does not broadcast", a, b, None, d, bias=np.zeros(5, F16))
+    bias5, bias_i16 = np.zeros(5, F16), np.zeros(6, np.int16)
+    err(pcr.InvalidArgumentError, r"shape \(5,\) does not broadcast", a, b, None, d, bias=bias5)
+    err(pcr.UnsupportedError, "bias is int16 but d is float16", a, b, None, d, bias=bias_i16)
     err(pcr.InvalidArgumentError, "does not broadcast", a, b, None, d, bias=np.zeros((4, 6), F16))
     err(
         pcr.UnsupportedError,
@@ -609,6 +611,8 @@ def test_grouped_front_door_checks():
         pcr.moe_gemm(a, b[None], np.zeros(2, np.int32), d, alpha="x")
     # an empty group list is a no-op that needs no GPU
     assert pcr.grouped_gemm([], [], None, []) == []
+    with pytest.raises(pcr.DTypeError, match="stream"):
+        pcr.grouped_gemm([], [], None, [], stream="not a stream")
 
 
 def test_scales_are_checked(lib):
