@@ -929,10 +929,11 @@ def main(argv=None) -> int:
         emit(args.emit, kernels, per_family, build)
         cores = int(os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or os.cpu_count() or 1)
         _, minutes = estimate_minutes(kernels, per_family, cores)
+        took = f"{minutes:.0f} min" if minutes >= 2 else f"{minutes * 60:.0f} s"
         print(
             f"pycutlass_rt: {len(kernels)} kernels for "
             + ", ".join(f"{f} ({' '.join(t)})" for f, t in per_family.items())
-            + f"; about {minutes:.0f} min on {cores} cores (progress: ninja's [n/N], "
+            + f"; about {took} on {cores} cores (progress: ninja's [n/N], "
             "which pip shows with -v)",
             file=sys.stderr,
         )
