@@ -132,31 +132,6 @@ GroupArrays arrays_at(char* base, int count) {
   return g;
 }
 
-// Whether two outputs share an element. Byte ranges that meet decide, except for two
-// row-major views with one row pitch (column blocks of one output, e.g. fused Q, K and V
-// projections), which share an element only if their rows and their columns, as offsets
-// within the pitch, both meet.
-bool share_elements(const Matrix& x, const Matrix& y) {
-  if (!overlaps(x, y)) return false;
-  const int64_t pitch = x.s0;
-  if (x.esize != y.esize || x.s1 != 1 || y.s1 != 1 || y.s0 != pitch || pitch <= 0 ||
-      x.cols > pitch || y.cols > pitch || x.batch != 1 || y.batch != 1)
-    return true;
-  const int64_t bytes =
-      int64_t(reinterpret_cast<intptr_t>(y.ptr) - reinterpret_cast<intptr_t>(x.ptr));
-  if (bytes % x.esize) return true;
-  const int64_t off = bytes / x.esize;  // y(i, j) is x's element off + i * pitch + j
-  const int64_t row0 = off >= 0 ? off / pitch : -((-off + pitch - 1) / pitch);
-  const int64_t col0 = off - row0 * pitch;  // 0 <= col0 < pitch
-  auto meet = [](int64_t a0, int64_t a1, int64_t b0, int64_t b1) { return a0 < b1 && b0 < a1; };
-  // y's columns in x's rows: [col0, pitch) of rows row0..., then [0, rest) of the next ones
-  const int64_t end = col0 + y.cols;
-  if (meet(row0, row0 + y.rows, 0, x.rows) && meet(col0, std::min(end, pitch), 0, x.cols))
-    return true;
-  return end > pitch && meet(row0 + 1, row0 + 1 + y.rows, 0, x.rows) &&
-         meet(0, end - pitch, 0, x.cols);
-}
-
 int group_error(int status, int group) {
   std::string why = last_error();
   return set_error(status, "group %d: %s", group, why.c_str());

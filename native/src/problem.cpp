@@ -329,6 +329,31 @@ bool overlaps(const Matrix& x, const Matrix& y) {
   return xl < xh && yl < yh && xl < yh && yl < xh;
 }
 
+// Whether two matrices share an element. Byte ranges that meet decide, except for two
+// row-major views with one row pitch (column blocks of one output, e.g. fused Q, K and V
+// projections), which share an element only if their rows and their columns, as offsets
+// within the pitch, both meet.
+bool share_elements(const Matrix& x, const Matrix& y) {
+  if (!overlaps(x, y)) return false;
+  const int64_t pitch = x.s0;
+  if (x.esize != y.esize || x.s1 != 1 || y.s1 != 1 || y.s0 != pitch || pitch <= 0 ||
+      x.cols > pitch || y.cols > pitch || x.batch != 1 || y.batch != 1)
+    return true;
+  const int64_t bytes =
+      int64_t(reinterpret_cast<intptr_t>(y.ptr) - reinterpret_cast<intptr_t>(x.ptr));
+  if (bytes % x.esize) return true;
+  const int64_t off = bytes / x.esize;  // y(i, j) is x's element off + i * pitch + j
+  const int64_t row0 = off >= 0 ? off / pitch : -((-off + pitch - 1) / pitch);
+  const int64_t col0 = off - row0 * pitch;  // 0 <= col0 < pitch
+  auto meet = [](int64_t a0, int64_t a1, int64_t b0, int64_t b1) { return a0 < b1 && b0 < a1; };
+  // y's columns in x's rows: [col0, pitch) of rows row0..., then [0, rest) of the next ones
+  const int64_t end = col0 + y.cols;
+  if (meet(row0, row0 + y.rows, 0, x.rows) && meet(col0, std::min(end, pitch), 0, x.cols))
+    return true;
+  return end > pitch && meet(row0 + 1, row0 + 1 + y.rows, 0, x.rows) &&
+         meet(0, end - pitch, 0, x.cols);
+}
+
 void Matrix::transpose() {
   std::swap(rows, cols);
   std::swap(s0, s1);
@@ -395,16 +420,23 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                        in_names[i], in[i]->batch, L);
     }
     if (L > 1) {
-      uintptr_t lo, hi;
+      // One batch stride: matrices i and i + j sit as 0 and j do, so matrix 0 against each
+      // j whose bytes it meets decides; interleaved ones (d.transpose(1, 0, 2) of a
+      // (rows, L, N) buffer, heads side by side) share no element and pass.
       Matrix one = D;
       one.batch = 1;
-      one.extent(&lo, &hi);
-      if (D.sb * D.esize < int64_t(hi - lo))
-        return set_error(PCR_ERR_OVERLAP,
-                         "d's matrices overlap (batch stride %" PRId64
-                         " elements); every "
-                         "output matrix needs its own memory",
-                         D.sb);
+      if (one.s1 != 1 && one.s0 == 1) one.transpose();  // sharing is the same either way
+      constexpr int64_t kMaxMet = int64_t(1) << 16;     // beyond: refused unexamined
+      for (int64_t j = 1; j < L; ++j) {
+        Matrix other = one;
+        other.ptr = one.ptr + j * D.sb * D.esize;
+        if (!overlaps(one, other)) break;  // later matrices start later still
+        if (j > kMaxMet || share_elements(one, other))
+          return set_error(PCR_ERR_OVERLAP,
+                           "d's matrices overlap (batch stride %" PRId64
+                           " elements); every output matrix needs its own memory",
+                           D.sb);
+      }
     }
   }
 

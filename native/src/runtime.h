@@ -91,6 +91,9 @@ struct Matrix {
 };
 // Whether two matrices' byte ranges share memory (empty ones share none).
 bool overlaps(const Matrix& x, const Matrix& y);
+// Whether they share an element: overlaps(), except that two row-major views of one row
+// pitch share one only if their rows and their columns within the pitch both meet.
+bool share_elements(const Matrix& x, const Matrix& y);
 
 // What a launch needs beyond the pcr_problem: the operands in canonical orientation.
 struct Bound {

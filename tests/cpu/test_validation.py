@@ -771,3 +771,17 @@ def test_boolean_scales_are_refused_like_boolean_scalars(which):
     a, b, d = mats()
     with pytest.raises(pcr.DTypeError, match=f"{which} must be a real number"):
         pcr.gemm(a, b, None, d, **{which: False})
+
+
+def test_interleaved_batched_outputs_that_share_no_element_are_accepted(lib):
+    """d's matrices side by side in one buffer's rows (heads of an attention output,
+    d.transpose(1, 0, 2) of (M, L, N)): no element is shared, so no overlap; matrices
+    that do share elements (a batch stride within a row) are still refused."""
+    a, b = np.ones((3, 4, 8), F16), np.ones((3, 8, 6), F16)
+    heads = np.zeros((4, 3, 6), F16).transpose(1, 0, 2)
+    p = expect_valid(lib, a, b, None, heads)
+    assert (p.batch, p.m, p.n) == (3, 4, 6)
+    buf = np.zeros(4 * 6 + 2 * 3, F16)
+    shared = np.lib.stride_tricks.as_strided(buf, (3, 4, 6), (3 * 2, 6 * 2, 2))
+    st, _ = describe(lib, a, b, None, shared)
+    assert st == errors.ERR_OVERLAP and "d's matrices overlap" in lib.last_error()

@@ -83,6 +83,31 @@ def test_kernel_batched(name):
     check(d, ref, f"{name} L={L} {m}x{n}x{kk}", tolerance(k, out_dt))
 
 
+@pytest.mark.skipif(not KINDS, reason="no kernel of this build runs on this GPU")
+@pytest.mark.parametrize("name", KINDS)
+def test_kernel_writes_heads_side_by_side(name):
+    """d's matrices interleaved in one buffer's rows, as attention heads are written
+    (out.view(M, L, N).transpose(0, 1)): batch stride N, row stride L * N. Each kernel
+    must write its matrix's columns and leave its neighbours' alone."""
+    k = pcr._kernels.by_name(name)
+    in_dt, out_dt = torch_dtype(k.dtype_a), torch_dtype(k.dtype_d)
+    tm, tn, tk = k.tile
+    al = max(k.align)
+    m, n, kk, L = tm + al, tn + al, 2 * tk + al, 3
+    a = batch(L, m, kk, k.layout[0], in_dt)
+    b = batch(L, kk, n, k.layout[1], in_dt)
+    out = torch.full((m, L * n), float("nan"), device="cuda").to(out_dt)
+    d = out.view(m, L, n).transpose(0, 1)
+    fused = k.epilogue != "linear"
+    bias = torch.randn(n, device="cuda").to(out_dt) if fused else None
+    act = "relu" if fused else None
+    pcr.gemm(a, b, None, d, bias=bias, activation=act, math=math_of(k), kernel=name)
+    ref = torch.bmm(a.double(), b.double())
+    if fused:
+        ref = torch.relu(ref + bias.double())
+    check(d, ref, f"{name} heads side by side, L={L} {m}x{n}x{kk}", tolerance(k, out_dt))
+
+
 @pytest.mark.parametrize("shared", ["a2d", "a_expand", "b_batch1", "c_broadcast"])
 def test_shared_operands(shared):
     L, m, n, k = 4, 96, 136, 72
