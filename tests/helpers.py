@@ -56,11 +56,12 @@ def canonical_layout(la, lb, ld="t"):
     return la + lb if ld == "t" else FLIP[lb] + FLIP[la]
 
 
-def require(dtype, out=None, layout=None, epilogue="linear"):
+def require(dtype, out=None, layout=None, epilogue="linear", any_alignment=False):
     """Skips the calling GPU test unless this build holds a kernel that runs here for
     ``dtype`` inputs into ``out`` (default: ``dtype``), in the canonical ``layout`` ("tn",
-    ...; None: any), with ``epilogue`` or one that computes it: tests ask the build what
-    it holds before they run (development builds filter kernels).
+    ...; None: any), with ``epilogue`` or one that computes it, and (``any_alignment``)
+    reading operands of any alignment: tests ask the build what it holds before they run
+    (development builds filter kernels).
 
     ``dtype`` and ``out`` are library dtype names or torch dtypes.
     """
@@ -75,11 +76,13 @@ def require(dtype, out=None, layout=None, epilogue="linear"):
             and k.dtype_d == out
             and (layout is None or k.layout == layout)
             and EPILOGUE_ORDER.index(k.epilogue) >= need
+            and (not any_alignment or max(k.align) == 1)
         ):
             return
     import pytest
 
     where = f" in layout {layout}" if layout else ""
+    where += " for operands of any alignment" if any_alignment else ""
     pytest.skip(f"no {epilogue} kernel for {dtype} -> {out}{where} in this build runs here")
 
 

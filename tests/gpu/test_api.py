@@ -78,7 +78,8 @@ def test_odd_sizes_and_alignment_fallback(m, n, k):
 
 @pytest.mark.parametrize("pad,offset", [(8, 0), (3, 0), (0, 1), (5, 3)])
 def test_padded_and_shifted_views(pad, offset):
-    require(torch.float16, layout="tn")
+    # a problem this small is not staged: a misaligned one needs an any-alignment kernel
+    require(torch.float16, layout="tn", any_alignment=bool(pad % 8 or offset % 8))
     m, n, k = 200, 136, 328
     a = mat(m, k, "t", torch.float16, pad=pad, offset=offset)
     b = mat(k, n, "n", torch.float16, pad=pad, offset=offset)
