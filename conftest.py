@@ -1,0 +1,22 @@
+"""Collection of the package's doctests: pycutlass_rt/torch.py imports torch (it registers
+torch operators), so without a torch it can use (2.4 or later), as in CI, its doctests
+are not collected; its tests (tests/cpu/test_torch_ops.py, tests/gpu/test_torch_ops_gpu.py)
+skip themselves there."""
+
+import importlib.metadata
+import importlib.util
+import re
+
+
+def _torch_usable() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return True  # a source build without metadata: let the import say
+    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
+    return (major, minor) >= (2, 4)
+
+
+collect_ignore = [] if _torch_usable() else ["pycutlass_rt/torch.py"]

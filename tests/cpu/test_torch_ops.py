@@ -1,0 +1,767 @@
+"""pycutlass_rt.torch without a GPU: schemas, fake (meta) implementations on concrete and
+symbolic sizes, errors, autograd formulas, Linear and replace_linear.
+
+The operators' CPU kernels are torch's own operators (the library has no CPU kernels), so
+everything here runs with no library loaded: opcheck, gradcheck and torch.compile (the
+aot_eager backend) exercise the registrations, the fake implementations and the backward
+formulas that the GPU runs with pycutlass_rt's kernels (tests/gpu/test_torch_ops_gpu.py).
+Skipped where torch is not installed (CI).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pycutlass_rt import errors as pcr_errors
+
+torch = pytest.importorskip("torch")
+pt = pytest.importorskip("pycutlass_rt.torch")
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch.library import opcheck  # noqa: E402
+
+ops = torch.ops.pycutlass_rt
+F = torch.nn.functional
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
+TORCH_ACT = {
+    None: lambda z: z,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu,
+}
+BF16, F64 = torch.bfloat16, torch.float64
+NO_SCHEMA = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def run(code, **env):
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env},
+    )
+
+
+def test_importing_the_package_never_imports_torch():
+    r = run("import sys, pycutlass_rt; print('torch' in sys.modules)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_registering_the_ops_needs_no_library():
+    """Schemas, fakes, CPU kernels and autograd register with no library to load."""
+    r = run(
+        "import torch, pycutlass_rt.torch as pt, pycutlass_rt._lib as L\n"
+        "x = torch.randn(3, 4, requires_grad=True)\n"
+        "pt.linear(x, torch.randn(5, 4), None, 'gelu').sum().backward()\n"
+        "print(L._lib is None, tuple(x.grad.shape))",
+        PYCUTLASS_RT_LIBRARY="/nonexistent/libpycutlass_rt.so",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "True (3, 4)"
+
+
+def test_schemas():
+    schemas = {
+        ops.mm.default: "pycutlass_rt::mm(Tensor a, Tensor b) -> Tensor",
+        ops.mm.out: "pycutlass_rt::mm.out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()",
+        ops.linear.default: "pycutlass_rt::linear(Tensor x, Tensor w, Tensor? bias=None, "
+        "str? activation=None) -> Tensor",
+        ops.scaled_mm.default: "pycutlass_rt::scaled_mm(Tensor a, Tensor b, Tensor scale_a, "
+        "Tensor scale_b, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor",
+        ops.grouped_mm.default: "pycutlass_rt::grouped_mm(Tensor x, Tensor w, Tensor offs) "
+        "-> Tensor",
+    }
+    for op, schema in schemas.items():
+        assert str(op._schema) == schema
+    assert pt.ACTIVATIONS == ("relu", "gelu", "gelu_tanh", "silu")
+
+
+# ---- fake implementations: shapes, dtypes, errors ---------------------------------------
+
+
+def fake_cuda(*specs):
+    """Fake CUDA tensors (no GPU needed) of (shape, dtype) specs, and the mode they live in."""
+    mode = FakeTensorMode()
+    with mode:
+        return mode, [torch.empty(s, dtype=d, device="cuda") for s, d in specs]
+
+
+@pytest.mark.parametrize(
+    "xshape, out",
+    [((8, 64), (8, 32)), ((2, 5, 64), (2, 5, 32)), ((64,), (32,)), ((0, 64), (0, 32))],
+)
+@pytest.mark.parametrize("act", ACTS)
+def test_fake_linear(xshape, out, act):
+    mode, (x, w, b) = fake_cuda((xshape, BF16), ((32, 64), BF16), ((32,), BF16))
+    with mode:
+        y = ops.linear(x, w, b, act)
+    assert y.shape == out and y.dtype == BF16 and y.device.type == "cuda"
+    assert y.is_contiguous()
+
+
+def test_fake_mm_and_out():
+    mode, (a, b, o) = fake_cuda(((7, 5), BF16), ((5, 3), BF16), ((7, 3), torch.float32))
+    with mode:
+        y = ops.mm(a, b)
+        ops.mm.out(a, b, out=o)  # float32 out of bfloat16 inputs
+        assert pt.mm(a, b, out=o) is o
+    assert y.shape == (7, 3) and y.dtype == BF16
+
+
+@pytest.mark.parametrize(
+    "dtype, out_dtype, want",
+    [
+        ("float8_e4m3fn", None, BF16),
+        ("float8_e4m3fn", torch.float16, torch.float16),
+        ("float8_e5m2", torch.float32, torch.float32),
+        ("int8", torch.int8, torch.int8),
+        ("int8", None, BF16),
+    ],
+)
+def test_fake_scaled_mm(dtype, out_dtype, want):
+    dt = getattr(torch, dtype)
+    mode, (a, w, sa, sb) = fake_cuda(
+        ((16, 64), dt), ((32, 64), dt), ((16, 1), torch.float32), ((), torch.float32)
+    )
+    with mode:
+        y = ops.scaled_mm(a, w.t(), sa, sb, None, out_dtype)
+    assert y.shape == (16, 32) and y.dtype == want
+
+
+def test_fake_grouped_mm():
+    mode, (x, w, offs) = fake_cuda(((100, 64), BF16), ((4, 64, 32), BF16), ((4,), torch.int32))
+    with mode:
+        y = ops.grouped_mm(x, w, offs)
+    assert y.shape == (100, 32) and y.dtype == BF16
+
+
+def test_meta_tensors():
+    m = lambda *s, dtype=BF16: torch.empty(s, device="meta", dtype=dtype)  # noqa: E731
+    assert ops.mm(m(4, 6), m(6, 2)).shape == (4, 2)
+    assert ops.linear(m(3, 4, 6), m(2, 6), m(2), "silu").shape == (3, 4, 2)
+    e4m3 = torch.float8_e4m3fn
+    y = ops.scaled_mm(
+        m(4, 16, dtype=e4m3),
+        m(16, 8, dtype=e4m3),
+        m(dtype=torch.float32),
+        m(1, 8, dtype=torch.float32),
+    )
+    assert y.shape == (4, 8) and y.dtype == BF16
+    assert ops.grouped_mm(m(9, 6), m(3, 6, 5), m(3, dtype=torch.int32)).shape == (9, 5)
+
+
+BAD = [
+    ("mm", lambda f: ops.mm(f(4, 6), f(5, 2)), RuntimeError, "cannot be multiplied"),
+    ("mm 3-D", lambda f: ops.mm(f(2, 4, 6), f(6, 2)), RuntimeError, "must be matrices"),
+    ("mm dtypes", lambda f: ops.mm(f(4, 6), f(6, 2, dtype=F64)), RuntimeError, "one dtype"),
+    (
+        "mm int8",
+        lambda f: ops.mm(f(4, 6, dtype=torch.int8), f(6, 2, dtype=torch.int8)),
+        RuntimeError,
+        "scaled_mm",
+    ),
+    (
+        "mm.out shape",
+        lambda f: ops.mm.out(f(4, 6), f(6, 2), out=f(4, 3)),
+        RuntimeError,
+        "out must be 4x2",
+    ),
+    (
+        "mm.out dtype",
+        lambda f: ops.mm.out(f(4, 6), f(6, 2), out=f(4, 2, dtype=F64)),
+        RuntimeError,
+        "out of torch.bfloat16 inputs",
+    ),
+    ("linear K", lambda f: ops.linear(f(3, 6), f(2, 5)), RuntimeError, "6 features"),
+    (
+        "linear bias",
+        lambda f: ops.linear(f(3, 6), f(2, 6), f(3)),
+        RuntimeError,
+        "bias must be a vector of 2",
+    ),
+    (
+        "linear bias dtype",
+        lambda f: ops.linear(f(3, 6), f(2, 6), f(2, dtype=F64)),
+        RuntimeError,
+        "bias must be torch.bfloat16",
+    ),
+    (
+        "linear activation",
+        lambda f: ops.linear(f(3, 6), f(2, 6), None, "tanh"),
+        ValueError,
+        "activation must be None or one of",
+    ),
+    (
+        "scaled_mm dtype",
+        lambda f: ops.scaled_mm(
+            f(4, 16), f(16, 8), f(1, dtype=torch.float32), f(1, dtype=torch.float32)
+        ),
+        RuntimeError,
+        "float8_e4m3fn, float8_e5m2 or int8",
+    ),
+    (
+        "scaled_mm scale",
+        lambda f: ops.scaled_mm(
+            f(4, 16, dtype=torch.int8),
+            f(16, 8, dtype=torch.int8),
+            f(3, dtype=torch.float32),
+            f(1, dtype=torch.float32),
+        ),
+        RuntimeError,
+        "scale_a holds one value",
+    ),
+    (
+        "scaled_mm scale dtype",
+        lambda f: ops.scaled_mm(
+            f(4, 16, dtype=torch.int8), f(16, 8, dtype=torch.int8), f(1), f(1, dtype=torch.float32)
+        ),
+        RuntimeError,
+        "scale_a must be float32",
+    ),
+    (
+        "scaled_mm out",
+        lambda f: ops.scaled_mm(
+            f(4, 16, dtype=torch.int8),
+            f(16, 8, dtype=torch.int8),
+            f(1, dtype=torch.float32),
+            f(1, dtype=torch.float32),
+            None,
+            torch.float32,
+        ),
+        RuntimeError,
+        "out_dtype of torch.int8",
+    ),
+    (
+        "grouped offs",
+        lambda f: ops.grouped_mm(f(9, 6), f(3, 6, 5), f(4, dtype=torch.int32)),
+        RuntimeError,
+        "one end offset per expert",
+    ),
+    (
+        "grouped K",
+        lambda f: ops.grouped_mm(f(9, 7), f(3, 6, 5), f(3, dtype=torch.int32)),
+        RuntimeError,
+        "x has K = 7",
+    ),
+    (
+        "grouped dtype",
+        lambda f: ops.grouped_mm(
+            f(9, 6, dtype=F64), f(3, 6, 5, dtype=F64), f(3, dtype=torch.int32)
+        ),
+        RuntimeError,
+        "float16 or bfloat16",
+    ),
+]
+
+
+@pytest.mark.parametrize("where", ["fake", "meta", "cpu"])
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_arguments_raise_the_same_error_everywhere(case, where):
+    """The fake implementations (torch.compile's view) and the kernels' own checks agree."""
+    _, call, error, match = case
+    if where == "fake":
+        mode = FakeTensorMode()
+        make = lambda *s, dtype=BF16: torch.empty(s, device="cuda", dtype=dtype)  # noqa: E731
+    else:
+        mode = torch.no_grad()  # no mode: the meta and CPU kernels run as they are
+        device = "meta" if where == "meta" else "cpu"
+        make = lambda *s, dtype=BF16: torch.zeros(s, device=device, dtype=dtype)  # noqa: E731
+    with mode, pytest.raises(error, match=match):
+        call(make)
+
+
+def test_devices_must_match():
+    mode = FakeTensorMode()
+    with mode:
+        a = torch.empty(4, 6, device="cuda", dtype=BF16)
+        b = torch.empty(6, 2, device="cpu", dtype=BF16)
+        with pytest.raises(RuntimeError, match="tensors on cuda:0 and cpu"):
+            ops.mm(a, b)
+
+
+# ---- symbolic sizes: torch.compile(dynamic=True) traces each op once ---------------------
+
+
+def compiled(fn, dynamic=True):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")
+    return torch.compile(fn, backend=counter, fullgraph=True, dynamic=dynamic), counter
+
+
+CASES = {
+    "mm": (lambda m: (torch.randn(m, 24, dtype=F64), torch.randn(24, m + 3, dtype=F64)), pt.mm),
+    "linear": (
+        lambda m: (torch.randn(2, m, 24), torch.randn(m + 3, 24), torch.randn(m + 3), "gelu"),
+        pt.linear,
+    ),
+    "scaled_mm": (
+        lambda m: (
+            torch.randn(m, 32).to(torch.float8_e4m3fn),
+            torch.randn(m + 3, 32).to(torch.float8_e4m3fn).t(),
+            torch.rand(m, 1),
+            torch.rand(1, m + 3),
+        ),
+        pt.scaled_mm,
+    ),
+    "grouped_mm": (
+        lambda m: (
+            torch.randn(3 * m, 16, dtype=BF16),
+            torch.randn(3, 16, m + 3, dtype=BF16),
+            torch.tensor([m, m, 3 * m], dtype=torch.int32),
+        ),
+        pt.grouped_mm,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_dynamic_shapes_trace_once(name):
+    make, fn = CASES[name]
+    f, counter = compiled(fn)
+    for m in (5, 8, 13):
+        args = make(m)
+        torch.testing.assert_close(f(*args), fn(*args))
+    assert counter.frame_count == 1, "recompiled for a new size"
+
+
+def test_out_variant_under_compile():
+    f, counter = compiled(lambda a, b, out: pt.mm(a, b, out=out))
+    for m in (4, 9, 17):
+        a, b, out = torch.randn(m, 6), torch.randn(6, 3), torch.empty(m, 3)
+        assert f(a, b, out) is out
+        torch.testing.assert_close(out, a @ b)
+    assert counter.frame_count == 1
+
+
+def test_make_fx_symbolic_graph_holds_the_op():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w, b):
+        return ops.linear(x, w, b, "silu")
+
+    gm = make_fx(f, tracing_mode="symbolic")(
+        torch.randn(2, 5, 7), torch.randn(4, 7), torch.randn(4)
+    )
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert [n.target for n in calls] == [ops.linear.default]
+    assert any(isinstance(s, torch.SymInt) for s in calls[0].meta["val"].shape)
+
+
+# ---- opcheck and autograd on the CPU kernels ---------------------------------------------
+
+
+def f64(*shape, grad=True):
+    return torch.randn(shape, dtype=F64, requires_grad=grad)
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("bias", [False, True])
+def test_opcheck_linear(act, bias):
+    opcheck(ops.linear.default, (f64(3, 5, 7), f64(4, 7), f64(4) if bias else None, act))
+
+
+def test_opcheck_others():
+    opcheck(ops.mm.default, (f64(5, 7), f64(7, 3)))
+    opcheck(ops._grad_mm.default, (f64(5, 7), f64(7, 3)))
+    opcheck(
+        ops.mm.out, (f64(5, 7, grad=False), f64(7, 3, grad=False)), {"out": f64(5, 3, grad=False)}
+    )
+    i8 = torch.randint(-127, 128, (6, 32), dtype=torch.int8)
+    w8 = torch.randint(-127, 128, (8, 32), dtype=torch.int8)
+    opcheck(ops.scaled_mm.default, (i8, w8.t(), torch.rand(6, 1), torch.rand(1, 8), None, BF16))
+    # float8: all but the schema check, whose mutation test (allclose) has no float8 kernel
+    e4m3 = torch.float8_e4m3fn
+    a, w = torch.randn(6, 32).to(e4m3), torch.randn(8, 32).to(e4m3)
+    args = (a, w.t(), torch.rand(6, 1), torch.rand(1, 8), None, BF16)
+    opcheck(ops.scaled_mm.default, args, test_utils=NO_SCHEMA)
+    x, wg = torch.randn(10, 16, dtype=BF16, requires_grad=True), torch.randn(3, 16, 4, dtype=BF16)
+    opcheck(ops.grouped_mm.default, (x, wg, torch.tensor([3, 3, 10], dtype=torch.int32)))
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("how", ["op", "linear"])
+def test_gradcheck_linear(act, how):
+    """op: the operator's own backward (the pre-activation recomputed); linear: the Python
+    function, which keeps the pre-activation when a gradient is needed."""
+    fn = ops.linear if how == "op" else pt.linear
+    torch.manual_seed(0)
+    x, w, b = f64(2, 3, 6), f64(5, 6), f64(5)
+    assert torch.autograd.gradcheck(lambda x, w, b: fn(x, w, b, act), (x, w, b))
+    assert torch.autograd.gradcheck(lambda x, w: fn(x, w, None, act), (f64(4, 6), w))
+
+
+def test_gradcheck_mm_and_double_backward():
+    a, b = f64(5, 7), f64(7, 3)
+    assert torch.autograd.gradcheck(ops.mm, (a, b))
+    assert torch.autograd.gradgradcheck(ops.mm, (a, b))
+
+
+def test_gradcheck_grouped_mm_x():
+    x, w = f64(12, 6), torch.randn(3, 6, 4, dtype=F64)
+    offs = torch.tensor([4, 4, 10], dtype=torch.int32)  # an empty expert, rows 10.. uncovered
+
+    def fn(x):
+        return ops.grouped_mm(x.to(BF16), w.to(BF16), offs).to(F64)
+
+    y = fn(x)
+    y.backward(torch.ones_like(y))
+    want = torch.zeros(12, 6, dtype=F64)
+    want[:4] = w[0].to(BF16).to(F64).sum(1)
+    want[4:10] = w[2].to(BF16).to(F64).sum(1)
+    torch.testing.assert_close(x.grad, want, rtol=1e-2, atol=1e-2)
+    with pytest.raises(NotImplementedError, match="no gradient for w"):
+        wg = w.to(BF16).requires_grad_()
+        ops.grouped_mm(x.detach().to(BF16), wg, offs).sum().backward()
+
+
+def test_linear_keeps_the_pre_activation_only_when_a_gradient_is_needed():
+    x, w = f64(3, 6), f64(5, 6)
+    y = pt.linear(x, w, None, "silu")
+    assert y.grad_fn.name() == "SiluBackward0"  # torch's silu on the kept pre-activation
+    assert pt.linear(x, w, None, "relu").grad_fn.name().startswith("GeneratedBackwardFor")
+    with torch.no_grad():
+        assert pt.linear(x, w, None, "silu").grad_fn is None
+
+
+def test_out_variant_refuses_autograd_and_bumps_the_version():
+    a, b, out = f64(4, 5), f64(5, 2, grad=False), torch.empty(4, 2, dtype=F64)
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        pt.mm(a, b, out=out)
+    version = out._version
+    pt.mm(a.detach(), b, out=out)
+    assert out._version > version
+    torch.testing.assert_close(out, a.detach() @ b)
+
+
+def test_scaled_mm_has_no_backward():
+    e4m3 = torch.float8_e4m3fn
+    a, w = torch.randn(6, 32).to(e4m3), torch.randn(8, 32).to(e4m3)
+    bias = torch.randn(8, dtype=BF16, requires_grad=True)
+    y = pt.scaled_mm(a, w.t(), torch.rand(()), torch.rand(()), bias)
+    with pytest.raises(NotImplementedError, match="scaled_mm has no backward"):
+        y.float().sum().backward()
+
+
+def test_cpu_kernels_match_torch():
+    a, w = torch.randn(6, 32), torch.randn(8, 32)
+    sa, sw = torch.rand(6, 1), torch.rand(1, 8)
+    q = lambda t: t.to(torch.float8_e4m3fn)  # noqa: E731
+    want = (q(a).double() * sa) @ (q(w).double().t() * sw)
+    got = pt.scaled_mm(q(a), q(w).t(), sa, sw, out_dtype=torch.float32)
+    torch.testing.assert_close(got, want.float())
+    x, wg = torch.randn(10, 16), torch.randn(3, 16, 4)
+    got = pt.grouped_mm(x.to(BF16), wg.to(BF16), torch.tensor([3, 3, 8], dtype=torch.int32))
+    want = torch.cat([x[:3] @ wg[0], x[3:8] @ wg[2], torch.zeros(2, 4)]).to(BF16)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+# ---- Linear and replace_linear ------------------------------------------------------------
+
+
+def test_linear_state_dict_is_nn_linears():
+    for bias in (True, False):
+        ref = torch.nn.Linear(16, 8, bias=bias)
+        lin = pt.Linear(16, 8, bias=bias, activation="gelu")
+        assert list(lin.state_dict()) == list(ref.state_dict())
+        lin.load_state_dict(ref.state_dict())
+        ref.load_state_dict(lin.state_dict())
+        assert [p.shape for p in lin.parameters()] == [p.shape for p in ref.parameters()]
+    assert isinstance(lin, torch.nn.Linear)
+    with pytest.raises(ValueError, match="activation must be"):
+        pt.Linear(4, 4, activation="tanh")
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_linear_forward_and_backward_match_nn_linear(act):
+    torch.manual_seed(1)
+    ref = torch.nn.Linear(12, 7).double()
+    lin = pt.Linear.from_linear(ref, activation=act)
+    assert lin.weight is ref.weight and lin.bias is ref.bias
+    x = f64(3, 4, 12)
+    y, want = lin(x), TORCH_ACT[act](ref(x))
+    torch.testing.assert_close(y, want)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, (x, lin.weight, lin.bias), g)
+    exp = torch.autograd.grad(want, (x, ref.weight, ref.bias), g)
+    for a, b in zip(got, exp):
+        torch.testing.assert_close(a, b)
+
+
+def test_from_linear_without_bias_and_mode():
+    ref = torch.nn.Linear(4, 3, bias=False).eval()
+    lin = pt.Linear.from_linear(ref)
+    assert lin.bias is None and not lin.training and list(lin.state_dict()) == ["weight"]
+    with pytest.raises(TypeError, match="nn.Linear"):
+        pt.Linear.from_linear(torch.nn.Conv1d(1, 1, 1))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 16)
+        self.inner = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+        self.attn = torch.nn.MultiheadAttention(16, 2)  # out_proj: an nn.Linear subclass
+        self.tied = self.proj  # one module at two places
+
+    def forward(self, x):
+        return self.inner(self.proj(x))
+
+
+def test_replace_linear_swaps_in_place():
+    torch.manual_seed(0)
+    model = Block()
+    keys = list(model.state_dict())
+    params = {n: p for n, p in model.named_parameters()}
+    x = torch.randn(5, 8)
+    want = model(x)
+    assert pt.replace_linear(model) is model
+    assert type(model.proj) is pt.Linear and type(model.inner[0]) is pt.Linear
+    assert model.tied is model.proj
+    assert type(model.attn.out_proj) is not pt.Linear  # a subclass, used by its weights
+    assert list(model.state_dict()) == keys
+    assert all(p is params[n] for n, p in model.named_parameters())
+    torch.testing.assert_close(model(x), want)
+    assert pt.replace_linear(model) is model  # a second pass has nothing left to swap
+
+
+def test_replace_linear_activations():
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    pt.replace_linear(seq, activation={"0": "silu", "1": "relu"})
+    assert [m.activation for m in seq] == ["silu", "relu", None]
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    assert [m.activation for m in pt.replace_linear(seq, activation="gelu")] == ["gelu"] * 2
+    with pytest.raises(ValueError, match="'2' name no nn.Linear"):
+        pt.replace_linear(torch.nn.Sequential(torch.nn.Linear(4, 4)), activation={"2": "relu"})
+    with pytest.raises(ValueError, match="activation must be"):
+        pt.replace_linear(torch.nn.Sequential(torch.nn.Linear(4, 4)), activation="tanh")
+    root = torch.nn.Linear(4, 4)
+    swapped = pt.replace_linear(root, activation="relu")
+    assert type(swapped) is pt.Linear and swapped.weight is root.weight
+
+
+# ---- training and torch.compile ------------------------------------------------------------
+
+
+def mlp(make, act):
+    torch.manual_seed(0)
+    layers = [make(16, 32, act), make(32, 4, None)]
+    return torch.nn.Sequential(*layers).double()
+
+
+def train(model, steps=8):
+    torch.manual_seed(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = [(torch.randn(64, 16, dtype=F64), torch.randn(64, 4, dtype=F64)) for _ in range(steps)]
+    losses = []
+    for x, y in data:
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
+def test_mlp_trains_like_nn_linear(act):
+    class Ref(torch.nn.Module):
+        def __init__(self, i, o, act):
+            super().__init__()
+            self.lin, self.act = torch.nn.Linear(i, o), TORCH_ACT[act]
+
+        def forward(self, x):
+            return self.act(self.lin(x))
+
+    ours = train(mlp(lambda i, o, act: pt.Linear(i, o, activation=act), act))
+    ref = train(mlp(Ref, act))
+    assert ours[-1] < ours[0]
+    torch.testing.assert_close(ours, ref, rtol=1e-9, atol=1e-12)
+
+
+class HFMLP(torch.nn.Module):
+    """A transformer MLP block as Hugging Face models write it: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, hidden, inter, fused):
+        super().__init__()
+        Lin = pt.Linear if fused else torch.nn.Linear
+        extra = {"activation": "silu"} if fused else {}
+        self.gate_proj = Lin(hidden, inter, bias=False, **extra)
+        self.up_proj = Lin(hidden, inter, bias=False)
+        self.down_proj = Lin(inter, hidden, bias=False)
+        self.fused = fused
+
+    def forward(self, x):
+        gate = self.gate_proj(x) if self.fused else F.silu(self.gate_proj(x))
+        return self.down_proj(gate * self.up_proj(x))
+
+
+def test_hf_mlp_block_compiles_without_graph_breaks():
+    torch.manual_seed(0)
+    block = HFMLP(32, 64, fused=True).double()
+    ref = HFMLP(32, 64, fused=False).double()
+    ref.load_state_dict(block.state_dict())
+    f, counter = compiled(block)
+    for m in (3, 7, 11):
+        x = f64(2, m, 32)
+        y = f(x)
+        torch.testing.assert_close(y, ref(x))
+        torch.testing.assert_close(y, block(x))
+        g = torch.autograd.grad(y.sum(), block.gate_proj.weight)[0]
+        torch.testing.assert_close(g, torch.autograd.grad(ref(x).sum(), ref.gate_proj.weight)[0])
+    assert counter.frame_count == 1
+    ops_in_graph = [
+        n.target for g in counter.graphs for n in g.graph.nodes if n.op == "call_function"
+    ]
+    assert ops.linear.default in ops_in_graph
+
+
+# ---- the CUDA kernels' own code, on an emulated library ------------------------------------
+
+
+class Library:
+    """pycutlass_rt.gemm and moe_gemm as torch on the CPU, with the library's rules that
+    the CUDA kernels depend on: operands row- or column-major (the layout rule of
+    native/src/problem.cpp), bias/activation kernels for float16/bfloat16 only (the default
+    build), c broadcast views read, offsets as E end offsets."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        monkeypatch.setattr(pt, "_gemm", self.gemm)
+        monkeypatch.setattr(pt, "_moe_gemm", self.moe_gemm)
+        monkeypatch.setattr(pt, "_UNFUSED", set())
+        monkeypatch.setattr(pt, "_TORCH_MM", set())
+
+    @staticmethod
+    def layout(t, name):
+        (r, c), (s0, s1) = t.shape, t.stride()
+        if (s1 == 1 or c <= 1) and (r == 1 or s0 >= max(c, 1)):
+            return "t"
+        if (s0 == 1 or r <= 1) and (c == 1 or s1 >= max(r, 1)):
+            return "n"
+        raise pcr_errors.InvalidArgumentError(f"{name} is neither row- nor column-major")
+
+    def gemm(
+        self,
+        a,
+        b,
+        c,
+        d,
+        alpha=1.0,
+        beta=0.0,
+        *,
+        bias=None,
+        activation=None,
+        scale_a=None,
+        scale_b=None,
+        math=None,
+    ):
+        assert not (a.requires_grad or b.requires_grad), "exported a tensor that needs grad"
+        layout = self.layout(a, "a") + self.layout(b, "b")
+        fused = bias is not None or activation is not None
+        if fused and a.dtype not in (torch.float16, BF16):
+            raise pcr_errors.UnsupportedError("no bias/activation kernel for these dtypes")
+        self.calls.append((layout, fused))
+        r = a.double() @ b.double()
+        if scale_a is not None:
+            r = r * scale_a.double().reshape(-1, 1)
+        if scale_b is not None:
+            r = r * scale_b.double().reshape(1, -1)
+        r = alpha * r + (beta * c.double() if c is not None else 0)
+        if bias is not None:
+            r = r + bias.double()
+        d.copy_(TORCH_ACT[activation](r))
+        return d
+
+    def moe_gemm(self, x, w, offs, out):
+        assert x.stride(1) == 1 and offs.shape[0] == w.shape[0]
+        start = 0
+        for e, end in enumerate(offs.tolist()):
+            out[start:end] = (x[start:end].double() @ w[e].double()).to(out.dtype)
+            start = end
+        return out
+
+
+@pytest.mark.parametrize("dtype", [BF16, F64])
+@pytest.mark.parametrize("act", ACTS)
+def test_cuda_linear_on_an_emulated_library(monkeypatch, dtype, act):
+    """The fused call where the build has the kernel; elsewhere the bias as a broadcast C
+    and the activation in place after, remembered so later calls go there directly."""
+    lib = Library(monkeypatch)
+    x, w, b = torch.randn(2, 3, 16, dtype=dtype), torch.randn(8, 16, dtype=dtype), torch.randn(8)
+    b = b.to(dtype)
+    want = TORCH_ACT[act](F.linear(x.double(), w.double(), b.double()))
+    for _ in range(2):
+        y = pt._linear_cuda(x, w.requires_grad_(), b, act)
+        torch.testing.assert_close(y.double(), want, rtol=1e-2, atol=1e-2)
+        assert y.shape == (2, 3, 8)
+    fused = dtype == BF16
+    assert lib.calls == [("tn", True)] * 2 if fused else lib.calls == [("tn", False)] * 2
+    assert bool(pt._UNFUSED) is not fused
+    y = pt._linear_cuda(x[..., ::2], w[:, ::2].detach(), None, None)  # steps: copied first
+    torch.testing.assert_close(y.double(), F.linear(x[..., ::2], w[:, ::2]).double())
+
+
+def test_cuda_mm_and_grad_mm_on_an_emulated_library(monkeypatch):
+    lib = Library(monkeypatch)
+    a, b = torch.randn(6, 4, dtype=F64), torch.randn(4, 5, dtype=F64)
+    torch.testing.assert_close(pt._mm_cuda(a, b.t().contiguous().t()), a @ b)
+    out = torch.empty(6, 5, dtype=F64)
+    pt._mm_out_cuda(a, b, out=out)
+    torch.testing.assert_close(out, a @ b)
+    assert lib.calls == [("tn", False), ("tt", False)]
+    g = torch.randn(5, dtype=F64).expand(6, 5)  # a gradient of sum(): strides (0, 1)
+    torch.testing.assert_close(pt._grad_mm_cuda(g, b.t()), g @ b.t())
+    assert lib.calls[-1] == ("tn", False)  # g copied to a row-major matrix first
+
+    def refuse(*args, **kwargs):
+        raise pcr_errors.UnsupportedError("no kernel (test)")
+
+    monkeypatch.setattr(pt, "_gemm", refuse)
+    torch.testing.assert_close(pt._grad_mm_cuda(a, b), a @ b)  # torch.mm instead
+    assert (None, F64, True, True) in pt._TORCH_MM
+    with pytest.raises(pcr_errors.UnsupportedError):
+        pt._mm_cuda(a, b)  # the forward operator raises; only backward falls back
+
+
+def test_cuda_scaled_and_grouped_on_an_emulated_library(monkeypatch):
+    Library(monkeypatch)
+    a = torch.randint(-8, 8, (6, 32), dtype=torch.int8)
+    w = torch.randint(-8, 8, (4, 32), dtype=torch.int8)
+    sa, sw = torch.rand(6, 1), torch.rand(1, 4)
+    y = pt._scaled_mm_cuda(a, w.t(), sa, sw, None, None)
+    assert y.dtype == BF16
+    torch.testing.assert_close(
+        y.double(), (a.double() @ w.double().t()) * sa * sw, rtol=1e-2, atol=1e-2
+    )
+    x, wg = torch.randn(10, 16, dtype=BF16), torch.randn(3, 8, 16, dtype=BF16).transpose(1, 2)
+    offs = torch.tensor([3, 3, 10], dtype=torch.int32)
+    want = torch.cat([x[:3].double() @ wg[0].double(), x[3:].double() @ wg[2].double()])
+    got = pt._grouped_mm_cuda(x.t().contiguous().t(), wg, offs)  # column-major x: copied
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_the_benchmarks_registrations():
+    """benchmarks/torch_ops.py registers the other styles (custom_op, no autograd) of the
+    same operators: they trace to the same shapes (a process of its own: namespaces are
+    process-wide)."""
+    r = run(
+        "import sys, torch, pycutlass_rt.torch as pt\n"
+        "sys.path.insert(0, 'benchmarks')\n"
+        "import torch_ops\n"
+        "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+        "made = torch_ops.bench_registrations(torch, pt)\n"
+        "with FakeTensorMode():\n"
+        "    x = torch.empty(4, 8, device='cuda', dtype=torch.bfloat16)\n"
+        "    w = torch.empty(3, 8, device='cuda', dtype=torch.bfloat16)\n"
+        "    print(sorted({tuple(l(x, w, None, 'gelu').shape + m(x, w.t()).shape)\n"
+        "                  for _, m, l in made.values()}), len(made))"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[(4, 3, 4, 3)] 5"
