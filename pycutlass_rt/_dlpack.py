@@ -29,9 +29,11 @@ from typing import Any
 from . import errors
 from ._abi import PCR_STREAM_FROM_PRODUCER, DLDataTypeCode, DLDeviceType, DLTensor
 
-_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
-_PyCapsule_New.restype = ctypes.py_object
-_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# A binding of our own: ctypes.pythonapi.PyCapsule_New is one object shared by the process,
+# whose argtypes other code may set (jax.ffi.pycapsule does, for pycutlass_rt.jax too).
+_PyCapsule_New = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", ctypes.pythonapi))
 
 # ---- strategies, chosen once per type ---------------------------------------------
 EXCHANGE, CAPSULE, DLPACK, CAI = "exchange", "capsule", "dlpack", "cai"

@@ -383,6 +383,12 @@ PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* o
  *        tensors, e.g. torch) */
 PCR_API const void* pcr_py_builtins(void);
 
+/* ---- XLA FFI handler (some builds) -----------------------------------------------
+ * A build that found jaxlib's XLA FFI headers (CMake says so when it configures) also
+ * exports pcr_xla_gemm, an XLA FFI handler (XLA_FFI_Error* (XLA_FFI_CallFrame*), see
+ * xla/ffi/api/c_api.h) that pycutlass_rt.jax registers with jax.ffi.register_ffi_target.
+ * It is not declared here: other builds lack it, and its types are XLA's. */
+
 #ifdef __cplusplus
 }
 #endif

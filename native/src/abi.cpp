@@ -5,7 +5,8 @@
 // Three exports cannot throw and go unguarded: pcr_abi_version and pcr_kernel_count return
 // constants, pcr_last_error a thread-local array's address. The CPython builtins
 // (pcr_py_builtins) are the library's other entry points; python.cpp runs them behind the
-// same guard.
+// same guard. pcr_xla_gemm (builds with jaxlib's FFI headers only) answers XLA with an
+// XLA FFI error rather than a status, so xla_ffi.cpp runs it behind the guard itself.
 #include "guard.h"
 #include "runtime.h"
 
@@ -199,5 +200,14 @@ PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double a
 PCR_API const void* pcr_py_builtins(void) {
   return guarded_or<const void>(nullptr, [&] { return py_builtins(); });
 }
+
+// ---- XLA FFI handler (xla_ffi.cpp) -------------------------------------------------
+
+#ifdef PCR_XLA_FFI
+// pycutlass_rt.jax's handler: XLA_FFI_Error* (XLA_FFI_CallFrame*), registered with XLA by
+// jax.ffi.register_ffi_target. Outside the public header: only builds that found jaxlib's
+// FFI headers have it, and Python looks it up by name.
+PCR_API void* pcr_xla_gemm(void* call_frame) { return xla_gemm(call_frame); }
+#endif
 
 }  // extern "C"

@@ -267,4 +267,10 @@ int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_
                 int32_t flags, void* stream, pcr_problem* problem);
 // The CPython builtins' PyMethodDef table (pcr_py_builtins), or nullptr outside CPython.
 const void* py_builtins();
+
+// ---- the XLA FFI handler (xla_ffi.cpp; built with PCR_XLA_FFI only) ----
+// pcr_xla_gemm's work: an XLA_FFI_Handler taking an XLA_FFI_CallFrame*, returning an
+// XLA_FFI_Error* (nullptr: success). Runs behind its own guard: failures, exceptions
+// included, become XLA FFI errors carrying the thread's message.
+void* xla_gemm(void* call_frame) noexcept;
 }  // namespace pcr
