@@ -152,18 +152,25 @@ def empty(rows, cols, dtype=None):
 def reference(a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
     """``act(alpha * a @ b + beta * c + bias)`` in float64 (bias broadcasts as numpy does:
     (N,) per column, (M, 1) per row)."""
-    import torch
 
     ref = alpha * (a.double() @ b.double())
     if c is not None and beta != 0:
         ref = ref + beta * c.double()
     if bias is not None:
         ref = ref + bias.double()
+    return torch_activations()[activation](ref)
+
+
+def torch_activations():
+    """Each activation name pcr.gemm takes (None: none) -> torch's function of it: the
+    tests' reference."""
+    import torch
+
     f = torch.nn.functional
     return {
         None: lambda v: v,
         "relu": f.relu,
-        "silu": f.silu,
         "gelu": f.gelu,
         "gelu_tanh": lambda v: f.gelu(v, approximate="tanh"),
-    }[activation](ref)
+        "silu": f.silu,
+    }

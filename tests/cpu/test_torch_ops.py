@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import torch_activations
 
 from pycutlass_rt import errors as pcr_errors
 
@@ -25,14 +26,8 @@ from torch.library import opcheck  # noqa: E402
 ops = torch.ops.pycutlass_rt
 F = torch.nn.functional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
-TORCH_ACT = {
-    None: lambda z: z,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-    "silu": F.silu,
-}
+TORCH_ACT = torch_activations()
+ACTS = tuple(TORCH_ACT)
 BF16, F64 = torch.bfloat16, torch.float64
 NO_SCHEMA = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 

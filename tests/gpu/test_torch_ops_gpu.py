@@ -7,7 +7,7 @@ saying what is missing.
 """
 
 import pytest
-from helpers import matrix, reference, require, runnable_kernels
+from helpers import matrix, reference, require, runnable_kernels, torch_activations
 
 import pycutlass_rt as pcr
 
@@ -18,14 +18,8 @@ ops = torch.ops.pycutlass_rt
 F = torch.nn.functional
 BF16, F16, F32, F64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 TOL = {F16: 2e-3, BF16: 1.6e-2, F32: 1e-5, F64: 1e-12}
-ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
-TORCH_ACT = {
-    None: lambda z: z,
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
-    "silu": F.silu,
-}
+TORCH_ACT = torch_activations()
+ACTS = tuple(TORCH_ACT)
 #: opcheck's schema check compares tensors with allclose, which has no float8 kernel
 NO_SCHEMA = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
