@@ -5,6 +5,8 @@ Writes raw CSV, one row per (shape, dtype, layout, kernel), for heuristics/fit.p
 
     python heuristics/sweep.py --grid decode prefill square --dtypes bfloat16 \\
         --out heuristics/sweeps/h200_bf16.csv
+    python heuristics/sweep.py --corpus-fit 300 --layouts tn --dtypes bfloat16 \\
+        --out heuristics/sweeps/h200_bf16_corpus_fit.csv   # real models' shapes, fit part
 
 Candidates are the kernels the C side accepts for the problem, in the selection order of
 the table and model at sweep time (column ``rank``; the tuned cache is ignored), each
@@ -76,6 +78,22 @@ def shapes(grids: list[str]) -> list[tuple[int, int, int]]:
     return out
 
 
+def corpus_shapes(layout: str, sample: int | None, seed: int = 0) -> list[tuple[int, int, int]]:
+    """The corpus's fit part in ``layout`` (its unbatched rows, each (M, N, K) once), or
+    ``sample`` of them drawn with ``seed``. The held-out part is never swept: the table
+    fitted from sweeps is judged on it (heuristics/README.md).
+
+    >>> len(corpus_shapes("tn", 5))
+    5
+    """
+    import random
+
+    from heuristics import corpus
+
+    rows = sorted({(s.m, s.n, s.k) for s in corpus.load("fit", layout) if s.batch == 1})
+    return sorted(random.Random(seed).sample(rows, sample)) if sample else rows
+
+
 def main(argv=None) -> int:
     import pycutlass_rt as pcr
     from pycutlass_rt import _cache, _tune
@@ -85,6 +103,14 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--grid", nargs="+", default=["decode", "prefill", "square"], choices=sorted(GRIDS)
     )
+    ap.add_argument(
+        "--corpus-fit",
+        type=int,
+        metavar="N",
+        help="sweep N shapes drawn from the corpus's fit part in each layout (0: all of "
+        "them) instead of --grid",
+    )
+    ap.add_argument("--seed", type=int, default=0, help="the --corpus-fit draw")
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16"])
     ap.add_argument(
         "--out-dtype",
@@ -118,7 +144,14 @@ def main(argv=None) -> int:
         raise SystemExit(f"no CUDA device {args.device}: {lib.last_error()}")
     bk = _tune.backend()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    grid = [s for s in shapes(args.grid) if args.max_m is None or s[0] <= args.max_m]
+
+    def grid_of(layout):
+        if args.corpus_fit is None:
+            chosen = shapes(args.grid)
+        else:
+            chosen = corpus_shapes(layout, args.corpus_fit or None, args.seed)
+        return [s for s in chosen if args.max_m is None or s[0] <= args.max_m]
+
     patterns = args.kernels.split(";") if args.kernels else ["*"]
     append = args.append and os.path.exists(args.out)
     if append:
@@ -130,6 +163,7 @@ def main(argv=None) -> int:
         if not append:
             writer.writeheader()
         for dtype, layout in itertools.product(args.dtypes, args.layouts):
+            grid = grid_of(layout)
             for i, (m, n, k) in enumerate(grid):
                 spec = _tune.spec_of(
                     (m, n, k), dtype, args.out_dtype or _tune.OUTPUTS[dtype][0], layout

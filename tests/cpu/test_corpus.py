@@ -218,3 +218,16 @@ def test_benchmark_group_k_is_the_held_out_tn_part():
     assert all(s.get("layout", "tn") == "tn" and s.get("batch", 1) == 1 for s in group.shapes)
     fit = {(s.n, s.k) for s in corpus.load("fit")}
     assert any((n, k) not in fit for _, n, k in got)  # held-out families bring their own (N, K)
+
+
+@pytest.mark.parametrize("layout", corpus.LAYOUTS)
+def test_sweeps_draw_from_the_fit_part_only(layout):
+    """heuristics/sweep.py --corpus-fit: every shape it times is a fit-part row, never one
+    only the held-out part has; draws are reproducible."""
+    from heuristics import sweep
+
+    fit = {(s.m, s.n, s.k) for s in corpus.load("fit", layout) if s.batch == 1}
+    assert set(sweep.corpus_shapes(layout, None)) == fit
+    drawn = sweep.corpus_shapes(layout, 17, seed=3)
+    assert len(drawn) == 17 and set(drawn) <= fit
+    assert drawn == sweep.corpus_shapes(layout, 17, seed=3)
