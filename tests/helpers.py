@@ -174,3 +174,20 @@ def torch_activations():
         "gelu_tanh": lambda v: f.gelu(v, approximate="tanh"),
         "silu": f.silu,
     }
+
+
+def reference_linear(in_features, out_features, activation):
+    """``nn.Linear`` followed by torch's ``activation``: what the torch-op tests train
+    pycutlass_rt.torch.Linear against."""
+    import torch
+
+    class RefLinear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(in_features, out_features)
+            self.act = torch_activations()[activation]
+
+        def forward(self, x):
+            return self.act(self.lin(x))
+
+    return RefLinear()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import torch_activations
+from helpers import reference_linear, torch_activations
 
 from pycutlass_rt import errors as pcr_errors
 
@@ -566,16 +566,8 @@ def train(model, steps=8):
 
 @pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
 def test_mlp_trains_like_nn_linear(act):
-    class Ref(torch.nn.Module):
-        def __init__(self, i, o, act):
-            super().__init__()
-            self.lin, self.act = torch.nn.Linear(i, o), TORCH_ACT[act]
-
-        def forward(self, x):
-            return self.act(self.lin(x))
-
     ours = train(mlp(lambda i, o, act: pt.Linear(i, o, activation=act), act))
-    ref = train(mlp(Ref, act))
+    ref = train(mlp(reference_linear, act))
     assert ours[-1] < ours[0]
     torch.testing.assert_close(ours, ref, rtol=1e-9, atol=1e-12)
 

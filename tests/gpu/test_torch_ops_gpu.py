@@ -7,7 +7,14 @@ saying what is missing.
 """
 
 import pytest
-from helpers import matrix, reference, require, runnable_kernels, torch_activations
+from helpers import (
+    matrix,
+    reference,
+    reference_linear,
+    require,
+    runnable_kernels,
+    torch_activations,
+)
 
 import pycutlass_rt as pcr
 
@@ -331,15 +338,6 @@ def test_backward_falls_back_to_torch_without_a_kernel(monkeypatch):
 # ---- training ---------------------------------------------------------------------------------
 
 
-class RefLinear(torch.nn.Module):
-    def __init__(self, i, o, act):
-        super().__init__()
-        self.lin, self.act = torch.nn.Linear(i, o), TORCH_ACT[act]
-
-    def forward(self, x):
-        return self.act(self.lin(x))
-
-
 def train(make, act, dtype, steps=12):
     """Full-batch SGD towards a teacher's outputs (a task the model can learn, so the loss
     falls in bfloat16 too): the loss after each step."""
@@ -366,7 +364,7 @@ def test_mlp_trains_to_nn_linears_loss_curve(dtype, rtol, act):
     requires(dtype, "tt", "nt")  # the backward
     requires(dtype, "tn", epilogue="linear" if dtype == F32 else "biasact")
     ours = train(lambda i, o, act: pt.Linear(i, o, activation=act), act, dtype)
-    ref = train(RefLinear, act, dtype)
+    ref = train(reference_linear, act, dtype)
     assert ours[-1] < ours[0], ours
     torch.testing.assert_close(ours, ref, rtol=rtol, atol=0)
 
