@@ -1,7 +1,7 @@
-"""Collection of the package's doctests: pycutlass_rt/torch.py imports torch (it registers
-torch operators), so without a torch it can use (2.4 or later), as in CI, its doctests
-are not collected; its tests (tests/cpu/test_torch_ops.py, tests/gpu/test_torch_ops_gpu.py)
-skip themselves there."""
+"""Collection of the package's doctests: the modules of pycutlass_rt/torch/ import torch
+(they register torch operators), so without a torch they can use (2.4 or later), as in
+CI, that folder's doctests are not collected; its tests (tests/cpu/test_torch_ops.py,
+tests/gpu/test_torch_ops_gpu.py) skip themselves there."""
 
 import importlib.metadata
 import importlib.util
@@ -19,4 +19,4 @@ def _torch_usable() -> bool:
     return (major, minor) >= (2, 4)
 
 
-collect_ignore = [] if _torch_usable() else ["pycutlass_rt/torch.py"]
+collect_ignore = [] if _torch_usable() else ["pycutlass_rt/torch"]

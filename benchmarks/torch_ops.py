@@ -125,6 +125,8 @@ def bench_registrations(torch, pt):
     """The same operators registered in the other styles, on the same Python code."""
     from typing import Optional
 
+    # pycutlass_rt.torch's own implementations, fakes and backward formulas
+    cuda, fake, grad = pt._cuda, pt._fake, pt._autograd
     Tensor = torch.Tensor
     made = {}
     for ns, autograd in (
@@ -135,43 +137,43 @@ def bench_registrations(torch, pt):
         lib = torch.library.Library(ns, "DEF")
         lib.define("mm(Tensor a, Tensor b) -> Tensor")
         lib.define("linear(Tensor x, Tensor w, Tensor? bias=None, str? activation=None) -> Tensor")
-        lib.impl("mm", pt._mm_cuda, "CUDA")
-        lib.impl("linear", pt._linear_cuda, "CUDA")
-        torch.library.register_fake(f"{ns}::mm", pt._mm_fake, lib=lib)
-        torch.library.register_fake(f"{ns}::linear", pt._linear_fake, lib=lib)
+        lib.impl("mm", cuda._mm_cuda, "CUDA")
+        lib.impl("linear", cuda._linear_cuda, "CUDA")
+        torch.library.register_fake(f"{ns}::mm", fake._mm_fake, lib=lib)
+        torch.library.register_fake(f"{ns}::linear", fake._linear_fake, lib=lib)
         ops = getattr(torch.ops, ns)
         if autograd == "lean":
-            mm_ag = lean_autograd(torch, ops.mm.default, pt._mm_setup, pt._mm_backward)
+            mm_ag = lean_autograd(torch, ops.mm.default, grad._mm_setup, grad._mm_backward)
             linear_ag = lean_autograd(
-                torch, ops.linear.default, pt._linear_setup, pt._linear_backward
+                torch, ops.linear.default, grad._linear_setup, grad._linear_backward
             )
             lib.impl("mm", mm_ag, "Autograd", with_keyset=True)
             lib.impl("linear", linear_ag, "Autograd", with_keyset=True)
         elif autograd:
             torch.library.register_autograd(
-                f"{ns}::mm", pt._mm_backward, setup_context=pt._mm_setup, lib=lib
+                f"{ns}::mm", grad._mm_backward, setup_context=grad._mm_setup, lib=lib
             )
             torch.library.register_autograd(
-                f"{ns}::linear", pt._linear_backward, setup_context=pt._linear_setup, lib=lib
+                f"{ns}::linear", grad._linear_backward, setup_context=grad._linear_setup, lib=lib
             )
         made[ns] = (lib, ops.mm.default, ops.linear.default)
     for ns, autograd in (("pcr_bench_co", True), ("pcr_bench_co_noad", False)):
 
         @torch.library.custom_op(f"{ns}::mm", mutates_args=(), device_types="cuda")
         def co_mm(a: Tensor, b: Tensor) -> Tensor:
-            return pt._mm_cuda(a, b)
+            return cuda._mm_cuda(a, b)
 
         @torch.library.custom_op(f"{ns}::linear", mutates_args=(), device_types="cuda")
         def co_linear(
             x: Tensor, w: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None
         ) -> Tensor:
-            return pt._linear_cuda(x, w, bias, activation)
+            return cuda._linear_cuda(x, w, bias, activation)
 
-        co_mm.register_fake(pt._mm_fake)
-        co_linear.register_fake(pt._linear_fake)
+        co_mm.register_fake(fake._mm_fake)
+        co_linear.register_fake(fake._linear_fake)
         if autograd:
-            co_mm.register_autograd(pt._mm_backward, setup_context=pt._mm_setup)
-            co_linear.register_autograd(pt._linear_backward, setup_context=pt._linear_setup)
+            co_mm.register_autograd(grad._mm_backward, setup_context=grad._mm_setup)
+            co_linear.register_autograd(grad._linear_backward, setup_context=grad._linear_setup)
         made[ns] = (None, co_mm, co_linear)
     return made
 
@@ -190,7 +192,7 @@ def host_section(torch, pcr, pt, args, dt):
         "torch.mm": lambda: torch.mm(a, b),
         "torch.mm(out=)": lambda: torch.mm(a, b, out=out),
         "pcr.gemm (out given)": lambda: pcr.gemm(a, b, None, out),
-        "impl called directly": lambda: pt._mm_cuda(a, b),
+        "impl called directly": lambda: pt._cuda._mm_cuda(a, b),
         "Library.impl + autograd": lambda: ops.mm.default(a, b),
         "Library.impl + autograd (bench copy)": lambda: styles["pcr_bench_lib"][1](a, b),
         "Library.impl, no autograd": lambda: styles["pcr_bench_lib_noad"][1](a, b),
@@ -211,7 +213,7 @@ def host_section(torch, pcr, pt, args, dt):
         "pcr.gemm fused (out given)": lambda: pcr.gemm(
             a, w.t(), None, out, bias=bias, activation="gelu"
         ),
-        "impl called directly": lambda: pt._linear_cuda(a, w, bias, "gelu"),
+        "impl called directly": lambda: pt._cuda._linear_cuda(a, w, bias, "gelu"),
         "Library.impl + autograd": lambda: ops.linear.default(a, w, bias, "gelu"),
         "Library.impl, no autograd": lambda: styles["pcr_bench_lib_noad"][2](a, w, bias, "gelu"),
         "Library.impl + written Autograd kernel": lambda: styles["pcr_bench_lib_lean"][2](

@@ -620,10 +620,10 @@ class Library:
 
     def __init__(self, monkeypatch):
         self.calls = []
-        monkeypatch.setattr(pt, "_gemm", self.gemm)
-        monkeypatch.setattr(pt, "_moe_gemm", self.moe_gemm)
-        monkeypatch.setattr(pt, "_UNFUSED", set())
-        monkeypatch.setattr(pt, "_TORCH_MM", set())
+        monkeypatch.setattr(pt._cuda, "_gemm", self.gemm)
+        monkeypatch.setattr(pt._cuda, "_moe_gemm", self.moe_gemm)
+        monkeypatch.setattr(pt._cuda, "_UNFUSED", set())
+        monkeypatch.setattr(pt._cuda, "_TORCH_MM", set())
 
     @staticmethod
     def layout(t, name):
@@ -685,36 +685,36 @@ def test_cuda_linear_on_an_emulated_library(monkeypatch, dtype, act):
     b = b.to(dtype)
     want = TORCH_ACT[act](F.linear(x.double(), w.double(), b.double()))
     for _ in range(2):
-        y = pt._linear_cuda(x, w.requires_grad_(), b, act)
+        y = pt._cuda._linear_cuda(x, w.requires_grad_(), b, act)
         torch.testing.assert_close(y.double(), want, rtol=1e-2, atol=1e-2)
         assert y.shape == (2, 3, 8)
     fused = dtype == BF16
     assert lib.calls == [("tn", True)] * 2 if fused else lib.calls == [("tn", False)] * 2
-    assert bool(pt._UNFUSED) is not fused
-    y = pt._linear_cuda(x[..., ::2], w[:, ::2].detach(), None, None)  # steps: copied first
+    assert bool(pt._cuda._UNFUSED) is not fused
+    y = pt._cuda._linear_cuda(x[..., ::2], w[:, ::2].detach(), None, None)  # steps: copied first
     torch.testing.assert_close(y.double(), F.linear(x[..., ::2], w[:, ::2]).double())
 
 
 def test_cuda_mm_and_grad_mm_on_an_emulated_library(monkeypatch):
     lib = Library(monkeypatch)
     a, b = torch.randn(6, 4, dtype=F64), torch.randn(4, 5, dtype=F64)
-    torch.testing.assert_close(pt._mm_cuda(a, b.t().contiguous().t()), a @ b)
+    torch.testing.assert_close(pt._cuda._mm_cuda(a, b.t().contiguous().t()), a @ b)
     out = torch.empty(6, 5, dtype=F64)
-    pt._mm_out_cuda(a, b, out=out)
+    pt._cuda._mm_out_cuda(a, b, out=out)
     torch.testing.assert_close(out, a @ b)
     assert lib.calls == [("tn", False), ("tt", False)]
     g = torch.randn(5, dtype=F64).expand(6, 5)  # a gradient of sum(): strides (0, 1)
-    torch.testing.assert_close(pt._grad_mm_cuda(g, b.t()), g @ b.t())
+    torch.testing.assert_close(pt._cuda._grad_mm_cuda(g, b.t()), g @ b.t())
     assert lib.calls[-1] == ("tn", False)  # g copied to a row-major matrix first
 
     def refuse(*args, **kwargs):
         raise pcr_errors.UnsupportedError("no kernel (test)")
 
-    monkeypatch.setattr(pt, "_gemm", refuse)
-    torch.testing.assert_close(pt._grad_mm_cuda(a, b), a @ b)  # torch.mm instead
-    assert (None, F64, True, True) in pt._TORCH_MM
+    monkeypatch.setattr(pt._cuda, "_gemm", refuse)
+    torch.testing.assert_close(pt._cuda._grad_mm_cuda(a, b), a @ b)  # torch.mm instead
+    assert (None, F64, True, True) in pt._cuda._TORCH_MM
     with pytest.raises(pcr_errors.UnsupportedError):
-        pt._mm_cuda(a, b)  # the forward operator raises; only backward falls back
+        pt._cuda._mm_cuda(a, b)  # the forward operator raises; only backward falls back
 
 
 def test_cuda_scaled_and_grouped_on_an_emulated_library(monkeypatch):
@@ -722,7 +722,7 @@ def test_cuda_scaled_and_grouped_on_an_emulated_library(monkeypatch):
     a = torch.randint(-8, 8, (6, 32), dtype=torch.int8)
     w = torch.randint(-8, 8, (4, 32), dtype=torch.int8)
     sa, sw = torch.rand(6, 1), torch.rand(1, 4)
-    y = pt._scaled_mm_cuda(a, w.t(), sa, sw, None, None)
+    y = pt._cuda._scaled_mm_cuda(a, w.t(), sa, sw, None, None)
     assert y.dtype == BF16
     torch.testing.assert_close(
         y.double(), (a.double() @ w.double().t()) * sa * sw, rtol=1e-2, atol=1e-2
@@ -730,7 +730,7 @@ def test_cuda_scaled_and_grouped_on_an_emulated_library(monkeypatch):
     x, wg = torch.randn(10, 16, dtype=BF16), torch.randn(3, 8, 16, dtype=BF16).transpose(1, 2)
     offs = torch.tensor([3, 3, 10], dtype=torch.int32)
     want = torch.cat([x[:3].double() @ wg[0].double(), x[3:].double() @ wg[2].double()])
-    got = pt._grouped_mm_cuda(x.t().contiguous().t(), wg, offs)  # column-major x: copied
+    got = pt._cuda._grouped_mm_cuda(x.t().contiguous().t(), wg, offs)  # column-major x: copied
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2)
 
 

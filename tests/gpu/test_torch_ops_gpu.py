@@ -288,9 +288,9 @@ class Spy:
     """Counts pycutlass_rt.gemm calls made by the operators (and can refuse some)."""
 
     def __init__(self, monkeypatch, refuse=None):
-        self.calls, self.refuse, self.real = [], refuse, pt._gemm
-        monkeypatch.setattr(pt, "_gemm", self)
-        monkeypatch.setattr(pt, "_TORCH_MM", set())
+        self.calls, self.refuse, self.real = [], refuse, pt._cuda._gemm
+        monkeypatch.setattr(pt._cuda, "_gemm", self)
+        monkeypatch.setattr(pt._cuda, "_TORCH_MM", set())
 
     def __call__(self, a, b, c, d, *args, **kwargs):
         layout = "".join("t" if t.stride(1) == 1 else "n" for t in (a, b))
@@ -312,7 +312,7 @@ def test_backward_runs_on_the_librarys_kernels(monkeypatch, act):
     g = matrix(128, 192, "t", BF16)
     y.backward(g)
     # forward tn, grad_x = grad @ w (tt), grad_w = grad.T @ x (nt); no torch fallback
-    assert spy.calls == ["tn", "tt", "nt"] and not pt._TORCH_MM
+    assert spy.calls == ["tn", "tt", "nt"] and not pt._cuda._TORCH_MM
     z = linear_reference(x.detach(), w.detach(), b.detach()).requires_grad_()
     gz = torch.autograd.grad(TORCH_ACT[act](z), z, g.double())[0] if act else g.double()
     close(x.grad, gz @ w.detach().double(), TOL[BF16], "grad_x")
@@ -329,7 +329,7 @@ def test_backward_falls_back_to_torch_without_a_kernel(monkeypatch):
     g = matrix(64, 96, "t", BF16)
     pt.linear(x, w).backward(g)
     assert spy.calls == ["tn", "tt"]
-    assert (0, BF16, False, True) in pt._TORCH_MM  # (device, dtype, a row-major, b row-major)
+    assert (0, BF16, False, True) in pt._cuda._TORCH_MM  # (device, dtype, a row-major, b row-major)
     close(w.grad, g.double().t() @ x.detach().double(), TOL[BF16], "grad_w on torch")
     pt.linear(x, w).backward(g)  # remembered: straight to torch, no second refusal
     assert spy.calls == ["tn", "tt", "tn", "tt"]

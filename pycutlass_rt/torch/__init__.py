@@ -1,0 +1,65 @@
+"""torch operators on pycutlass_rt's kernels: autograd, torch.compile and CUDA graphs.
+
+Importing this package (it imports torch; ``import pycutlass_rt`` never does) registers,
+through ``torch.library``, the operators of the ``pycutlass_rt::`` namespace::
+
+    torch.ops.pycutlass_rt.mm(a, b)                           # a @ b
+    torch.ops.pycutlass_rt.mm.out(a, b, out=d)                # into d (returns nothing)
+    torch.ops.pycutlass_rt.linear(x, w, bias, activation)     # act(x @ w.T + bias), fused
+    torch.ops.pycutlass_rt.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)  # fp8, int8
+    torch.ops.pycutlass_rt.grouped_mm(x, w, offs)             # MoE, as torch._grouped_mm
+
+and the functions :func:`mm`, :func:`linear`, :func:`scaled_mm` and :func:`grouped_mm`
+that call them, the module :class:`Linear` (``nn.Linear``'s parameters and state_dict,
+optionally with a fused activation) and :func:`replace_linear`.
+
+Each operator has a fake (meta) implementation written on symbolic sizes, so
+``torch.compile(fullgraph=True)`` traces it without a graph break, with dynamic shapes;
+its CUDA implementation allocates the output and makes one :func:`pycutlass_rt.gemm` (or
+:func:`pycutlass_rt.moe_gemm`) call on torch's current stream, with no synchronization,
+so ``mode="reduce-overhead"`` captures it in its CUDA graphs. ``mm`` and ``linear`` have
+autograd: both gradients are GEMMs on pycutlass_rt's kernels, computed by torch only
+where the build has no kernel for their dtype and layout (:class:`UnsupportedError`).
+CPU tensors are computed by torch's own CPU operators (the library has no CPU kernels),
+so a model built on the CPU runs before it moves to the GPU.
+
+The package's modules, one part each (this package imports the registering ones in
+this order, so each registration happens once, after the schemas):
+
+- ``_schema``: the ``torch.library.Library`` and the operators' schemas.
+- ``_checks``: the argument checks shared by the fake and the real implementations.
+- ``_fake``: the fake (meta) implementations, on symbolic sizes.
+- ``_cuda``: the CUDA implementations, on pycutlass_rt's kernels.
+- ``_cpu``: the CPU implementations, on torch's own operators.
+- ``_autograd``: the backward formulas.
+- ``_api`` and ``_modules``: the functions, and ``Linear`` with ``replace_linear``.
+
+Example:
+    >>> import torch, pycutlass_rt.torch as pt
+    >>> lin = pt.Linear(64, 32, activation="gelu")
+    >>> sorted(lin.state_dict()) == sorted(torch.nn.Linear(64, 32).state_dict())
+    True
+    >>> x = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+    >>> y = pt.linear(x, lin.weight.cuda().bfloat16(), activation="silu")  # doctest: +SKIP
+    >>> f = torch.compile(lambda x, w: pt.linear(x, w, None, "gelu"), fullgraph=True)  # doctest: +SKIP
+"""
+
+# isort: off
+# The registrations, in order: the schemas, then the fake, CUDA and CPU implementations
+# and autograd (a module registers its part when first imported: once).
+from . import _schema, _fake, _cuda, _cpu, _autograd  # noqa: F401
+
+# isort: on
+from ._api import grouped_mm, linear, mm, scaled_mm
+from ._checks import ACTIVATIONS
+from ._modules import Linear, replace_linear
+
+__all__ = [
+    "ACTIVATIONS",
+    "Linear",
+    "grouped_mm",
+    "linear",
+    "mm",
+    "replace_linear",
+    "scaled_mm",
+]

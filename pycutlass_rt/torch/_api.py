@@ -1,0 +1,135 @@
+"""The Python API: :func:`mm`, :func:`linear`, :func:`scaled_mm` and :func:`grouped_mm`,
+each a call of its ``torch.ops.pycutlass_rt`` operator."""
+
+import torch
+
+from ._checks import _act_name
+from ._cpu import _ACT_FN
+from ._schema import _grouped_mm, _linear, _mm, _mm_out, _scaled_mm
+
+
+def mm(a, b, *, out=None):
+    """``a @ b`` on pycutlass_rt's kernels: ``torch.ops.pycutlass_rt.mm`` (or ``mm.out``).
+
+    Args:
+        a: (M, K) CUDA matrix, float16, bfloat16, float32 or float64; row- or
+            column-major with any leading dimension (other strides are copied first).
+        b: (K, N) matrix of a's dtype.
+        out: optional (M, N) output written in place: a's dtype, or float32 for float16
+            and bfloat16 inputs. Not differentiable (as torch's ``out=``).
+
+    Returns:
+        The (M, N) product (``out`` where given). float32 runs at fp32 accuracy, or on
+        TF32 tensor cores where ``torch.backends.cuda.matmul.allow_tf32`` is set.
+
+    Raises:
+        RuntimeError: shapes, dtypes or devices that do not fit.
+        UnsupportedError: no kernel of this build for the dtype and layout.
+
+    Example:
+        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
+        >>> a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # doctest: +SKIP
+        >>> b = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> pt.mm(a, b).sum().backward()  # a.grad: a GEMM of the library  # doctest: +SKIP
+    """
+    if out is None:
+        return _mm(a, b)
+    _mm_out(a, b, out=out)
+    return out
+
+
+def linear(x, weight, bias=None, activation=None):
+    """``act(x @ weight.T + bias)``: ``F.linear`` with the activation fused into the GEMM.
+
+    Calls ``torch.ops.pycutlass_rt.linear``, one kernel per call: a tn GEMM of ``x``
+    viewed as (M, K) and ``weight.t()``, with the bias and activation in its epilogue
+    (where the build has no fused kernel for the dtype, the bias is added as C and the
+    activation runs after). Gradients of x, weight and bias are GEMMs of the library
+    too. When one is needed and the activation is gelu, gelu_tanh or silu (whose
+    gradient needs the pre-activation), the GEMM runs without the activation and torch's
+    own activation follows, so autograd keeps the pre-activation (as ``nn.Linear``
+    followed by the activation does) rather than recomputing it in backward; relu's
+    gradient needs only the output, so it stays fused.
+
+    Args:
+        x: (..., K) CUDA tensor, float16, bfloat16, float32 or float64, any leading dims.
+        weight: (N, K), as ``nn.Linear`` stores it.
+        bias: optional (N,) vector of x's dtype.
+        activation: None, "relu", "gelu", "gelu_tanh" or "silu".
+
+    Returns:
+        (..., N) tensor of x's dtype.
+
+    Example:
+        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
+        >>> x = torch.randn(4, 128, 1024, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> w = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> pt.linear(x, w, None, "silu").shape  # doctest: +SKIP
+        torch.Size([4, 128, 4096])
+    """
+    if (
+        activation is not None
+        and activation != "relu"
+        and torch.is_grad_enabled()
+        and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    ):
+        act = _act_name(activation)  # the pre-activation kept for backward
+        z = _linear(x, weight, bias, None)
+        return z if act is None else _ACT_FN[act](z)
+    return _linear(x, weight, bias, activation)
+
+
+def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None):
+    """``(scale_a * a) @ (b * scale_b) + bias`` for float8 and int8, like ``torch._scaled_mm``.
+
+    Calls ``torch.ops.pycutlass_rt.scaled_mm`` (no autograd).
+
+    Args:
+        a: (M, K) row-major float8_e4m3fn, float8_e5m2 or int8.
+        b: (K, N) column-major (a (N, K) weight's ``.t()``), of a's dtype.
+        scale_a: float32 GPU tensor: one value, or one per row of a ((M, 1) or (M,)).
+        scale_b: float32 GPU tensor: one value, or one per column of b ((1, N) or (N,)).
+        bias: optional (N,) vector of the output dtype.
+        out_dtype: bfloat16 (default: the library writes no float8), float16, float32 (for
+            float8), or int8 (for int8).
+
+    Returns:
+        (M, N) tensor of ``out_dtype``.
+
+    Example:
+        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
+        >>> a = torch.randn(64, 128, device="cuda").to(torch.float8_e4m3fn)  # doctest: +SKIP
+        >>> w = torch.randn(32, 128, device="cuda").to(torch.float8_e4m3fn)  # doctest: +SKIP
+        >>> sa = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")  # doctest: +SKIP
+        >>> pt.scaled_mm(a, w.t(), sa, sw, out_dtype=torch.bfloat16)  # doctest: +SKIP
+    """
+    return _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
+
+
+def grouped_mm(x, w, offs):
+    """A mixture-of-experts GEMM in one launch, like ``torch._grouped_mm(x, w, offs=offs)``.
+
+    Rows of ``x`` are sorted by expert; expert ``e`` owns rows ``offs[e-1]:offs[e]``
+    (``0:offs[0]`` for the first) and ``out[those rows] = x[those rows] @ w[e]``. Rows
+    past ``offs[-1]`` are not written (their gradient is zero). ``offs`` stays on the GPU:
+    nothing synchronizes, and CUDA graphs replay new routings. Autograd gives x's
+    gradient (by the same grouped kernel); w's raises NotImplementedError.
+
+    Args:
+        x: (T, K) float16 or bfloat16 tokens.
+        w: (E, K, N) expert weights of x's dtype, any strides (``w_nk.transpose(1, 2)``
+            for (E, N, K) Linear weights).
+        offs: (E,) int32 (or int64) GPU vector of end offsets.
+
+    Returns:
+        (T, N) tensor of x's dtype.
+
+    Example:
+        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
+        >>> x = torch.randn(1000, 1024, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> w = torch.randn(8, 1024, 512, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> offs = torch.tensor([100, 100, 400, 420, 700, 800, 990, 1000], device="cuda", dtype=torch.int32)  # doctest: +SKIP
+        >>> pt.grouped_mm(x, w, offs).shape  # doctest: +SKIP
+        torch.Size([1000, 512])
+    """
+    return _grouped_mm(x, w, offs)

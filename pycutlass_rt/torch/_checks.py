@@ -1,0 +1,262 @@
+"""Argument checks shared by the fake and the real implementations, and their vocabulary.
+
+``check(cond, message, *args)`` raises ``RuntimeError(message.format(*args))`` unless
+cond. Fake implementations check with ``torch._check`` (:func:`_fake_check`: a symbolic
+size becomes a guard or a runtime assert, never a Python int); real ones with
+:func:`_eager_check`, which costs a comparison where ``torch._check`` costs microseconds.
+Both raise the same messages. :func:`_mm_ok` and :func:`_linear_ok` test the eager calls'
+conditions in one expression first. :func:`_rows` (an operand's rows, viewed as a matrix)
+serves the fake, CUDA and autograd code alike.
+"""
+
+import torch
+
+from .._call import ACTIVATIONS as _PCR_ACTIVATIONS
+
+#: the activation names pycutlass_rt.gemm fuses ("none" is also taken: no activation)
+ACTIVATIONS = tuple(name for name in _PCR_ACTIVATIONS if name != "none")
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
+#: what scaled_mm writes, by input dtype (pycutlass_rt's dequantizing epilogues)
+_SCALED_OUT = {
+    **{t: (torch.bfloat16, torch.float16, torch.float32) for t in _FP8},
+    torch.int8: (torch.bfloat16, torch.float16, torch.int8),
+}
+_HALF = (torch.float16, torch.bfloat16)
+_OFFSETS = (torch.int32, torch.int64)
+
+
+def _eager_check(cond, message, *args):
+    if not cond:
+        raise RuntimeError(_message(message, args))
+
+
+def _fake_check(cond, message, *args):
+    torch._check(cond, lambda: _message(message, args))
+
+
+def _message(message, args):
+    """The message, with shapes (passed as they are: formatting costs) as tuples."""
+    return message.format(*(tuple(a) if isinstance(a, torch.Size) else a for a in args))
+
+
+def _act_name(activation):
+    """None for no activation ("none" too), else the name; ValueError for unknown names."""
+    if activation is None or activation == "none":
+        return None
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            f"activation must be None or one of {', '.join(map(repr, ACTIVATIONS))}; "
+            f"got {activation!r}"
+        )
+    return activation
+
+
+def _same_device(op, check, first, *others):
+    for t in others:
+        if t is not None:
+            check(t.device == first.device, "{}: tensors on {} and {}", op, first.device, t.device)
+
+
+def _check_matrices(op, check, a, b):
+    check(
+        a.dim() == 2 and b.dim() == 2,
+        "{}: a and b must be matrices, got {}-D and {}-D",
+        op,
+        a.dim(),
+        b.dim(),
+    )
+    check(a.shape[1] == b.shape[0], "{}: a {} and b {} cannot be multiplied", op, a.shape, b.shape)
+
+
+def _check_mm(op, check, a, b):
+    _check_matrices(op, check, a, b)
+    check(
+        a.dtype == b.dtype, "{}: a and b must have one dtype, got {} and {}", op, a.dtype, b.dtype
+    )
+    check(
+        a.dtype in _FLOATS,
+        "{}: takes float16, bfloat16, float32 or float64, got {} "
+        "(int8 and float8: pycutlass_rt::scaled_mm)",
+        op,
+        a.dtype,
+    )
+    _same_device(op, check, a, b)
+
+
+def _check_out(op, check, a, b, out):
+    # one symbolic condition per check: `and` would turn a symbolic size into a bool
+    shape = "{}: out must be {}x{}, got {}"
+    check(out.dim() == 2, shape, op, a.shape[0], b.shape[1], out.shape)
+    check(out.shape[0] == a.shape[0], shape, op, a.shape[0], b.shape[1], out.shape)
+    check(out.shape[1] == b.shape[1], shape, op, a.shape[0], b.shape[1], out.shape)
+    allowed = (a.dtype, torch.float32) if a.dtype in _HALF else (a.dtype,)
+    check(
+        out.dtype in allowed,
+        "{}: out of {} inputs must be one of {}, got {}",
+        op,
+        a.dtype,
+        allowed,
+        out.dtype,
+    )
+    _same_device(op, check, a, out)
+
+
+def _check_linear(check, x, w, bias, activation):
+    op = "pycutlass_rt::linear"
+    _act_name(activation)
+    check(
+        x.dim() >= 1 and w.dim() == 2,
+        "{}: x needs a dimension and w two, got {}-D and {}-D",
+        op,
+        x.dim(),
+        w.dim(),
+    )
+    check(
+        x.shape[-1] == w.shape[1],
+        "{}: x has {} features, w (out_features x in_features) {}x{}",
+        op,
+        x.shape[-1],
+        w.shape[0],
+        w.shape[1],
+    )
+    check(
+        x.dtype == w.dtype, "{}: x and w must have one dtype, got {} and {}", op, x.dtype, w.dtype
+    )
+    check(
+        x.dtype in _FLOATS, "{}: takes float16, bfloat16, float32 or float64, got {}", op, x.dtype
+    )
+    if bias is not None:
+        check(
+            bias.dim() == 1 and bias.shape[0] == w.shape[0],
+            "{}: bias must be a vector of {}, got {}",
+            op,
+            w.shape[0],
+            bias.shape,
+        )
+        check(bias.dtype == x.dtype, "{}: bias must be {}, got {}", op, x.dtype, bias.dtype)
+    _same_device(op, check, x, w, bias)
+
+
+def _scaled_out_dtype(out_dtype):
+    return torch.bfloat16 if out_dtype is None else out_dtype
+
+
+def _check_scaled_mm(check, a, b, scale_a, scale_b, bias, out_dtype):
+    op = "pycutlass_rt::scaled_mm"
+    _check_matrices(op, check, a, b)
+    check(
+        a.dtype in _SCALED_OUT and b.dtype == a.dtype,
+        "{}: a and b must both be float8_e4m3fn, float8_e5m2 or int8; got {} and {}",
+        op,
+        a.dtype,
+        b.dtype,
+    )
+    out, allowed = _scaled_out_dtype(out_dtype), _SCALED_OUT.get(a.dtype, ())
+    check(
+        out in allowed,
+        "{}: out_dtype of {} inputs is one of {}; got {}",
+        op,
+        a.dtype,
+        allowed,
+        out,
+    )
+    for name, s, extent, per in (
+        ("scale_a", scale_a, a.shape[0], "row of a ((M, 1) or (M,))"),
+        ("scale_b", scale_b, b.shape[1], "column of b ((1, N) or (N,))"),
+    ):
+        check(s.dtype == torch.float32, "{}: {} must be float32, got {}", op, name, s.dtype)
+        check(
+            (s.numel() == 1) | (s.numel() == extent),
+            "{}: {} holds one value (per tensor) or one per {}; got shape {}",
+            op,
+            name,
+            per,
+            s.shape,
+        )
+    if bias is not None:
+        check(
+            bias.dim() == 1 and bias.shape[0] == b.shape[1],
+            "{}: bias must be a vector of {}, got {}",
+            op,
+            b.shape[1],
+            bias.shape,
+        )
+        check(bias.dtype == out, "{}: bias must be {}, got {}", op, out, bias.dtype)
+    _same_device(op, check, a, b, scale_a, scale_b, bias)
+
+
+def _check_grouped_mm(check, x, w, offs):
+    op = "pycutlass_rt::grouped_mm"
+    check(
+        x.dim() == 2 and w.dim() == 3 and offs.dim() == 1,
+        "{}: x (T, K), w (E, K, N) and offs (E,); got {}-D, {}-D and {}-D",
+        op,
+        x.dim(),
+        w.dim(),
+        offs.dim(),
+    )
+    check(x.shape[1] == w.shape[1], "{}: x has K = {}, w (E, K, N) is {}", op, x.shape[1], w.shape)
+    check(
+        offs.shape[0] == w.shape[0],
+        "{}: offs holds one end offset per expert ({}), got {}",
+        op,
+        w.shape[0],
+        offs.shape[0],
+    )
+    check(offs.dtype in _OFFSETS, "{}: offs must be int32 or int64, got {}", op, offs.dtype)
+    check(
+        x.dtype == w.dtype and x.dtype in _HALF,
+        "{}: x and w must both be float16 or bfloat16, got {} and {}",
+        op,
+        x.dtype,
+        w.dtype,
+    )
+    _same_device(op, check, x, w, offs)
+
+
+def _mm_ok(a, b):
+    """_check_mm's conditions in one expression: eager calls test this, and run the
+    checks (for their messages) only when it fails."""
+    return (
+        a.dim() == 2
+        and b.dim() == 2
+        and a.shape[1] == b.shape[0]
+        and a.dtype == b.dtype
+        and a.dtype in _FLOATS
+        and a.device == b.device
+    )
+
+
+_ACT_OK = frozenset((None, "none", *ACTIVATIONS))
+
+
+def _linear_ok(x, w, bias, activation):
+    """_check_linear's conditions in one expression (as _mm_ok)."""
+    return (
+        x.dim() >= 1
+        and w.dim() == 2
+        and x.shape[-1] == w.shape[1]
+        and x.dtype == w.dtype
+        and x.dtype in _FLOATS
+        and x.device == w.device
+        and activation in _ACT_OK
+        and (
+            bias is None
+            or (
+                bias.dim() == 1
+                and bias.shape[0] == w.shape[0]
+                and bias.dtype == x.dtype
+                and bias.device == x.device
+            )
+        )
+    )
+
+
+def _rows(x):
+    """The rows of x viewed as a matrix: the product of its leading sizes (symbolic ok)."""
+    m = 1
+    for s in x.shape[:-1]:
+        m = m * s
+    return m

@@ -1,0 +1,92 @@
+"""CPU implementations: torch's own operators (the library has no CPU kernels).
+
+So a model built on the CPU runs before it moves to the GPU, and the registrations are
+tested without a GPU.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import (
+    _act_name,
+    _check_grouped_mm,
+    _check_linear,
+    _check_mm,
+    _check_out,
+    _check_scaled_mm,
+    _eager_check,
+    _linear_ok,
+    _mm_ok,
+    _scaled_out_dtype,
+)
+from ._schema import _LIB
+
+
+def _gelu_tanh(z):
+    return F.gelu(z, approximate="tanh")
+
+
+#: the activations as torch functions (what pycutlass_rt.gemm fuses, by name)
+_ACT_FN = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "silu": F.silu}
+
+
+def _mm_cpu(a, b):
+    if not _mm_ok(a, b):
+        _check_mm("pycutlass_rt::mm", _eager_check, a, b)
+    return torch.mm(a, b)
+
+
+def _mm_out_cpu(a, b, *, out):
+    if not _mm_ok(a, b):
+        _check_mm("pycutlass_rt::mm.out", _eager_check, a, b)
+    _check_out("pycutlass_rt::mm.out", _eager_check, a, b, out)
+    out.copy_(torch.mm(a.to(out.dtype), b.to(out.dtype)))
+
+
+def _grad_mm_cpu(a, b):
+    if not _mm_ok(a, b):
+        _check_mm("pycutlass_rt::_grad_mm", _eager_check, a, b)
+    return torch.mm(a, b)
+
+
+def _linear_cpu(x, w, bias=None, activation=None):
+    if not _linear_ok(x, w, bias, activation):
+        _check_linear(_eager_check, x, w, bias, activation)
+    act = _act_name(activation)
+    y = F.linear(x, w, bias)
+    return y if act is None else _ACT_FN[act](y)
+
+
+def _scaled_mm_cpu(a, b, scale_a, scale_b, bias=None, out_dtype=None):
+    _check_scaled_mm(_eager_check, a, b, scale_a, scale_b, bias, out_dtype)
+    out = _scaled_out_dtype(out_dtype)
+    sa = scale_a.reshape(-1, 1) if scale_a.numel() > 1 else scale_a.reshape(())
+    sb = scale_b.reshape(1, -1) if scale_b.numel() > 1 else scale_b.reshape(())
+    y = (a.double() @ b.double()) * sa.double() * sb.double()
+    if bias is not None:
+        y = y + bias.double()
+    if out == torch.int8:
+        return y.round().clamp(-128, 127).to(torch.int8)
+    return y.to(out)
+
+
+def _grouped_mm_cpu(x, w, offs):
+    _check_grouped_mm(_eager_check, x, w, offs)
+    out = x.new_zeros((x.shape[0], w.shape[2]))
+    start = 0
+    for e, end in enumerate(offs.tolist()):  # a host tensor: reading it costs no sync
+        end = min(max(end, start), x.shape[0])
+        out[start:end] = x[start:end] @ w[e]
+        start = end
+    return out
+
+
+for _name, _fn in (
+    ("mm", _mm_cpu),
+    ("mm.out", _mm_out_cpu),
+    ("_grad_mm", _grad_mm_cpu),
+    ("linear", _linear_cpu),
+    ("scaled_mm", _scaled_mm_cpu),
+    ("grouped_mm", _grouped_mm_cpu),
+):
+    _LIB.impl(_name, _fn, "CPU")

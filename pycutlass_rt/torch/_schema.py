@@ -1,0 +1,39 @@
+"""The ``pycutlass_rt::`` operators' schemas, and handles to call them by.
+
+Importing this module (once: a ``torch.library.Library`` namespace is process-wide)
+defines the schemas on :data:`_LIB`, on which the other modules of the package register
+the fake, CUDA, CPU and autograd implementations; it refuses a torch older than 2.4.
+
+``Library.define`` + ``Library.impl`` rather than ``torch.library.custom_op``: the
+dispatcher calls the Python kernels directly, without custom_op's per-call wrapper (its
+argument binding and device selection); benchmarks/torch_ops.py measures both against
+torch.mm.
+"""
+
+import torch
+
+if not hasattr(torch.library, "register_fake") or not hasattr(torch.library, "register_autograd"):
+    raise ImportError(
+        f"pycutlass_rt.torch needs torch 2.4 or later (torch.library.register_fake and "
+        f"register_autograd); this is torch {torch.__version__}"
+    )
+
+_LIB = torch.library.Library("pycutlass_rt", "DEF")
+_LIB.define("mm(Tensor a, Tensor b) -> Tensor")
+# Returns nothing, as torch.compile functionalizes a mutating custom op on every torch
+# from 2.4 on only then (an aliasing return needs torch.Tag.out, which is newer).
+_LIB.define("mm.out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()")
+_LIB.define("linear(Tensor x, Tensor w, Tensor? bias=None, str? activation=None) -> Tensor")
+_LIB.define(
+    "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+    "ScalarType? out_dtype=None) -> Tensor"
+)
+_LIB.define("grouped_mm(Tensor x, Tensor w, Tensor offs) -> Tensor")
+# The backward passes' GEMMs: mm's kernel, or torch.mm where the build has none for the
+# dtype and layout. Not for users: forward calls raise UnsupportedError instead.
+_LIB.define("_grad_mm(Tensor a, Tensor b) -> Tensor")
+
+_OPS = torch.ops.pycutlass_rt
+_mm, _mm_out = _OPS.mm.default, _OPS.mm.out
+_linear, _scaled_mm = _OPS.linear.default, _OPS.scaled_mm.default
+_grouped_mm, _grad_mm = _OPS.grouped_mm.default, _OPS._grad_mm.default
