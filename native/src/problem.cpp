@@ -296,16 +296,34 @@ bool is_quantized(int dtype) { return dtype == PCR_S8 || dtype == PCR_E4M3 || dt
 // scratch: a pass over each costs far less than the any-alignment kernels' slowness.
 constexpr double kStageMinMacs = double(1 << 27);
 
-// Marks the operands a large device problem copies into 16-byte-aligned scratch (odd
-// leading dimensions, offset views), so that the TMA / cp.async kernels can run it. A C
-// that D's kernel cannot read in place is copied into D (or D's scratch) first.
+// Whether the build holds a kernel that reads p's operands at any alignment (p's dtypes,
+// layouts and epilogue): a small misaligned problem runs there; where none does (the fp8
+// kernels, a filtered build), staging is the only way it runs at all.
+bool any_alignment_kernel(const pcr_problem& p) {
+  for (int i = 0; i < kKernelCount; ++i) {
+    const pcr_kernel_desc& kd = kKernels[i]->info;
+    if (kd.align_a == 1 && !kd.grouped && kd.dtype_a == p.dtype_a && kd.dtype_b == p.dtype_b &&
+        kd.dtype_d == p.dtype_d && kd.layout_a == p.layout_a && kd.layout_b == p.layout_b &&
+        kd.epilogue >= p.epilogue)
+      return true;
+  }
+  return false;
+}
+
+// Marks the operands a device problem copies into 16-byte-aligned scratch (odd leading
+// dimensions, offset views), so that the TMA / cp.async kernels can run it: a large one
+// always, a small one where no any-alignment kernel can take it. A C that D's kernel
+// cannot read in place is copied into D (or D's scratch) first.
 // Batched problems are not staged; the any-alignment kernels run them. Staging pads each
 // copy's contiguous extent, so a fused epilogue's problem is staged only where that
 // extent is K (zeros add nothing) or D's N with no vector along N (bias, column scales),
 // which would otherwise be read past its end.
 void stage_misaligned(pcr_problem* p) {
-  if (p->host || p->k == 0 || p->batch > 1 ||
-      double(p->m) * double(p->n) * double(p->k) < kStageMinMacs)
+  if (p->host || p->k == 0 || p->batch > 1) return;
+  const bool aligned = p->align_a >= 16 && p->align_b >= 16 && p->align_d >= 16 &&
+                       (p->c_mode != PCR_C_READ || p->align_c >= 16);
+  if (aligned) return;  // (before the registry walk below: the common case pays nothing)
+  if (double(p->m) * double(p->n) * double(p->k) < kStageMinMacs && any_alignment_kernel(*p))
     return;
   if (p->epilogue != PCR_EPI_LINEAR &&
       ((p->align_a < 16 && p->layout_a != PCR_ROW_MAJOR) ||

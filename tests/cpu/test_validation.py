@@ -19,6 +19,7 @@ from pycutlass_rt._abi import (
     DLDeviceType,
     Epilogue,
     ScaleKind,
+    Staged,
 )
 
 F16 = np.float16
@@ -785,3 +786,40 @@ def test_interleaved_batched_outputs_that_share_no_element_are_accepted(lib):
     shared = np.lib.stride_tricks.as_strided(buf, (3, 4, 6), (3 * 2, 6 * 2, 2))
     st, _ = describe(lib, a, b, None, shared)
     assert st == errors.ERR_OVERLAP and "d's matrices overlap" in lib.last_error()
+
+
+def gpu_view(shape, strides, code, bits, data=0x10000000):
+    """A hand-built DLTensor said to be on cuda:0 (describe reads its shape, never its
+    memory): data at a 256-byte-aligned address, strides in elements."""
+    t = _lib.DLTensor()
+    t.data, t.ndim = data, len(shape)
+    t.device.device_type, t.device.device_id = DLDeviceType.CUDA, 0
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, 1
+    t.shape = (ctypes.c_int64 * len(shape))(*shape)
+    t.strides = (ctypes.c_int64 * len(shape))(*strides)
+    t._keep = (t.shape, t.strides)
+    return t
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "bfloat16"])
+def test_small_misaligned_problems_stage_only_without_an_any_alignment_kernel(lib, dtype):
+    """181x1024x588 (a corpus shape: K = 588 leaves rows 4- or 8-byte aligned) is too small
+    to stage where an any-alignment kernel takes it, and staged where none does (no fp8
+    kernel reads misaligned rows): otherwise it could not run at all."""
+    code, bits = (10, 8) if dtype == "float8_e4m3fn" else (DLDataTypeCode.Bfloat, 16)
+    m, n, k = 181, 1024, 588
+    a = gpu_view((m, k), (k, 1), code, bits)
+    b = gpu_view((k, n), (1, k), code, bits, data=0x20000000)  # column-major: tn
+    d = gpu_view((m, n), (n, 1), DLDataTypeCode.Bfloat, 16, data=0x30000000)
+    p = _lib.Problem()
+    st = lib.pcr_describe(a, b, None, d, 1.0, 0.0, None, ctypes.byref(p), None, 0)
+    assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
+    assert (p.m, p.n, p.k, p.layout_a, p.layout_b) == (m, n, k, 0, 1)
+    a1 = any(
+        k.align[0] == 1
+        and not k.grouped
+        and (k.dtype_a, k.dtype_d, k.layout) == (dtype, "bfloat16", "tn")
+        for k in pcr.kernels()
+    )
+    staged = Staged.STAGED_A | Staged.STAGED_B
+    assert p.staged == (0 if a1 else staged), (dtype, a1, p.staged)

@@ -88,6 +88,19 @@ def test_padded_and_shifted_views(pad, offset):
     close(d, ref(a, b), f"pad {pad} offset {offset}")
 
 
+def test_small_misaligned_fp8_is_staged():
+    """A real model's 181x1024x588 (rows of 588 bytes) in fp8, which no any-alignment
+    kernel reads: too small for staging by size, staged because nothing else can run it."""
+    require(torch.float8_e4m3fn, out=torch.bfloat16, layout="tn")
+    m, n, k = 181, 1024, 588
+    a = mat(m, k, "t", torch.bfloat16, integer=True).to(torch.float8_e4m3fn)
+    b = mat(k, n, "n", torch.bfloat16, integer=True).to(torch.float8_e4m3fn)
+    d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert pcr.explain(a, b, None, d).problem["staged"]
+    pcr.gemm(a, b, None, d)
+    close(d, ref(a.to(torch.float32), b.to(torch.float32)), "fp8 181x1024x588")
+
+
 @pytest.mark.parametrize(
     "alpha,beta",
     [
