@@ -407,10 +407,9 @@ def test_script_runs_the_same_command_line():
 
 
 def test_the_runtime_package_never_imports_the_benchmarks():
-    pkg = os.path.join(ROOT, "pycutlass_rt")
-    for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py"):
-            with open(os.path.join(pkg, name)) as f:
+    for here, _, names in os.walk(os.path.join(ROOT, "pycutlass_rt")):  # subpackages too
+        for name in sorted(n for n in names if n.endswith(".py")):
+            with open(os.path.join(here, name)) as f:
                 text = f.read()
             assert "import benchmarks" not in text and "from benchmarks" not in text, name
 
