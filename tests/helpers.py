@@ -191,3 +191,29 @@ def reference_linear(in_features, out_features, activation):
             return self.act(self.lin(x))
 
     return RefLinear()
+
+
+def hf_mlp(hidden, inter, fused):
+    """A transformer MLP block as Hugging Face models write it, down(silu(gate(x)) * up(x)):
+    on pycutlass_rt.torch.Linear with SiLU fused into gate's GEMM (``fused``), or on
+    ``nn.Linear``. Both have the same state_dict keys."""
+    import torch
+
+    import pycutlass_rt.torch as pt
+
+    f = torch.nn.functional
+
+    class HFMLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            lin = pt.Linear if fused else torch.nn.Linear
+            extra = {"activation": "silu"} if fused else {}
+            self.gate_proj = lin(hidden, inter, bias=False, **extra)
+            self.up_proj = lin(hidden, inter, bias=False)
+            self.down_proj = lin(inter, hidden, bias=False)
+
+        def forward(self, x):
+            gate = self.gate_proj(x) if fused else f.silu(self.gate_proj(x))
+            return self.down_proj(gate * self.up_proj(x))
+
+    return HFMLP()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import reference_linear, torch_activations
+from helpers import hf_mlp, reference_linear, torch_activations
 
 from pycutlass_rt import errors as pcr_errors
 
@@ -572,27 +572,10 @@ def test_mlp_trains_like_nn_linear(act):
     torch.testing.assert_close(ours, ref, rtol=1e-9, atol=1e-12)
 
 
-class HFMLP(torch.nn.Module):
-    """A transformer MLP block as Hugging Face models write it: down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, hidden, inter, fused):
-        super().__init__()
-        Lin = pt.Linear if fused else torch.nn.Linear
-        extra = {"activation": "silu"} if fused else {}
-        self.gate_proj = Lin(hidden, inter, bias=False, **extra)
-        self.up_proj = Lin(hidden, inter, bias=False)
-        self.down_proj = Lin(inter, hidden, bias=False)
-        self.fused = fused
-
-    def forward(self, x):
-        gate = self.gate_proj(x) if self.fused else F.silu(self.gate_proj(x))
-        return self.down_proj(gate * self.up_proj(x))
-
-
 def test_hf_mlp_block_compiles_without_graph_breaks():
     torch.manual_seed(0)
-    block = HFMLP(32, 64, fused=True).double()
-    ref = HFMLP(32, 64, fused=False).double()
+    block = hf_mlp(32, 64, fused=True).double()
+    ref = hf_mlp(32, 64, fused=False).double()
     ref.load_state_dict(block.state_dict())
     f, counter = compiled(block)
     for m in (3, 7, 11):

@@ -8,6 +8,7 @@ saying what is missing.
 
 import pytest
 from helpers import (
+    hf_mlp,
     matrix,
     reference,
     reference_linear,
@@ -372,26 +373,10 @@ def test_mlp_trains_to_nn_linears_loss_curve(dtype, rtol, act):
 # ---- torch.compile ----------------------------------------------------------------------------
 
 
-class HFMLP(torch.nn.Module):
-    """A transformer MLP block as Hugging Face models write it: down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, hidden, inter, fused):
-        super().__init__()
-        Lin = pt.Linear if fused else torch.nn.Linear
-        self.gate_proj = Lin(hidden, inter, bias=False, **({"activation": "silu"} if fused else {}))
-        self.up_proj = Lin(hidden, inter, bias=False)
-        self.down_proj = Lin(inter, hidden, bias=False)
-        self.fused = fused
-
-    def forward(self, x):
-        gate = self.gate_proj(x) if self.fused else F.silu(self.gate_proj(x))
-        return self.down_proj(gate * self.up_proj(x))
-
-
 def blocks(hidden=512, inter=1024):
     torch.manual_seed(0)
-    ours = HFMLP(hidden, inter, fused=True).to("cuda", BF16)
-    ref = HFMLP(hidden, inter, fused=False).to("cuda", BF16)
+    ours = hf_mlp(hidden, inter, fused=True).to("cuda", BF16)
+    ref = hf_mlp(hidden, inter, fused=False).to("cuda", BF16)
     ref.load_state_dict(ours.state_dict())
     return ours, ref
 
