@@ -73,6 +73,8 @@ class DLDataTypeCode(AbiEnum):
     UInt = 1
     Float = 2
     Bfloat = 4
+    Float8_e4m3fn = 10
+    Float8_e5m2 = 12
 
 
 class Status(AbiEnum):

@@ -27,7 +27,16 @@ import math
 import threading
 
 from . import _call, _kernels, _lib, _select
-from ._abi import DLDataType, DLDevice, DLDeviceType, DLTensor, Extras, Problem, Verdict
+from ._abi import (
+    DLDataType,
+    DLDataTypeCode,
+    DLDevice,
+    DLDeviceType,
+    DLTensor,
+    Extras,
+    Problem,
+    Verdict,
+)
 from .errors import DTypeError, InvalidArgumentError, UnsupportedError
 
 __all__ = ["gemm", "linear", "available", "TARGET", "SYMBOL"]
@@ -39,14 +48,14 @@ SYMBOL = "pcr_xla_gemm"
 
 #: dtype name -> (DLPack type code, bits): what the handler maps XLA's element types to
 _DLPACK = {
-    "float16": (2, 16),
-    "bfloat16": (4, 16),
-    "float32": (2, 32),
-    "float64": (2, 64),
-    "int8": (0, 8),
-    "int32": (0, 32),
-    "float8_e4m3fn": (10, 8),
-    "float8_e5m2": (12, 8),
+    "float16": (DLDataTypeCode.Float, 16),
+    "bfloat16": (DLDataTypeCode.Bfloat, 16),
+    "float32": (DLDataTypeCode.Float, 32),
+    "float64": (DLDataTypeCode.Float, 64),
+    "int8": (DLDataTypeCode.Int, 8),
+    "int32": (DLDataTypeCode.Int, 32),
+    "float8_e4m3fn": (DLDataTypeCode.Float8_e4m3fn, 8),
+    "float8_e5m2": (DLDataTypeCode.Float8_e5m2, 8),
 }
 #: input dtype -> output dtype when out_dtype is None (int8 computes exactly into int32;
 #: fp8 has no fp8 output)

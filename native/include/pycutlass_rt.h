@@ -45,7 +45,15 @@ typedef struct {
   int32_t device_type;
   int32_t device_id;
 } DLDevice;
-typedef enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 } DLDataTypeCode;
+/* the fp8 codes are DLPack 1.1's */
+typedef enum {
+  kDLInt = 0,
+  kDLUInt = 1,
+  kDLFloat = 2,
+  kDLBfloat = 4,
+  kDLFloat8_e4m3fn = 10,
+  kDLFloat8_e5m2 = 12
+} DLDataTypeCode;
 typedef struct {
   uint8_t code;
   uint8_t bits;

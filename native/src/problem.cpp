@@ -49,9 +49,8 @@ int dtype_from_dl(DLDataType t) {
   if (t.code == kDLBfloat && t.bits == 16) return PCR_BF16;
   if (t.code == kDLInt && t.bits == 8) return PCR_S8;
   if (t.code == kDLInt && t.bits == 32) return PCR_S32;
-  // DLPack 1.1's fp8 codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2)
-  if (t.code == 10 && t.bits == 8) return PCR_E4M3;
-  if (t.code == 12 && t.bits == 8) return PCR_E5M2;
+  if (t.code == kDLFloat8_e4m3fn && t.bits == 8) return PCR_E4M3;
+  if (t.code == kDLFloat8_e5m2 && t.bits == 8) return PCR_E5M2;
   return PCR_DTYPE_INVALID;
 }
 

@@ -46,9 +46,9 @@ DLDataType dl_type(ffi::DataType t) {
     case ffi::DataType::S32:
       return {kDLInt, 32, 1};
     case ffi::DataType::F8E4M3FN:
-      return {10, 8, 1};  // DLPack 1.1's kDLFloat8_e4m3fn
+      return {kDLFloat8_e4m3fn, 8, 1};
     case ffi::DataType::F8E5M2:
-      return {12, 8, 1};  // kDLFloat8_e5m2
+      return {kDLFloat8_e5m2, 8, 1};
     default:
       return {0, 0, 0};
   }

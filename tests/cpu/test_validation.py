@@ -809,7 +809,11 @@ def test_small_misaligned_problems_stage_only_without_an_any_alignment_kernel(li
     tn = [k for k in pcr.kernels() if (k.dtype_a, k.dtype_d, k.layout) == (dtype, "bfloat16", "tn")]
     if not tn:
         pytest.skip(f"no {dtype} -> bfloat16 tn kernel in this build")
-    code, bits = (10, 8) if dtype == "float8_e4m3fn" else (DLDataTypeCode.Bfloat, 16)
+    code, bits = (
+        (DLDataTypeCode.Float8_e4m3fn, 8)
+        if dtype == "float8_e4m3fn"
+        else (DLDataTypeCode.Bfloat, 16)
+    )
     m, n, k = 181, 1024, 588
     a = gpu_view((m, k), (k, 1), code, bits)
     b = gpu_view((k, n), (1, k), code, bits, data=0x20000000)  # column-major: tn
