@@ -7,6 +7,8 @@ Writes raw CSV, one row per (shape, dtype, layout, kernel), for heuristics/fit.p
         --out heuristics/sweeps/h200_bf16.csv
     python heuristics/sweep.py --corpus-fit 300 --layouts tn --dtypes bfloat16 \\
         --out heuristics/sweeps/h200_bf16_corpus_fit.csv   # real models' shapes, fit part
+    python heuristics/sweep.py --corpus-heldout 300 --peer --layouts tn --dtypes bfloat16 \\
+        --out heuristics/eval/h200_bf16_heldout.csv        # for judging only (fit.py refuses it)
 
 Candidates are the kernels the C side accepts for the problem, in the selection order of
 the table and model at sweep time (column ``rank``; the tuned cache is ignored), each
@@ -14,12 +16,21 @@ forced with ``kernel=``. Rows give M, N, K as computed (after orienting D row-ma
 swept 4096x1x4096 is recorded as 1x4096x4096), which is what selection sees. Measuring is
 pycutlass_rt.tune's: operand copies cycled past L2, back-to-back calls replayed from a
 CUDA graph, median of repetitions, random data.
+
+``--corpus-heldout`` sweeps the corpus's held-out part to *judge* a table: every
+candidate's time on shapes no fit saw, so a selector's regret there is read off the rows
+(``fit.py --check``) without fitting on them (``fit.py`` refuses held-out shapes).
+``--peer`` adds, per shape, a row ``peer:cublas`` (rank -1): torch's cuBLAS call on the
+same operand copies, timed the same way (``torch.mm(out=)``; ``torch._scaled_mm`` for
+fp8, with the per-tensor scale tensors ``--scales tensor`` gives both). ``--append``
+resumes a sweep: shapes the file already holds are skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import fnmatch
 import itertools
 import os
@@ -30,6 +41,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt and benchmarks from it
 
 from benchmarks.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: E402,F401
+from pycutlass_rt._abi import ScaleKind  # noqa: E402
 
 #: few output tiles against a long K, where split-K and stream-K kernels compete with the
 #: data-parallel tiles (group D's 256x256x65536 among them)
@@ -78,10 +90,12 @@ def shapes(grids: list[str]) -> list[tuple[int, int, int]]:
     return out
 
 
-def corpus_shapes(layout: str, sample: int | None, seed: int = 0) -> list[tuple[int, int, int]]:
-    """The corpus's fit part in ``layout`` (its unbatched rows, each (M, N, K) once), or
-    ``sample`` of them drawn with ``seed``. The held-out part is never swept: the table
-    fitted from sweeps is judged on it (heuristics/README.md).
+def corpus_shapes(
+    layout: str, sample: int | None, seed: int = 0, part: str = "fit"
+) -> list[tuple[int, int, int]]:
+    """One part of the corpus in ``layout`` (its unbatched rows, each (M, N, K) once), or
+    ``sample`` of them drawn with ``seed``. Sweeps of the held-out part only judge a
+    table fitted on the fit part (heuristics/README.md).
 
     >>> len(corpus_shapes("tn", 5))
     5
@@ -90,8 +104,38 @@ def corpus_shapes(layout: str, sample: int | None, seed: int = 0) -> list[tuple[
 
     from heuristics import corpus
 
-    rows = sorted({(s.m, s.n, s.k) for s in corpus.load("fit", layout) if s.batch == 1})
+    rows = sorted({(s.m, s.n, s.k) for s in corpus.load(part, layout) if s.batch == 1})
     return sorted(random.Random(seed).sample(rows, sample)) if sample else rows
+
+
+#: the row of torch's cuBLAS call in a ``--peer`` sweep (not a kernel: fit.py skips it)
+PEER = "peer:cublas"
+#: input dtypes that --scales dequantizes (torch._scaled_mm takes fp8 only)
+SCALED = ("float8_e4m3fn", "float8_e5m2", "int8")
+
+
+def peer_call(bk, ops, spec):
+    """torch's call for ``spec`` on the same operand copies as the kernels, cycled alike:
+    ``torch.mm(out=)``, or ``torch._scaled_mm`` with the scale tensors (ones) for fp8."""
+    import torch
+
+    if bk.name != "torch":
+        raise SystemExit("--peer times torch's cuBLAS calls: it needs torch")
+    turn = itertools.cycle(ops.sets)
+    if spec.dtype.startswith("float8"):
+        one = torch.ones((), dtype=torch.float32, device="cuda")
+        sa, sb = ops.extras.get("scale_a", one), ops.extras.get("scale_b", one)
+
+        def run():
+            a, b, _, d = next(turn)
+            torch._scaled_mm(a, b, sa.reshape(()), sb.reshape(()), out_dtype=d.dtype, out=d)
+    else:
+
+        def run():
+            a, b, _, d = next(turn)
+            torch.mm(a, b, out=d)
+
+    return run
 
 
 def main(argv=None) -> int:
@@ -103,14 +147,28 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--grid", nargs="+", default=["decode", "prefill", "square"], choices=sorted(GRIDS)
     )
-    ap.add_argument(
+    part = ap.add_mutually_exclusive_group()
+    part.add_argument(
         "--corpus-fit",
         type=int,
         metavar="N",
         help="sweep N shapes drawn from the corpus's fit part in each layout (0: all of "
         "them) instead of --grid",
     )
-    ap.add_argument("--seed", type=int, default=0, help="the --corpus-fit draw")
+    part.add_argument(
+        "--corpus-heldout",
+        type=int,
+        metavar="N",
+        help="the same from the held-out part, to judge a table (never to fit one)",
+    )
+    ap.add_argument("--seed", type=int, default=0, help="the corpus draw")
+    ap.add_argument("--peer", action="store_true", help="also time torch's cuBLAS call")
+    ap.add_argument(
+        "--scales",
+        choices=["none", "tensor"],
+        default="none",
+        help="tensor: fp8/int8 dequantized by per-tensor float32 scale tensors",
+    )
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16"])
     ap.add_argument(
         "--out-dtype",
@@ -146,18 +204,24 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
 
     def grid_of(layout):
-        if args.corpus_fit is None:
-            chosen = shapes(args.grid)
-        else:
+        if args.corpus_fit is not None:
             chosen = corpus_shapes(layout, args.corpus_fit or None, args.seed)
+        elif args.corpus_heldout is not None:
+            chosen = corpus_shapes(layout, args.corpus_heldout or None, args.seed, "heldout")
+        else:
+            chosen = shapes(args.grid)
         return [s for s in chosen if args.max_m is None or s[0] <= args.max_m]
 
     patterns = args.kernels.split(";") if args.kernels else ["*"]
     append = args.append and os.path.exists(args.out)
+    done = set()  # (dtype, layout, m, n, k) the file holds: an appended sweep resumes
     if append:
         with open(args.out, newline="") as f:
-            if next(csv.reader(f), None) != COLUMNS:
+            reader = csv.DictReader(f)
+            if reader.fieldnames != COLUMNS:
                 raise SystemExit(f"{args.out}: not a sweep with columns {COLUMNS}")
+            done = {(r["dtype"], r["layout"], *(int(r[x]) for x in "mnk")) for r in reader}
+    scales = (ScaleKind.SCALE_TENSOR,) * 2 if args.scales == "tensor" else None
     with open(args.out, "a" if append else "w", newline="") as f, bk.device(args.device):
         writer = csv.DictWriter(f, COLUMNS)
         if not append:
@@ -168,16 +232,25 @@ def main(argv=None) -> int:
                 spec = _tune.spec_of(
                     (m, n, k), dtype, args.out_dtype or _tune.OUTPUTS[dtype][0], layout
                 )
+                if scales and dtype in SCALED:
+                    spec = dataclasses.replace(spec, scales=scales)
                 ops = _tune.make_operands(bk, spec)
                 judged = _tune.describe(lib, ops)
                 problem = judged.problem
-                for rank, kern in enumerate(_tune.candidates(lib, judged)):
-                    if not any(fnmatch.fnmatchcase(kern.name, p) for p in patterns):
-                        continue
+                if (dtype, layout, problem.m, problem.n, problem.k) in done:
+                    continue
+                timed = [
+                    (kern.name, rank) for rank, kern in enumerate(_tune.candidates(lib, judged))
+                ]
+                timed = [t for t in timed if any(fnmatch.fnmatchcase(t[0], p) for p in patterns)]
+                if args.peer:
+                    timed.append((PEER, -1))
+                for name, rank in timed:
+                    run = peer_call(bk, ops, spec) if rank < 0 else ops.call(name)
                     try:
-                        us = _tune.time_us(bk, ops.call(kern.name), args.reps)
-                    except pcr.Error as e:  # one kernel failing must not end the sweep
-                        print(f"\n{m}x{n}x{k} {kern.name}: {e}", file=sys.stderr)
+                        us = _tune.time_us(bk, run, args.reps)
+                    except Exception as e:  # one kernel failing must not end the sweep
+                        print(f"\n{m}x{n}x{k} {name}: {e}", file=sys.stderr)
                         continue
                     writer.writerow(
                         {
@@ -194,7 +267,7 @@ def main(argv=None) -> int:
                             "m": problem.m,
                             "n": problem.n,
                             "k": problem.k,
-                            "kernel": kern.name,
+                            "kernel": name,
                             "rank": rank,
                             "median_us": f"{us:.3f}",
                             "tflops": f"{2.0 * m * n * k / us / 1e6:.2f}",
