@@ -105,7 +105,8 @@ def corpus_shapes(
     from heuristics import corpus
 
     rows = sorted({(s.m, s.n, s.k) for s in corpus.load(part, layout) if s.batch == 1})
-    return sorted(random.Random(seed).sample(rows, sample)) if sample else rows
+    # drawn order, not sorted: a sweep cut short still spans every size
+    return random.Random(seed).sample(rows, sample) if sample else rows
 
 
 #: the row of torch's cuBLAS call in a ``--peer`` sweep (not a kernel: fit.py skips it)
