@@ -9,9 +9,12 @@ A sample is one swept problem (GPU, dtypes, layout, M, N, K) with the time of ev
 candidate kernel. Kernels are compared as configurations: the name with dtypes and
 layouts replaced by ``*`` (``sm90_*_128x256x64_c2x1_coop_a8``), so one entry serves every
 dtype and layout. Per arch family the fit calibrates the analytic model of
-pycutlass_rt/_model.py: for each configuration, the mean of log(measured / model time)
-at each swept shape, over each M bucket (powers of 4) and over all samples (``calibration``
-in the table, read by _table.py; _select.py uses the finest level that timed a candidate's configuration).
+pycutlass_rt/_model.py: for each configuration, weights of the model's features
+(_model.FEATURES: waves, last-wave tail, idle SMs, K-loop length, intensity, split
+fix-up, the small-problem floor) that predict log(measured / model time), by ridge
+regression shrunk toward the weights fitted over all configurations (``calibration`` in
+the table, read by _table.py and _select.py). Fitting refuses sweeps of the shape
+corpus's held-out part: those only judge a table (``--check``).
 The calibration belongs to the device's preferred family (sm90 from H100/H200 sweeps) and
 covers kernels of every family that runs there: an H200 sweep of sm80 kernels competes
 with the sm90 ones. The family's hand rules (a ``source`` that starts with ``hand:``) stay
@@ -19,9 +22,10 @@ first; its other rules are dropped. Alignment-fallback kernels (``_a1``) are lef
 they serve the problems nothing else accepts.
 
 --check reports, per family, the geomean of best/chosen and the share of samples within
-5% of the best, for the table, for the table refitted without each sample's shape
-("held out": how it does on shapes no sweep measured), for the analytic model alone, and
-for the choice in effect when the sweep ran (its rank 0).
+5% of the best, for the table, for the analytic model alone, and for the choice in
+effect when the sweep ran (its rank 0); where the sweep timed torch's cuBLAS call
+(``sweep.py --peer``), also the chosen and the best kernel against it. Run it on sweeps
+of the corpus's held-out part (heuristics/eval/) for figures on shapes no fit saw.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ import sys
 import types
 from dataclasses import dataclass, field
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -48,7 +54,13 @@ from pycutlass_rt._abi import Epilogue, Schedule, Split  # noqa: E402
 from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
-TABLE_FORMAT = 2  # what _table.TABLE_FORMATS reads (2: with calibrations)
+TABLE_FORMAT = 3  # what _table.TABLE_FORMATS reads (3: feature calibrations)
+PEER = "peer:cublas"  # sweep.py --peer's row: torch's cuBLAS call, not a kernel
+#: ridge strength toward the all-configuration weights (per-configuration fit) and toward
+#: zero (the all-configuration fit), in units of samples; a kernel's rows weigh
+#: (best / its time) ** FOCUS, as selection cares about the fast ones (chosen by 5-fold
+#: cross-validation over projections of the corpus's fit part)
+SHRINK, SHRINK_SHARED, FOCUS = 32.0, 1.0, 3.0
 WITHIN = 1.05  # "close to the best" in --check
 
 # the words of kernel names past the tile: KernelInfo holds them as they are
@@ -120,6 +132,7 @@ class Sample:
     cc: int
     times: dict = field(default_factory=dict)  # kernel name -> us
     order: list = field(default_factory=list)  # kernel names in the sweep's selection order
+    peer_us: float | None = None  # torch's cuBLAS call on the same operands (--peer)
 
     @property
     def shape(self) -> tuple:
@@ -130,10 +143,17 @@ class Sample:
         return min(self.times.values())
 
     @functools.cached_property
+    def terms(self) -> dict:
+        """Kernel name -> the model's terms (computed once, after every row is in)."""
+        return {
+            name: _model.terms(kernel_info(name), self.m, self.n, self.k, self.sm_count, self.cc)
+            for name in self.times
+        }
+
+    @functools.cached_property
     def residuals(self) -> dict:
-        """Kernel name -> log(measured / model time), computed once (read after every row
-        is in): "held out" recalibrates from the same samples for every swept shape."""
-        return {name: math.log(us / model_us(self, name)) for name, us in self.times.items()}
+        """Kernel name -> log(measured / model time)."""
+        return {name: math.log(us / self.terms[name].us) for name, us in self.times.items()}
 
 
 def file_label(path: str, digest: str) -> str:
@@ -146,6 +166,7 @@ def file_label(path: str, digest: str) -> str:
 def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
     """(samples, sources, rows skipped: alignment fallbacks, families foreign to the GPU)."""
     samples: dict = {}
+    peers: dict = {}  # (file, dtype, layout, m, n, k) -> us
     sources, skipped = [], 0
     for path in paths:
         with open(path, "rb") as f:
@@ -158,6 +179,11 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
             if missing:
                 raise SystemExit(f"{path}: missing columns {missing}")
             for i, row in enumerate(reader):
+                if row["kernel"] == PEER:
+                    peers[
+                        (label, row.get("dtype"), row.get("layout"), row["m"], row["n"], row["k"])
+                    ] = float(row["median_us"])
+                    continue
                 family = (
                     int(_NAME.match(row["kernel"])["family"])
                     if _NAME.match(row["kernel"])
@@ -190,32 +216,63 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
                 s.order.append((int(row.get("rank") or i), row["kernel"]))
                 rows += 1
         sources.append({"file": label.rsplit("@", 1)[0], "sha256": digest, "rows": rows})
-    for s in samples.values():
+    for key, s in samples.items():
         s.order = [name for _, name in sorted(s.order)]
+        s.peer_us = peers.get((key[0], key[2], key[4], *(str(v) for v in key[6:])))
     return list(samples.values()), sources, skipped
+
+
+def heldout_shapes() -> set:
+    """(M, N, K) of the corpus's held-out part that its fit part lacks (either orientation:
+    a sweep records N = 1 problems as computed, M = 1)."""
+    from heuristics import corpus
+
+    def both(part):
+        return {x for s in corpus.load(part) for x in ((s.m, s.n, s.k), (s.n, s.m, s.k))}
+
+    return both("heldout") - both("fit")
+
+
+def refuse_heldout(samples: list[Sample]) -> None:
+    """Stops a fit on sweeps that hold shapes of the corpus's held-out part."""
+    held = heldout_shapes()
+    bad = sorted({(s.source, s.shape) for s in samples if s.shape in held})
+    if bad:
+        raise SystemExit(
+            f"{len(bad)} swept shapes belong to the corpus's held-out part (first: "
+            f"{bad[0][1]} in {bad[0][0]}): held-out sweeps judge a table (--check), they "
+            "never fit one"
+        )
 
 
 # ---- fitting ------------------------------------------------------------------------------
 
 
-def model_us(s: Sample, name: str) -> float:
-    """The analytic model's time for kernel ``name`` on sample ``s``."""
-    return _model.model_time(kernel_info(name), s.m, s.n, s.k, s.sm_count, s.cc)
+def ridge(rows: list, lam: float, prior: np.ndarray) -> np.ndarray:
+    """argmin sum weight (x w - y)^2 + lam |w - prior|^2 over rows of (x, y, weight)."""
+    x = np.array([r[0] for r in rows])
+    y = np.array([r[1] for r in rows])
+    xw = x * np.array([r[2] for r in rows])[:, None]
+    return np.linalg.solve(x.T @ xw + lam * np.eye(x.shape[1]), xw.T @ y + lam * prior)
 
 
 def calibrate(samples: list[Sample]) -> dict:
-    """One family's calibration: {"residuals": {level: {config: mean log(measured/model)}}}."""
-    logs: dict = collections.defaultdict(lambda: collections.defaultdict(list))
+    """One family's calibration: {"features": names, "weights": {config: w}}: per
+    configuration, the weighted ridge fit of log(measured / model) on the expanded
+    features, shrunk (SHRINK) toward the fit over every configuration's samples."""
+    rows = collections.defaultdict(list)  # config -> [(expanded features, residual, weight)]
     for s in samples:
-        keys = _table.bucket_keys(s.m, s.n, s.k)
         for name, r in s.residuals.items():
-            for key in keys:
-                logs[key][config_of(name)].append(r)
+            x = _model.expand(_model.features(s.terms[name]))
+            rows[config_of(name)].append((x, r, (s.best / s.times[name]) ** FOCUS))
+    shared = ridge([row for per in rows.values() for row in per], SHRINK_SHARED, 0.0)
+    weights = {
+        config: [round(float(v), 5) for v in ridge(per, SHRINK, shared)]
+        for config, per in sorted(rows.items())
+    }
     return {
-        "residuals": {
-            key: {c: round(sum(v) / len(v), 4) for c, v in sorted(per.items())}
-            for key, per in sorted(logs.items())
-        },
+        "features": list(_model.FEATURES),
+        "weights": weights,
         "samples": len(samples),
         "shapes": len({s.shape for s in samples}),
         "source": sorted({s.source for s in samples}),
@@ -256,9 +313,8 @@ def fit(samples: list[Sample], sources: list[dict], base: dict | None = None) ->
         "in 'sources' (each calibration names its own); rules as in the base "
         "table. Rules are read first-match (max_m/max_n/max_k bounds, kernel-name "
         "patterns best first); then calibrated model times (the model's estimate "
-        "times exp(residual) at the finest level that measured the configuration: "
-        "the shape, its M bucket, all samples); unnamed, unmeasured candidates "
-        "follow in model order.",
+        "times exp(weights . features), the configuration's weights fitted on the "
+        "sweeps); unnamed, unmeasured candidates follow in model order.",
         "sources": sources,
         "families": dict(sorted(families.items())),
         "calibration": {**(base or {}).get("calibration", {}), **cal},
@@ -275,51 +331,62 @@ def _model_choice(s: Sample, rules: dict) -> float:
     return s.times[_select.rank(problem, cands, order, rules).ranked[0][0].name]
 
 
-def _held_out(samples: list[Sample], table: dict) -> list[float]:
-    """Each sample's pick by the table recalibrated without the sample's shape."""
-    out = {}
-    for shape in {s.shape for s in samples}:
-        rest = [s for s in samples if s.shape != shape]
-        t = {**table, "calibration": {**table.get("calibration", {}), **calibrations(rest)}}
-        out.update({id(s): _model_choice(s, t) for s in samples if s.shape == shape})
-    return [out[id(s)] for s in samples]
-
-
 SELECTORS = {
     "table": lambda ss, table: [_model_choice(s, table) for s in ss],
-    "held out": _held_out,
     "model only": lambda ss, table: [_model_choice(s, {"families": {}}) for s in ss],
     "when swept": lambda ss, table: [s.times[s.order[0]] for s in ss],
 }
 
 
 def check(table: dict, samples: list[Sample]) -> dict:
-    """{family: {selector: {"geomean": best/chosen, "within_5pct": %, "worst": [...]}}}.
-
-    "held out" is reported for families the table calibrates.
+    """{family: {selector: {"geomean": best/chosen, "within_5pct": %, "worst": [...]}}},
+    and where the sweeps timed torch's cuBLAS call, {"vs peer": {...}} per family: the
+    table's choice and the build's best against it (geomean, shapes below 0.85x, worst 5).
     """
     report = {}
     for fam, ss in by_family(samples).items():
         report[fam] = {}
         for name, pick in SELECTORS.items():
-            if name == "held out" and fam not in table.get("calibration", {}):
-                continue
             ratios = [(s.best / us, s) for s, us in zip(ss, pick(ss, table))]
             close = sum(r >= 1 / WITHIN for r, _ in ratios)
             worst = sorted(ratios, key=lambda r: r[0])[:3]
             report[fam][name] = {
                 "samples": len(ss),
-                "geomean": round(math.exp(sum(math.log(r) for r, _ in ratios) / len(ratios)), 4),
+                "geomean": geomean(r for r, _ in ratios),
                 "within_5pct": round(100.0 * close / len(ratios), 1),
                 "worst": [f"{s.m}x{s.n}x{s.k} {r:.3f}" for r, s in worst],
             }
+            if name == "table":
+                chosen = {id(s): us for s, us in zip(ss, pick(ss, table))}
+        timed = [s for s in ss if s.peer_us]
+        if timed:
+            ours = sorted((s.peer_us / chosen[id(s)], s) for s in timed)
+            report[fam]["vs peer"] = {
+                "samples": len(timed),
+                "chosen": geomean(r for r, _ in ours),
+                "best": geomean(s.peer_us / s.best for s in timed),
+                "below_085": sum(r < 0.85 for r, _ in ours),
+                "worst": [f"{s.m}x{s.n}x{s.k} {r:.2f}" for r, s in ours[:5]],
+            }
     return report
+
+
+def geomean(values) -> float:
+    logs = [math.log(v) for v in values]
+    return round(math.exp(sum(logs) / len(logs)), 4)
 
 
 def format_report(report: dict) -> str:
     lines = []
     for fam, selectors in report.items():
         for name, r in selectors.items():
+            if name == "vs peer":
+                lines.append(
+                    f"{fam:6} vs cuBLAS   chosen {r['chosen']:.3f}x, build's best "
+                    f"{r['best']:.3f}x (geomean of {r['samples']}); {r['below_085']} below "
+                    f"0.85x; worst {', '.join(r['worst'])}"
+                )
+                continue
             lines.append(
                 f"{fam:6} {name:11} best/chosen geomean {r['geomean']:.3f}, "
                 f"{r['within_5pct']:5.1f}% within 5% of {r['samples']} samples; "
@@ -349,6 +416,7 @@ def main(argv=None) -> int:
         with open(args.check) as f:
             table = json.load(f)
     else:
+        refuse_heldout(samples)
         base = None
         if args.base:
             with open(args.base) as f:

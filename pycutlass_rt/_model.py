@@ -10,6 +10,9 @@ cache nor the shipped table decides, and heuristics/fit.py calibrates against it
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from ._kernels import DTYPE_BYTES, KernelInfo
 
 # ---- the analytic model ---------------------------------------------------------------
@@ -146,17 +149,39 @@ _RATE = {
 }
 
 
-def model_time(
+@dataclass(frozen=True)
+class Terms:
+    """What the model computes for one kernel on one problem, in its own units."""
+
+    compute_us: float  # the busiest SM's K-loop iterations at the kernel's efficiency
+    memory_us: float  # A, B and D over the bandwidth the busy SMs draw
+    fixup_us: float  # split partials: stream-K's peer chain or split-K's reduction
+    tiles: int  # output tiles (clusters launch whole) times the batch
+    sms: int
+    iters: int  # K-loop iterations of one whole tile
+    busy: int  # SMs with work
+    peers: int  # units sharing one output tile (1: no split)
+    fill_m: float = 1.0  # share of the tiles' rows that hold the problem's (tile quantization)
+    fill_n: float = 1.0  # the same for columns
+
+    @property
+    def us(self) -> float:
+        """The model's time: max(compute, memory) + OVERLAP x min + fix-up."""
+        c, m = self.compute_us, self.memory_us
+        return max(c, m) + OVERLAP * min(c, m) + self.fixup_us
+
+
+def terms(
     kern: KernelInfo, m: int, n: int, k: int, sm_count: int, cc: int | None = None, batch: int = 1
-) -> float:
-    """Estimated microseconds for ``kern`` on a batch of m x n x k problems (see the notes
-    above)."""
+) -> Terms:
+    """The model's terms for ``kern`` on a batch of m x n x k problems (see the notes above)."""
     cc = cc or kern.family
     sms = max(sm_count, 1)
     tflops_sm, gbps_sm = device_params(cc)
     tm, tn, tk = kern.tile
     cm, cn = kern.cluster[:2]  # clusters launch whole: a 2x1 cluster over one tile row
-    tiles = -(-m // (tm * cm)) * cm * -(-n // (tn * cn)) * cn * max(batch, 1)  # idles half
+    rows, cols = -(-m // (tm * cm)) * cm * tm, -(-n // (tn * cn)) * cn * tn
+    tiles = rows // tm * (cols // tn) * max(batch, 1)  # a 2x1 cluster over one tile idles half
     iters = max(-(-k // tk), 1)
     slices = split_slices(kern, m, n, k, sms, batch) if kern.split == "splitk" else 1
     sm_iters, busy, peers = decompose(kern, max(tiles, 1), iters, sms, slices)
@@ -173,4 +198,90 @@ def model_time(
         fixup_us = SPLIT_REDUCE_US + slices * m * n * 4 * 2 / (gbps_sm * 1e3 * sms)
     elif peers > 1:
         fixup_us = peers * (tm * tn * 4 * 2 / (FIXUP_GBPS * 1e3) + FIXUP_SYNC_US)
-    return max(compute_us, memory_us) + OVERLAP * min(compute_us, memory_us) + fixup_us
+    return Terms(
+        compute_us,
+        memory_us,
+        fixup_us,
+        max(tiles, 1),
+        sms,
+        iters,
+        busy,
+        peers,
+        max(m, 1) / max(rows, 1),
+        max(n, 1) / max(cols, 1),
+    )
+
+
+def model_time(
+    kern: KernelInfo, m: int, n: int, k: int, sm_count: int, cc: int | None = None, batch: int = 1
+) -> float:
+    """Estimated microseconds for ``kern`` on a batch of m x n x k problems (see the notes
+    above)."""
+    return terms(kern, m, n, k, sm_count, cc, batch).us
+
+
+# ---- features: what the calibration corrects the model by ------------------------------
+#
+# The model gets the first-order shape of a kernel's time right and its details wrong:
+# how a half-empty last wave really runs, what a short K loop's prologue and epilogue
+# cost, where a problem sits between memory- and compute-bound, what padded tile rows cost
+# a memory-bound kernel, a split's fix-up, and a floor of a few microseconds that no tile
+# escapes. heuristics/fit.py fits, per kernel configuration, log(measured / model) as a
+# quadratic function of these features (expand()), shrunk toward the fit over all
+# configurations, so a shape no sweep timed is corrected by how the configuration behaved
+# at similar waves, K-loop lengths, intensities and tile fills, not at similar M.
+
+#: the features' names, in the order of features()
+FEATURES = (
+    "inv_waves",  # 1 / waves of output tiles: few waves, each SM's lone tile exposed
+    "tail",  # the last wave's empty share (0: full, or a single wave)
+    "busy",  # log(SMs with work / SMs)
+    "inv_iters",  # 1 / K-loop iterations: prologue and epilogue against the main loop
+    "memory_bound",  # log(memory / compute) where positive
+    "compute_bound",  # the same where negative
+    "fixup",  # the split fix-up's share of the model's time
+    "floor",  # 1 us / model time: the launch-and-drain floor of tiny problems
+    "size",  # log(model time / 1 us)
+    "fill_m",  # log(problem rows / tile rows launched)
+    "fill_n",  # log(problem columns / tile columns launched)
+)
+#: the length of expand(): a constant, the features, and their pairwise products
+WEIGHTS = 1 + len(FEATURES) + len(FEATURES) * (len(FEATURES) + 1) // 2
+
+
+def features(t: Terms) -> tuple:
+    """The calibration's features of one kernel's model terms, in FEATURES order.
+
+    >>> t = Terms(10.0, 5.0, 0.0, tiles=264, sms=132, iters=64, busy=132, peers=1)
+    >>> [round(x, 3) for x in features(t)]
+    [0.5, 0.0, 0.0, 0.016, 0.0, -0.693, 0.0, 0.095, 2.351, 0.0, 0.0]
+    """
+    waves = -(-t.tiles // t.sms)
+    rem = t.tiles % t.sms
+    ratio = math.log(max(t.memory_us, 1e-9) / max(t.compute_us, 1e-9))
+    us = max(t.us, 1e-6)
+    return (
+        1.0 / waves,
+        (1.0 - rem / t.sms) if waves > 1 and rem else 0.0,
+        math.log(max(t.busy, 1) / t.sms),
+        1.0 / t.iters,
+        max(ratio, 0.0),
+        min(ratio, 0.0),
+        t.fixup_us / us,
+        1.0 / us,
+        math.log(us),
+        math.log(t.fill_m),
+        math.log(t.fill_n),
+    )
+
+
+def expand(f: tuple) -> list:
+    """[1, f..., f_i * f_j for i <= j]: what the calibration's weights multiply.
+
+    >>> expand((2.0, 3.0))
+    [1.0, 2.0, 3.0, 4.0, 6.0, 9.0]
+    """
+    out = [1.0, *f]
+    for i, x in enumerate(f):
+        out += [x * y for y in f[i:]]
+    return out

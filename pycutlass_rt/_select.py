@@ -6,8 +6,8 @@ image for this GPU). They are ordered by (1) the per-device tuned cache written 
 ``pycutlass_rt.tune`` (an exact-problem dictionary look-up; a pinned entry admits its
 kernel only), (2) the first rule of the shipped table matching the shape, whose patterns
 name kernels best first, (3) for a family the table calibrates from measured sweeps, the
-analytic model corrected by what the sweeps measured for each kernel configuration near
-the shape, (4) the device's family preference (sm90a before the sm80 family on Hopper)
+analytic model corrected per kernel configuration by a fitted function of its features
+(waves, K-loop length, intensity, split fix-up), (4) the device's family preference (sm90a before the sm80 family on Hopper)
 and the plain model for the rest. The C side memoizes the ranked list per problem, so
 this runs once per distinct shape. This module ranks and chooses; the table lives in
 _table.py, the model in _model.py.
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from . import _cache
 from ._abi import Epilogue, Grouped, Status
 from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS, KernelInfo
-from ._model import model_time
-from ._table import bucket_keys, calibration, config_of, matching_rule, residual
+from ._model import features, terms
+from ._table import calibration, config_of, correction, matching_rule
 from .errors import UnsupportedError
 
 
@@ -70,12 +70,15 @@ def rank(
     m, n, k, sms = problem.m, problem.n, problem.k, problem.sm_count
     cc = getattr(problem, "cc", None)
     batch = max(getattr(problem, "batch", 1), 1)
-    times: dict = {}
+    found: dict = {}
 
-    def model_us(c):  # each candidate's model time once: the passes below all read it
-        if c.name not in times:
-            times[c.name] = model_time(c, m, n, k, sms, cc, batch)
-        return times[c.name]
+    def model_terms(c):  # each candidate's model terms once: the passes below all read them
+        if c.name not in found:
+            found[c.name] = terms(c, m, n, k, sms, cc, batch)
+        return found[c.name]
+
+    def model_us(c):
+        return model_terms(c).us
 
     def ordered(group, rule):
         prefer = rule["prefer"] if rule else []
@@ -104,17 +107,17 @@ def rank(
     named = {c.name for c, _ in ranked}
     cal = calibration(family_order[0], rules) if family_order else None
     if cal:
-        keys, measured = bucket_keys(m * batch, n, k), []
+        measured = []
         for c in runs_here:
-            hit = None if c.name in named else residual(cal, config_of(c.base_name), keys)
-            if hit:
-                us = model_us(c) * math.exp(hit[0])
-                measured.append((us, c.name, c, hit[1]))
+            t = None if c.name in named else model_terms(c)
+            r = None if t is None else correction(cal, config_of(c.base_name), features(t))
+            if r is not None:
+                measured.append((t.us * math.exp(r), c.name, c))
         ranked += [
-            (c, f"calibrated model (~{us:.3g} us; sweeps at {key})")
-            for us, _, c, key in sorted(measured, key=lambda t: t[:2])
+            (c, f"calibrated model (~{us:.3g} us)")
+            for us, _, c in sorted(measured, key=lambda t: t[:2])
         ]
-        named |= {c.name for _, _, c, _ in measured}
+        named |= {c.name for _, _, c in measured}
     for fam in family_order:
         group = [c for c in candidates if c.family == fam and c.name not in named]
         if not group:

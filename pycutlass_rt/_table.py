@@ -2,11 +2,10 @@
 
 Finds and reads ``heuristics/table_v1.json`` (installed beside the package, or in a source
 tree), checks its format, and answers the questions ranking asks of it: the first rule
-of a family whose shape bounds hold, and a calibrated family's measured residual
-(log(measured / model time)) for a kernel configuration at the finest level a sweep
-timed it: the shape, its M bucket, or all samples. Kernel names reduce to
-configurations (config_of) and problems to calibration levels (bucket_keys) here, so
-the fitter and the selector key the table the same way.
+of a family whose shape bounds hold, and a calibrated family's correction of the model
+(log(measured / model time), a linear function of the model's features) for a kernel
+configuration. Kernel names reduce to configurations (config_of) here, so the fitter and
+the selector key the table the same way.
 """
 
 from __future__ import annotations
@@ -17,8 +16,10 @@ import os
 import re
 import warnings
 
+from ._model import FEATURES, expand
+
 TABLE_FILE = "table_v1.json"
-TABLE_FORMATS = (1, 2)  # the "format" values of heuristics/*.json this module reads
+TABLE_FORMATS = (3,)  # the "format" values of heuristics/*.json this module reads
 
 
 # ---- the shipped table ----------------------------------------------------------------
@@ -61,15 +62,13 @@ def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None
 # ---- calibration: the model corrected by measured sweeps -------------------------------
 #
 # A calibrated family's table entry holds, for every kernel configuration a sweep timed,
-# the mean of log(measured / model time) at each swept shape, over each M bucket (powers
-# of 4: M in [16, 64) is bucket 2) and over all samples. A candidate's estimate is its
-# model time times exp(its residual at the finest level that measured its configuration):
-# a swept shape gets what was measured there, any other shape the model corrected by how
-# far off it was for that configuration at similar M. Unlike rules fitted per shape
-# region, this keeps the model's sense of tiles, waves and splits between swept shapes:
-# on the H200 bf16 sweeps, shapes held out of the fit got a kernel within 5% of the best
-# 85% of the time, against 63% for the per-region rules it replaced and 75% for the model
-# alone (heuristics/fit.py --check reports these figures for any sweep).
+# weights w of the model's features (_model.FEATURES) and their pairwise products
+# (_model.expand): the configuration's estimate on a problem is its model time times
+# exp(w . expand(features)). heuristics/fit.py fits w by ridge
+# regression of log(measured / model time) on the fit part of the shape corpus, shrunk
+# toward the weights fitted over all configurations, so a shape no sweep measured is
+# judged by its waves, K-loop length, intensity and split, not by its nearness to a swept
+# M. fit.py --check reports how this choice does on the corpus's held-out part.
 
 _CONFIG = re.compile(r"^(sm\d+)_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[tn]{2}_(\d+x\d+x\d+_.+)$")
 
@@ -86,25 +85,24 @@ def config_of(name: str) -> str:
     return f"{m[1]}_*_{m[2]}"
 
 
-def bucket_keys(m: int, n: int, k: int) -> tuple:
-    """The calibration levels of a problem, finest first: the shape, its M bucket, all.
-
-    >>> bucket_keys(16, 4096, 4096)
-    ('16x4096x4096', 'm2', '*')
-    """
-    return (f"{m}x{n}x{k}", f"m{(max(m, 1).bit_length() - 1) // 2}", "*")
-
-
 def calibration(family: int, rules: dict | None = None) -> dict | None:
-    """The table's calibration of ``family`` ({"residuals": {level: {config: r}}}), or None."""
+    """The table's calibration of ``family`` ({"features": [...], "weights": {config: w}}),
+    or None (also when its features are not this version's: the model alone decides)."""
     rules = table() if rules is None else rules
-    return rules.get("calibration", {}).get(f"sm{family}")
+    cal = rules.get("calibration", {}).get(f"sm{family}")
+    if cal and tuple(cal.get("features", ())) != FEATURES:
+        return None
+    return cal
 
 
-def residual(cal: dict, config: str, keys: tuple) -> tuple | None:
-    """(log(measured / model), level) at the finest level that measured ``config``."""
-    for key in keys:
-        level = cal["residuals"].get(key, {})
-        if config in level:
-            return level[config], key
-    return None
+def correction(cal: dict, config: str, feats: tuple) -> float | None:
+    """log(time / model time) the calibration predicts for ``config``, or None where no
+    sweep timed the configuration.
+
+    >>> from pycutlass_rt._model import WEIGHTS
+    >>> cal = {"weights": {"c": [0.5] + [0.0] * (WEIGHTS - 1)}}
+    >>> correction(cal, "c", (1.0,) * len(FEATURES)), correction(cal, "d", ())
+    (0.5, None)
+    """
+    w = cal["weights"].get(config)
+    return None if w is None else sum(x * y for x, y in zip(w, expand(feats)))

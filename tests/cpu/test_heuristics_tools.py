@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "heuristics"))
 import fit  # noqa: E402
 import sweep  # noqa: E402
 
-from pycutlass_rt import _select, _table  # noqa: E402
+from pycutlass_rt import _model, _select, _table  # noqa: E402
 
 SMALL = "sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8"
 BIG = "sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8"
@@ -122,33 +122,28 @@ def pick(table, m, n=4096, k=4096, names=(SMALL, BIG)):
     return first.name, why
 
 
-def test_fit_calibrates_the_model_per_bucket_and_traces_sources(tmp_path):
+def test_fit_calibrates_the_model_by_features_and_traces_sources(tmp_path):
     table, samples, (path,) = fitted(tmp_path, small_vs_big())
     cal = table["calibration"]["sm90"]
     assert table["format"] in _table.TABLE_FORMATS and table["families"]["sm90"] == []
     digest = table["sources"][0]["sha256"]
     assert len(digest) == 64 and table["sources"][0]["rows"] == 10
     assert cal["source"] == [f"{path}@{digest[:16]}"] and (cal["samples"], cal["shapes"]) == (5, 5)
-    # levels: each swept shape, M buckets (powers of 4), all; values: mean log(measured / model)
-    assert set(cal["residuals"]) == {
-        "*",
-        "m0",
-        "m2",
-        "m3",
-        "m4",
-        "m6",
-        "1x4096x4096",
-        "16x4096x4096",
-        "64x4096x4096",
-        "512x4096x4096",
-        "4096x4096x4096",
-    }
-    s = next(s for s in samples if s.m == 512)
-    big_at_512 = round(math.log(10.0 / fit.model_us(s, BIG)), 4)
-    assert cal["residuals"]["m4"][fit.config_of(BIG)] == big_at_512
-    assert cal["residuals"]["512x4096x4096"] == cal["residuals"]["m4"]  # one shape in the bucket
-    every = [math.log(s.times[BIG] / fit.model_us(s, BIG)) for s in samples]
-    assert cal["residuals"]["*"][fit.config_of(BIG)] == round(sum(every) / len(every), 4)
+    # per configuration: weights of the expanded features, no M buckets or shapes
+    assert cal["features"] == list(_model.FEATURES)
+    assert set(cal["weights"]) == {fit.config_of(SMALL), fit.config_of(BIG)}
+    assert all(len(w) == _model.WEIGHTS for w in cal["weights"].values())
+    # the calibrated model is nearer what was measured than the model alone
+    def error(corrected):
+        total = 0.0
+        for s in samples:
+            for name, us in s.times.items():
+                t = s.terms[name]
+                r = _table.correction(cal, fit.config_of(name), _model.features(t))
+                total += abs(math.log(t.us * math.exp(r if corrected else 0.0) / us))
+        return total
+
+    assert error(True) < 0.5 * error(False)
 
 
 def test_calibrated_selection_picks_each_samples_fastest_kernel(tmp_path):
@@ -159,7 +154,7 @@ def test_calibrated_selection_picks_each_samples_fastest_kernel(tmp_path):
     assert pick(table, 8)[0] == SMALL and pick(table, 8192)[0] == BIG  # between the samples
 
 
-def test_calibration_tells_n_buckets_apart(tmp_path):
+def test_calibration_tells_few_tiles_from_many(tmp_path):
     """Few tiles (N = 4096): stream-K wins; many (N = 28672): the ping-pong tile."""
     times = {
         (m, n, 4096): {SK: 8.0 if n == 4096 else 30.0, SMALL: 10.0 if n == 4096 else 25.0}
@@ -250,10 +245,44 @@ def test_cli_fits_then_checks(tmp_path, capsys):
     assert fit.main([path, "--base", str(base), "--out", str(out)]) == 0
     out_text = capsys.readouterr().out
     assert "sm90   table       best/chosen geomean 1.000, 100.0% within 5%" in out_text
-    assert "sm90   held out" in out_text  # recalibrated without each sample's shape
     assert set(json.loads(out.read_text())["families"]) == {"sm75", "sm90"}
     assert fit.main([path, "--check", str(out)]) == 0
     assert "sm90   when swept" in capsys.readouterr().out
+
+
+def test_fitting_refuses_the_corpus_held_out_part(tmp_path):
+    """A sweep of held-out shapes judges a table (--check) but never fits one."""
+    from heuristics import corpus
+
+    fit_shapes = {(s.m, s.n, s.k) for s in corpus.load("fit")}
+    held = next(
+        (s.m, s.n, s.k) for s in corpus.load("heldout", "tn") if (s.m, s.n, s.k) not in fit_shapes
+    )
+    path = write_sweep(tmp_path / "h.csv", {held: {SMALL: 10.0, BIG: 12.0}})
+    with pytest.raises(SystemExit, match="held-out part"):
+        fit.main([path, "--out", str(tmp_path / "t.json")])
+    table = {"format": 3, "families": {"sm90": [{"prefer": [SMALL]}]}}
+    (tmp_path / "t.json").write_text(json.dumps(table))
+    assert fit.main([path, "--check", str(tmp_path / "t.json")]) == 0
+
+
+def test_check_reports_the_choice_against_the_peer(tmp_path):
+    """sweep.py --peer rows: the chosen kernel and the build's best against cuBLAS."""
+    path = write_sweep(
+        tmp_path / "s.csv",
+        {
+            (1, 4096, 4096): {SMALL: 10.0, BIG: 20.0, sweep.PEER: 10.0},
+            (4096, 4096, 4096): {SMALL: 20.0, BIG: 10.0, sweep.PEER: 12.0},
+        },
+    )
+    samples, _, _ = fit.read_samples([path])
+    assert sorted(s.peer_us for s in samples) == [10.0, 12.0]
+    assert all(sweep.PEER not in s.times for s in samples)
+    table = {"format": 3, "families": {"sm90": [{"prefer": [SMALL]}]}}
+    peer = fit.check(table, samples)["sm90"]["vs peer"]
+    assert peer["samples"] == 2 and peer["below_085"] == 1  # 12 / 20 = 0.6, 10 / 10 = 1
+    assert peer["chosen"] == round((1.0 * 12 / 20) ** 0.5, 4)
+    assert peer["best"] == round((1.0 * 12 / 10) ** 0.5, 4)
 
 
 def test_sweep_grids_follow_the_benchmark_groups():

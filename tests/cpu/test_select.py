@@ -61,9 +61,10 @@ def test_table_is_shipped_and_well_formed():
                 "the last rule must match every shape"
             )
     cal = t["calibration"]["sm90"]
-    assert cal["residuals"]["*"] and all(
-        src.split("@")[0] in {s["file"] for s in t["sources"]} for src in cal["source"]
+    assert cal["features"] == list(_model.FEATURES) and all(
+        len(w) == _model.WEIGHTS for w in cal["weights"].values()
     )
+    assert all(src.split("@")[0] in {s["file"] for s in t["sources"]} for src in cal["source"])
 
 
 def test_large_problems_take_the_big_cooperative_tile():
@@ -173,11 +174,10 @@ def test_decode_takes_a_64_row_data_parallel_tile(m):
 
 @pytest.mark.parametrize("m", [2, 4, 24, 48])
 def test_calibration_keeps_split_k_off_decode_shapes_no_sweep_timed(m):
-    """The shipped table's M buckets carry split-K's measured excess at M <= 64 (about
-    e^0.45 over the model): between swept M values the calibrated ranking still puts a
-    64-row tile first."""
+    """The shipped calibration carries split-K's measured excess on few-tile, short-K
+    problems (its 128-row TMA boxes mostly out of bounds at M <= 64): at M values no sweep
+    timed, the calibrated ranking still puts a 64-row tile first."""
     p = types.SimpleNamespace(m=m, n=4096, k=4096, sm_count=132, cc=90)
-    assert f"{m}x4096x4096" not in _table.calibration(90)["residuals"]
     best = _select.rank(p, SM90, [90]).ranked[0][0]
     assert best.split != "splitk" and best.tile[0] == 64, best.name
 
