@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import os
 import re
 import warnings
 
-from ._model import FEATURES, expand
+from ._model import FEATURES
 
 TABLE_FILE = "table_v1.json"
 TABLE_FORMATS = (3,)  # the "format" values of heuristics/*.json this module reads
@@ -105,4 +106,13 @@ def correction(cal: dict, config: str, feats: tuple) -> float | None:
     (0.5, None)
     """
     w = cal["weights"].get(config)
-    return None if w is None else sum(x * y for x, y in zip(w, expand(feats)))
+    if w is None:
+        return None
+    # w . expand(feats), without building expand's list: once per new shape and candidate
+    n = len(feats)
+    acc, at = w[0] + sum(map(operator.mul, w[1 : n + 1], feats)), n + 1
+    for i, x in enumerate(feats):
+        if x:  # several features are 0 on most problems (no tail, no split, whole tiles)
+            acc += x * sum(map(operator.mul, w[at : at + n - i], feats[i:]))
+        at += n - i
+    return acc
