@@ -60,7 +60,7 @@ PEER = "peer:cublas"  # sweep.py --peer's row: torch's cuBLAS call, not a kernel
 #: zero (the all-configuration fit), in units of samples; a kernel's rows weigh
 #: (best / its time) ** FOCUS, as selection cares about the fast ones (chosen by 5-fold
 #: cross-validation over projections of the corpus's fit part)
-SHRINK, SHRINK_SHARED, FOCUS = 32.0, 1.0, 3.0
+SHRINK, SHRINK_SHARED, FOCUS = 32.0, 1.0, 5.0
 WITHIN = 1.05  # "close to the best" in --check
 
 # the words of kernel names past the tile: KernelInfo holds them as they are
@@ -360,7 +360,7 @@ def check(table: dict, samples: list[Sample]) -> dict:
                 chosen = {id(s): us for s, us in zip(ss, pick(ss, table))}
         timed = [s for s in ss if s.peer_us]
         if timed:
-            ours = sorted((s.peer_us / chosen[id(s)], s) for s in timed)
+            ours = sorted(((s.peer_us / chosen[id(s)], s) for s in timed), key=lambda t: t[0])
             report[fam]["vs peer"] = {
                 "samples": len(timed),
                 "chosen": geomean(r for r, _ in ours),

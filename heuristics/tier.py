@@ -28,6 +28,7 @@ for path in (ROOT, os.path.join(ROOT, "native")):
         sys.path.insert(0, path)
 
 import catalog  # noqa: E402
+
 from heuristics import fit  # noqa: E402
 
 
@@ -37,7 +38,7 @@ def compile_seconds(name: str, archs: str = catalog.DEFAULT_ARCHS) -> float:
     if kern is None:
         raise SystemExit(f"{name}: not in the catalogue")
     per_family, _ = catalog.plan(catalog.parse_archs(archs), None, None)
-    return catalog.estimate_minutes([kern], per_family, 1)[0] * 60
+    return catalog.compile_seconds([kern], per_family)
 
 
 def coverage(samples: list, chosen: set) -> float:

@@ -102,6 +102,22 @@ def test_sm100_one_and_two_sm():
     assert all(k.tier == "extended" for k in sm100)  # not in the default (2-core) build
 
 
+def test_the_linear_tier_is_default_for_a_linear_layers_problem_only():
+    """ "linear" kernels (chosen by measured coverage of the shape corpus) join the default
+    build in the tn layout with the layer's output dtype; elsewhere they stay extended."""
+    linear = [k for k in catalog.catalogue() if k.tier == "linear"]
+    assert linear and {k.default for k in linear} == {True, False}
+    for k in linear:
+        layer = k.layout == "tn" and k.d == catalog.LINEAR_OUTPUT.get(k.a, k.a)
+        assert k.default == layer, k.name
+    held = {k.name for k in linear if k.default}
+    assert "sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8" in held
+    assert "sm90_bf16_bf16_f32_f32_tn_64x128x64_c1x1_pingpong_a8" not in held
+    assert "sm90_bf16_bf16_f32_bf16_tt_64x128x64_c1x1_pingpong_a8" not in held
+    assert "sm90_e4m3_e4m3_f32_bf16_tn_64x128x128_c1x1_pingpong_scaled_a16" in held
+    assert not any(k.a == "e5m2" for k in linear if k.default)
+
+
 def test_stream_k_where_cutlass_supports_it():
     """Stream-K needs CUTLASS's cooperative schedule on sm90 (ping-pong has none)."""
     sk = [k for k in catalog.catalogue() if k.split == "streamk"]
@@ -151,7 +167,10 @@ def test_sm90_variety():
     "spec,check",
     [
         ("all", lambda ks, all_: len(ks) == len(all_)),
-        ("default", lambda ks, all_: ks and all(k.tier == "core" for k in ks)),
+        (
+            "default",
+            lambda ks, all_: ks and ks == [k for k in all_ if k.default] and len(ks) < len(all_),
+        ),
         ("sm90_bf16_*", lambda ks, all_: ks and all(k.name.startswith("sm90_bf16_") for k in ks)),
         (
             "sm90_*;!*_pingpong_*",

@@ -133,6 +133,7 @@ def test_fit_calibrates_the_model_by_features_and_traces_sources(tmp_path):
     assert cal["features"] == list(_model.FEATURES)
     assert set(cal["weights"]) == {fit.config_of(SMALL), fit.config_of(BIG)}
     assert all(len(w) == _model.WEIGHTS for w in cal["weights"].values())
+
     # the calibrated model is nearer what was measured than the model alone
     def error(corrected):
         total = 0.0
@@ -352,3 +353,24 @@ def test_fit_rejects_files_without_the_columns(tmp_path):
     bad.write_text("m,n\n1,2\n")
     with pytest.raises(SystemExit, match="missing columns"):
         fit.main([str(bad), "--out", str(tmp_path / "t.json")])
+
+
+def test_tier_adds_what_covers_most_per_compile_second(tmp_path):
+    """Greedy coverage: the kernel that closes the most of the gap to the best per second
+    of compile time first; it stops at the target; kept kernels cost nothing."""
+    import tier
+
+    times = {
+        (1, 4096, 4096): {SMALL: 10.0, BIG: 20.0, SK: 11.0},
+        (16, 4096, 4096): {SMALL: 10.0, BIG: 15.0, SK: 10.5},
+        (4096, 4096, 4096): {SMALL: 13.0, BIG: 10.0, SK: 12.0},
+    }
+    samples, _, _ = fit.read_samples([write_sweep(tmp_path / "s.csv", times)])
+    assert tier.coverage(samples, {BIG}) == pytest.approx((0.5 * 10 / 15 * 1.0) ** (1 / 3))
+    assert tier.coverage(samples, {SMALL, BIG}) == 1.0 and tier.coverage(samples, set()) == 0.0
+    costs = {SMALL: 40.0, BIG: 40.0, SK: 40.0}
+    steps = tier.greedy(samples, costs, keep={BIG}, target=1.0)
+    assert [name for name, _, _ in steps] == [SMALL] and steps[-1][2] == 1.0
+    cheap_sk = tier.greedy(samples, {**costs, SK: 10.0}, keep={BIG}, target=0.99)
+    assert cheap_sk[0][0] == SK  # 4x cheaper, nearly as good: taken first
+    assert tier.compile_seconds(BIG) == 40.0 * 1  # one sm90a kernel, one SASS target
