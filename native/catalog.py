@@ -684,13 +684,35 @@ def plan(archs: list[str], toolkit_codes: set[str] | None, cuda_version: tuple[i
                 notes.append(f"sm_{token}: this nvcc cannot generate code for it; skipped")
                 continue
             per_family.setdefault(fam.name, []).append(token)
+    for name, tokens in per_family.items():
+        covered = [t for t in tokens if _sass_covers(tokens, t)]
+        if covered:
+            per_family[name] = [t for t in tokens if t not in covered]
+            notes.append(
+                f"{', '.join('sm_' + t for t in covered)}: the {name} family's SASS for an "
+                "older GPU of the same major version runs there; not compiled again"
+            )
     return per_family, notes
+
+
+def _sass_covers(tokens: list[str], token: str) -> bool:
+    """Whether another of ``tokens`` gives SASS that runs on ``token``'s GPUs: an older
+    plain (not arch-specific) target of the same major version (sm_80 SASS runs on 8.6
+    and 8.9; sm_90a's does not run elsewhere).
+
+    >>> _sass_covers(["80", "86", "90"], "86"), _sass_covers(["80", "90"], "90")
+    (True, False)
+    """
+    if not token.isdigit():
+        return False
+    return any(t.isdigit() and t[:-1] == token[:-1] and int(t) < int(token) for t in tokens)
 
 
 #: compile cost, in seconds of one core with CUDA 13.0: a kernel's translation unit (front
 #: end and host code) plus each SASS target's device compile. Fitted to the default build
-#: (2026-12: 36.8 min on 2 cores, 6.3 min on 16) and nvcc --time of single kernels, where
-#: cicc takes 64% of an sm90a kernel.
+#: (2026-12: 36.8 min on 2 cores, 6.3 min on 16, with sm_86 and sm_89 SASS of the sm80
+#: family, no longer built) and nvcc --time of single kernels, where cicc takes 64% of an
+#: sm90a kernel.
 COMPILE_SECONDS = {"unit": 8.0, "target": 4.0, "arch_specific": 40.0}
 
 

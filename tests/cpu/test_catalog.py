@@ -337,3 +337,13 @@ def test_split_k_kernels_wrap_their_unsplit_fp32_twin():
         assert '#include "split_k' in src and "PCR_SPLIT_SPLITK" in src
         assert "pcr::split::Local<" in inner  # this translation unit's own instantiation
     assert {k.family for k in kernels.values() if k.split == "splitk"} == {"sm80", "sm90"}
+
+
+def test_sass_of_an_older_gpu_of_the_same_major_is_not_compiled_again():
+    """sm_80 SASS runs on 8.6 and 8.9: the default archs compile the sm80 family for sm_80
+    and sm_90 only, and say so; asked alone, 86 is still built."""
+    per_family, notes = catalog.plan(catalog.parse_archs("default"), None, (13, 0))
+    assert per_family["sm80"] == ["80", "90"] and per_family["sm89"] == ["89", "90"]
+    assert any("sm_86, sm_89" in n and "not compiled again" in n for n in notes)
+    assert catalog.plan(["86"], None, (13, 0))[0] == {"sm80": ["86"]}
+    assert catalog.plan(["90", "90a"], None, (13, 0))[0]["sm90"] == ["90a"]
