@@ -10,8 +10,9 @@
 #        into build/sweeps (or the sweeps PCR_SWEEPS names)
 # fit    heuristics/fit.py on the shipped sweeps plus build/sweeps: the table, recalibrated
 # test   the GPU test suite (compute-sanitizer cases last)
-# wheel  the default build exactly as the README says (pip wheel . with no knobs: every
-#        default arch, the core tier), kept in $OUT/wheel and installed into /tmp/pcr
+# wheel  the default build exactly as the README says (pip wheel . with no knobs: the
+#        H200's own archs, 90;90a, and the default tier), kept in $OUT/wheel and installed
+#        into /tmp/pcr
 # wheeltest  the GPU suite (not the sanitizer) against that installed wheel, run from
 #        outside the checkout so that the source tree's package cannot stand in for it
 # bench  python -m benchmarks $PCR_BENCH (default: --quick --no-cutlass), results in build/bench

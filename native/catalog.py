@@ -13,7 +13,8 @@ selection tables, tests, logs). The generator turns the selected records into on
 Arch tokens (``PYCUTLASS_RT_ARCHS``): ``70`` the sm70 family (CUDA 12.x and older only),
 ``75`` the sm75 family, ``80 86 89 90`` SASS targets of the sm80 family (``90`` also of
 sm75 and sm70, to test them on Hopper), ``90a`` the sm90a family, ``100a`` the sm100a family;
-``native`` asks nvidia-smi, ``all`` takes every token, ``default`` is ``80;86;89;90;90a``.
+``native`` asks nvidia-smi, ``all`` takes every token, ``default`` is ``80;86;89;90;90a``;
+unset (``auto``): ``native`` where nvidia-smi lists a GPU, else ``default``.
 Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default`` (the core tier; what ``--emit``
 builds), ``all`` (what ``--list`` prints), or ``;``/``,``-separated wildcards on names
 (``!pat`` excludes).
@@ -601,6 +602,21 @@ def select_kernels(kernels: Iterable[Kernel], spec: str) -> list[Kernel]:
     ]
 
 
+def auto_tokens() -> list[str]:
+    """The archs of an unset ``PYCUTLASS_RT_ARCHS``: the GPUs nvidia-smi lists (a build on
+    a machine with a GPU is for that GPU, and several times faster), else ``default``."""
+    try:
+        tokens = native_tokens()
+    except SystemExit:
+        return parse_archs("default")
+    print(
+        f"pycutlass_rt: archs {';'.join(tokens)}, this machine's GPUs "
+        "(PYCUTLASS_RT_ARCHS=default builds the portable set, all every arch)",
+        file=sys.stderr,
+    )
+    return tokens
+
+
 def native_tokens() -> list[str]:
     """Arch tokens for the GPUs of this machine (nvidia-smi), e.g. ['90', '90a']."""
     try:
@@ -629,7 +645,14 @@ def native_tokens() -> list[str]:
 
 
 def parse_archs(spec: str) -> list[str]:
-    spec = (spec or "default").strip()
+    """Arch tokens of a ``PYCUTLASS_RT_ARCHS`` value (see the module's docstring).
+
+    >>> parse_archs("80;sm_90a"), parse_archs("default")[:2]
+    (['80', '90a'], ['80', '86'])
+    """
+    spec = (spec or "auto").strip()
+    if spec == "auto":  # unset: this machine's GPUs, else the portable set
+        return auto_tokens()
     if spec == "default":
         spec = DEFAULT_ARCHS
     if spec == "all":

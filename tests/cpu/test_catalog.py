@@ -347,3 +347,16 @@ def test_sass_of_an_older_gpu_of_the_same_major_is_not_compiled_again():
     assert any("sm_86, sm_89" in n and "not compiled again" in n for n in notes)
     assert catalog.plan(["86"], None, (13, 0))[0] == {"sm80": ["86"]}
     assert catalog.plan(["90", "90a"], None, (13, 0))[0]["sm90"] == ["90a"]
+
+
+def test_unset_archs_build_for_this_machines_gpus_else_the_portable_set(monkeypatch, capsys):
+    monkeypatch.setattr(catalog, "native_tokens", lambda: ["90", "90a"])
+    assert catalog.parse_archs("") == ["90", "90a"] and catalog.parse_archs("auto") == ["90", "90a"]
+    assert "this machine's GPUs" in capsys.readouterr().err
+    assert catalog.parse_archs("default") == ["80", "86", "89", "90", "90a"]  # asked for: kept
+
+    def no_gpu():
+        raise SystemExit("PYCUTLASS_RT_ARCHS=native: nvidia-smi lists no GPU")
+
+    monkeypatch.setattr(catalog, "native_tokens", no_gpu)
+    assert catalog.parse_archs("") == catalog.parse_archs("default")
