@@ -1,4 +1,4 @@
-"""The benchmark's shape groups A-K (benchmarks/README.md) and dtypes, as data.
+"""The benchmark's shape groups A-L (benchmarks/README.md) and dtypes, as data.
 
 This module is the one place the shape lists live; ``heuristics/sweep.py`` imports its
 grids from here. Layouts name A then B, ``t`` = row-major and ``n`` = column-major (the
@@ -239,6 +239,8 @@ GROUPS = {
             tuple(dict(m=t, n=n, k=k, experts=e) for e, t, n, k in GROUPED_SHAPES),
         ),
         Group("K", "heldout", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(HELDOUT))),
+        # the kernel choice on shapes no fit saw: H's measurement over K's shapes
+        Group("L", "heldout-regret", "regret", ("bf16", "fp16", "fp8"), tuple(_shapes(HELDOUT))),
     )
 }
 

@@ -29,7 +29,7 @@ def mnk(group):
 
 def test_groups_follow_the_benchmark_readme():
     g = shapes.GROUPS
-    assert list(g) == list("ABCDEFGHIJK")  # I and J: issue 5's batched and grouped measures
+    assert list(g) == list("ABCDEFGHIJKL")  # I and J: issue 5's batched and grouped measures
     assert mnk("A") == [(s, s, s) for s in (1024, 2048, 4096, 8192)]
     # fp32: issue 4's accurate mode, reported against torch in IEEE mode
     assert g["A"].dtypes == ("bf16", "fp16", "tf32", "fp32", "fp8", "int8")
@@ -332,7 +332,7 @@ def parse(*argv):
 
 def test_cli_arguments():
     groups, dtypes = cli.selection(parse())
-    assert groups == list("ABCDEFGHIJK") and dtypes is None
+    assert groups == list("ABCDEFGHIJKL") and dtypes is None
     args = parse(
         "--group",
         "b",
@@ -872,3 +872,9 @@ def test_sample_keeps_evenly_spaced_shapes_of_each_group():
     assert [c.label for c in some][:2] == [every[0].label, every[step].label]
     assert len({c.label for c in some}) == 10
     assert len(shapes.cases(["A"], ["bf16"], ("bf16",), sample=100)) == len(shapes.SQUARE)
+
+
+def test_group_l_judges_the_choice_on_the_held_out_shapes():
+    """L: H's measurement (every candidate forced) over K's shapes, never the fit grid."""
+    assert shapes.GROUPS["L"].kind == "regret" and shapes.GROUPS["L"].title == "heldout-regret"
+    assert shapes.GROUPS["L"].shapes == shapes.GROUPS["K"].shapes
