@@ -7,8 +7,8 @@ image for this GPU). They are ordered by (1) the per-device tuned cache written 
 kernel only), (2) the first rule of the shipped table matching the shape, whose patterns
 name kernels best first, (3) for a family the table calibrates from measured sweeps, the
 analytic model corrected per kernel configuration by a fitted function of its features
-(waves, K-loop length, intensity, split fix-up), (4) the device's family preference (sm90a before the sm80 family on Hopper)
-and the plain model for the rest. The C side memoizes the ranked list per problem, so
+(waves, K-loop length, intensity, tile fill, split fix-up), (4) the device's family
+preference (sm90a before the sm80 family on Hopper) and the plain model for the rest. The C side memoizes the ranked list per problem, so
 this runs once per distinct shape. This module ranks and chooses; the table lives in
 _table.py, the model in _model.py.
 """
