@@ -22,7 +22,8 @@ candidate's time on shapes no fit saw, so a selector's regret there is read off 
 (``fit.py --check``) without fitting on them (``fit.py`` refuses held-out shapes).
 ``--peer`` adds, per shape, a row ``peer:cublas`` (rank -1): torch's cuBLAS call on the
 same operand copies, timed the same way (``torch.mm(out=)``; ``torch._scaled_mm`` for
-fp8, with the per-tensor scale tensors ``--scales tensor`` gives both). ``--append``
+fp8, with the per-tensor scale tensors ``--scales tensor`` gives both; ``torch._int_mm``
+for int8 -> int32). A shape the peer refuses (``_int_mm`` wants M > 16) gets no row. ``--append``
 resumes a sweep: shapes the file already holds are skipped.
 """
 
@@ -117,7 +118,8 @@ SCALED = ("float8_e4m3fn", "float8_e5m2", "int8")
 
 def peer_call(bk, ops, spec):
     """torch's call for ``spec`` on the same operand copies as the kernels, cycled alike:
-    ``torch.mm(out=)``, or ``torch._scaled_mm`` with the scale tensors (ones) for fp8."""
+    ``torch.mm(out=)``, ``torch._scaled_mm`` with the scale tensors (ones) for fp8, or
+    ``torch._int_mm`` for int8 (int32 out)."""
     import torch
 
     if bk.name != "torch":
@@ -130,6 +132,11 @@ def peer_call(bk, ops, spec):
         def run():
             a, b, _, d = next(turn)
             torch._scaled_mm(a, b, sa.reshape(()), sb.reshape(()), out_dtype=d.dtype, out=d)
+    elif spec.dtype == "int8":  # cuBLAS's int8 GEMM, int32 out (M > 16, K and N % 8)
+
+        def run():
+            a, b, _, d = next(turn)
+            torch._int_mm(a, b, out=d)
     else:
 
         def run():

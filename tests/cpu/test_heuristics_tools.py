@@ -374,3 +374,29 @@ def test_tier_adds_what_covers_most_per_compile_second(tmp_path):
     cheap_sk = tier.greedy(samples, {**costs, SK: 10.0}, keep={BIG}, target=0.99)
     assert cheap_sk[0][0] == SK  # 4x cheaper, nearly as good: taken first
     assert tier.compile_seconds(BIG) == 40.0 * 1  # one sm90a kernel, one SASS target
+
+
+@pytest.mark.parametrize(
+    "dtype,call",
+    [("bfloat16", "mm"), ("float16", "mm"), ("float8_e4m3fn", "_scaled_mm"), ("int8", "_int_mm")],
+)
+def test_sweep_peer_is_torchs_call_for_the_dtype(monkeypatch, dtype, call):
+    """--peer times torch's own call on the kernels' operand copies, cycling them alike."""
+    calls = []
+    fake = types.SimpleNamespace(
+        float32="f32",
+        ones=lambda *a, **k: types.SimpleNamespace(reshape=lambda *s: "one"),
+        mm=lambda a, b, out: calls.append(("mm", a, out)),
+        _int_mm=lambda a, b, out: calls.append(("_int_mm", a, out)),
+        _scaled_mm=lambda a, b, sa, sb, out_dtype, out: calls.append(("_scaled_mm", a, out)),
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    d = types.SimpleNamespace(dtype="out")
+    ops = types.SimpleNamespace(sets=[("a0", "b", None, d), ("a1", "b", None, d)], extras={})
+    run = sweep.peer_call(
+        types.SimpleNamespace(name="torch"), ops, types.SimpleNamespace(dtype=dtype)
+    )
+    run(), run(), run()
+    assert [c[0] for c in calls] == [call] * 3 and [c[1] for c in calls] == ["a0", "a1", "a0"]
+    with pytest.raises(SystemExit, match="needs torch"):
+        sweep.peer_call(types.SimpleNamespace(name="cupy"), ops, types.SimpleNamespace(dtype=dtype))
