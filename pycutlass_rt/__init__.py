@@ -120,7 +120,7 @@ def gemm(
             or (1, N) adds ``bias[j]`` to column j, (M, 1) adds ``bias[i]`` to row i. The
             same vector serves every matrix of a batch.
         activation: None (or "none"), "relu", "gelu" (erf), "gelu_tanh" (torch's
-            approximate="tanh") or "silu", applied last. With a bias or an activation the call runs a kernel
+            approximate="tanh"), "silu", "sigmoid", "tanh" or "hardswish", applied last. With a bias or an activation the call runs a kernel
             with the fused epilogue (UnsupportedError if the build has none for the
             dtypes); nothing is computed as a separate pass.
         scale_a, scale_b: dequantization scales of int8 and fp8 inputs: a Python number

@@ -146,6 +146,9 @@ class Activation(AbiEnum):
     ACT_GELU = 2
     ACT_GELU_TANH = 3
     ACT_SILU = 4
+    ACT_SIGMOID = 5
+    ACT_TANH = 6
+    ACT_HARDSWISH = 7
 
 
 class Split(AbiEnum):

@@ -176,6 +176,9 @@ class Torch(_Adapter):
                 "gelu": F.gelu,
                 "silu": F.silu,
                 "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+                "sigmoid": t.sigmoid,
+                "tanh": t.tanh,
+                "hardswish": F.hardswish,
             }[activation](ref)
         return ref
 
@@ -313,6 +316,12 @@ class Cupy(_Adapter):
             ref = cp.maximum(ref, 0)
         elif activation == "silu":
             ref = ref / (1 + cp.exp(-ref))
+        elif activation == "sigmoid":
+            ref = 1 / (1 + cp.exp(-ref))
+        elif activation == "tanh":
+            ref = cp.tanh(ref)
+        elif activation == "hardswish":
+            ref = ref * cp.clip(ref + 3, 0, 6) / 6
         elif activation in ("gelu", "gelu_tanh"):
             if activation == "gelu":
                 from cupyx.scipy.special import erf

@@ -276,7 +276,8 @@ def gemm(
         beta: real scalar.
         bias: None, or a vector in the output's dtype: (N,) or (1, N) per column,
             (M, 1) per row; one vector for the whole batch.
-        activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
+        activation: None, "relu", "gelu" (erf), "gelu_tanh", "silu", "sigmoid", "tanh"
+            or "hardswish", applied last and
             fused into the kernel's epilogue.
         transpose_a: read a's last two dimensions as (K, M).
         transpose_b: read b's last two dimensions as (N, K).
@@ -401,7 +402,8 @@ def linear(x, w, bias=None, activation=None):
         x: (..., in_features) array.
         w: (out_features, in_features) weight in x's dtype.
         bias: None, or an (out_features,) vector in x's dtype.
-        activation: None, "relu", "gelu", "gelu_tanh" or "silu".
+        activation: None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh" or
+            "hardswish".
 
     Returns:
         A new (..., out_features) array in x's dtype.

@@ -173,6 +173,9 @@ def torch_activations():
         "gelu": f.gelu,
         "gelu_tanh": lambda v: f.gelu(v, approximate="tanh"),
         "silu": f.silu,
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
+        "hardswish": f.hardswish,
     }
 
 

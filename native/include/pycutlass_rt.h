@@ -127,7 +127,10 @@ typedef enum {
   PCR_ACT_RELU = 1,
   PCR_ACT_GELU = 2,      /* x * Phi(x), with erf */
   PCR_ACT_GELU_TANH = 3, /* the tanh approximation (torch's approximate="tanh") */
-  PCR_ACT_SILU = 4       /* x * sigmoid(x) */
+  PCR_ACT_SILU = 4,      /* x * sigmoid(x) */
+  PCR_ACT_SIGMOID = 5,   /* 1 / (1 + e^-x) */
+  PCR_ACT_TANH = 6,
+  PCR_ACT_HARDSWISH = 7 /* x * min(max(x + 3, 0), 6) / 6 */
 } pcr_activation;
 /* Work decompositions: SPLITK cuts K into slices whose partials a second kernel sums;
  * STREAMK is CUTLASS's stream-K (the K loops of too few tiles spread over every SM). */

@@ -52,6 +52,27 @@ struct GeluTanh {  // tanh(y) = 1 - 2 / (1 + e^(2y)), exact at both tails
 struct Silu {
   CUTLASS_HOST_DEVICE float operator()(float x) const { return fast_div(x, 1.0f + fast_exp(-x)); }
 };
+struct Sigmoid {
+  CUTLASS_HOST_DEVICE float operator()(float x) const {
+    return fast_div(1.0f, 1.0f + fast_exp(-x));
+  }
+};
+// tanh: 1 - 2 / (1 + e^(2x)), exact at both tails; near 0, where that cancels, the odd
+// series to x^7 (its next term is below 4e-7 of tanh for |x| < 1/4)
+struct Tanh {
+  CUTLASS_HOST_DEVICE float operator()(float x) const {
+    if (fabsf(x) < 0.25f) {
+      float x2 = x * x;
+      return x * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
+    }
+    return 1.0f - fast_div(2.0f, 1.0f + fast_exp(2.0f * x));
+  }
+};
+struct Hardswish {
+  CUTLASS_HOST_DEVICE float operator()(float x) const {
+    return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+  }
+};
 
 // y[i] = f(x[i]) over a fragment (cutlass::Array) or a single float.
 template <class Fragment, class F>
@@ -80,6 +101,12 @@ CUTLASS_HOST_DEVICE Fragment activate(int kind, Fragment const& x) {
       return map(x, GeluTanh{});
     case PCR_ACT_SILU:
       return map(x, Silu{});
+    case PCR_ACT_SIGMOID:
+      return map(x, Sigmoid{});
+    case PCR_ACT_TANH:
+      return map(x, Tanh{});
+    case PCR_ACT_HARDSWISH:
+      return map(x, Hardswish{});
     default:
       return x;
   }

@@ -403,7 +403,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      alpha, beta);
   if (beta != 0.0 && !c)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "c is None but beta = %g; pass c, or beta=0", beta);
-  if (activation < PCR_ACT_NONE || activation > PCR_ACT_SILU)
+  if (activation < PCR_ACT_NONE || activation > PCR_ACT_HARDSWISH)  // the last pcr_activation
     return set_error(PCR_ERR_INVALID_ARGUMENT, "unknown activation code %d", activation);
   Matrix &A = bound->a, &B = bound->b, &C = bound->c, &D = bound->d, &V = bound->bias;
   int st;

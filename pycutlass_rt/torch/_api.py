@@ -3,6 +3,7 @@ each a call of its ``torch.ops.pycutlass_rt`` operator."""
 
 import torch
 
+from ._autograd import OUTPUT_GRADIENT
 from ._checks import _act_name
 from ._cpu import _ACT_FN
 from ._schema import _grouped_mm, _linear, _mm, _mm_out, _scaled_mm
@@ -45,17 +46,19 @@ def linear(x, weight, bias=None, activation=None):
     viewed as (M, K) and ``weight.t()``, with the bias and activation in its epilogue
     (where the build has no fused kernel for the dtype, the bias is added as C and the
     activation runs after). Gradients of x, weight and bias are GEMMs of the library
-    too. When one is needed and the activation is gelu, gelu_tanh or silu (whose
-    gradient needs the pre-activation), the GEMM runs without the activation and torch's
-    own activation follows, so autograd keeps the pre-activation (as ``nn.Linear``
-    followed by the activation does) rather than recomputing it in backward; relu's
-    gradient needs only the output, so it stays fused.
+    too. When one is needed and the activation is gelu, gelu_tanh, silu or hardswish
+    (whose gradient needs the pre-activation), the GEMM runs without the activation and
+    torch's own activation follows, so autograd keeps the pre-activation (as
+    ``nn.Linear`` followed by the activation does) rather than recomputing it in
+    backward; relu's, sigmoid's and tanh's gradients need only the output, so they stay
+    fused.
 
     Args:
         x: (..., K) CUDA tensor, float16, bfloat16, float32 or float64, any leading dims.
         weight: (N, K), as ``nn.Linear`` stores it.
         bias: optional (N,) vector of x's dtype.
-        activation: None, "relu", "gelu", "gelu_tanh" or "silu".
+        activation: None or one of ``ACTIVATIONS`` ("relu", "gelu", "gelu_tanh",
+            "silu", "sigmoid", "tanh", "hardswish").
 
     Returns:
         (..., N) tensor of x's dtype.
@@ -69,7 +72,7 @@ def linear(x, weight, bias=None, activation=None):
     """
     if (
         activation is not None
-        and activation != "relu"
+        and _act_name(activation) not in OUTPUT_GRADIENT
         and torch.is_grad_enabled()
         and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     ):

@@ -38,13 +38,32 @@ def _gelu_tanh_grad(grad, z):
     return torch.ops.aten.gelu_backward(grad, z, approximate="tanh")
 
 
-#: d act(z) / dz applied to the incoming gradient, as torch's own activations compute it
-_ACT_GRAD = {"gelu": _gelu_grad, "gelu_tanh": _gelu_tanh_grad, "silu": torch.ops.aten.silu_backward}
+#: d act(z) / dz applied to the incoming gradient, as torch's own activations compute it:
+#: from the pre-activation z ...
+_ACT_GRAD = {
+    "gelu": _gelu_grad,
+    "gelu_tanh": _gelu_tanh_grad,
+    "silu": torch.ops.aten.silu_backward,
+    "hardswish": torch.ops.aten.hardswish_backward,
+}
 
 
-# The pre-activation z = x @ w.T + bias, which the gradient of gelu/gelu_tanh/silu needs:
-# the operator fuses the activation, so z never exists in its forward pass. relu needs
-# no z (its gradient passes where the output is positive). For the others, linear() and
+def _relu_grad(grad, out):
+    return torch.ops.aten.threshold_backward(grad, out, 0)
+
+
+#: ... or from the output alone, which the operator's forward keeps (no z needed)
+_OUT_GRAD = {
+    "relu": _relu_grad,
+    "sigmoid": torch.ops.aten.sigmoid_backward,
+    "tanh": torch.ops.aten.tanh_backward,
+}
+OUTPUT_GRADIENT = frozenset(_OUT_GRAD)  # activations whose gradient needs only the output
+
+
+# The pre-activation z = x @ w.T + bias, which the gradient of gelu/gelu_tanh/silu/hardswish
+# needs: the operator fuses the activation, so z never exists in its forward pass. relu,
+# sigmoid and tanh need no z (their gradients follow from the output). For the others, linear() and
 # Linear keep z when a gradient is needed: they call the operator without activation and
 # apply torch's activation to z, whose autograd saves z (M x N elements, what nn.Linear
 # followed by the activation keeps too) and costs no extra GEMM. The operator called
@@ -57,14 +76,14 @@ def _linear_setup(ctx, inputs, output):
     x, w, bias, activation = (*inputs, None, None)[:4]
     act = _act_name(activation)
     ctx.act, ctx.inputs = act, len(inputs)
-    ctx.save_for_backward(x, w, bias, output if act == "relu" else None)
+    ctx.save_for_backward(x, w, bias, output if act in _OUT_GRAD else None)
 
 
 def _linear_backward(ctx, grad):
     x, w, bias, out = ctx.saved_tensors
     act = ctx.act
-    if act == "relu":
-        grad = torch.ops.aten.threshold_backward(grad, out, 0)
+    if act in _OUT_GRAD:
+        grad = _OUT_GRAD[act](grad, out)
     elif act is not None:
         grad = _ACT_GRAD[act](grad, _linear(x, w, bias, None))  # z, recomputed (see above)
     n, k = w.shape

@@ -27,7 +27,15 @@ def _gelu_tanh(z):
 
 
 #: the activations as torch functions (what pycutlass_rt.gemm fuses, by name)
-_ACT_FN = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": _gelu_tanh, "silu": F.silu}
+_ACT_FN = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": _gelu_tanh,
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "hardswish": F.hardswish,
+}
 
 
 def _mm_cpu(a, b):

@@ -106,6 +106,9 @@ _ACT_INPLACE = {
     "gelu": _gelu_,
     "gelu_tanh": _gelu_tanh_,
     "silu": torch.ops.aten.silu_,
+    "sigmoid": torch.sigmoid_,
+    "tanh": torch.tanh_,
+    "hardswish": torch.ops.aten.hardswish_,
 }
 #: (device, dtype, bias?, activation, x row-major, w row-major) with no fused kernel
 _UNFUSED: set = set()

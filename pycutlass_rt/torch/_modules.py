@@ -20,7 +20,8 @@ class Linear(nn.Linear):
 
     Args:
         in_features, out_features, bias, device, dtype: as for ``nn.Linear``.
-        activation: None, "relu", "gelu", "gelu_tanh" or "silu", applied after the bias.
+        activation: None or one of ``ACTIVATIONS`` ("relu", "gelu", "gelu_tanh", "silu",
+            "sigmoid", "tanh", "hardswish"), applied after the bias.
 
     Example:
         >>> import torch, pycutlass_rt.torch as pt

@@ -545,8 +545,11 @@ ACTIVATIONS = {
     "gelu": lambda x: 0.5 * x * (1 + erf(x / math.sqrt(2))),
     "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
     "silu": lambda x: x / (1 + np.exp(-x)),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "tanh": np.tanh,
+    "hardswish": lambda x: x * np.clip(x + 3, 0, 6) / 6,
 }
-BAD_ACTIVATIONS = ["tanh", "RELU", "", 1, b"relu", "gelu-tanh", object()]
+BAD_ACTIVATIONS = ["softplus", "RELU", "", 1, b"relu", "gelu-tanh", object()]
 #: (a and b, d): float inputs and int8 ones (scales dequantize int8 and fp8 only)
 EPI_DTYPES = [(F16, F16), (F16, F32), (F32, F32), (I8, I32), (I8, F16), (I8, F32)]
 #: bias shapes: per column (N,), (1, N), (1, 1, N); per row (M, 1), (1, M, 1)
@@ -1293,7 +1296,9 @@ def torch_cases(draw):
         pads=draw(st.tuples(*[st.integers(0, 2)] * 4)),
         c_form=draw(st.sampled_from(["none", "plain", "is_d"])),
         bias=draw(st.sampled_from([None, None, "n", "1n", "m1"])),
-        activation=draw(st.sampled_from([None, None, "relu", "gelu", "gelu_tanh", "silu"])),
+        activation=draw(
+            st.sampled_from([None, None, *(a for a in ACTIVATIONS if a not in (None, "none"))])
+        ),
         scales=draw(st.sampled_from([None, "numbers", "tensors", "vectors"])),
         form=draw(st.sampled_from(["tensor", "tensor", "capsule", "cai"])),
         api=draw(st.sampled_from(["gemm", "plan"])),

@@ -74,7 +74,16 @@ def test_schemas():
     }
     for op, schema in schemas.items():
         assert str(op._schema) == schema
-    assert pt.ACTIVATIONS == ("relu", "gelu", "gelu_tanh", "silu")
+    assert pt.ACTIVATIONS == (
+        "relu",
+        "gelu",
+        "gelu_tanh",
+        "silu",
+        "sigmoid",
+        "tanh",
+        "hardswish",
+    )
+    assert set(pt.ACTIVATIONS) == set(TORCH_ACT) - {None}  # the tests' reference covers all
 
 
 # ---- fake implementations: shapes, dtypes, errors ---------------------------------------
@@ -188,7 +197,7 @@ BAD = [
     ),
     (
         "linear activation",
-        lambda f: ops.linear(f(3, 6), f(2, 6), None, "tanh"),
+        lambda f: ops.linear(f(3, 6), f(2, 6), None, "softplus"),
         ValueError,
         "activation must be None or one of",
     ),
@@ -420,7 +429,9 @@ def test_linear_keeps_the_pre_activation_only_when_a_gradient_is_needed():
     x, w = f64(3, 6), f64(5, 6)
     y = pt.linear(x, w, None, "silu")
     assert y.grad_fn.name() == "SiluBackward0"  # torch's silu on the kept pre-activation
-    assert pt.linear(x, w, None, "relu").grad_fn.name().startswith("GeneratedBackwardFor")
+    for act in ("relu", "sigmoid", "tanh"):  # gradients from the output: stays fused
+        assert pt.linear(x, w, None, act).grad_fn.name().startswith("GeneratedBackwardFor")
+    assert pt.linear(x, w, None, "hardswish").grad_fn.name() == "HardswishBackward0"
     with torch.no_grad():
         assert pt.linear(x, w, None, "silu").grad_fn is None
 
@@ -470,7 +481,7 @@ def test_linear_state_dict_is_nn_linears():
         assert [p.shape for p in lin.parameters()] == [p.shape for p in ref.parameters()]
     assert isinstance(lin, torch.nn.Linear)
     with pytest.raises(ValueError, match="activation must be"):
-        pt.Linear(4, 4, activation="tanh")
+        pt.Linear(4, 4, activation="softplus")
 
 
 @pytest.mark.parametrize("act", ACTS)
@@ -535,7 +546,7 @@ def test_replace_linear_activations():
     with pytest.raises(ValueError, match="'2' name no nn.Linear"):
         pt.replace_linear(torch.nn.Sequential(torch.nn.Linear(4, 4)), activation={"2": "relu"})
     with pytest.raises(ValueError, match="activation must be"):
-        pt.replace_linear(torch.nn.Sequential(torch.nn.Linear(4, 4)), activation="tanh")
+        pt.replace_linear(torch.nn.Sequential(torch.nn.Linear(4, 4)), activation="softplus")
     root = torch.nn.Linear(4, 4)
     swapped = pt.replace_linear(root, activation="relu")
     assert type(swapped) is pt.Linear and swapped.weight is root.weight
@@ -564,7 +575,7 @@ def train(model, steps=8):
     return losses
 
 
-@pytest.mark.parametrize("act", ["relu", "gelu", "silu"])
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu", "tanh"])
 def test_mlp_trains_like_nn_linear(act):
     ours = train(mlp(lambda i, o, act: pt.Linear(i, o, activation=act), act))
     ref = train(mlp(reference_linear, act))

@@ -6,7 +6,14 @@ K = 0 and the transposed (column-major d) orientation are checked on the chosen 
 """
 
 import pytest
-from helpers import canonical_layout, matrix, reference, require, runnable_kernels
+from helpers import (
+    canonical_layout,
+    matrix,
+    reference,
+    require,
+    runnable_kernels,
+    torch_activations,
+)
 
 import pycutlass_rt as pcr
 
@@ -14,7 +21,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+ACTIVATIONS = tuple(torch_activations())  # None, then every name the library takes
 FUSED = [k.name for k in runnable_kernels() if k.epilogue == "biasact"]
 
 

@@ -34,6 +34,9 @@ ACTIVATIONS = {
     "gelu": lambda v: jax.nn.gelu(v, approximate=False),
     "gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True),
     "silu": jax.nn.silu,
+    "sigmoid": jax.nn.sigmoid,
+    "tanh": jax.numpy.tanh,
+    "hardswish": jax.nn.hard_swish,
 }
 
 
