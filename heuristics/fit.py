@@ -9,11 +9,12 @@ A sample is one swept problem (GPU, dtypes, layout, M, N, K) with the time of ev
 candidate kernel. Kernels are compared as configurations: the name with dtypes and
 layouts replaced by ``*`` (``sm90_*_128x256x64_c2x1_coop_a8``), so one entry serves every
 dtype and layout. Per arch family the fit calibrates the analytic model of
-pycutlass_rt/_model.py: for each configuration, weights of the model's features
-(_model.FEATURES: waves, last-wave tail, idle SMs, K-loop length, intensity, split
-fix-up, the small-problem floor) that predict log(measured / model time), by ridge
-regression shrunk toward the weights fitted over all configurations (``calibration`` in
-the table, read by _table.py and _select.py). Fitting refuses sweeps of the shape
+pycutlass_rt/_model.py: for each configuration, weights of a quadratic function of the
+model's features (_model.FEATURES and _model.expand: waves, last-wave tail, busy SMs,
+K-loop length, memory or compute bound, split fix-up, the small-problem floor, size, tile
+fill) that predict log(measured / model time), by ridge regression weighted toward the
+fast kernels and shrunk toward the weights fitted over all configurations
+(``calibration`` in the table, read by _table.py and _select.py). Fitting refuses sweeps of the shape
 corpus's held-out part: those only judge a table (``--check``).
 The calibration belongs to the device's preferred family (sm90 from H100/H200 sweeps) and
 covers kernels of every family that runs there: an H200 sweep of sm80 kernels competes

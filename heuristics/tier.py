@@ -32,13 +32,14 @@ import catalog  # noqa: E402
 from heuristics import fit  # noqa: E402
 
 
-def compile_seconds(name: str, archs: str = catalog.DEFAULT_ARCHS) -> float:
-    """Core-seconds to compile kernel ``name`` for ``archs`` (catalog's estimate)."""
-    kern = next((k for k in catalog.catalogue() if k.name == name), None)
-    if kern is None:
-        raise SystemExit(f"{name}: not in the catalogue")
+def compile_seconds(names: list[str], archs: str = catalog.DEFAULT_ARCHS) -> dict:
+    """Kernel name -> core-seconds to compile it for ``archs`` (catalog's estimate)."""
+    known = {k.name: k for k in catalog.catalogue()}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise SystemExit(f"{missing[0]}: not in the catalogue")
     per_family, _ = catalog.plan(catalog.parse_archs(archs), None, None)
-    return catalog.compile_seconds([kern], per_family)
+    return {n: catalog.compile_seconds([known[n]], per_family) for n in names}
 
 
 def coverage(samples: list, chosen: set) -> float:
@@ -61,10 +62,10 @@ def greedy(samples: list, costs: dict, keep: set, target: float) -> list:
         now = coverage(samples, chosen)
         if now >= target:
             break
+        base = math.log(now) if now > 0 else -50.0  # no coverage yet: any kernel gains
         gain = {}
         for name in pool:
             after = coverage(samples, chosen | {name})
-            base = math.log(now) if now > 0 else -50.0
             gain[name] = (math.log(after) - base if after > 0 else 0.0) / costs[name]
         best = max(pool, key=lambda n: (gain[n], n))
         chosen.add(best)
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
     samples, _, _ = fit.read_samples(args.csv)
     judged = fit.read_samples(args.judge)[0] if args.judge else []
     names = sorted({n for s in samples for n in s.times})
-    costs = {n: compile_seconds(n, args.archs) for n in names}
+    costs = compile_seconds(names, args.archs)
     keep = {n for n in args.keep.split(";") if n in costs}
     steps = greedy(samples, costs, keep, args.target)
     total = sum(costs[n] for n in keep)
