@@ -7,8 +7,13 @@
 //   process-unique id (cudaStreamGetId: a new stream never inherits an old one's buffer)
 //   and kind, so nothing is shared across devices, streams or kinds. It grows
 //   stream-ordered (the old block freed on the stream, a larger one allocated on it: no
-//   synchronization), and a call holds it locked until its launches are enqueued, so
-//   threads sharing a stream never see it move under them.
+//   synchronization), at least doubling, and a call holds it locked until its launches
+//   are enqueued, so threads sharing a stream never see it move under them.
+// - Kept buffers stop at kKeptMax. Larger scratch (staged operands of big problems: GBs)
+//   is the call's own, allocated and freed on its stream, so the pool hands the same
+//   memory to the next call on any stream: kept per stream, a sweep of odd-N problems over
+//   torch's 32 pooled streams held a copy of its largest output per stream and filled a
+//   141 GB H200. Allocating costs ~1 us, against a copy of >= 64 MiB (>= 25 us).
 // - Inside stream capture, a call whose capturing stream already keeps a large enough
 //   buffer captures that buffer (replays then cost no more than eager calls: graph memory
 //   nodes around every kernel measured up to 2x slower replays on the H200); the buffer is
@@ -17,8 +22,10 @@
 //   (cudaMallocFromPoolAsync / cudaFreeAsync on the capturing stream become its memory
 //   nodes), so capture needs no warm-up.
 // Host-array copies are always the call's own. Memory comes from the library's pool per
-// device, which keeps what it has (release threshold: all), so the application's default
-// pool and its settings are untouched.
+// device, so the application's default pool and its settings are untouched; the pool keeps
+// up to kPoolKeep of freed memory across synchronizations (a steady state allocates from
+// it) and hands the rest back to the device there (one huge call's scratch is not held).
+#include <algorithm>
 #include <climits>
 #include <map>
 #include <mutex>
@@ -30,6 +37,8 @@ namespace pcr {
 namespace {
 
 constexpr int kMaxDevices = 64;
+constexpr size_t kKeptMax = size_t(64) << 20;      // larger scratch is the call's own
+constexpr uint64_t kPoolKeep = uint64_t(1) << 30;  // freed memory the pool holds on to
 std::mutex g_pool_mutex;
 cudaMemPool_t g_pools[kMaxDevices] = {};
 
@@ -53,7 +62,7 @@ int pool_for(int device, cudaMemPool_t* out) {
     cudaMemPool_t pool = nullptr;
     int st = cuda_status(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate(scratch)");
     if (st != PCR_OK) return st;
-    uint64_t keep = UINT64_MAX;
+    uint64_t keep = kPoolKeep;
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     g_pools[device] = pool;
   }
@@ -127,7 +136,7 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
       lock_.unlock();
     }
   }
-  if (capturing || kind == ScratchKind::kHostCopy) {
+  if (capturing || kind == ScratchKind::kHostCopy || bytes > kKeptMax) {
     st = stream_alloc(device, stream, bytes, zeroed, &ptr_);
     if (st == PCR_OK) stream_ = stream;  // owned: freed on the stream by release()
     return st;
@@ -138,12 +147,14 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
   lock_ = std::unique_lock<std::mutex>(kept->mutex);
   if (kept->bytes < bytes) {
     // after the stream's uses so far; a block a graph may replay into is kept for good
+    // (doubling bounds those to twice kKeptMax per stream and kind)
     if (kept->ptr && !kept->captured) cudaFreeAsync(kept->ptr, stream);
+    const size_t grown = std::max(bytes, std::min(2 * kept->bytes, kKeptMax));
     kept->captured = false;
     kept->ptr = nullptr;
     kept->bytes = 0;
-    if ((st = stream_alloc(device, stream, bytes, true, &kept->ptr))) return st;
-    kept->bytes = bytes;
+    if ((st = stream_alloc(device, stream, grown, true, &kept->ptr))) return st;
+    kept->bytes = grown;
   }
   ptr_ = kept->ptr;
   return PCR_OK;

@@ -294,7 +294,8 @@ def test_sweep_grids_follow_the_benchmark_groups():
 
 
 def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
-    """sweep.main on fakes: candidates in selection order, a failing kernel skipped."""
+    """sweep.main on fakes: candidates in selection order, a failing kernel skipped, a
+    shape whose operands do not fit skipped (the sweep goes on)."""
     import contextlib
 
     import pycutlass_rt as pcr
@@ -316,11 +317,15 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(
         _tune, "backend", lambda: types.SimpleNamespace(device=lambda i: contextlib.nullcontext())
     )
-    monkeypatch.setattr(
-        _tune,
-        "make_operands",
-        lambda bk, spec: types.SimpleNamespace(call=lambda name: name, spec=spec),
-    )
+    made = []
+
+    def make_operands(bk, spec):
+        made.append(spec)
+        if len(made) == 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 786.00 MiB")
+        return types.SimpleNamespace(call=lambda name: name, spec=spec)
+
+    monkeypatch.setattr(_tune, "make_operands", make_operands)
     # the problem as computed: this stand-in orients every problem as D^T = B^T A^T
     monkeypatch.setattr(
         _tune,
@@ -340,12 +345,13 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
     out = tmp_path / "sweeps" / "h200.csv"
     assert sweep.main(["--out", str(out), "--grid", "awkward", "--layouts", "tn"]) == 0
     rows = list(csv.DictReader(open(out)))
-    assert len(rows) == 6 * 2 and {r["rank"] for r in rows} == {"0", "1"}
+    assert len(made) == 6 and len(rows) == 5 * 2 and {r["rank"] for r in rows} == {"0", "1"}
     assert rows[0]["cc"] == "90" and rows[0]["library"] == "b1"
     assert (rows[0]["m"], rows[0]["n"], rows[0]["k"]) == ("1000", "127", "4097")  # as computed
-    assert "cudaErrorLaunchFailure" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cudaErrorLaunchFailure" in err and "skipped, operands do not fit" in err
     samples, _, _ = fit.read_samples([str(out)])
-    assert len(samples) == 6 and all(s.order == [SMALL, BIG] for s in samples)
+    assert len(samples) == 5 and all(s.order == [SMALL, BIG] for s in samples)
 
 
 def test_fit_rejects_files_without_the_columns(tmp_path):

@@ -154,6 +154,34 @@ def test_many_batch_sizes_captured_into_one_pool():
         assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
 
 
+def test_large_scratch_is_the_calls_own_not_kept_per_stream():
+    """Staged operands of ~75 MB on eight streams: kept buffers stop at 64 MiB, so larger
+    scratch goes back to the library's pool after each call and the next stream takes the
+    same memory. Device memory grows by about one call's scratch, not eight (kept per
+    stream, a sweep of odd-N problems over torch's pooled streams filled the GPU)."""
+    m, n, k = 8191, 1000, 4097  # K odd: A's rows and B's columns not 16-byte aligned
+    a, b = matrix(m, k, "t", BF16), matrix(k, n, "n", BF16)
+    d = torch.empty(m, n, device="cuda", dtype=BF16)
+    assert pcr.explain(a, b, None, d).problem["staged"], "not staged"
+    staged = (m * k + k * n) * 2
+    pcr.gemm(a, b, None, d)  # chosen and loaded: what follows allocates only scratch
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]
+    prev = torch.cuda.current_stream()
+    for s in [torch.cuda.Stream() for _ in range(8)]:
+        s.wait_stream(prev)  # one after another: the same output
+        with torch.cuda.stream(s):
+            d.fill_(float("nan"))
+            pcr.gemm(a, b, None, d)
+        prev = s
+    torch.cuda.current_stream().wait_stream(prev)
+    torch.cuda.synchronize()
+    grown = free0 - torch.cuda.mem_get_info()[0]
+    assert grown <= 3 * staged, f"{grown / 2**20:.0f} MiB for {staged / 2**20:.0f} MiB of scratch"
+    r = reference(a, b)
+    assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
+
+
 def test_a_closed_plan_leaves_its_graph_whole():
     """A graph holds no pointer into the plan whose run it captured."""
     case = Case("staged")
