@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Fit: raw sweep CSVs -> the shipped kernel-choice table; --check: a table's regret.
 
-    python heuristics/fit.py heuristics/sweeps/h200_*.csv --base heuristics/table_v1.json \\
-        --out heuristics/table_v1.json
-    python heuristics/fit.py heuristics/sweeps/h200_*.csv --check heuristics/table_v1.json
+    python heuristics/fit.py heuristics/sweeps/h200_*_corpus_fit.csv \\
+        --base heuristics/table_v1.json --out heuristics/table_v1.json
+    python heuristics/fit.py heuristics/eval/h200_bf16_tn_heldout.csv \\
+        --check heuristics/table_v1.json
 
 A sample is one swept problem (GPU, dtypes, layout, M, N, K) with the time of every
 candidate kernel. Kernels are compared as configurations: the name with dtypes and
@@ -13,8 +14,10 @@ pycutlass_rt/_model.py: for each configuration, weights of a quadratic function 
 model's features (_model.FEATURES and _model.expand: waves, last-wave tail, busy SMs,
 K-loop length, memory or compute bound, split fix-up, the small-problem floor, size, tile
 fill) that predict log(measured / model time), by ridge regression weighted toward the
-fast kernels and shrunk toward the weights fitted over all configurations
-(``calibration`` in the table, read by _table.py and _select.py). Fitting refuses sweeps of the shape
+fast kernels and shrunk toward the weights fitted over all configurations; and what those
+weights leave at each swept shape (``neighbours``), which the selector smooths over the
+swept shapes near a problem (``calibration`` in the table, read by _table.py and
+_select.py). Fitting refuses sweeps of the shape
 corpus's held-out part: those only judge a table (``--check``).
 The calibration belongs to the device's preferred family (sm90 from H100/H200 sweeps) and
 covers kernels of every family that runs there: an H200 sweep of sm80 kernels competes
@@ -55,13 +58,18 @@ from pycutlass_rt._abi import Epilogue, Schedule, Split  # noqa: E402
 from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
-TABLE_FORMAT = 3  # what _table.TABLE_FORMATS reads (3: feature calibrations)
+TABLE_FORMAT = 4  # what _table.TABLE_FORMATS reads (4: feature calibrations and neighbours)
 PEER = "peer:cublas"  # sweep.py --peer's row: torch's cuBLAS call, not a kernel
 #: ridge strength toward the all-configuration weights (per-configuration fit) and toward
 #: zero (the all-configuration fit), in units of samples; a kernel's rows weigh
 #: (best / its time) ** FOCUS, as selection cares about the fast ones (chosen by 5-fold
 #: cross-validation over projections of the corpus's fit part)
 SHRINK, SHRINK_SHARED, FOCUS = 32.0, 1.0, 5.0
+#: the neighbours' smoothing (see _table.neighbours): a Gaussian of this width in
+#: log(M), log(N), log(K), its prior weight toward no further correction, and the least
+#: row weight kept (kernels more than 1.8x slower than a sample's best add nothing there);
+#: chosen by the same cross-validation (bf16: 80.5% -> 84.5% within 5%, fp8: 90.4% -> 92.5%)
+NEAR_BANDWIDTH, NEAR_PRIOR, NEAR_MIN_WEIGHT = 0.25, 0.1, 0.05
 WITHIN = 1.05  # "close to the best" in --check
 
 # the words of kernel names past the tile: KernelInfo holds them as they are
@@ -258,9 +266,10 @@ def ridge(rows: list, lam: float, prior: np.ndarray) -> np.ndarray:
 
 
 def calibrate(samples: list[Sample]) -> dict:
-    """One family's calibration: {"features": names, "weights": {config: w}}: per
-    configuration, the weighted ridge fit of log(measured / model) on the expanded
-    features, shrunk (SHRINK) toward the fit over every configuration's samples."""
+    """One family's calibration: {"features": names, "weights": {config: w},
+    "neighbours": ...}: per configuration, the weighted ridge fit of log(measured / model)
+    on the expanded features, shrunk (SHRINK) toward the fit over every configuration's
+    samples; then what that fit leaves, per swept shape, for _table.neighbours to smooth."""
     rows = collections.defaultdict(list)  # config -> [(expanded features, residual, weight)]
     for s in samples:
         for name, r in s.residuals.items():
@@ -271,12 +280,40 @@ def calibrate(samples: list[Sample]) -> dict:
         config: [round(float(v), 5) for v in ridge(per, SHRINK, shared)]
         for config, per in sorted(rows.items())
     }
+    cal = {"features": list(_model.FEATURES), "weights": weights}
     return {
-        "features": list(_model.FEATURES),
-        "weights": weights,
+        **cal,
+        "neighbours": neighbours(samples, cal),
         "samples": len(samples),
         "shapes": len({s.shape for s in samples}),
         "source": sorted({s.source for s in samples}),
+    }
+
+
+def neighbours(samples: list[Sample], cal: dict) -> dict:
+    """What the fitted weights leave of log(measured / model) on each swept shape, per
+    configuration: {"bandwidth", "prior", "shapes": [[M, N, K], ...], "configs": {config:
+    {"at": shape indices, "r": residuals, "w": row weights}}} (see _table.neighbours).
+    Rows of a shape swept twice (two files, or two dtypes of one configuration) all stay."""
+    index: dict = {}
+    configs = collections.defaultdict(lambda: {"at": [], "r": [], "w": []})
+    for s in samples:
+        for name, us in s.times.items():
+            w = (s.best / us) ** FOCUS
+            if w < NEAR_MIN_WEIGHT:
+                continue
+            config = config_of(name)
+            fitted = _table.correction(cal, config, _model.features(s.terms[name]))
+            at = index.setdefault(s.shape, len(index))
+            row = configs[config]
+            row["at"].append(at)
+            row["r"].append(round(s.residuals[name] - fitted, 4))
+            row["w"].append(round(w, 4))
+    return {
+        "bandwidth": NEAR_BANDWIDTH,
+        "prior": NEAR_PRIOR,
+        "shapes": [list(shape) for shape in index],
+        "configs": dict(sorted(configs.items())),
     }
 
 

@@ -7,7 +7,8 @@ image for this GPU). They are ordered by (1) the per-device tuned cache written 
 kernel only), (2) the first rule of the shipped table matching the shape, whose patterns
 name kernels best first, (3) for a family the table calibrates from measured sweeps, the
 analytic model corrected per kernel configuration by a fitted function of its features
-(waves, K-loop length, intensity, tile fill, split fix-up), (4) the device's family
+(waves, K-loop length, intensity, tile fill, split fix-up) and by what that function
+left at nearby swept shapes, (4) the device's family
 preference (sm90a before the sm80 family on Hopper) and the plain model for the rest. The C side memoizes the ranked list per problem, so
 this runs once per distinct shape. This module ranks and chooses; the table lives in
 _table.py, the model in _model.py.
@@ -23,7 +24,7 @@ from . import _cache
 from ._abi import Epilogue, Grouped, Status
 from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS, KernelInfo
 from ._model import features, terms
-from ._table import calibration, config_of, correction, matching_rule
+from ._table import calibration, config_of, correction, matching_rule, neighbours
 from .errors import UnsupportedError
 
 
@@ -107,12 +108,14 @@ def rank(
     named = {c.name for c, _ in ranked}
     cal = calibration(family_order[0], rules) if family_order else None
     if cal:
+        near = neighbours(cal, m * batch, n, k)
         measured = []
         for c in runs_here:
+            config = config_of(c.base_name)
             t = None if c.name in named else model_terms(c)
-            r = None if t is None else correction(cal, config_of(c.base_name), features(t))
+            r = None if t is None else correction(cal, config, features(t))
             if r is not None:
-                measured.append((t.us * math.exp(r), c.name, c))
+                measured.append((t.us * math.exp(r + near.get(config, 0.0)), c.name, c))
         ranked += [
             (c, f"calibrated model (~{us:.3g} us)")
             for us, _, c in sorted(measured, key=lambda t: t[:2])

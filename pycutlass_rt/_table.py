@@ -11,7 +11,9 @@ the selector key the table the same way.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import math
 import operator
 import os
 import re
@@ -20,7 +22,7 @@ import warnings
 from ._model import FEATURES
 
 TABLE_FILE = "table_v1.json"
-TABLE_FORMATS = (3,)  # the "format" values of heuristics/*.json this module reads
+TABLE_FORMATS = (4,)  # the "format" values of heuristics/*.json this module reads
 
 
 # ---- the shipped table ----------------------------------------------------------------
@@ -116,3 +118,78 @@ def correction(cal: dict, config: str, feats: tuple) -> float | None:
             acc += x * sum(map(operator.mul, w[at : at + n - i], feats[i:]))
         at += n - i
     return acc
+
+
+# ---- neighbours: what the fitted function leaves, smoothed over nearby swept shapes -----
+#
+# A quadratic in the features cannot follow every step of a kernel's real behaviour (a
+# tile count that just fits the SMs, an L2 that just holds a panel). Where sweeps timed
+# shapes near the problem, their leftover error says more: each configuration's
+# correction gains the average of its leftovers at the swept shapes, weighted by a
+# Gaussian of the distance in log(M), log(N), log(K) and by the row's weight in the fit,
+# against a prior weight of no further correction, so that far from every swept shape
+# the fitted function alone decides.
+
+
+class _Near:
+    """A calibration's neighbours, bucketed for lookup: swept shapes by cell of the log
+    space (a cell as wide as a neighbour's reach, so a query reads its cell and the 26
+    around it), each with its rows (config, weight, weight x leftover). Pure Python: the
+    runtime needs no numpy."""
+
+    def __init__(self, near: dict):
+        self.prior = near["prior"]
+        self.scale = -0.5 / near["bandwidth"] ** 2
+        self.reach2 = math.log(1e3) / -self.scale  # Gaussian weights below 1e-3 add nothing
+        self.width = math.sqrt(self.reach2)
+        rows: list = [[] for _ in near["shapes"]]
+        for config, per in near["configs"].items():
+            for at, r, w in zip(per["at"], per["r"], per["w"]):
+                rows[at].append((config, w, w * r))
+        self.cells: dict = {}
+        for shape, own in zip(near["shapes"], rows):
+            logs = tuple(math.log(max(v, 1)) for v in shape)
+            self.cells.setdefault(self._cell(logs), []).append((logs, own))
+
+    def _cell(self, logs: tuple) -> tuple:
+        return tuple(math.floor(x / self.width) for x in logs)
+
+    def correct(self, m: int, n: int, k: int) -> dict:
+        """{config: further log correction} at (m, n, k)."""
+        q = tuple(math.log(max(v, 1)) for v in (m, n, k))
+        cm, cn, ck = self._cell(q)
+        num: dict = {}
+        den: dict = {}
+        for cell in itertools.product(
+            (cm - 1, cm, cm + 1), (cn - 1, cn, cn + 1), (ck - 1, ck, ck + 1)
+        ):
+            for logs, own in self.cells.get(cell, ()):
+                d2 = (logs[0] - q[0]) ** 2 + (logs[1] - q[1]) ** 2 + (logs[2] - q[2]) ** 2
+                if d2 > self.reach2:
+                    continue
+                g = math.exp(self.scale * d2)
+                for config, w, wr in own:
+                    num[config] = num.get(config, 0.0) + g * wr
+                    den[config] = den.get(config, 0.0) + g * w
+        return {c: v / (den[c] + self.prior) for c, v in num.items()}
+
+
+_COMPILED: dict = {}  # id(calibration) -> (calibration, _Near): built once per table
+
+
+def neighbours(cal: dict, m: int, n: int, k: int) -> dict:
+    """{config: further log(time / model time)} from the calibration's swept neighbours of
+    (m, n, k): 0 (absent) for configurations with none nearby.
+
+    >>> cal = {"neighbours": {"bandwidth": 0.25, "prior": 0.1, "shapes": [[64, 64, 64]],
+    ...        "configs": {"c": {"at": [0], "r": [0.2], "w": [1.0]}}}}
+    >>> round(neighbours(cal, 64, 64, 64)["c"], 3), neighbours(cal, 4096, 64, 64)
+    (0.182, {})
+    """
+    near = cal.get("neighbours")
+    if not near or not near["shapes"]:
+        return {}
+    hit = _COMPILED.get(id(cal))
+    if hit is None or hit[0] is not cal:
+        hit = _COMPILED[id(cal)] = (cal, _Near(near))
+    return hit[1].correct(m, n, k)

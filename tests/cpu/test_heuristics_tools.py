@@ -155,6 +155,27 @@ def test_calibrated_selection_picks_each_samples_fastest_kernel(tmp_path):
     assert pick(table, 8)[0] == SMALL and pick(table, 8192)[0] == BIG  # between the samples
 
 
+def test_neighbours_follow_what_the_fitted_function_cannot(tmp_path):
+    """A step the quadratic cannot follow (small tiles win again at M = 2048 only): the
+    fitted function alone misses swept shapes; with the neighbours of the table every
+    swept shape gets its fastest kernel, and a shape far from the step keeps the function's
+    choice."""
+    times = small_vs_big()
+    times[(2048, 4096, 4096)] = {SMALL: 6.0, BIG: 10.0}
+    table, samples, _ = fitted(tmp_path, times)
+    near = table["calibration"]["sm90"]["neighbours"]
+    assert len(near["shapes"]) == len(samples) and set(near["configs"]) == {
+        fit.config_of(SMALL),
+        fit.config_of(BIG),
+    }
+    bare = json.loads(json.dumps(table))
+    del bare["calibration"]["sm90"]["neighbours"]
+    fastest = {s.m: min(s.times, key=s.times.get) for s in samples}
+    assert any(pick(bare, m)[0] != name for m, name in fastest.items())
+    assert all(pick(table, m)[0] == name for m, name in fastest.items())
+    assert pick(table, 1 << 20)[0] == pick(bare, 1 << 20)[0]
+
+
 def test_calibration_tells_few_tiles_from_many(tmp_path):
     """Few tiles (N = 4096): stream-K wins; many (N = 28672): the ping-pong tile."""
     times = {
