@@ -339,7 +339,15 @@ SM80_CONFIGS = [
 ]
 #: fused bias/activation kernels: outputs whose dtype the bias shares, and for sm90a the
 #: layouts of linear layers (activations row-major; weights K-major "tn" or N-major "tt")
-FUSED_TYPES = [("f16", "f16"), ("bf16", "bf16")]
+#: (input, output) dtypes built with the bias/activation epilogue -> the most a fused
+#: kernel's tier may be (None: its configuration's): fp32 outputs of 16-bit inputs (a
+#: model's logits, mixed-precision training) stay out of the default build
+FUSED_TYPES = {
+    ("f16", "f16"): None,
+    ("bf16", "bf16"): None,
+    ("f16", "f32"): "extended",
+    ("bf16", "f32"): "extended",
+}
 FUSED_TMA_LAYOUTS = ["tn", "tt"]
 #: grouped kernels (pcr_grouped_gemm, pcr_moe_gemm): (tile, cluster, schedule, tier) on
 #: sm90a, for tn and tt (a MoE layer's weights either way); (tile, warps, stages, tier) on
@@ -361,12 +369,12 @@ SM80_GROUPED_CONFIGS = [
 #: fp32 operands need no register-staged fallback: cp.async copies 4-byte elements, so the
 #: multistage mainloop takes any alignment (and the 2-stage one would not run 3xTF32)
 SM80_TF32_CONFIGS = [
-    ((128, 128, 32), (2, 2, 1), 3, 4, "none", "core", ("linear",)),
+    ((128, 128, 32), (2, 2, 1), 3, 4, "none", "core", ("linear", "biasact")),
     ((64, 64, 32), (2, 2, 1), 4, 4, "none", "extended", ("linear",)),
     ((64, 64, 16), (2, 2, 1), 3, 1, "none", "core", ("linear",)),
 ]
 SM80_F32_CONFIGS = [  # 3xTF32: three MMAs per product, warp tiles half as wide
-    ((128, 64, 16), (2, 2, 1), 4, 4, "none", "core", ("linear",)),
+    ((128, 64, 16), (2, 2, 1), 4, 4, "none", "core", ("linear", "biasact")),
     ((64, 64, 16), (2, 2, 1), 3, 1, "none", "core", ("linear",)),
 ]
 SM80_F64_CONFIGS = [
@@ -392,7 +400,7 @@ SM75_S8_CONFIGS = [
     ((64, 64, 64), (2, 2, 1), 2, 16, "none", "extended", ("linear",)),
 ]
 SM90_TF32_CONFIGS = [
-    ((128, 128, 32), (2, 1, 1), "coop", "none", "core", ("linear",)),
+    ((128, 128, 32), (2, 1, 1), "coop", "none", "core", ("linear", "biasact")),
     ((128, 128, 32), (1, 1, 1), "coop", "none", "extended", ("linear",)),
     ((64, 128, 32), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
 ]
@@ -482,14 +490,15 @@ def _more_types() -> list[Kernel]:
     return out
 
 
-def _epilogues(fused: bool, a: str, d: str, layout: str, family: str) -> list[str]:
-    """The epilogues a configuration is built with for these dtypes and layout."""
+def _epilogues(fused: bool, a: str, d: str, layout: str, family: str, tier: str) -> list:
+    """(epilogue, tier) pairs a configuration of ``tier`` is built with for these dtypes and
+    layout."""
     fuse = (
         fused
         and (a, d) in FUSED_TYPES
         and (family not in TMA_FAMILIES or layout in FUSED_TMA_LAYOUTS)
     )
-    return ["linear", "biasact"] if fuse else ["linear"]
+    return [("linear", tier)] + ([("biasact", FUSED_TYPES[a, d] or tier)] if fuse else [])
 
 
 def catalogue() -> list[Kernel]:
@@ -500,8 +509,8 @@ def catalogue() -> list[Kernel]:
         if layout in SWAP_LAYOUTS:
             tma.append(("sm90", SM90_SWAP_CONFIGS, True))
         for family, configs, swap in tma:
-            for tile, cluster, schedule, split, tier, fused in configs:
-                for epi in _epilogues(fused, a, d, layout, family):
+            for tile, cluster, schedule, split, config_tier, fused in configs:
+                for epi, tier in _epilogues(fused, a, d, layout, family, config_tier):
                     out.append(
                         Kernel(
                             family,
@@ -521,8 +530,8 @@ def catalogue() -> list[Kernel]:
         mma = [("sm80", SM80_CONFIGS)] + ([("sm75", SM75_CONFIGS)] if (a, d) in SM75_TYPES else [])
         mma += [("sm70", SM70_CONFIGS)] if (a, d) in SM70_TYPES else []
         for family, configs in mma:
-            for tile, warps, stages, align, split, tier, fused in configs:
-                for epi in _epilogues(fused, a, d, layout, family):
+            for tile, warps, stages, align, split, config_tier, fused in configs:
+                for epi, tier in _epilogues(fused, a, d, layout, family, config_tier):
                     out.append(
                         Kernel(
                             family,

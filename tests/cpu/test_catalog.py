@@ -267,13 +267,25 @@ def test_fused_epilogue_kernels_twin_plain_ones():
     names = {k.name for k in kernels}
     fused = [k for k in kernels if k.epilogue == "biasact"]
     assert fused and all(k.name.replace("_biasact", "") in names for k in fused)
-    assert {(k.a, k.d) for k in fused} == set(catalog.FUSED_TYPES)
-    assert {k.layout for k in fused if k.family == "sm90"} == set(catalog.FUSED_TMA_LAYOUTS)
+    fp32 = {("tf32", "f32"), ("f32", "f32")}  # MORE_TYPES' configurations that fuse
+    assert {(k.a, k.d) for k in fused} == set(catalog.FUSED_TYPES) | fp32
+    assert {k.layout for k in fused if k.family == "sm90" and (k.a, k.d) not in fp32} == set(
+        catalog.FUSED_TMA_LAYOUTS
+    )
     assert {k.layout for k in fused if k.family == "sm80"} == set(catalog.AB_LAYOUTS)
-    # the default build can run every fused dtype and layout on sm80-family GPUs, any alignment
+    # the default build can run every same-dtype fused pair and layout on sm80-family GPUs,
+    # any alignment; fp32 outputs of 16-bit inputs stay out of it (FUSED_TYPES' tier cap)
     core = catalog.select_kernels(kernels, "default")
     assert {(k.a, k.layout) for k in core if k.epilogue == "biasact" and k.align == 1} == {
-        (a, lay) for a, _ in catalog.FUSED_TYPES for lay in catalog.AB_LAYOUTS
+        (a, lay)
+        for (a, d), cap in catalog.FUSED_TYPES.items()
+        if cap is None
+        for lay in catalog.AB_LAYOUTS
+    }
+    assert not any(k.a in ("f16", "bf16") and k.d == "f32" for k in core if k.fused)
+    # an fp32 GEMM with a ReLU (CUTLASS's Python interface's own example) runs by default
+    assert {(k.a, k.layout) for k in core if k.fused and k.a in ("tf32", "f32")} >= {
+        (a, lay) for a in ("tf32", "f32") for lay in catalog.AB_LAYOUTS
     }
     src = catalog.kernel_source(fused[0])
     assert "PCR_EPI_BIASACT, float, false>" in src

@@ -8,33 +8,35 @@ K = 0 and the transposed (column-major d) orientation are checked on the chosen 
 import pytest
 from helpers import (
     canonical_layout,
+    math_of,
     matrix,
     reference,
     require,
     runnable_kernels,
+    tolerance,
     torch_activations,
+    torch_dtype,
 )
 
 import pycutlass_rt as pcr
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
-TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 ACTIVATIONS = tuple(torch_activations())  # None, then every name the library takes
 FUSED = [k.name for k in runnable_kernels() if k.epilogue == "biasact"]
 
 
-def check(d, ref, what):
+def check(d, ref, what, tol=None):
     assert not torch.isnan(d).any(), f"{what}: unwritten (NaN) elements"
     err = ((d.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err <= TOL[d.dtype], f"{what}: relative error {err:.2e}"
+    assert err <= (tol or TOL[d.dtype]), f"{what}: relative error {err:.2e}"
 
 
-def operands(m, n, k, layout, dtype):
+def operands(m, n, k, layout, dtype, out=None):
     a = matrix(m, k, layout[0], dtype)
     b = matrix(k, n, layout[1], dtype)
-    c = matrix(m, n, "t", dtype)
+    c = matrix(m, n, "t", out or dtype)
     return a, b, c
 
 
@@ -50,7 +52,7 @@ def bias_for(kind, m, n, dtype):
 @pytest.mark.parametrize("name", FUSED)
 def test_fused_kernel(name):
     k = pcr._kernels.by_name(name)
-    dt = TORCH_DTYPE[k.dtype_d]
+    in_dt, dt = torch_dtype(k.dtype_a), torch_dtype(k.dtype_d)  # fp32 out of 16-bit too
     tm, tn, tk = k.tile
     # a partial tile at each edge (by an odd amount where the kernel takes any alignment),
     # and a problem of several waves
@@ -66,16 +68,39 @@ def test_fused_kernel(name):
         if act is None and bias_kind is None:
             continue  # the plain epilogue: test_kernels covers it
         m, n, kk = shapes[i % 2]
-        a, b, c = operands(m, n, kk, k.layout, dt)
+        a, b, c = operands(m, n, kk, k.layout, in_dt, dt)
         bias = bias_for(bias_kind, m, n, dt)
         d = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
         alpha = 1.0 if i % 3 else -0.75
-        pcr.gemm(a, b, c if beta else None, d, alpha, beta, bias=bias, activation=act, kernel=name)
+        pcr.gemm(
+            a,
+            b,
+            c if beta else None,
+            d,
+            alpha,
+            beta,
+            bias=bias,
+            activation=act,
+            math=math_of(k),
+            kernel=name,
+        )
         check(
             d,
             reference(a, b, c, alpha, beta, bias, act),
             f"{name} {m}x{n}x{kk} act={act} bias={bias_kind} beta={beta}",
+            tolerance(k, dt),
         )
+
+
+def test_fp32_gemm_with_relu_is_fused():
+    """CUTLASS's Python interface's own example, an fp32 GEMM with a ReLU (row-major a and
+    b): selection takes a fused kernel, at fp32's accuracy."""
+    require(torch.float32, layout="tt", epilogue="biasact")
+    a, b = matrix(300, 520, "t", torch.float32), matrix(520, 260, "t", torch.float32)
+    d = torch.full((300, 260), float("nan"), device="cuda", dtype=torch.float32)
+    pcr.gemm(a, b, None, d, activation="relu")
+    check(d, reference(a, b, None, 1.0, 0.0, None, "relu"), "fp32 relu", 1e-5)
+    assert "biasact" in pcr.explain(a, b, None, d, activation="relu").kernel
 
 
 def fused_available(layout="tn", dtype="bfloat16"):
