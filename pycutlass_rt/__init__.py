@@ -120,7 +120,9 @@ def gemm(
             or (1, N) adds ``bias[j]`` to column j, (M, 1) adds ``bias[i]`` to row i. The
             same vector serves every matrix of a batch.
         activation: None (or "none"), "relu", "gelu" (erf), "gelu_tanh" (torch's
-            approximate="tanh"), "silu", "sigmoid", "tanh" or "hardswish", applied last. With a bias or an activation the call runs a kernel
+            approximate="tanh"), "silu", "sigmoid", "tanh", "hardswish", "leaky_relu"
+            (slope 0.01) or ``("leaky_relu", negative_slope)``, or ``("clamp", min,
+            max)``, applied last. With a bias or an activation the call runs a kernel
             with the fused epilogue (UnsupportedError if the build has none for the
             dtypes); nothing is computed as a separate pass.
         scale_a, scale_b: dequantization scales of int8 and fp8 inputs: a Python number
@@ -316,7 +318,7 @@ def explain(
         kernel=kernel,
     )
     judged = call.describe(lib)  # the verdicts gemm's launch would reach on these operands
-    problem, forced_index = judged.problem, call.kernel
+    problem, forced_index, act = judged.problem, call.kernel, call.activation
     del call  # the operands' exports are released here
     pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
     for x in ("a", "b", "c", "d"):
@@ -340,7 +342,8 @@ def explain(
     elif pdict["dtype_a"] == "float32":
         notes.append("float32 at fp32 accuracy (3xTF32); math='tf32' is faster and coarser")
     if problem.epilogue != Epilogue.EPI_LINEAR:
-        what = [x for x in (_BIAS_WORDS[problem.bias], activation) if x]
+        words = _call.activation_words(act) if act.code else None
+        what = [x for x in (_BIAS_WORDS[problem.bias], words) if x]
         notes.append(
             f"fused epilogue ({', '.join(what)}): applied in the kernel's epilogue, no extra pass"
         )

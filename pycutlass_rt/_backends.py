@@ -179,6 +179,7 @@ class Torch(_Adapter):
                 "sigmoid": t.sigmoid,
                 "tanh": t.tanh,
                 "hardswish": F.hardswish,
+                "leaky_relu": F.leaky_relu,
             }[activation](ref)
         return ref
 
@@ -322,6 +323,8 @@ class Cupy(_Adapter):
             ref = cp.tanh(ref)
         elif activation == "hardswish":
             ref = ref * cp.clip(ref + 3, 0, 6) / 6
+        elif activation == "leaky_relu":
+            ref = cp.where(ref >= 0, ref, 0.01 * ref)
         elif activation in ("gelu", "gelu_tanh"):
             if activation == "gelu":
                 from cupyx.scipy.special import erf

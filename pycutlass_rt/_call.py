@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import numbers
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import _dlpack, _kernels, _lib, _select
 from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math, Status, Verdict
@@ -26,17 +27,62 @@ def scalar(value, name: str) -> float:
     return float(value)
 
 
-def activation_code(activation) -> Activation:
-    """The pcr_activation of an activation name (None: no activation)."""
+class Act(NamedTuple):
+    """An activation as the C calls take it: its pcr_activation and parameters (0 where
+    it takes none)."""
+
+    code: Activation
+    alpha: float = 0.0
+    beta: float = 0.0
+
+
+NO_ACT = Act(Activation.ACT_NONE)
+#: the activations that take parameters: name -> (the parameters' names, their defaults, or
+#: None where they must be given); the C side checks the values (finite; min <= max)
+ACT_PARAMS = {
+    "leaky_relu": (("negative_slope",), (0.01,)),  # torch's default slope
+    "clamp": (("min", "max"), None),
+}
+
+
+def activation_of(activation) -> Act:
+    """The :class:`Act` of an activation argument: None, a name, or a tuple of a name and
+    its parameters, ``("leaky_relu", negative_slope)`` or ``("clamp", min, max)``.
+
+    >>> activation_of(("leaky_relu", 0.2))
+    Act(code=<Activation.ACT_LEAKY_RELU: 8>, alpha=0.2, beta=0.0)
+    >>> activation_of("leaky_relu").alpha, activation_of(None).code.token
+    (0.01, 'none')
+    """
     if activation is None:
-        return Activation.ACT_NONE
-    code = ACTIVATIONS.get(activation) if isinstance(activation, str) else None
+        return NO_ACT
+    name, given = activation, ()
+    if isinstance(activation, tuple) and activation and isinstance(activation[0], str):
+        name, given = activation[0], activation[1:]
+    code = ACTIVATIONS.get(name) if isinstance(name, str) else None
     if code is None:
         raise InvalidArgumentError(
-            f"activation must be None or one of {', '.join(map(repr, ACTIVATIONS))}; "
-            f"got {activation!r}"
+            f"activation must be None or one of {', '.join(map(repr, ACTIVATIONS))}, or a "
+            f"name with its parameters, ('leaky_relu', negative_slope) or ('clamp', min, "
+            f"max); got {activation!r}"
         )
-    return code
+    names, defaults = ACT_PARAMS.get(name, ((), ()))
+    values = given or defaults
+    if values is None or len(values) != len(names):
+        takes = f"takes ({name!r}, {', '.join(names)})" if names else "takes no parameters"
+        raise InvalidArgumentError(f"activation {name!r} {takes}; got {activation!r}")
+    return Act(code, *(scalar(v, f"{name}'s {n}") for v, n in zip(values, names)))
+
+
+def activation_words(act: Act) -> str:
+    """How explain() names an activation.
+
+    >>> activation_words(activation_of(("clamp", -1, 1))), activation_words(activation_of("gelu"))
+    ('clamp(-1, 1)', 'gelu')
+    """
+    names = ACT_PARAMS.get(act.code.token, ((),))[0]
+    params = (act.alpha, act.beta)[: len(names)]
+    return act.code.token + (f"({', '.join(f'{v:g}' for v in params)})" if names else "")
 
 
 def math_code(math) -> Math:
@@ -93,12 +139,12 @@ def operands(tensors, stream, bias=None, scale_a=None, scale_b=None):
     )
 
 
-def extras(objs, activation: int, math: int):
+def extras(objs, act: Act, math: int):
     """The extras argument of the pcr_py_* calls: None, or (bias, scale_a, scale_b,
-    activation, math)."""
-    if objs[4] is None and objs[5] is None and objs[6] is None and not (activation or math):
+    activation, math, activation_alpha, activation_beta)."""
+    if objs[4] is None and objs[5] is None and objs[6] is None and not (act.code or math):
         return None  # indexed, not sliced: the hot path
-    return (objs[4], objs[5], objs[6], activation, math)
+    return (objs[4], objs[5], objs[6], act.code, math, act.alpha, act.beta)
 
 
 @dataclass
@@ -109,9 +155,9 @@ class Call:
     objs: tuple  # a, b, c, d, bias, scale_a, scale_b as the C calls take them
     alpha: float  # Python-number scales folded in
     beta: float
-    activation: Activation
+    activation: Act
     math: Math
-    extra: tuple | None  # the pcr_extras argument: None or (bias, scale_a, scale_b, act, math)
+    extra: tuple | None  # the pcr_extras argument (see extras)
     kernel: int  # PCR_KERNEL_SELECT, or the forced kernel's index
     handle: int  # the stream handle (0 with flags: the producer's stream)
     flags: int
@@ -145,7 +191,7 @@ def prepare(
             operand, named.
     """
     alpha, beta = scalar(alpha, "alpha"), scalar(beta, "beta")
-    act, mth = activation_code(activation), math_code(math)
+    act, mth = activation_of(activation), math_code(math)
     alpha, scale_a, scale_b = host_scales(alpha, scale_a, scale_b)
     kidx = kernel_index(kernel)
     objs, handle, flags, keep = operands((a, b, c, d), stream, bias, scale_a, scale_b)

@@ -191,7 +191,11 @@ def _ranking(lib, views, batches, ops, alpha, beta, activation, record) -> list:
     if "bias" in ops:
         bias = views.vector(ops["bias"][0], ops["bias"][1])
     extras = Extras(
-        bias=None if bias is None else ctypes.pointer(bias), activation=activation, math=0
+        bias=None if bias is None else ctypes.pointer(bias),
+        activation=activation.code,
+        math=0,
+        activation_alpha=activation.alpha,
+        activation_beta=activation.beta,
     )
     problem, every = Problem(), _kernels.kernels()
     verdicts = (Verdict * len(every))()
@@ -276,9 +280,9 @@ def gemm(
         beta: real scalar.
         bias: None, or a vector in the output's dtype: (N,) or (1, N) per column,
             (M, 1) per row; one vector for the whole batch.
-        activation: None, "relu", "gelu" (erf), "gelu_tanh", "silu", "sigmoid", "tanh"
-            or "hardswish", applied last and
-            fused into the kernel's epilogue.
+        activation: as :func:`pycutlass_rt.gemm`'s (a name, or ``("leaky_relu", slope)``
+            / ``("clamp", min, max)``: hashable, so it can be a static argument), applied
+            last and fused into the kernel's epilogue.
         transpose_a: read a's last two dimensions as (K, M).
         transpose_b: read b's last two dimensions as (N, K).
         out_dtype: the result's dtype: a's dtype by default (int32 for int8 inputs,
@@ -312,7 +316,7 @@ def gemm(
     import numpy as np
 
     alpha, beta = _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta")
-    act = _call.activation_code(activation)
+    act = _call.activation_of(activation)
     a, b = jnp.asarray(a), jnp.asarray(b)
     dt = _dtype_name(a, "a")
     if _dtype_name(b, "b") != dt:
@@ -385,7 +389,9 @@ def gemm(
         transpose_b=np.int32(bool(transpose_b)),
         has_c=np.int32(c is not None),
         has_bias=np.int32(bias is not None),
-        activation=np.int32(act),
+        activation=np.int32(act.code),
+        activation_alpha=np.float32(act.alpha),
+        activation_beta=np.float32(act.beta),
         rank=np.int32(len(shape)),
         kernels=kernels,
     )
@@ -402,8 +408,7 @@ def linear(x, w, bias=None, activation=None):
         x: (..., in_features) array.
         w: (out_features, in_features) weight in x's dtype.
         bias: None, or an (out_features,) vector in x's dtype.
-        activation: None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh" or
-            "hardswish".
+        activation: as :func:`gemm`'s.
 
     Returns:
         A new (..., out_features) array in x's dtype.

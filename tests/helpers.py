@@ -158,7 +158,7 @@ def reference(a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
         ref = ref + beta * c.double()
     if bias is not None:
         ref = ref + bias.double()
-    return torch_activations()[activation](ref)
+    return {**torch_activations(), **parametrized_activations()}[activation](ref)
 
 
 def torch_activations():
@@ -176,6 +176,18 @@ def torch_activations():
         "sigmoid": torch.sigmoid,
         "tanh": torch.tanh,
         "hardswish": f.hardswish,
+        "leaky_relu": f.leaky_relu,
+    }
+
+
+def parametrized_activations():
+    """pcr.gemm's activations with parameters, ``(name, *parameters)`` -> torch's function
+    of them (the torch operators take names only)."""
+    import torch
+
+    return {
+        ("leaky_relu", 0.2): lambda v: torch.nn.functional.leaky_relu(v, 0.2),
+        ("clamp", -0.5, 0.75): lambda v: v.clamp(-0.5, 0.75),
     }
 
 

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 8
+#define PCR_ABI_VERSION 9
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -130,7 +130,9 @@ typedef enum {
   PCR_ACT_SILU = 4,      /* x * sigmoid(x) */
   PCR_ACT_SIGMOID = 5,   /* 1 / (1 + e^-x) */
   PCR_ACT_TANH = 6,
-  PCR_ACT_HARDSWISH = 7 /* x * min(max(x + 3, 0), 6) / 6 */
+  PCR_ACT_HARDSWISH = 7,  /* x * min(max(x + 3, 0), 6) / 6 */
+  PCR_ACT_LEAKY_RELU = 8, /* x where x >= 0, else activation_alpha * x (the slope) */
+  PCR_ACT_CLAMP = 9       /* min(max(x, activation_alpha), activation_beta) */
 } pcr_activation;
 /* Work decompositions: SPLITK cuts K into slices whose partials a second kernel sums;
  * STREAMK is CUTLASS's stream-K (the K loops of too few tiles spread over every SM). */
@@ -178,6 +180,8 @@ typedef struct {
                               (1, N)); quantized inputs only */
   int32_t activation;      /* pcr_activation */
   int32_t math;            /* pcr_math */
+  float activation_alpha;  /* the activation's parameters (see pcr_activation; finite, and */
+  float activation_beta;   /* alpha <= beta for CLAMP); 0 where it takes none */
 } pcr_extras;
 
 /* Everything a kernel's name encodes. Names are stable identities across builds. */

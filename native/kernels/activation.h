@@ -9,13 +9,10 @@
 #include "cutlass/array.h"
 #include "cutlass/cutlass.h"
 
+#include "kernel.h"
 #include "pycutlass_rt.h"
 
 namespace pcr {
-
-struct ActivationArgs {
-  int kind = PCR_ACT_NONE;
-};
 
 // Fast exp and division (ex2.approx, rcp.approx on the GPU): a few units in the last place
 // of float, far below the float16/bfloat16 rounding of the outputs they feed, and several
@@ -74,6 +71,19 @@ struct Hardswish {
   }
 };
 
+struct LeakyRelu {
+  float slope;
+  CUTLASS_HOST_DEVICE float operator()(float x) const {
+    return x >= 0.0f || x != x ? x : slope * x;
+  }
+};
+struct Clamp {  // NaN stays NaN, as torch.clamp's
+  float lo, hi;
+  CUTLASS_HOST_DEVICE float operator()(float x) const {
+    return x != x ? x : (x < lo ? lo : (x > hi ? hi : x));
+  }
+};
+
 // y[i] = f(x[i]) over a fragment (cutlass::Array) or a single float.
 template <class Fragment, class F>
 CUTLASS_HOST_DEVICE Fragment map(Fragment const& x, F f) {
@@ -91,8 +101,8 @@ CUTLASS_HOST_DEVICE Fragment map(Fragment const& x, F f) {
 // loop is straight-line code (a switch per element interleaves every function's code
 // and cost the epilogue more than the whole GEMM).
 template <class Fragment>
-CUTLASS_HOST_DEVICE Fragment activate(int kind, Fragment const& x) {
-  switch (kind) {
+CUTLASS_HOST_DEVICE Fragment activate(ActivationArgs const& a, Fragment const& x) {
+  switch (a.kind) {
     case PCR_ACT_RELU:
       return map(x, Relu{});
     case PCR_ACT_GELU:
@@ -107,6 +117,10 @@ CUTLASS_HOST_DEVICE Fragment activate(int kind, Fragment const& x) {
       return map(x, Tanh{});
     case PCR_ACT_HARDSWISH:
       return map(x, Hardswish{});
+    case PCR_ACT_LEAKY_RELU:
+      return map(x, LeakyRelu{a.alpha});
+    case PCR_ACT_CLAMP:
+      return map(x, Clamp{a.alpha, a.beta});
     default:
       return x;
   }
@@ -118,7 +132,7 @@ template <class Fragment>
 struct Activation {
   using Arguments = ActivationArgs;
   CUTLASS_HOST_DEVICE Fragment operator()(Fragment const& x, Arguments const& args) const {
-    return activate(args.kind, x);
+    return activate(args, x);
   }
 };
 

@@ -33,6 +33,13 @@ struct GroupArrays {
   int64_t *lda, *ldb, *ldc, *ldd;
 };
 
+// A fused epilogue's activation, chosen per launch: its pcr_activation and parameters
+// (pcr_extras' activation_alpha and activation_beta).
+struct ActivationArgs {
+  int kind = PCR_ACT_NONE;
+  float alpha = 0.0f, beta = 0.0f;
+};
+
 struct GemmArgs {
   int m, n, k;
   const void* a;
@@ -48,7 +55,7 @@ struct GemmArgs {
   int64_t batch_a, batch_b, batch_c, batch_d;
   const void* bias_n;  // D's dtype, one value per column (length n), or null
   const void* bias_m;  // D's dtype, one value per row (length m), or null
-  int activation;      // pcr_activation
+  ActivationArgs activation;
   // PCR_EPI_SCALED kernels: float32 factors of acc, on the GPU (null: 1). scale_a applies
   // to rows (m values, or one for all when !scale_a_per_row), scale_b to columns.
   const void* scale_a;

@@ -86,25 +86,24 @@ struct ActivationNode {
   }
 
   CUTLASS_HOST_DEVICE ActivationNode() {}
-  CUTLASS_HOST_DEVICE ActivationNode(Params const& params, SharedStorage const&)
-      : kind(params.kind) {}
-  int kind = PCR_ACT_NONE;
+  CUTLASS_HOST_DEVICE ActivationNode(Params const& params, SharedStorage const&) : args(params) {}
+  ActivationArgs args;
 
   struct Callbacks : EmptyCallbacks {
-    int kind;
+    ActivationArgs args;
     template <class ElementAcc, class ElementInput, int N>
     CUTLASS_DEVICE cutlass::Array<ElementOutput, N> visit(
         int, int, int, int, cutlass::Array<ElementAcc, N> const&,
         cutlass::Array<ElementInput, N> const& x) {
       cutlass::NumericArrayConverter<float, ElementInput, N, kRound> to_float;
       cutlass::NumericArrayConverter<ElementOutput, float, N, kRound> to_output;
-      return to_output(activate(kind, to_float(x)));
+      return to_output(activate(args, to_float(x)));
     }
   };
 
   template <class ProblemShape>
   CUTLASS_DEVICE auto get_callbacks(cutlass::gemm::GemmCoord, int, ProblemShape) {
-    return Callbacks{{}, kind};
+    return Callbacks{{}, args};
   }
 };
 

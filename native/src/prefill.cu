@@ -80,7 +80,7 @@ View view_of(const Matrix* m) {
 // H200 and the staging copies ran at 0.5x torch's.
 template <class Src, class Dst, bool kEpilogue>
 __global__ void scale_copy(View src, View dst, int64_t batch, double scale_, View bias,
-                           int activation) {
+                           ActivationArgs activation) {
   using C = Compute<Src, Dst>;
   const C scale = C(scale_);
   const auto* s = static_cast<const Src*>(src.ptr);
@@ -99,7 +99,7 @@ __global__ void scale_copy(View src, View dst, int64_t batch, double scale_, Vie
           v[j] = inside ? scale * to<C>(s[l * src.sb + r * src.s0 + c * src.s1]) : C(0);
           if constexpr (kEpilogue) {
             if (v_bias && r < dst.rows) v[j] += to<C>(v_bias[r * bias.s0 + c * bias.s1]);
-            if (activation != PCR_ACT_NONE) v[j] = C(activate(activation, float(v[j])));
+            if (activation.kind != PCR_ACT_NONE) v[j] = C(activate(activation, float(v[j])));
           }
         }
 #pragma unroll
@@ -113,7 +113,7 @@ __global__ void scale_copy(View src, View dst, int64_t batch, double scale_, Vie
 
 template <class Src, class Dst>
 int launch_typed(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
-                 const Matrix* bias, int activation) {
+                 const Matrix* bias, ActivationArgs activation) {
   View s = view_of(src), d = view_of(&dst), v = view_of(bias);
   if (d.s0 == 1 && d.s1 != 1) {  // column-major destination: walk it column by column
     for (View* x : {&s, &d, &v}) {
@@ -127,8 +127,8 @@ int launch_typed(const Matrix* src, const Matrix& dst, double scale, cudaStream_
   const int64_t gy = std::min<int64_t>(d.rows, std::max<int64_t>(1, 1024 / gx));
   const int64_t gz = std::min<int64_t>(dst.batch, std::max<int64_t>(1, 1024 / (gx * gy)));
   dim3 grid(unsigned(gx), unsigned(gy), unsigned(std::min<int64_t>(gz, 65535)));
-  auto* kernel =
-      bias || activation != PCR_ACT_NONE ? scale_copy<Src, Dst, true> : scale_copy<Src, Dst, false>;
+  auto* kernel = bias || activation.kind != PCR_ACT_NONE ? scale_copy<Src, Dst, true>
+                                                         : scale_copy<Src, Dst, false>;
   kernel<<<grid, 256, 0, stream>>>(s, d, dst.batch, scale, v, activation);
   return cuda_status(cudaGetLastError(), "scale_copy launch");
 }
@@ -235,7 +235,7 @@ bool with_type(int dtype, F&& f) {
 }  // namespace
 
 int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
-                      const Matrix* bias, int activation) {
+                      const Matrix* bias, ActivationArgs activation) {
   if (dst.rows == 0 || dst.cols == 0 || dst.batch == 0) return PCR_OK;
   int st = PCR_OK;
   const int src_dtype = src ? src->dtype : dst.dtype;

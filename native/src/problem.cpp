@@ -403,8 +403,15 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      alpha, beta);
   if (beta != 0.0 && !c)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "c is None but beta = %g; pass c, or beta=0", beta);
-  if (activation < PCR_ACT_NONE || activation > PCR_ACT_HARDSWISH)  // the last pcr_activation
+  if (activation < PCR_ACT_NONE || activation > PCR_ACT_CLAMP)  // the last pcr_activation
     return set_error(PCR_ERR_INVALID_ARGUMENT, "unknown activation code %d", activation);
+  if (!std::isfinite(x.activation_alpha) || !std::isfinite(x.activation_beta))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "the activation's parameters must be finite numbers (got %g, %g)",
+                     double(x.activation_alpha), double(x.activation_beta));
+  if (activation == PCR_ACT_CLAMP && x.activation_alpha > x.activation_beta)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "clamp: min %g is above max %g",
+                     double(x.activation_alpha), double(x.activation_beta));
   Matrix &A = bound->a, &B = bound->b, &C = bound->c, &D = bound->d, &V = bound->bias;
   int st;
   if ((st = load_matrix(a, "a", false, &A)) || (st = load_matrix(b, "b", false, &B)) ||
@@ -587,6 +594,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   bound->ldd = ldd;
   bound->alpha = alpha;
   bound->beta = beta;
+  if (activation == PCR_ACT_LEAKY_RELU || activation == PCR_ACT_CLAMP) {  // else 0: one memo
+    bound->activation_alpha = x.activation_alpha;
+    bound->activation_beta = activation == PCR_ACT_CLAMP ? x.activation_beta : 0.0f;
+  }
 
   if (use_c) {
     p->dtype_c = C.dtype;
@@ -678,7 +689,7 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   g.batch_d = bd.d.sb;
   if (p.bias == PCR_BIAS_PER_COLUMN) g.bias_n = bd.bias.ptr;
   if (p.bias == PCR_BIAS_PER_ROW) g.bias_m = bd.bias.ptr;
-  g.activation = p.activation;
+  g.activation = activation_of(p, bd);
   g.scale_a = bd.scale_m.ptr;
   g.scale_b = bd.scale_n.ptr;
   g.scale_a_per_row = p.scale_m == PCR_SCALE_VECTOR;
@@ -686,6 +697,10 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   g.device = p.device;
   g.sm_count = p.sm_count;
   return g;
+}
+
+ActivationArgs activation_of(const pcr_problem& p, const Bound& bd) {
+  return {p.activation, bd.activation_alpha, bd.activation_beta};
 }
 
 Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {

@@ -205,7 +205,8 @@ int ingest(void* object, const char* name, Operand* out) {
 // extras optional).
 constexpr int kOperands = 7;
 
-// The extras tuple (bias, scale_a, scale_b, activation, math), or None / NULL.
+// The extras tuple (bias, scale_a, scale_b, activation, math, activation_alpha,
+// activation_beta), or None / NULL.
 struct PyExtras {
   void* tensors[3] = {};
   pcr_extras fields{};
@@ -217,10 +218,11 @@ int read_extras(void* object, PyExtras* out) {
   auto* obj = static_cast<PyObject*>(object);
   if (!obj || obj == P.none) return PCR_OK;
   long n = P.tuple_size(obj);
-  if (n != 5) {
+  if (n != 7) {
     P.err_clear();
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "extras must be the tuple (bias, scale_a, scale_b, activation, math)");
+                     "extras must be the tuple (bias, scale_a, scale_b, activation, math, "
+                     "activation_alpha, activation_beta)");
   }
   for (int i = 0; i < 3; ++i) out->tensors[i] = P.tuple_item(obj, i);
   const long activation = P.long_value(P.tuple_item(obj, 3));
@@ -229,8 +231,17 @@ int read_extras(void* object, PyExtras* out) {
     P.err_clear();
     return set_error(PCR_ERR_INVALID_ARGUMENT, "extras: activation and math must be ints");
   }
+  const double act_alpha = P.float_value(P.tuple_item(obj, 5));
+  const double act_beta = P.float_value(P.tuple_item(obj, 6));
+  if ((act_alpha == -1.0 || act_beta == -1.0) && P.err_occurred()) {
+    P.err_clear();
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "extras: the activation's parameters must be floats");
+  }
   out->fields.activation = int32_t(activation);
   out->fields.math = int32_t(math);
+  out->fields.activation_alpha = float(act_alpha);
+  out->fields.activation_beta = float(act_beta);
   out->present = true;
   return PCR_OK;
 }

@@ -103,6 +103,7 @@ struct Bound {
   // contiguous vector of that extent, one value (rows = cols = 1), or empty
   Matrix scale_m, scale_n;
   double alpha = 1.0, beta = 0.0;
+  float activation_alpha = 0.0f, activation_beta = 0.0f;  // pcr_extras' parameters
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
 };
 
@@ -119,6 +120,8 @@ int judge(const pcr_problem& problem, const Bound* bound, pcr_verdict* verdicts,
 int describe_judged(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
                     double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
                     pcr_verdict* verdicts, int32_t count);
+// The activation a launch of `problem` applies, with the call's parameters.
+ActivationArgs activation_of(const pcr_problem& problem, const Bound& bound);
 GemmArgs gemm_args(const pcr_problem& problem, const Bound& bound);
 // A problem with `staged` operands as its kernel sees it: those operands copied into
 // scratch at `base` in their own layout, zero-padded so that every contiguous extent is a
@@ -221,7 +224,7 @@ int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor
 // d = act(bias), or 0; elements past a smaller src's extent read as 0), any strides,
 // converting dtypes. `bias` (d's dtype, or nullptr) is a broadcast view as in Bound.
 int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
-                      const Matrix* bias = nullptr, int activation = PCR_ACT_NONE);
+                      const Matrix* bias = nullptr, ActivationArgs activation = {});
 // dst[i] = src[i] (zero-padded past src's extent) for operands staged into aligned
 // scratch: same-dtype copies with contiguous rows (or columns) in one launch, the rest
 // through launch_scale_copy.

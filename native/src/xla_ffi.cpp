@@ -145,6 +145,7 @@ struct Attrs {
   double alpha, beta;
   bool transpose_a, transpose_b, has_c, has_bias;
   int32_t activation;
+  float activation_alpha, activation_beta;
   int32_t rank;  // d's rank when traced: another rank means vmap added batch dimensions
   std::string_view kernels;
 };
@@ -206,6 +207,8 @@ int run(cudaStream_t stream, const ffi::RemainingArgs& args, const ffi::AnyBuffe
 
   pcr_extras extras{};
   extras.activation = at.activation;
+  extras.activation_alpha = at.activation_alpha;
+  extras.activation_beta = at.activation_beta;
   int64_t bias_shape[2];
   DLTensor bias_t{};
   if (at.has_bias) {
@@ -256,10 +259,11 @@ ffi::ErrorCode error_code(int status) {
 
 ffi::Error handle(cudaStream_t stream, ffi::RemainingArgs args, ffi::Result<ffi::AnyBuffer> out,
                   double alpha, double beta, int32_t transpose_a, int32_t transpose_b,
-                  int32_t has_c, int32_t has_bias, int32_t activation, int32_t rank,
-                  std::string_view kernels) {
-  Attrs at{alpha,      beta, transpose_a != 0, transpose_b != 0, has_c != 0, has_bias != 0,
-           activation, rank, kernels};
+                  int32_t has_c, int32_t has_bias, int32_t activation, float activation_alpha,
+                  float activation_beta, int32_t rank, std::string_view kernels) {
+  Attrs at{alpha,           beta,          transpose_a != 0, transpose_b != 0,
+           has_c != 0,      has_bias != 0, activation,       activation_alpha,
+           activation_beta, rank,          kernels};
   const int st = run(stream, args, *out, at);
   if (st == PCR_OK) return ffi::Error::Success();
   return ffi::Error(error_code(st), std::string("pycutlass_rt: ") + last_error());
@@ -277,6 +281,8 @@ XLA_FFI_DEFINE_HANDLER(kGemm, handle,
                            .Attr<int32_t>("has_c")
                            .Attr<int32_t>("has_bias")
                            .Attr<int32_t>("activation")
+                           .Attr<float>("activation_alpha")
+                           .Attr<float>("activation_beta")
                            .Attr<int32_t>("rank")
                            .Attr<std::string_view>("kernels"));
 

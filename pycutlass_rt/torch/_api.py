@@ -58,7 +58,7 @@ def linear(x, weight, bias=None, activation=None):
         weight: (N, K), as ``nn.Linear`` stores it.
         bias: optional (N,) vector of x's dtype.
         activation: None or one of ``ACTIVATIONS`` ("relu", "gelu", "gelu_tanh",
-            "silu", "sigmoid", "tanh", "hardswish").
+            "silu", "sigmoid", "tanh", "hardswish", "leaky_relu" with torch's default slope).
 
     Returns:
         (..., N) tensor of x's dtype.

@@ -52,11 +52,16 @@ def _relu_grad(grad, out):
     return torch.ops.aten.threshold_backward(grad, out, 0)
 
 
+def _leaky_relu_grad(grad, out):  # the slope is positive: the output keeps z's sign
+    return torch.ops.aten.leaky_relu_backward(grad, out, 0.01, True)
+
+
 #: ... or from the output alone, which the operator's forward keeps (no z needed)
 _OUT_GRAD = {
     "relu": _relu_grad,
     "sigmoid": torch.ops.aten.sigmoid_backward,
     "tanh": torch.ops.aten.tanh_backward,
+    "leaky_relu": _leaky_relu_grad,
 }
 OUTPUT_GRADIENT = frozenset(_OUT_GRAD)  # activations whose gradient needs only the output
 

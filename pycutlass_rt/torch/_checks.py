@@ -11,10 +11,17 @@ serves the fake, CUDA and autograd code alike.
 
 import torch
 
+from .._call import ACT_PARAMS as _PARAMS
 from .._call import ACTIVATIONS as _PCR_ACTIVATIONS
 
-#: the activation names pycutlass_rt.gemm fuses ("none" is also taken: no activation)
-ACTIVATIONS = tuple(name for name in _PCR_ACTIVATIONS if name != "none")
+#: the activation names pycutlass_rt.gemm fuses ("none" is also taken: no activation), but
+#: those that need parameters (clamp's bounds: the operators' schemas carry none);
+#: leaky_relu takes torch's default slope, 0.01
+ACTIVATIONS = tuple(
+    name
+    for name in _PCR_ACTIVATIONS
+    if name != "none" and _PARAMS.get(name, ((), ()))[1] is not None
+)
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))

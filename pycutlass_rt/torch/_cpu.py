@@ -35,6 +35,7 @@ _ACT_FN = {
     "sigmoid": torch.sigmoid,
     "tanh": torch.tanh,
     "hardswish": F.hardswish,
+    "leaky_relu": F.leaky_relu,
 }
 
 

@@ -109,6 +109,7 @@ _ACT_INPLACE = {
     "sigmoid": torch.sigmoid_,
     "tanh": torch.tanh_,
     "hardswish": torch.ops.aten.hardswish_,
+    "leaky_relu": torch.ops.aten.leaky_relu_,
 }
 #: (device, dtype, bias?, activation, x row-major, w row-major) with no fused kernel
 _UNFUSED: set = set()

@@ -21,7 +21,7 @@ class Linear(nn.Linear):
     Args:
         in_features, out_features, bias, device, dtype: as for ``nn.Linear``.
         activation: None or one of ``ACTIVATIONS`` ("relu", "gelu", "gelu_tanh", "silu",
-            "sigmoid", "tanh", "hardswish"), applied after the bias.
+            "sigmoid", "tanh", "hardswish", "leaky_relu" (slope 0.01)), applied after the bias.
 
     Example:
         >>> import torch, pycutlass_rt.torch as pt

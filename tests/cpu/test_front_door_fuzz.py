@@ -548,6 +548,9 @@ ACTIVATIONS = {
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "tanh": np.tanh,
     "hardswish": lambda x: x * np.clip(x + 3, 0, 6) / 6,
+    "leaky_relu": lambda x: np.where(x >= 0, x, 0.01 * x),
+    ("leaky_relu", 0.2): lambda x: np.where(x >= 0, x, 0.2 * x),
+    ("clamp", -0.5, 0.75): lambda x: np.clip(x, -0.5, 0.75),
 }
 BAD_ACTIVATIONS = ["softplus", "RELU", "", 1, b"relu", "gelu-tanh", object()]
 #: (a and b, d): float inputs and int8 ones (scales dequantize int8 and fp8 only)

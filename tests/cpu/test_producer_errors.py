@@ -388,12 +388,19 @@ def test_unusable_exchange_apis_are_dtype_errors(lib, exchange, entry, kind):
 
 
 @pytest.mark.parametrize(
-    "extras",
-    [(None, None, None, "relu", 0), (None, None, None, 0, 2.5), (None, None, None, 2**70, 0)],
+    "extras,match",
+    [
+        ((None, None, None, "relu", 0, 0.0, 0.0), "activation and math"),
+        ((None, None, None, 0, 2.5, 0.0, 0.0), "activation and math"),
+        ((None, None, None, 2**70, 0, 0.0, 0.0), "activation and math"),
+        ((None, None, None, 8, 0, "0.2", 0.0), "parameters must be floats"),
+        ((None, None, None, 0, 0), "extras must be the tuple"),
+    ],
 )
-def test_extras_of_the_wrong_type(lib, extras):
-    """The extras tuple's activation and math must be ints; anything else was read with a
-    Python exception left set (a SystemError from the builtin)."""
+def test_extras_of_the_wrong_type(lib, extras, match):
+    """The extras tuple's activation and math must be ints and the activation's parameters
+    floats; anything else was read with a Python exception left set (a SystemError from
+    the builtin)."""
     a, b, d = np.ones((4, 8), F16), np.ones((8, 6), F16), np.zeros((4, 6), F16)
     for call in (
         lambda: lib.gemm(
@@ -414,4 +421,4 @@ def test_extras_of_the_wrong_type(lib, extras):
     ):
         error = outcome(call, lib)
         assert isinstance(error, pcr.InvalidArgumentError), error
-        assert "activation and math" in str(error)
+        assert match in str(error)

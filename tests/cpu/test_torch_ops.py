@@ -82,6 +82,7 @@ def test_schemas():
         "sigmoid",
         "tanh",
         "hardswish",
+        "leaky_relu",
     )
     assert set(pt.ACTIVATIONS) == set(TORCH_ACT) - {None}  # the tests' reference covers all
 

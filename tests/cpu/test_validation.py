@@ -68,7 +68,13 @@ def describe(
     )
     p = _lib.Problem()
     st = lib.pcr_py_describe(
-        *objs[:4], alpha, beta, _call.extras(objs, activation, math), ctypes.byref(p), None, 0
+        *objs[:4],
+        alpha,
+        beta,
+        _call.extras(objs, _call.Act(activation), math),
+        ctypes.byref(p),
+        None,
+        0,
     )
     return st, p
 
@@ -544,12 +550,23 @@ def test_bias_and_activation_errors():
         activation="softplus",
     )
     err(pcr.InvalidArgumentError, "activation must be None or one of", a, b, None, d, activation=1)
-    # float16 -> float32 kernels exist in the CI build, but none with a fused epilogue
+    # parameters: clamp needs its bounds; each a real number, finite; min <= max (C's check)
+    for act, exc, match in [
+        ("clamp", pcr.InvalidArgumentError, r"takes \('clamp', min, max\)"),
+        (("leaky_relu", 0.1, 0.2), pcr.InvalidArgumentError, r"\('leaky_relu', negative_slope\)"),
+        (("relu", 1.0), pcr.InvalidArgumentError, "takes no parameters"),
+        (("clamp", "0", 1), pcr.DTypeError, "clamp's min must be a real number"),
+        (("clamp", 1, -1), pcr.InvalidArgumentError, "clamp: min 1 is above max -1"),
+        (("leaky_relu", float("inf")), pcr.InvalidArgumentError, "parameters must be finite"),
+    ]:
+        err(exc, match, a, b, None, d, activation=act)
+    # where a build has float16 -> float32 kernels but none with a fused epilogue (those are
+    # outside the default tier)
     d32 = np.zeros((4, 6), np.float32)
-    if any(
-        k.dtype_a == "float16" and k.dtype_d == "float32" and k.epilogue == "linear"
-        for k in pcr.kernels()
-    ):
+    f16_f32 = {
+        k.epilogue for k in pcr.kernels() if (k.dtype_a, k.dtype_d) == ("float16", "float32")
+    }
+    if "linear" in f16_f32 and "biasact" not in f16_f32:
         err(
             pcr.UnsupportedError,
             "float16 -> float32 with a fused bias/activation epilogue; "

@@ -10,6 +10,7 @@ from helpers import (
     canonical_layout,
     math_of,
     matrix,
+    parametrized_activations,
     reference,
     require,
     runnable_kernels,
@@ -23,7 +24,8 @@ import pycutlass_rt as pcr
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-ACTIVATIONS = tuple(torch_activations())  # None, then every name the library takes
+#: None, then every name the library takes, then names with parameters
+ACTIVATIONS = (*torch_activations(), *parametrized_activations())
 FUSED = [k.name for k in runnable_kernels() if k.epilogue == "biasact"]
 
 
@@ -211,3 +213,19 @@ def test_combinations_without_a_fused_kernel_are_refused():
     with pytest.raises(pcr.UnsupportedError, match="fused bias/activation epilogue"):
         pcr.gemm(a, b, None, d, activation="relu")
     assert torch.count_nonzero(d) == 0
+
+
+@needs_fused
+def test_a_plan_runs_with_its_activations_parameters():
+    """The parameters travel per call (pcr_extras): a plan keeps those it was built with,
+    for its bound tensors and for new ones."""
+    act = ("clamp", -0.5, 0.75)
+    x, w = matrix(64, 256, "t"), matrix(128, 256, "t")
+    d = torch.full((64, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = pcr.Gemm(x, w.t(), None, d, activation=act)
+    plan.run()
+    check(d, reference(x, w.t(), None, 1.0, 0.0, None, act), "plan.run clamp")
+    x2, d2 = matrix(64, 256, "t"), torch.empty_like(d)
+    plan(x2, w.t(), None, d2)
+    check(d2, reference(x2, w.t(), None, 1.0, 0.0, None, act), "plan(new tensors) clamp")
+    assert "clamp(-0.5, 0.75)" in " ".join(pcr.explain(x, w.t(), None, d, activation=act).notes)

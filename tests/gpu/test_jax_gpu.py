@@ -37,6 +37,9 @@ ACTIVATIONS = {
     "sigmoid": jax.nn.sigmoid,
     "tanh": jax.numpy.tanh,
     "hardswish": jax.nn.hard_swish,
+    "leaky_relu": jax.nn.leaky_relu,  # slope 0.01, as pcr's default
+    ("leaky_relu", 0.2): lambda v: jax.nn.leaky_relu(v, 0.2),
+    ("clamp", -0.5, 0.75): lambda v: jax.numpy.clip(v, -0.5, 0.75),
 }
 
 
