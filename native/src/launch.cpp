@@ -73,7 +73,7 @@ int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
   if (p.k == 0) {  // the whole answer: d = act(beta * c + bias)
     const bool has_c = p.c_mode != PCR_C_NONE;
     return launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? bd.beta : 0.0, stream,
-                             p.bias != PCR_BIAS_NONE ? &bd.bias : nullptr, activation_of(p, bd));
+                             p.bias != PCR_BIAS_NONE ? &bd.bias : nullptr, bd.activation);
   }
   if (p.c_mode == PCR_C_COPIED && (st = launch_scale_copy(&bd.c, bd.d, 1.0, stream)))
     return st;  // C in D's form for the kernel, which applies beta

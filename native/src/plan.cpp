@@ -55,20 +55,13 @@ int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor*
                        "a plan runs on a, b, (c,) d (and the extras' tensors) together");
     const bool tf32 = pl->problem.dtype_a == PCR_TF32;
     const bool f32 = tf32 || pl->problem.dtype_a == PCR_F32;  // math matters to fp32 only
-    pcr_extras x{nullptr,
-                 nullptr,
-                 nullptr,
-                 pl->problem.activation,
-                 tf32 ? PCR_MATH_TF32 : PCR_MATH_IEEE,
-                 pl->bound.activation_alpha,
-                 pl->bound.activation_beta};
+    const ActivationArgs& act = pl->bound.activation;
+    pcr_extras x{nullptr,   nullptr, nullptr, act.kind, tf32 ? PCR_MATH_TF32 : PCR_MATH_IEEE,
+                 act.alpha, act.beta};
     if (extras) {
-      // the parameters an activation takes (the plan's are 0 where it takes none)
-      const bool slope = x.activation == PCR_ACT_LEAKY_RELU || x.activation == PCR_ACT_CLAMP;
-      const bool top = x.activation == PCR_ACT_CLAMP;
-      if (extras->activation != x.activation || (f32 && extras->math != x.math) ||
-          (slope && extras->activation_alpha != x.activation_alpha) ||
-          (top && extras->activation_beta != x.activation_beta))
+      const ActivationArgs given = activation_of(*extras);
+      if (given.kind != act.kind || given.alpha != act.alpha || given.beta != act.beta ||
+          (f32 && extras->math != x.math))
         return set_error(PCR_ERR_INVALID_ARGUMENT,
                          "a plan runs with the activation (and its parameters) and math it was "
                          "built with");

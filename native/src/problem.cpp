@@ -594,10 +594,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   bound->ldd = ldd;
   bound->alpha = alpha;
   bound->beta = beta;
-  if (activation == PCR_ACT_LEAKY_RELU || activation == PCR_ACT_CLAMP) {  // else 0: one memo
-    bound->activation_alpha = x.activation_alpha;
-    bound->activation_beta = activation == PCR_ACT_CLAMP ? x.activation_beta : 0.0f;
-  }
+  bound->activation = activation_of(x);
 
   if (use_c) {
     p->dtype_c = C.dtype;
@@ -689,7 +686,7 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   g.batch_d = bd.d.sb;
   if (p.bias == PCR_BIAS_PER_COLUMN) g.bias_n = bd.bias.ptr;
   if (p.bias == PCR_BIAS_PER_ROW) g.bias_m = bd.bias.ptr;
-  g.activation = activation_of(p, bd);
+  g.activation = bd.activation;
   g.scale_a = bd.scale_m.ptr;
   g.scale_b = bd.scale_n.ptr;
   g.scale_a_per_row = p.scale_m == PCR_SCALE_VECTOR;
@@ -699,8 +696,10 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   return g;
 }
 
-ActivationArgs activation_of(const pcr_problem& p, const Bound& bd) {
-  return {p.activation, bd.activation_alpha, bd.activation_beta};
+ActivationArgs activation_of(const pcr_extras& x) {
+  const bool slope = x.activation == PCR_ACT_LEAKY_RELU || x.activation == PCR_ACT_CLAMP;
+  return {x.activation, slope ? x.activation_alpha : 0.0f,
+          x.activation == PCR_ACT_CLAMP ? x.activation_beta : 0.0f};
 }
 
 Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {

@@ -103,7 +103,7 @@ struct Bound {
   // contiguous vector of that extent, one value (rows = cols = 1), or empty
   Matrix scale_m, scale_n;
   double alpha = 1.0, beta = 0.0;
-  float activation_alpha = 0.0f, activation_beta = 0.0f;  // pcr_extras' parameters
+  ActivationArgs activation;  // the extras' activation (activation_of)
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
 };
 
@@ -120,8 +120,10 @@ int judge(const pcr_problem& problem, const Bound* bound, pcr_verdict* verdicts,
 int describe_judged(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
                     double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
                     pcr_verdict* verdicts, int32_t count);
-// The activation a launch of `problem` applies, with the call's parameters.
-ActivationArgs activation_of(const pcr_problem& problem, const Bound& bound);
+// The extras' activation with the parameters it takes, the others 0: calls that differ
+// only in a parameter their activation ignores share a prepared launch, and a plan
+// compares these.
+ActivationArgs activation_of(const pcr_extras& extras);
 GemmArgs gemm_args(const pcr_problem& problem, const Bound& bound);
 // A problem with `staged` operands as its kernel sees it: those operands copied into
 // scratch at `base` in their own layout, zero-padded so that every contiguous extent is a
