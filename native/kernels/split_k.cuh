@@ -142,9 +142,21 @@ struct SplitK {
     return g;
   }
 
+  // Unsplit, the partials are pure cost: past this size (a problem whose output tiles fill
+  // the GPU) a data-parallel kernel runs it without them, and a sweep timing every kernel
+  // would hold GBs of partials per captured graph.
+  static constexpr size_t kMaxUnsplitPartials = size_t(64) << 20;
+
   static int can_implement(const GemmArgs& p) {
+    const int s = slices(p);
+    if (s == 1 && partial_bytes(p, 1) > kMaxUnsplitPartials)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "split-K would not split this problem (its output tiles fill the GPU, "
+                       "or K is short) and would keep %zu MB of fp32 partials; a data-parallel "
+                       "kernel runs it",
+                       partial_bytes(p, 1) >> 20);
     // CUTLASS judges strides and extents, not addresses: any 16-byte aligned partials do
-    return Inner::can_implement(inner(p, reinterpret_cast<void*>(256), slices(p)));
+    return Inner::can_implement(inner(p, reinterpret_cast<void*>(256), s));
   }
 
   static size_t workspace_size(const GemmArgs& p) {

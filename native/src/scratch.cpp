@@ -73,9 +73,21 @@ int pool_for(int device, cudaMemPool_t* out) {
 int stream_alloc(int device, cudaStream_t stream, size_t bytes, bool zeroed, void** out) {
   cudaMemPool_t pool = nullptr;
   int st = pool_for(device, &pool);
-  if (st == PCR_OK)
-    st = cuda_status(cudaMallocFromPoolAsync(out, bytes, pool, stream),
-                     "cudaMallocFromPoolAsync(scratch)");
+  if (st == PCR_OK) {
+    cudaError_t e = cudaMallocFromPoolAsync(out, bytes, pool, stream);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (e == cudaErrorMemoryAllocation && cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+        capture == cudaStreamCaptureStatusNone) {
+      // Out of memory: what pools cache may be what is missing. CUDA keeps graphs' freed
+      // memory for later graphs until trimmed (destroyed graphs' included), and this pool
+      // keeps kPoolKeep; give both back and try once more.
+      cudaGetLastError();
+      cudaDeviceGraphMemTrim(device);
+      cudaMemPoolTrimTo(pool, 0);
+      e = cudaMallocFromPoolAsync(out, bytes, pool, stream);
+    }
+    st = cuda_status(e, "cudaMallocFromPoolAsync(scratch)");
+  }
   if (st != PCR_OK) {
     *out = nullptr;
     return st;
