@@ -13,4 +13,5 @@ the method). Run it with ``python -m benchmarks [--group B] [--dtype bf16] [--ou
 - ``suite``: the whole run, machine and versions, writing results as it goes;
 - ``report``: summaries (geometric mean, worst shape), JSON, table, plots;
 - ``progress``: the progress line; ``cli``: arguments and environment checks.
+- ``conv``: convolutions against cuDNN, a script of its own (``python -m benchmarks.conv``).
 """

@@ -86,6 +86,7 @@ SCHEDULES = {
     "pingpong": "PCR_SCHED_PINGPONG",
     "1sm": "PCR_SCHED_1SM",
     "2sm": "PCR_SCHED_2SM",
+    "ws": "PCR_SCHED_WS",
 }
 #: schedule -> the tag struct of native/kernels/tma_gemm.cuh
 TMA_SCHEDULES = {
@@ -114,6 +115,15 @@ SPLITS = {
 }
 #: family header -> the split-K header its split-K kernels include too
 SPLIT_K_HEADERS = {"tma_gemm.cuh": "split_k_tma.cuh", "mma_gemm.cuh": "split_k.cuh"}
+#: op -> pcr_op: a GEMM, or a 2-D convolution's pass run as an implicit GEMM
+OPS = {
+    "gemm": "PCR_OP_GEMM",
+    "fprop": "PCR_OP_FPROP",
+    "dgrad": "PCR_OP_DGRAD",
+    "wgrad": "PCR_OP_WGRAD",
+}
+#: family -> the header of its convolution template (implicit GEMM)
+CONV_HEADERS = {"sm80": "conv_mma.cuh", "sm90": "conv_tma.cuh"}
 #: epilogue -> pcr_epilogue. "biasact": act(alpha * acc + beta * C + bias), with the bias
 #: (per row or per column) and the activation chosen per call, fused in the epilogue.
 #: "scaled" (quantized inputs): the same after scaling acc by per-tensor, per-row and
@@ -200,6 +210,9 @@ class Kernel:
     #: "core": in the default build; "linear": in it for a linear layer's problem only (the
     #: tn layout, D in the layer's output dtype: see LINEAR_OUTPUT); "extended": not
     tier: str = "extended"
+    #: "gemm", or a convolution's implicit GEMM (OPS): its layout is "nhwc" (packed NHWC
+    #: activations, KRSC filters) and its name carries the op after the family
+    op: str = "gemm"
 
     @property
     def default(self) -> bool:
@@ -211,7 +224,8 @@ class Kernel:
     @property
     def name(self) -> str:
         tile = "x".join(map(str, self.tile))
-        parts = [self.family, self.a, self.b, self.acc, self.d, self.layout, tile]
+        op = [self.op] if self.conv else []
+        parts = [self.family, *op, self.a, self.b, self.acc, self.d, self.layout, tile]
         if self.family in TMA_FAMILIES:
             parts += ["c{}x{}".format(*self.cluster[:2]), self.schedule]
         else:
@@ -232,6 +246,10 @@ class Kernel:
         return self.epilogue != "linear"
 
     @property
+    def conv(self) -> bool:
+        return self.op != "gemm"
+
+    @property
     def tensor_scales(self) -> bool:
         """The linear epilogue also multiplies by per-tensor scale_a/scale_b tensors."""
         return (
@@ -244,7 +262,10 @@ class Kernel:
 
     @property
     def align_c(self) -> int:
-        return 1 if self.align == 1 else 16 // DTYPES[self.d][2]
+        # a convolution's output has its input's channel alignment (same element size)
+        if self.conv or self.align == 1:
+            return self.align if self.conv else 1
+        return 16 // DTYPES[self.d][2]
 
     @property
     def ident(self) -> str:
@@ -362,6 +383,92 @@ SM80_GROUPED_CONFIGS = [
     ((128, 128, 32), (2, 2, 1), 4, "core"),
     ((64, 64, 32), (2, 2, 1), 6, "extended"),
 ]
+
+#: Convolutions (pcr.conv2d, conv2d_dgrad, conv2d_wgrad): (input, output) dtypes; tf32
+#: (fp32 tensors on TF32 tensor cores, as cuDNN runs fp32 convolutions by default) takes
+#: tiles of half the K depth (its MMA is m16n8k8)
+CONV_TYPES = [("f16", "f16"), ("bf16", "bf16"), ("tf32", "f32")]
+CONV_OPS = ("fprop", "dgrad", "wgrad")
+#: sm80 family: (ops, tile, warps, stages, align, split, tier, epilogues); bias/activation
+#: fuse into fprop only. Alignment 8 (16-bit; 4 for tf32) takes channel counts that are
+#: multiples of 8 through CUTLASS's optimized iterators; alignment 1 any count (an RGB
+#: stem's 3: fprop's few-channels iterators), in 2 stages (cp.async moves 4 to 16 bytes).
+#: wgrad's implicit GEMM has few output tiles and a K of N*P*Q: split-K spreads it over
+#: the GPU.
+SM80_CONV_CONFIGS = [
+    (("fprop", "dgrad"), (128, 128, 32), (2, 2, 1), 3, 8, "none", "core", ("linear", "biasact")),
+    (("wgrad",), (128, 128, 32), (2, 2, 1), 3, 8, "none", "extended", ("linear",)),
+    (("fprop", "dgrad"), (64, 64, 32), (2, 2, 1), 4, 8, "none", "extended", ("linear", "biasact")),
+    (("wgrad",), (128, 128, 32), (2, 2, 1), 3, 8, "splitk", "core", ("linear",)),
+    (("fprop", "wgrad"), (64, 64, 32), (2, 2, 1), 2, 1, "none", "core", ("linear", "biasact")),
+    # dgrad's 2-stage kernels at alignment 1 gave wrong dx on the H200 (16-bit, optimized
+    # and analytic iterators alike): even channel counts through 4-byte cp.async instead
+    (("dgrad",), (64, 64, 32), (2, 2, 1), 3, 2, "none", "core", ("linear",)),
+]
+#: sm90a: (ops, tile, cluster, schedule, tier, epilogues); TMA im2col needs 16-byte channel
+#: counts (the sm80 family's alignment-1 kernels take the rest). CUTLASS 4.2's sm90
+#: convolutions have one schedule ("ws": one producer and one consumer warp group, a CTA per
+#: output tile; its persistent ones refuse conv problems), so M tiles stop at 128.
+SM90_CONV_CONFIGS = [
+    (CONV_OPS, (128, 128, 64), (1, 1, 1), "ws", "core", ("linear", "biasact")),
+    (("fprop", "dgrad"), (128, 128, 64), (2, 1, 1), "ws", "extended", ("linear", "biasact")),
+    (("fprop", "dgrad"), (64, 128, 64), (1, 1, 1), "ws", "extended", ("linear", "biasact")),
+]
+#: schedule -> the tag struct of native/kernels/conv_tma.cuh
+CONV_SCHEDULES = {"ws": "pcr::conv::Sm90WarpSpecialized"}
+
+
+def _conv_kernels() -> list[Kernel]:
+    """The convolution kernels: every config's ops, dtypes and epilogues (fused: fprop)."""
+    out = []
+    for (a, d), config in itertools.product(CONV_TYPES, SM80_CONV_CONFIGS):
+        ops, tile, warps, stages, align, split, tier, epilogues = config
+        if a == "tf32":  # fp32 models are rare at inference: outside the default build
+            # 4-byte elements: 16-byte loads at alignment 4, cp.async at any alignment
+            tile, align, tier = (tile[0], tile[1], tile[2] // 2), 4 if align == 8 else 1, "extended"
+            stages = max(stages, 3)  # cp.async copies 4-byte elements: multistage at any alignment
+        for op, epi in itertools.product(ops, epilogues):
+            if epi == "linear" or op == "fprop":
+                schedule = "pipelined" if stages == 2 else "multistage"
+                out.append(
+                    Kernel(
+                        "sm80",
+                        a,
+                        a,
+                        d,
+                        "nhwc",
+                        tile,
+                        schedule,
+                        warps=warps,
+                        stages=stages,
+                        align=align,
+                        split=split,
+                        epilogue=epi,
+                        tier=tier,
+                        op=op,
+                    )
+                )
+    for (a, d), config in itertools.product(CONV_TYPES[:2], SM90_CONV_CONFIGS):
+        ops, tile, cluster, schedule, tier, epilogues = config
+        for op, epi in itertools.product(ops, epilogues):
+            if epi == "linear" or op == "fprop":
+                out.append(
+                    Kernel(
+                        "sm90",
+                        a,
+                        a,
+                        d,
+                        "nhwc",
+                        tile,
+                        schedule,
+                        cluster=cluster,
+                        epilogue=epi,
+                        tier=tier,
+                        op=op,
+                    )
+                )
+    return out
+
 
 #: The other dtypes: (family, input, outputs, layouts, configs[, "swap"]), configs as the
 #: lists above with the epilogues to build in place of `fused`; "swap": swap-AB kernels.
@@ -583,6 +690,7 @@ def catalogue() -> list[Kernel]:
                     )
                 )
     out += _more_types()
+    out += _conv_kernels()
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
     return out
@@ -825,7 +933,9 @@ def _cpp_bool(v: bool) -> str:
 
 def kernel_type(k: Kernel, unsplit: bool = False) -> str:
     """The C++ type of kernel ``k``; ``unsplit``: a split-K kernel's inner (fp32) kernel."""
-    if k.split == "splitk" and not unsplit:  # the unsplit kernel writes fp32 partials
+    # a GEMM's split-K wraps its unsplit twin, which writes fp32 partials (a convolution's
+    # template splits by itself)
+    if k.split == "splitk" and not unsplit and not k.conv:
         inner = kernel_type(dataclasses.replace(k, d="f32"), unsplit=True)
         tm, tn, tk = k.tile
         return (
@@ -833,6 +943,8 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
             f"{_cpp_bool(k.layout[0] == 't')}, {_cpp_bool(k.layout[1] == 'n')}, {k.align}>"
         )
     ea, eb, ed = (DTYPES[x][0] for x in (k.a, k.b, k.d))
+    if k.conv:
+        return _conv_type(k, ea, ed)
     la, lb = (LAYOUTS[x][0] for x in k.layout)
     if k.grouped:
         tile = k.tile
@@ -872,6 +984,22 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
     )
 
 
+def _conv_type(k: Kernel, ea: str, ed: str) -> str:
+    """The C++ type of a convolution kernel (native/kernels/conv_mma.cuh, conv_tma.cuh)."""
+    if k.family in TMA_FAMILIES:
+        return (
+            f"pcr::conv::Conv3x<{OPS[k.op]}, {ea}, {ed}, {_cute_shape(k.tile)}, "
+            f"{_cute_shape(k.cluster)}, {CONV_SCHEDULES[k.schedule]}, {EPILOGUES[k.epilogue]}>"
+        )
+    math = MATH_OPERATORS.get(k.a, "cutlass::arch::OpMultiplyAdd")
+    return (
+        f"pcr::conv::Conv2x<pcr::mma::{MMA_FAMILIES[k.family]}, {OPS[k.op]}, {ea}, {ed}, "
+        f"{_gemm_shape(k.tile)}, {_gemm_shape(_warp_tile(k))}, "
+        f"{_gemm_shape(INSTRUCTIONS[k.family, k.a])}, {k.stages}, {k.align}, {k.align_c}, "
+        f"{EPILOGUES[k.epilogue]}, {math}, {int(k.split == 'splitk')}>"
+    )
+
+
 def kernel_info(k: Kernel) -> str:
     fields = [
         f'"{k.name}"',
@@ -880,8 +1008,7 @@ def kernel_info(k: Kernel) -> str:
         DTYPES[k.b][1],
         DTYPES[k.acc][1],
         DTYPES[k.d][1],
-        LAYOUTS[k.layout[0]][1],
-        LAYOUTS[k.layout[1]][1],
+        *(("PCR_NHWC",) * 2 if k.conv else (LAYOUTS[x][1] for x in k.layout)),
         *k.tile,
         *k.cluster,
         *k.warps,
@@ -895,13 +1022,14 @@ def kernel_info(k: Kernel) -> str:
         int(k.swap),
         int(k.grouped),
         int(k.tensor_scales),
+        OPS[k.op],
     ]
     return "{" + ", ".join(map(str, fields)) + "}"
 
 
 def kernel_source(k: Kernel) -> str:
-    header = FAMILIES[k.family].header
-    split = f'#include "{SPLIT_K_HEADERS[header]}"\n' if k.split == "splitk" else ""
+    header = CONV_HEADERS[k.family] if k.conv else FAMILIES[k.family].header
+    split = f'#include "{SPLIT_K_HEADERS[header]}"\n' if k.split == "splitk" and not k.conv else ""
     return (
         BANNER + f'#include "{header}"\n{split}\n'
         f"// {k.name}\n"

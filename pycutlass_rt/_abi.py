@@ -50,7 +50,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 9
+PCR_ABI_VERSION = 10
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -117,6 +117,7 @@ class Layout(AbiEnum):
 
     ROW_MAJOR = 0
     COL_MAJOR = 1
+    NHWC = 2
 
 
 class Schedule(AbiEnum):
@@ -128,6 +129,7 @@ class Schedule(AbiEnum):
     SCHED_PINGPONG = 3
     SCHED_1SM = 4
     SCHED_2SM = 5
+    SCHED_WS = 6
 
 
 class Epilogue(AbiEnum):
@@ -208,11 +210,20 @@ class Grouped(AbiEnum):
     GROUPED_MOE = 2
 
 
+class Op(AbiEnum):
+    """The header's pcr_op."""
+
+    OP_GEMM = 0
+    OP_FPROP = 1
+    OP_DGRAD = 2
+    OP_WGRAD = 3
+
+
 #: each enum's common member prefix, which ``AbiEnum.token`` drops
 _TOKEN_PREFIXES = {"DLDeviceType": "", "DLDataTypeCode": "", "Status": "", "Dtype": "",
                    "Layout": "", "Schedule": "SCHED_", "Epilogue": "EPI_", "Activation": "ACT_",
                    "Split": "SPLIT_", "Math": "MATH_", "CMode": "C_", "Staged": "STAGED_",
-                   "BiasAxis": "BIAS_", "ScaleKind": "SCALE_", "Grouped": "GROUPED_"}
+                   "BiasAxis": "BIAS_", "ScaleKind": "SCALE_", "Grouped": "GROUPED_", "Op": "OP_"}
 
 
 class DLPackVersion(Structure):
@@ -241,12 +252,21 @@ class DLTensor(Structure):
                 ("byte_offset", c_uint64)]
 
 
+class Conv(Structure):
+    """The header's pcr_conv."""
+
+    _fields_ = [("op", c_int32), ("pad_h", c_int32), ("pad_w", c_int32), ("stride_h", c_int32),
+                ("stride_w", c_int32), ("dilation_h", c_int32), ("dilation_w", c_int32),
+                ("groups", c_int32)]
+
+
 class Extras(Structure):
     """The header's pcr_extras."""
 
     _fields_ = [("bias", POINTER(DLTensor)), ("scale_a", POINTER(DLTensor)),
                 ("scale_b", POINTER(DLTensor)), ("activation", c_int32), ("math", c_int32),
-                ("activation_alpha", c_float), ("activation_beta", c_float)]
+                ("activation_alpha", c_float), ("activation_beta", c_float),
+                ("conv", POINTER(Conv))]
 
 
 class KernelDesc(Structure):
@@ -260,7 +280,16 @@ class KernelDesc(Structure):
                 ("warps_k", c_int32), ("stages", c_int32), ("schedule", c_int32),
                 ("epilogue", c_int32), ("split", c_int32), ("align_a", c_int32),
                 ("align_b", c_int32), ("align_c", c_int32), ("swap_ab", c_int32),
-                ("grouped", c_int32), ("tensor_scales", c_int32)]
+                ("grouped", c_int32), ("tensor_scales", c_int32), ("op", c_int32)]
+
+
+class ConvShape(Structure):
+    """The header's pcr_conv_shape."""
+
+    _fields_ = [("n", c_int32), ("h", c_int32), ("w", c_int32), ("c", c_int32), ("k", c_int32),
+                ("r", c_int32), ("s", c_int32), ("p", c_int32), ("q", c_int32), ("pad_h", c_int32),
+                ("pad_w", c_int32), ("stride_h", c_int32), ("stride_w", c_int32),
+                ("dilation_h", c_int32), ("dilation_w", c_int32), ("groups", c_int32)]
 
 
 class Problem(Structure):
@@ -274,7 +303,7 @@ class Problem(Structure):
                 ("staged", c_int32), ("device", c_int32), ("cc", c_int32), ("sm_count", c_int32),
                 ("batch", c_int64), ("bias", c_int32), ("activation", c_int32),
                 ("align_bias", c_int32), ("epilogue", c_int32), ("grouped", c_int32),
-                ("scale_m", c_int32), ("scale_n", c_int32)]
+                ("scale_m", c_int32), ("scale_n", c_int32), ("op", c_int32), ("conv", ConvShape)]
 
 
 class Verdict(Structure):

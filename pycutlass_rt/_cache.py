@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass
 
 from ._abi import Status
-from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS
+from ._kernels import DTYPE_NAMES, layout_word
 from ._lib import load
 from .errors import UnsupportedError
 
@@ -138,10 +138,13 @@ def problem_key(p) -> str:
     """
     f = dict(zip(_identity_names(), _identity_values(p)))
     dt = ",".join(DTYPE_NAMES.get(f.pop(f"dtype_{x}"), "-") for x in "abcd")
-    lay = "".join(LAYOUT_LETTERS[f.pop(f"layout_{x}")] for x in "ab")
+    lay = layout_word(f.pop("layout_a"), f.pop("layout_b"))
     align = ",".join(str(f.pop(f"align_{x}")) for x in "abcd")
     head = f"{f.pop('m')}x{f.pop('n')}x{f.pop('k')} {dt} {lay} align={align} sm{f.pop('cc')}"
-    return " ".join([head, *(f"{name}={value}" for name, value in f.items())])
+    # a convolution's pass and geometry; a GEMM's (all zero) are left out, so its keys stay
+    op, conv = f.pop("op"), {n[5:]: f.pop(n) for n in list(f) if n.startswith("conv.")}
+    tail = [f"op={op}", *(f"{n}={v}" for n, v in conv.items())] if op or any(conv.values()) else []
+    return " ".join([head, *(f"{name}={value}" for name, value in f.items()), *tail])
 
 
 @functools.lru_cache(maxsize=1)

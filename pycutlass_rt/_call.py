@@ -139,12 +139,20 @@ def operands(tensors, stream, bias=None, scale_a=None, scale_b=None):
     )
 
 
-def extras(objs, act: Act, math: int):
+def extras(objs, act: Act, math: int, conv: tuple | None = None):
     """The extras argument of the pcr_py_* calls: None, or (bias, scale_a, scale_b,
-    activation, math, activation_alpha, activation_beta)."""
-    if objs[4] is None and objs[5] is None and objs[6] is None and not (act.code or math):
+    activation, math, activation_alpha, activation_beta, conv), conv None or pcr_conv's
+    fields as a tuple (op, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w,
+    groups)."""
+    if (
+        objs[4] is None
+        and objs[5] is None
+        and objs[6] is None
+        and not (act.code or math)
+        and conv is None
+    ):
         return None  # indexed, not sliced: the hot path
-    return (objs[4], objs[5], objs[6], act.code, math, act.alpha, act.beta)
+    return (objs[4], objs[5], objs[6], act.code, math, act.alpha, act.beta, conv)
 
 
 @dataclass
@@ -183,8 +191,10 @@ def prepare(
     math=None,
     stream=None,
     kernel=None,
+    conv=None,
 ) -> Call:
-    """The :class:`Call` of a GEMM entry point's arguments (those of pycutlass_rt.gemm).
+    """The :class:`Call` of a GEMM entry point's arguments (those of pycutlass_rt.gemm);
+    ``conv``: a convolution's pcr_conv tuple (see :func:`extras`), its tensors in a, b, c, d.
 
     Raises:
         DTypeError, InvalidArgumentError: a bad scalar, activation, math, kernel name or
@@ -195,7 +205,8 @@ def prepare(
     alpha, scale_a, scale_b = host_scales(alpha, scale_a, scale_b)
     kidx = kernel_index(kernel)
     objs, handle, flags, keep = operands((a, b, c, d), stream, bias, scale_a, scale_b)
-    return Call(objs, alpha, beta, act, mth, extras(objs, act, mth), kidx, handle, flags, keep)
+    extra = extras(objs, act, mth, conv)
+    return Call(objs, alpha, beta, act, mth, extra, kidx, handle, flags, keep)
 
 
 def settle(lib, status: int, again, judged) -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 
 from . import errors
-from ._abi import Dtype, Epilogue, Layout, Schedule, Split
+from ._abi import Dtype, Epilogue, Layout, Op, Schedule, Split
 from ._lib import KernelDesc, load
 
 #: pcr_dtype -> the dtype's name, as torch spells it ("tfloat32": float32 tensors on TF32
@@ -40,6 +40,14 @@ DTYPE_BYTES = {
 LAYOUT_LETTERS = {Layout.ROW_MAJOR: "t", Layout.COL_MAJOR: "n"}  # as BLAS and kernel names
 
 
+def layout_word(layout_a: int, layout_b: int) -> str:
+    """The layout word of kernel names: "tn" (A row-major, B column-major), ..., or "nhwc"
+    for a convolution's packed NHWC / KRSC operands."""
+    if layout_a == Layout.NHWC:
+        return "nhwc"
+    return LAYOUT_LETTERS[layout_a] + LAYOUT_LETTERS[layout_b]
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelInfo:
     """One kernel of the build. ``name`` is its identity; the other fields decode it."""
@@ -51,7 +59,7 @@ class KernelInfo:
     dtype_b: str
     dtype_acc: str
     dtype_d: str
-    layout: str  # A then B: "tn" = A row-major, B column-major
+    layout: str  # A then B: "tn" = A row-major, B column-major; "nhwc" for convolutions
     tile: tuple
     cluster: tuple
     warps: tuple
@@ -66,6 +74,8 @@ class KernelInfo:
     grouped: bool = False  # a grouped kernel (pycutlass_rt.grouped_gemm, moe_gemm)
     #: a linear epilogue that also multiplies by per-tensor scale_a/scale_b tensors
     tensor_scales: bool = False
+    #: "gemm", or the convolution pass it runs: "fprop", "dgrad", "wgrad" (Op's tokens)
+    op: str = "gemm"
 
     @property
     def base_name(self) -> str:
@@ -89,7 +99,7 @@ def _all() -> tuple:
                 dtype_b=DTYPE_NAMES[desc.dtype_b],
                 dtype_acc=DTYPE_NAMES[desc.dtype_acc],
                 dtype_d=DTYPE_NAMES[desc.dtype_d],
-                layout=LAYOUT_LETTERS[desc.layout_a] + LAYOUT_LETTERS[desc.layout_b],
+                layout=layout_word(desc.layout_a, desc.layout_b),
                 tile=(desc.tile_m, desc.tile_n, desc.tile_k),
                 cluster=(desc.cluster_m, desc.cluster_n, desc.cluster_k),
                 warps=(desc.warps_m, desc.warps_n, desc.warps_k),
@@ -101,6 +111,7 @@ def _all() -> tuple:
                 swap_ab=bool(desc.swap_ab),
                 grouped=bool(desc.grouped),
                 tensor_scales=bool(desc.tensor_scales),
+                op=Op(desc.op).token,
             )
         )
     return tuple(out)

@@ -61,6 +61,7 @@ SCHEDULE_EFF = {
     "pingpong": 0.78,
     "1sm": 0.80,
     "2sm": 0.85,
+    "ws": 0.70,  # sm90a convolutions: one consumer warp group, a CTA per tile (not persistent)
     "multistage": 0.80,
     "pipelined": 0.35,
 }

@@ -21,8 +21,8 @@ import math
 from dataclasses import dataclass, field
 
 from . import _cache
-from ._abi import Epilogue, Grouped, Status
-from ._kernels import DTYPE_NAMES, LAYOUT_LETTERS, KernelInfo
+from ._abi import Epilogue, Grouped, Op, Status
+from ._kernels import DTYPE_NAMES, KernelInfo, layout_word
 from ._model import features, terms
 from ._table import calibration, config_of, correction, matching_rule, neighbours
 from .errors import UnsupportedError
@@ -53,6 +53,12 @@ def families_for(cc: int) -> list[int]:
 
 
 # ---- ordering -------------------------------------------------------------------------
+
+#: how much faster, modelled, another family's convolution kernel must be to run ahead of
+#: the device's own family's: on the H200's ResNet-50 / UNet / ViT layers (benchmarks/
+#: conv.py, the sets this was read from) the model's cross-family comparisons held from
+#: 7x on (sm80 split-K wgrad) and failed up to 3x
+CONV_FAR = 4.0
 
 
 def rank(
@@ -121,6 +127,15 @@ def rank(
             for us, _, c in sorted(measured, key=lambda t: t[:2])
         ]
         named |= {c.name for _, _, c in measured}
+    if getattr(problem, "op", Op.OP_GEMM) != Op.OP_GEMM and family_order:
+        # No table knows convolutions yet: the device's own family first, by the model,
+        # unless the model finds another family's kernel CONV_FAR times faster (wgrad's few
+        # output tiles split on the sm80 family against a CTA per tile on sm90a: 13 us
+        # against 768 us modelled for ResNet-50's first 1x1, 30 against 450 measured)
+        own = ordered([c for c in runs_here if c.family == family_order[0]], None)
+        rest = ordered([c for c in runs_here if c.family != family_order[0]], None)
+        far = own and rest and model_us(rest[0][0]) * CONV_FAR < model_us(own[0][0])
+        return Choice(ranked=ranked + (rest + own if far else own + rest), rule=rule_used)
     for fam in family_order:
         group = [c for c in candidates if c.family == fam and c.name not in named]
         if not group:
@@ -156,6 +171,9 @@ def apply_tuned(choice: Choice, hit: _cache.Hit | None) -> Choice:
 
 def static_match(kern: KernelInfo, problem) -> str | None:
     """Why ``kern`` cannot take ``problem`` by dtype/layout alone, or None."""
+    op = Op(getattr(problem, "op", Op.OP_GEMM)).token
+    if kern.op != op:
+        return f"a {kern.op} kernel, the problem is a {op}"
     want = (
         DTYPE_NAMES.get(problem.dtype_a),
         DTYPE_NAMES.get(problem.dtype_b),
@@ -163,7 +181,7 @@ def static_match(kern: KernelInfo, problem) -> str | None:
     )
     if (kern.dtype_a, kern.dtype_b, kern.dtype_d) != want:
         return "dtypes differ"
-    layout = LAYOUT_LETTERS[problem.layout_a] + LAYOUT_LETTERS[problem.layout_b]
+    layout = layout_word(problem.layout_a, problem.layout_b)
     if kern.layout != layout:
         return f"layout {kern.layout}, problem is {layout}"
     grouped = getattr(problem, "grouped", Grouped.GROUPED_NONE) != Grouped.GROUPED_NONE

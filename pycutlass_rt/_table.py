@@ -73,19 +73,25 @@ def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None
 # judged by its waves, K-loop length, intensity and split, not by its nearness to a swept
 # M. fit.py --check reports how this choice does on the corpus's held-out part.
 
-_CONFIG = re.compile(r"^(sm\d+)_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[tn]{2}_(\d+x\d+x\d+_.+)$")
+_CONFIG = re.compile(
+    r"^(sm\d+_(?:(?:fprop|dgrad|wgrad)_)?)[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_(?:[tn]{2}|nhwc)_"
+    r"(\d+x\d+x\d+_.+)$"
+)
 
 
 def config_of(name: str) -> str:
-    """A kernel's configuration: its name without dtypes and layouts, as rules name it.
+    """A kernel's configuration: its name without dtypes and layouts, as rules name it (a
+    convolution's keeps its pass: its configurations are not a GEMM's).
 
     >>> config_of("sm90_bf16_bf16_f32_bf16_tn_128x256x64_c2x1_coop_a8")
     'sm90_*_128x256x64_c2x1_coop_a8'
+    >>> config_of("sm80_wgrad_f16_f16_f32_f16_nhwc_128x128x32_w2x2_s3_splitk_a8")
+    'sm80_wgrad_*_128x128x32_w2x2_s3_splitk_a8'
     """
     m = _CONFIG.match(name)
     if not m:
         raise ValueError(f"not a kernel name: {name!r}")
-    return f"{m[1]}_*_{m[2]}"
+    return f"{m[1]}*_{m[2]}"
 
 
 def calibration(family: int, rules: dict | None = None) -> dict | None:

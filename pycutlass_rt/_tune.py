@@ -16,8 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from . import _backends, _cache, _kernels, _lib, _select, errors
-from ._abi import CMode, Dtype, Grouped, ScaleKind
-from ._kernels import DTYPE_BYTES, DTYPE_NAMES, LAYOUT_LETTERS
+from ._abi import CMode, Dtype, Grouped, Op, ScaleKind
+from ._kernels import DTYPE_BYTES, DTYPE_NAMES, layout_word
 
 DEFAULT_REPEATS = 10
 #: input dtype -> the outputs tune() accepts for it (the build may hold fewer: the library's
@@ -129,7 +129,7 @@ def spec_from_problem(p) -> Spec:
         p.k,
         names[0],
         names[3],
-        LAYOUT_LETTERS[p.layout_a] + LAYOUT_LETTERS[p.layout_b],
+        layout_word(p.layout_a, p.layout_b),
         c_dtype,
         "n" if p.c_mode == CMode.C_COPIED else "t",
         offsets,
@@ -163,15 +163,20 @@ class Operands:
     sets: list  # [(a, b, c, d)]
     beta: float
     extras: dict = field(default_factory=dict)  # math, scale_a, scale_b for gemm()
+    conv: object = None  # a convolution's _conv.Geometry (its tensors packed NHWC)
 
     def call(self, kernel: str):
-        from . import gemm
+        from . import _conv, gemm
 
-        turn, extras = itertools.cycle(self.sets), self.extras
+        turn, extras, geo = itertools.cycle(self.sets), self.extras, self.conv
 
         def run():
             a, b, c, d = next(turn)
-            gemm(a, b, c, d, 1.0, self.beta, kernel=kernel, **extras)
+            if geo is None:
+                gemm(a, b, c, d, 1.0, self.beta, kernel=kernel, **extras)
+            else:
+                views, mth = (a, b, c, d), extras.get("math")
+                _conv.run(geo, views, 1.0, self.beta, None, None, mth, None, kernel, False)
 
         return run
 
@@ -200,12 +205,46 @@ def make_operands(bk, spec: Spec) -> Operands:
     return Operands(sets, 1.0 if spec.c_dtype else 0.0, extras)
 
 
+def conv_operands(bk, p) -> Operands:
+    """Copies of a recorded convolution's packed tensors (NHWC activations, KRSC filters),
+    in the roles of its pass, cycled like a GEMM's."""
+    from . import _conv
+
+    cv, op = p.conv, Op(p.op)
+    act, out = (cv.n, cv.h, cv.w, cv.c), (cv.n, cv.p, cv.q, cv.k)
+    flt = (cv.k, cv.r, cv.s, cv.c // max(cv.groups, 1))
+    dims = {Op.OP_FPROP: (act, flt, out), Op.OP_DGRAD: (out, flt, act)}.get(op, (out, act, flt))
+    tf32 = p.dtype_a == Dtype.TF32
+    dt_in, dt_out = "float32" if tf32 else DTYPE_NAMES[p.dtype_a], DTYPE_NAMES[p.dtype_d]
+    size = sum(math.prod(x) for x in dims) * DTYPE_BYTES[dt_in]
+    copies = max(1, min(MAX_COPIES, math.ceil(ROTATE_BYTES / max(size, 1))))
+
+    def tensor(shape, dt):
+        return bk.operand(math.prod(shape[:3]), shape[3], "t", dt).reshape(shape)
+
+    sets = [
+        (tensor(dims[0], dt_in), tensor(dims[1], dt_in), None, tensor(dims[2], dt_out))
+        for _ in range(copies)
+    ]
+    geo = _conv.Geometry(
+        op,
+        (cv.pad_h, cv.pad_w),
+        (cv.stride_h, cv.stride_w),
+        (cv.dilation_h, cv.dilation_w),
+        cv.groups,
+    )
+    return Operands(sets, 0.0, {"math": "tf32"} if tf32 else {}, geo)
+
+
 def describe(lib, ops: Operands):
     """The canonical problem the C side makes of the first operand set, with every
     kernel's verdict on those operands (an ``_call.Judged``), through gemm's own Call."""
     from . import _call
 
-    return _call.prepare(*ops.sets[0], 1.0, ops.beta, **ops.extras).describe(lib)
+    conv = ops.conv.fields() if ops.conv is not None else None
+    mth = ops.extras.get("math", "tf32" if conv else None)  # a convolution's default: tf32
+    extras = {**ops.extras, "math": mth}
+    return _call.prepare(*ops.sets[0], 1.0, ops.beta, conv=conv, **extras).describe(lib)
 
 
 def time_us(bk, run, repeats: int = DEFAULT_REPEATS) -> float:
@@ -353,7 +392,8 @@ def tune_one(
             None,
             note="grouped GEMMs are not tuned: the table and model order them",
         ), recorded
-    ops = make_operands(bk, spec)
+    conv = recorded is not None and recorded.op != Op.OP_GEMM
+    ops = conv_operands(bk, recorded) if conv else make_operands(bk, spec)
     judged = describe(lib, ops)  # the operands timed: their verdicts screen the kernels
     problem = judged.problem
     target = recorded if recorded is not None else problem

@@ -17,12 +17,13 @@ def gpu_reason():
     return None
 
 
-def runnable_kernels(kind=None, grouped=False):
+def runnable_kernels(kind=None, grouped=False, op="gemm"):
     """The build's kernels that run on GPU 0 ([] without a GPU), in registry order.
 
     ``kind``: a function of a KernelInfo; only the first kernel of each kind is kept
     (one per family and split, say). ``grouped``: the grouped kernels instead of the
-    others (they take pycutlass_rt.grouped_gemm / moe_gemm problems only).
+    others (they take pycutlass_rt.grouped_gemm / moe_gemm problems only). ``op``: the
+    GEMM kernels, or a convolution pass's ("fprop", "dgrad", "wgrad"; None: every pass).
     """
     import ctypes
 
@@ -32,7 +33,7 @@ def runnable_kernels(kind=None, grouped=False):
         return []
     lib, seen, out = pcr._lib.load(), set(), []
     for k in pcr.kernels():
-        if k.grouped != grouped:
+        if k.grouped != grouped or (k.op != op if op else k.op == "gemm"):
             continue
         runs = ctypes.c_int32()
         if lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) != 0 or not runs.value:

@@ -14,6 +14,8 @@
  *    (L, rows, cols), broadcasting a batch of 1 (or batch stride 0) over L; d must hold all
  *    L. Launches are asynchronous on `stream` and capture-safe (no allocation, no
  *    synchronization).
+ *  - Convolution: the same entry points with pcr_extras.conv set run a 2-D convolution
+ *    (fprop, dgrad or wgrad) as an implicit GEMM on NHWC / KRSC tensors (see pcr_conv).
  *  - The library's kernel catalogue is read from the binary (pcr_kernel_count/info);
  *    a kernel is named by its index within this build, or looked up by name.
  */
@@ -27,7 +29,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 9
+#define PCR_ABI_VERSION 10
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -103,7 +105,11 @@ typedef enum {
   PCR_S32 = 9
 } pcr_dtype;
 
-typedef enum { PCR_ROW_MAJOR = 0, PCR_COL_MAJOR = 1 } pcr_layout;
+typedef enum {
+  PCR_ROW_MAJOR = 0,
+  PCR_COL_MAJOR = 1,
+  PCR_NHWC = 2 /* a convolution's operands: packed NHWC activations, KRSC filters */
+} pcr_layout;
 
 /* Mainloop schedules. Each constant's name past PCR_SCHED_, lowercased, is the word kernel
  * names use (native/catalog.py): ..._c2x1_coop_a8 is PCR_SCHED_COOP; likewise for pcr_split
@@ -114,7 +120,8 @@ typedef enum {
   PCR_SCHED_COOP = 2,       /* sm90a: TMA warp-specialized cooperative */
   PCR_SCHED_PINGPONG = 3,   /* sm90a: TMA warp-specialized ping-pong */
   PCR_SCHED_1SM = 4,        /* sm100a: tcgen05 MMA on one SM */
-  PCR_SCHED_2SM = 5         /* sm100a: tcgen05 MMA shared by a CTA pair */
+  PCR_SCHED_2SM = 5,        /* sm100a: tcgen05 MMA shared by a CTA pair */
+  PCR_SCHED_WS = 6          /* sm90a convolutions: TMA warp-specialized, a CTA per tile */
 } pcr_schedule;
 
 /* Epilogues: LINEAR computes alpha * acc + beta * c; BIASACT adds an optional bias
@@ -171,6 +178,24 @@ typedef enum {
   PCR_GROUPED_MOE = 2   /* pcr_moe_gemm: `batch` experts, groups from row offsets */
 } pcr_grouped;
 
+/* What an entry point computes: a GEMM, or a 2-D convolution as an implicit GEMM. */
+typedef enum {
+  PCR_OP_GEMM = 0,
+  PCR_OP_FPROP = 1, /* y = conv2d(x, w): a = x (N,H,W,C), b = w (K,R,S,C/groups), d = y (N,P,Q,K) */
+  PCR_OP_DGRAD = 2, /* dx from dy: a = dy (N,P,Q,K), b = w (K,R,S,C/groups), d = dx (N,H,W,C) */
+  PCR_OP_WGRAD = 3  /* dw from dy: a = dy (N,P,Q,K), b = x (N,H,W,C), d = dw (K,R,S,C/groups) */
+} pcr_op;
+
+/* A convolution's parameters (pcr_extras.conv); torch.nn.functional.conv2d's meanings.
+ * Its tensors are 4-D DLTensors in the dimension order named by pcr_op (N,H,W,C for
+ * activations, K,R,S,C for filters), each packed: the last dimension contiguous and the
+ * others without gaps (a channels_last torch tensor permuted to NHWC is one). c, when
+ * given, has d's shape. An fprop's bias holds K values (one per output channel). */
+typedef struct {
+  int32_t op; /* pcr_op: FPROP, DGRAD or WGRAD */
+  int32_t pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups;
+} pcr_conv;
+
 /* What a GEMM computes beyond alpha * a @ b + beta * c; a NULL pcr_extras* means none. */
 typedef struct {
   const DLTensor* bias;    /* NULL, or d's dtype: (N,) / (1, N) per column, (M, 1) per row */
@@ -182,6 +207,7 @@ typedef struct {
   int32_t math;            /* pcr_math */
   float activation_alpha;  /* the activation's parameters (see pcr_activation; finite, and */
   float activation_beta;   /* alpha <= beta for CLAMP); 0 where it takes none */
+  const pcr_conv* conv;    /* NULL: a GEMM; else the convolution a, b, c, d describe */
 } pcr_extras;
 
 /* Everything a kernel's name encodes. Names are stable identities across builds. */
@@ -204,7 +230,16 @@ typedef struct {
   int32_t tensor_scales; /* 1: a LINEAR epilogue that also multiplies by per-tensor
                             scale_a/scale_b tensors (quantized inputs, non-int32 D, sm90a
                             and sm100a); other LINEAR kernels take scales only as numbers */
+  int32_t op;            /* pcr_op: a GEMM kernel, or a convolution's (layouts PCR_NHWC) */
 } pcr_kernel_desc;
+
+/* A convolution problem's geometry (pcr_problem.conv; zeros for a GEMM). */
+typedef struct {
+  int32_t n, h, w, c; /* activations: N x H x W x C */
+  int32_t k, r, s;    /* filters: K x R x S x (C / groups) */
+  int32_t p, q;       /* output: N x P x Q x K */
+  int32_t pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups;
+} pcr_conv_shape;
 
 /* A validated problem in canonical form (D row-major; see `transposed`). Filled by
  * pcr_describe and by pcr_gemm when selection is needed; pass it back to
@@ -231,6 +266,10 @@ typedef struct {
                          largest extents */
   int32_t scale_m;    /* pcr_scale_kind of canonical d's rows: none, one value, one per row */
   int32_t scale_n;    /* pcr_scale_kind of its columns: none, one value, one per column */
+  int32_t op;         /* pcr_op; a convolution's m, n, k are its implicit GEMM's: fprop
+                         N*P*Q x K x R*S*C/groups, dgrad N*H*W x C x R*S*K, wgrad
+                         K x R*S*C/groups x N*P*Q */
+  pcr_conv_shape conv;
 } pcr_problem;
 
 /* A kernel's verdict on one problem: whether it runs it and, if not, why. */
@@ -362,7 +401,9 @@ PCR_API const char* pcr_problem_identity_names(void);
  * left unconsumed), or an object whose type exposes __dlpack_c_exchange_api__. With
  * PCR_STREAM_FROM_PRODUCER the stream is the producer's current work stream when an
  * operand's exchange API offers one, else `stream`. `extras` is NULL, None, or the tuple
- * (bias, scale_a, scale_b, activation, math) of pcr_extras' fields (tensors or None).
+ * (bias, scale_a, scale_b, activation, math, activation_alpha, activation_beta, conv) of
+ * pcr_extras' fields: tensors or None, ints, floats, and conv None or pcr_conv's 8 ints in
+ * their order.
  * pcr_py_object* marks those PyObject* arguments (plain void* to the compiler); other
  * pointers, the stream included, are not Python objects.
  * Errors: when a producer fails (its exchange API's dltensor_from_py_object_no_sync or

@@ -40,6 +40,17 @@ struct ActivationArgs {
   float alpha = 0.0f, beta = 0.0f;
 };
 
+// A 2-D convolution run as an implicit GEMM (pcr_conv): every tensor packed, activations
+// NHWC (n x h x w x c), filters KRSC (k x r x s x c/groups), outputs NPQK. GemmArgs' a, b
+// and c/d are CUTLASS's operands of the kind (fprop: x, w, y; dgrad: dy, w, dx; wgrad: dy,
+// x, dw) and m, n, k its implicit GEMM's extents; leading dimensions and batch fields are
+// unused. `kind` is PCR_OP_GEMM in a GEMM's GemmArgs.
+struct ConvArgs {
+  int kind;
+  int n, h, w, c, k, r, s, p, q;
+  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups;
+};
+
 struct GemmArgs {
   int m, n, k;
   const void* a;
@@ -63,6 +74,7 @@ struct GemmArgs {
   bool scale_a_per_row, scale_b_per_col;
   int groups;
   GroupArrays group;
+  ConvArgs conv;
   int device;    // CUDA ordinal the launch goes to (already current)
   int sm_count;  // multiprocessors of that device
 };

@@ -14,6 +14,12 @@
 
 namespace pcr {
 
+const char* op_name(int op) {
+  static const char* const kNames[] = {"GEMM", "convolution fprop", "convolution dgrad",
+                                       "convolution wgrad"};
+  return op >= PCR_OP_GEMM && op <= PCR_OP_WGRAD ? kNames[op] : "unknown";
+}
+
 const char* dtype_name(int dtype) {
   switch (dtype) {
     case PCR_F16:
@@ -39,8 +45,6 @@ const char* dtype_name(int dtype) {
   }
 }
 
-namespace {
-
 int dtype_from_dl(DLDataType t) {
   if (t.lanes != 1) return PCR_DTYPE_INVALID;
   if (t.code == kDLFloat && t.bits == 16) return PCR_F16;
@@ -55,6 +59,8 @@ int dtype_from_dl(DLDataType t) {
 }
 
 bool is_host(int device_type) { return device_type == kDLCPU || device_type == kDLCUDAHost; }
+
+namespace {
 
 // A DLPack dtype as numpy spells it ("int16", "uint8", "complex64"), for messages about
 // dtypes the library has no code for.
@@ -180,6 +186,8 @@ int layout_error(const Matrix& m, const char* name) {
                    name, m.rows, m.cols, m.s0, m.s1);
 }
 
+}  // namespace
+
 // Largest power of two <= 16 dividing the address, the leading dimension, the batch
 // stride and the contiguous extent, in bytes. Kernels with 16-byte vector access need 16.
 int alignment_bytes(const Matrix& m, int layout, int64_t ld) {
@@ -191,6 +199,8 @@ int alignment_bytes(const Matrix& m, int layout, int64_t ld) {
     align /= 2;
   return align;
 }
+
+namespace {
 
 // The bias as a broadcast view over d (rows x cols), numpy's rules: shape (N,), (1, N) or
 // (1, 1, N) adds one value per column (*axis = PCR_BIAS_PER_COLUMN), (M, 1) or (1, M, 1)
@@ -386,6 +396,34 @@ void Matrix::extent(uintptr_t* lo, uintptr_t* hi) const {
   *hi = base + uintptr_t(((batch - 1) * sb + (rows - 1) * s0 + (cols - 1) * s1 + 1) * esize);
 }
 
+int check_places(const Matrix* const ops[7], const char* const names[7], bool* host) {
+  // Devices: all CUDA on one ordinal, or all on the host.
+  const Matrix& D = *ops[2];
+  *host = is_host(D.device_type);
+  for (int i = 0; i < 7; ++i) {
+    if (!ops[i]) continue;
+    if (is_host(ops[i]->device_type) != *host)
+      return set_error(PCR_ERR_DEVICE_MISMATCH,
+                       "%s is a %s array but %s is a %s array; pass all operands on the GPU, "
+                       "or all on the host",
+                       names[i], is_host(ops[i]->device_type) ? "host" : "GPU", names[2],
+                       *host ? "host" : "GPU");
+    if (!*host && ops[i]->device_id != D.device_id)
+      return set_error(PCR_ERR_DEVICE_MISMATCH,
+                       "%s is on cuda:%d but %s is on cuda:%d; move them to one device", names[i],
+                       ops[i]->device_id, names[2], D.device_id);
+  }
+  // Aliasing: d must not overlap a, b or the extras, which the kernel reads while d is
+  // written (c is the caller's to check: d may be c exactly).
+  for (int i : {0, 1, 4, 5, 6})
+    if (ops[i] && overlaps(D, *ops[i]))
+      return set_error(PCR_ERR_OVERLAP,
+                       "%s overlaps %s in memory; the output must not alias an input of the "
+                       "product (pass a separate output)",
+                       names[2], names[i]);
+  return PCR_OK;
+}
+
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
              double alpha, double beta, const pcr_extras* extras, pcr_problem* p, Bound* bound) {
   clear_error();
@@ -412,6 +450,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   if (activation == PCR_ACT_CLAMP && x.activation_alpha > x.activation_beta)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "clamp: min %g is above max %g",
                      double(x.activation_alpha), double(x.activation_beta));
+  if (x.conv) return describe_conv(a, b, c, d, alpha, beta, x, p, bound);
   Matrix &A = bound->a, &B = bound->b, &C = bound->c, &D = bound->d, &V = bound->bias;
   int st;
   if ((st = load_matrix(a, "a", false, &A)) || (st = load_matrix(b, "b", false, &B)) ||
@@ -477,7 +516,6 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     return set_error(PCR_ERR_UNSUPPORTED, "a is %s but b is %s; a and b must share a dtype",
                      dtype_name(A.dtype), dtype_name(B.dtype));
 
-  // Devices: all CUDA on one ordinal, or all on the host.
   const Matrix* ops[] = {&A,
                          &B,
                          &D,
@@ -485,35 +523,9 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                          bias ? &V : nullptr,
                          scale_a ? &SA : nullptr,
                          scale_b ? &SB : nullptr};
-  const char* names[] = {"a", "b", "d", "c", "bias", "scale_a", "scale_b"};
-  bool host = is_host(D.device_type);
-  for (int i = 0; i < 7; ++i) {
-    if (!ops[i]) continue;
-    if (is_host(ops[i]->device_type) != host)
-      return set_error(PCR_ERR_DEVICE_MISMATCH,
-                       "%s is a %s array but d is a %s array; pass all operands on the GPU, "
-                       "or all on the host",
-                       names[i], is_host(ops[i]->device_type) ? "host" : "GPU",
-                       host ? "host" : "GPU");
-    if (!host && ops[i]->device_id != D.device_id)
-      return set_error(PCR_ERR_DEVICE_MISMATCH,
-                       "%s is on cuda:%d but d is on cuda:%d; move them to one device", names[i],
-                       ops[i]->device_id, D.device_id);
-  }
-
-  // Aliasing: d may be c exactly, and must not overlap a, b or the extras (which the
-  // kernel reads while d is written).
-  {
-    const Matrix* inputs[] = {&A, &B, bias ? &V : nullptr, scale_a ? &SA : nullptr,
-                              scale_b ? &SB : nullptr};
-    const char* input_names[] = {"a", "b", "bias", "scale_a", "scale_b"};
-    for (int i = 0; i < 5; ++i)
-      if (inputs[i] && overlaps(D, *inputs[i]))
-        return set_error(PCR_ERR_OVERLAP,
-                         "d overlaps %s in memory; the output must not alias an input of the "
-                         "product (pass a separate output)",
-                         input_names[i]);
-  }
+  static const char* const kNames[] = {"a", "b", "d", "c", "bias", "scale_a", "scale_b"};
+  bool host = false;
+  if ((st = check_places(ops, kNames, &host))) return st;
   bool c_is_d =
       use_c && C.ptr == D.ptr && C.s0 == D.s0 && C.s1 == D.s1 && C.sb == D.sb && C.dtype == D.dtype;
   if (use_c && !c_is_d && overlaps(C, D))
@@ -618,12 +630,17 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
 
   stage_misaligned(p);
 
+  return finish_problem(p, D, host);
+}
+
+int finish_problem(pcr_problem* p, const Matrix& D, bool host) {
+  int st;
   // The build must know this dtype combination at all (before asking for a GPU).
   bool known = false;
   for (int i = 0; i < kKernelCount && !known; ++i) {
     const pcr_kernel_desc& kd = kKernels[i]->info;
-    known = kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b && kd.dtype_d == p->dtype_d &&
-            kd.epilogue >= p->epilogue;
+    known = kd.op == p->op && kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b &&
+            kd.dtype_d == p->dtype_d && kd.epilogue >= p->epilogue;
   }
   if (!known) {
     static const char* const kWith[] = {"",  // by pcr_epilogue: LINEAR, BIASACT, SCALED
@@ -632,15 +649,17 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
       const pcr_kernel_desc& kd = kKernels[i]->info;
-      if (kd.epilogue < p->epilogue) continue;
+      if (kd.op != p->op || kd.epilogue < p->epilogue) continue;
       std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " + dtype_name(kd.dtype_b) +
                           " -> " + dtype_name(kd.dtype_d);
       if (have.find(combo) == std::string::npos) have += (have.empty() ? "" : "; ") + combo;
     }
+    const bool conv = p->op != PCR_OP_GEMM;
     return set_error(PCR_ERR_UNSUPPORTED,
-                     "no kernel in this build computes %s x %s -> %s%s; available%s: %s%s",
+                     "no kernel in this build computes %s x %s -> %s%s%s%s; available%s: %s%s",
                      dtype_name(p->dtype_a), dtype_name(p->dtype_b), dtype_name(p->dtype_d),
-                     kWith[p->epilogue], p->epilogue != PCR_EPI_LINEAR ? kWith[p->epilogue] : "",
+                     conv ? " as a " : "", conv ? op_name(p->op) : "", kWith[p->epilogue],
+                     p->epilogue != PCR_EPI_LINEAR ? kWith[p->epilogue] : "",
                      have.empty() ? "none" : have.c_str(),
                      p->dtype_a == PCR_TF32 || p->dtype_a == PCR_F32
                          ? " (tfloat32: float32 tensors with math='tf32')"
@@ -660,7 +679,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
 
 GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   GemmArgs g;
-  std::memset(&g, 0, sizeof g);  // padding too: prepared launches compare args bytewise
+  std::memset(static_cast<void*>(&g), 0,
+              sizeof g);  // padding too: prepared launches compare args bytewise
   g.m = int(p.m);
   g.n = int(p.n);
   g.k = int(p.k);
@@ -691,6 +711,7 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   g.scale_b = bd.scale_n.ptr;
   g.scale_a_per_row = p.scale_m == PCR_SCALE_VECTOR;
   g.scale_b_per_col = p.scale_n == PCR_SCALE_VECTOR;
+  g.conv = bd.conv;
   g.device = p.device;
   g.sm_count = p.sm_count;
   return g;
@@ -756,6 +777,9 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
   if (k < 0 || k >= kKernelCount)
     return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d is not in this build", k);
   const pcr_kernel_desc& kd = kKernels[k]->info;
+  if (kd.op != p.op)
+    return set_error(PCR_ERR_UNSUPPORTED, "%s is a %s kernel; the problem is a %s", kd.name,
+                     op_name(kd.op), op_name(p.op));
   if (kd.dtype_a != p.dtype_a || kd.dtype_b != p.dtype_b || kd.dtype_d != p.dtype_d)
     return set_error(PCR_ERR_UNSUPPORTED, "%s computes %s x %s -> %s, not %s x %s -> %s", kd.name,
                      dtype_name(kd.dtype_a), dtype_name(kd.dtype_b), dtype_name(kd.dtype_d),

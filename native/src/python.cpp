@@ -206,23 +206,43 @@ int ingest(void* object, const char* name, Operand* out) {
 constexpr int kOperands = 7;
 
 // The extras tuple (bias, scale_a, scale_b, activation, math, activation_alpha,
-// activation_beta), or None / NULL.
+// activation_beta, conv), or None / NULL; conv is None or the tuple of pcr_conv's 8 ints.
 struct PyExtras {
   void* tensors[3] = {};
   pcr_extras fields{};
+  pcr_conv conv{};
   bool present = false;
 };
+
+// pcr_conv from its tuple (op, pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w,
+// groups).
+int read_conv(PyObject* obj, pcr_conv* out) {
+  const PyApi& P = py();
+  int32_t* fields[] = {&out->op,       &out->pad_h,      &out->pad_w,      &out->stride_h,
+                       &out->stride_w, &out->dilation_h, &out->dilation_w, &out->groups};
+  bool ok = P.tuple_size(obj) == 8;
+  for (int i = 0; ok && i < 8; ++i) {
+    const long v = P.long_value(P.tuple_item(obj, i));
+    ok = !(v == -1 && P.err_occurred()) && v >= INT32_MIN && v <= INT32_MAX;
+    *fields[i] = int32_t(v);
+  }
+  if (ok) return PCR_OK;
+  P.err_clear();
+  return set_error(PCR_ERR_INVALID_ARGUMENT,
+                   "extras: conv must be None or 8 ints (op, pad_h, pad_w, stride_h, stride_w, "
+                   "dilation_h, dilation_w, groups)");
+}
 
 int read_extras(void* object, PyExtras* out) {
   const PyApi& P = py();
   auto* obj = static_cast<PyObject*>(object);
   if (!obj || obj == P.none) return PCR_OK;
   long n = P.tuple_size(obj);
-  if (n != 7) {
+  if (n != 8) {
     P.err_clear();
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "extras must be the tuple (bias, scale_a, scale_b, activation, math, "
-                     "activation_alpha, activation_beta)");
+                     "activation_alpha, activation_beta, conv)");
   }
   for (int i = 0; i < 3; ++i) out->tensors[i] = P.tuple_item(obj, i);
   const long activation = P.long_value(P.tuple_item(obj, 3));
@@ -242,6 +262,11 @@ int read_extras(void* object, PyExtras* out) {
   out->fields.math = int32_t(math);
   out->fields.activation_alpha = float(act_alpha);
   out->fields.activation_beta = float(act_beta);
+  auto* conv = static_cast<PyObject*>(P.tuple_item(obj, 7));
+  if (conv != P.none) {
+    if (int st = read_conv(conv, &out->conv)) return st;
+    out->fields.conv = &out->conv;
+  }
   out->present = true;
   return PCR_OK;
 }

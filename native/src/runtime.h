@@ -105,11 +105,31 @@ struct Bound {
   double alpha = 1.0, beta = 0.0;
   ActivationArgs activation;  // the extras' activation (activation_of)
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
+  ConvArgs conv{};  // a convolution's geometry (kind PCR_OP_GEMM for a GEMM)
 };
 
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
              double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
              Bound* bound);
+// describe's work for a convolution (extras.conv set; conv.cpp): the tensors as flat
+// matrices (rows: every dimension but the last) in `bound`, the geometry in bound->conv.
+int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                  double alpha, double beta, const pcr_extras& extras, pcr_problem* problem,
+                  Bound* bound);
+// The end of describe for every problem: the build knows its op, dtypes and epilogue at
+// all, and its device (d's, or the current one for host operands) is queried.
+int finish_problem(pcr_problem* problem, const Matrix& d, bool host);
+// Operand pieces describe and describe_conv share (problem.cpp).
+int dtype_from_dl(DLDataType t);  // PCR_DTYPE_INVALID where the library has no such dtype
+bool is_host(int device_type);    // host memory (numpy; pinned included)
+// Largest power of two <= 16 dividing m's address, leading dimension, batch stride and
+// contiguous extent, in bytes.
+int alignment_bytes(const Matrix& m, int layout, int64_t ld);
+const char* op_name(int op);  // "GEMM", "convolution fprop", ...
+// Where a problem's operands live: ops are a, b, d, c, bias, scale_a, scale_b (null where
+// absent), named as the call names them. All on one GPU or all on the host (*host), and d
+// overlaps none of a, b and the extras (d may be c exactly: the caller checks c).
+int check_places(const Matrix* const ops[7], const char* const names[7], bool* host);
 // Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, an image for its GPU;
 // with `bound`, CUTLASS's can_implement on those operands too).
 int check_kernel(int k, const pcr_problem& problem, const Bound* bound);

@@ -8,18 +8,21 @@ through ``torch.library``, the operators of the ``pycutlass_rt::`` namespace::
     torch.ops.pycutlass_rt.linear(x, w, bias, activation)     # act(x @ w.T + bias), fused
     torch.ops.pycutlass_rt.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)  # fp8, int8
     torch.ops.pycutlass_rt.grouped_mm(x, w, offs)             # MoE, as torch._grouped_mm
+    torch.ops.pycutlass_rt.conv2d(x, w, bias, stride, padding, dilation, groups,
+                                  activation)  # act(F.conv2d(...)), fused; channels_last
 
-and the functions :func:`mm`, :func:`linear`, :func:`scaled_mm` and :func:`grouped_mm`
-that call them, the module :class:`Linear` (``nn.Linear``'s parameters and state_dict,
-optionally with a fused activation) and :func:`replace_linear`.
+and the functions :func:`mm`, :func:`linear`, :func:`scaled_mm`, :func:`grouped_mm` and
+:func:`conv2d` that call them, the module :class:`Linear` (``nn.Linear``'s parameters and
+state_dict, optionally with a fused activation) and :func:`replace_linear`.
 
 Each operator has a fake (meta) implementation written on symbolic sizes, so
 ``torch.compile(fullgraph=True)`` traces it without a graph break, with dynamic shapes;
 its CUDA implementation allocates the output and makes one :func:`pycutlass_rt.gemm` (or
-:func:`pycutlass_rt.moe_gemm`) call on torch's current stream, with no synchronization,
-so ``mode="reduce-overhead"`` captures it in its CUDA graphs. ``mm`` and ``linear`` have
-autograd: both gradients are GEMMs on pycutlass_rt's kernels, computed by torch only
-where the build has no kernel for their dtype and layout (:class:`UnsupportedError`).
+:func:`pycutlass_rt.moe_gemm`, :func:`pycutlass_rt.conv2d`) call on torch's current
+stream, with no synchronization, so ``mode="reduce-overhead"`` captures it in its CUDA
+graphs. ``mm``, ``linear`` and ``conv2d`` have autograd: the gradients are GEMMs (conv2d's:
+dgrad and wgrad convolutions) on pycutlass_rt's kernels, computed by torch only where the
+build has no kernel for their problem (:class:`UnsupportedError`).
 CPU tensors are computed by torch's own CPU operators (the library has no CPU kernels),
 so a model built on the CPU runs before it moves to the GPU.
 
@@ -50,13 +53,14 @@ Example:
 from . import _schema, _fake, _cuda, _cpu, _autograd  # noqa: F401
 
 # isort: on
-from ._api import grouped_mm, linear, mm, scaled_mm
+from ._api import conv2d, grouped_mm, linear, mm, scaled_mm
 from ._checks import ACTIVATIONS
 from ._modules import Linear, replace_linear
 
 __all__ = [
     "ACTIVATIONS",
     "Linear",
+    "conv2d",
     "grouped_mm",
     "linear",
     "mm",

@@ -1,12 +1,12 @@
-"""The Python API: :func:`mm`, :func:`linear`, :func:`scaled_mm` and :func:`grouped_mm`,
-each a call of its ``torch.ops.pycutlass_rt`` operator."""
+"""The Python API: :func:`mm`, :func:`linear`, :func:`scaled_mm`, :func:`grouped_mm` and
+:func:`conv2d`, each a call of its ``torch.ops.pycutlass_rt`` operator."""
 
 import torch
 
 from ._autograd import OUTPUT_GRADIENT
 from ._checks import _act_name
 from ._cpu import _ACT_FN
-from ._schema import _grouped_mm, _linear, _mm, _mm_out, _scaled_mm
+from ._schema import _conv2d, _grouped_mm, _linear, _mm, _mm_out, _scaled_mm
 
 
 def mm(a, b, *, out=None):
@@ -136,3 +136,55 @@ def grouped_mm(x, w, offs):
         torch.Size([1000, 512])
     """
     return _grouped_mm(x, w, offs)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
+    """``act(F.conv2d(x, weight, bias, stride, padding, dilation, groups))``, fused.
+
+    Calls ``torch.ops.pycutlass_rt.conv2d``: one :func:`pycutlass_rt.conv2d` kernel (an
+    implicit GEMM on NHWC memory) with the bias and activation in its epilogue. Inputs
+    that are not ``channels_last`` are copied to it first; the output is ``channels_last``
+    (keep a network in that format to save the copies). Gradients of x and weight are the
+    library's dgrad and wgrad convolutions; the bias's is a sum. Where the build has no
+    kernel for the problem (``groups > 1``, float64, float32 with
+    ``torch.backends.cudnn.allow_tf32`` off, or channel counts no kernel's alignment takes),
+    torch's own convolution (cuDNN) runs it instead, the activation after
+    (``pycutlass_rt.torch._cuda._TORCH_CONV`` lists those problems). float32 runs on
+    TF32 tensor cores, as torch's convolutions do by default. As :func:`linear`, with a
+    gradient needed and an activation whose gradient needs the pre-activation (gelu,
+    gelu_tanh, silu, hardswish), the convolution runs without it and torch's activation
+    follows, so autograd keeps the pre-activation.
+
+    Args:
+        x: (N, C, H, W) CUDA tensor, float16, bfloat16, float32 or float64.
+        weight: (K, C/groups, R, S) filters of x's dtype, as ``nn.Conv2d`` stores them.
+        bias: optional (K,) vector of x's dtype.
+        stride, padding, dilation: ints or (h, w) pairs, as ``F.conv2d``'s (padding is
+            numeric: no "same" or "valid").
+        groups: input and output channels split into this many groups.
+        activation: None or one of ``ACTIVATIONS``, as :func:`linear`'s.
+
+    Returns:
+        (N, K, P, Q) channels_last tensor of x's dtype.
+
+    Raises:
+        RuntimeError: shapes, dtypes, devices or a geometry that do not fit.
+
+    Example:
+        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
+        >>> cl = torch.channels_last  # doctest: +SKIP
+        >>> x = torch.randn(8, 64, 56, 56, device="cuda", dtype=torch.float16).to(memory_format=cl)  # doctest: +SKIP
+        >>> w = torch.randn(128, 64, 3, 3, device="cuda", dtype=torch.float16).to(memory_format=cl)  # doctest: +SKIP
+        >>> pt.conv2d(x, w, None, stride=2, padding=1, activation="relu").shape  # doctest: +SKIP
+        torch.Size([8, 128, 28, 28])
+    """
+    if (
+        activation is not None
+        and _act_name(activation) not in OUTPUT_GRADIENT
+        and torch.is_grad_enabled()
+        and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    ):
+        act = _act_name(activation)  # the pre-activation kept for backward
+        z = _conv2d(x, weight, bias, stride, padding, dilation, groups, None)
+        return z if act is None else _ACT_FN[act](z)
+    return _conv2d(x, weight, bias, stride, padding, dilation, groups, activation)

@@ -1,14 +1,25 @@
 """Autograd: the operators' backward formulas, registered on their schemas.
 
 ``mm`` and ``linear`` have gradients that are GEMMs of the library (``_grad_mm``, which
-is differentiable too); ``grouped_mm`` gives x's gradient; ``scaled_mm`` has none, and
-``mm.out`` refuses inputs that need one (as torch's ``out=`` variants do).
+is differentiable too); ``conv2d``'s are the library's dgrad and wgrad convolutions
+(``_conv2d_dgrad`` and ``_conv2d_wgrad``, differentiable too); ``grouped_mm`` gives x's
+gradient; ``scaled_mm`` has none, and ``mm.out`` refuses inputs that need one (as torch's
+``out=`` variants do).
 """
 
 import torch
 
 from ._checks import _act_name, _rows
-from ._schema import _LIB, _grad_mm, _grouped_mm, _linear, _mm_out
+from ._schema import (
+    _LIB,
+    _conv2d,
+    _conv2d_dgrad,
+    _conv2d_wgrad,
+    _grad_mm,
+    _grouped_mm,
+    _linear,
+    _mm_out,
+)
 
 
 def _mm_setup(ctx, inputs, output):
@@ -102,6 +113,77 @@ def _linear_backward(ctx, grad):
 
 torch.library.register_autograd(
     "pycutlass_rt::linear", _linear_backward, setup_context=_linear_setup, lib=_LIB
+)
+
+
+#: conv2d's arguments after x and w, as its schema's defaults (for a torch that passes
+#: setup_context the given arguments only)
+_CONV_DEFAULTS = (None, [1, 1], [0, 0], [1, 1], 1, None)
+
+
+def _conv_setup(ctx, inputs, output):
+    x, w, bias, stride, padding, dilation, groups, activation = (
+        *inputs,
+        *_CONV_DEFAULTS[len(inputs) - 2 :],
+    )
+    act = _act_name(activation)
+    ctx.act, ctx.geo, ctx.inputs = act, (stride, padding, dilation, groups), len(inputs)
+    ctx.save_for_backward(x, w, bias, output if act in _OUT_GRAD else None)
+
+
+def _conv_backward(ctx, grad):
+    """dx = dgrad(grad, w), dw = wgrad(grad, x): convolutions of the library; the
+    activation's gradient first, as linear's (z recomputed where it needs z)."""
+    x, w, bias, out = ctx.saved_tensors
+    act, geo = ctx.act, ctx.geo
+    if act in _OUT_GRAD:
+        grad = _OUT_GRAD[act](grad, out)
+    elif act is not None:
+        grad = _ACT_GRAD[act](grad, _conv2d(x, w, bias, *geo, None))  # z, recomputed
+    need = ctx.needs_input_grad
+    grad_x = _conv2d_dgrad(grad, w, x.shape, *geo) if need[0] else None
+    grad_w = _conv2d_wgrad(grad, x, w.shape, *geo) if need[1] else None
+    grad_bias = grad.sum((0, 2, 3)) if bias is not None and need[2] else None
+    return (grad_x, grad_w, grad_bias, None, None, None, None, None)[: ctx.inputs]
+
+
+torch.library.register_autograd(
+    "pycutlass_rt::conv2d", _conv_backward, setup_context=_conv_setup, lib=_LIB
+)
+
+
+# The backward passes are linear in each operand, so their own gradients are the other
+# passes: <dgrad(dy, w), g> = <dy, conv2d(g, w)> and <wgrad(dy, x), g> = <dy, conv2d(x, g)>
+# (double backward).
+
+
+def _conv_grad_setup(ctx, inputs, output):
+    dy, other, _, stride, padding, dilation, groups = inputs
+    ctx.geo = (stride, padding, dilation, groups)
+    ctx.save_for_backward(dy, other)
+
+
+def _dgrad_backward(ctx, grad):
+    dy, w = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    grad_dy = _conv2d(grad, w, None, *ctx.geo, None) if need[0] else None
+    grad_w = _conv2d_wgrad(dy, grad, w.shape, *ctx.geo) if need[1] else None
+    return grad_dy, grad_w, None, None, None, None, None
+
+
+def _wgrad_backward(ctx, grad):
+    dy, x = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    grad_dy = _conv2d(x, grad, None, *ctx.geo, None) if need[0] else None
+    grad_x = _conv2d_dgrad(dy, grad, x.shape, *ctx.geo) if need[1] else None
+    return grad_dy, grad_x, None, None, None, None, None
+
+
+torch.library.register_autograd(
+    "pycutlass_rt::_conv2d_dgrad", _dgrad_backward, setup_context=_conv_grad_setup, lib=_LIB
+)
+torch.library.register_autograd(
+    "pycutlass_rt::_conv2d_wgrad", _wgrad_backward, setup_context=_conv_grad_setup, lib=_LIB
 )
 
 

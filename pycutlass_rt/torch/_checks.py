@@ -6,7 +6,8 @@ size becomes a guard or a runtime assert, never a Python int); real ones with
 :func:`_eager_check`, which costs a comparison where ``torch._check`` costs microseconds.
 Both raise the same messages. :func:`_mm_ok` and :func:`_linear_ok` test the eager calls'
 conditions in one expression first. :func:`_rows` (an operand's rows, viewed as a matrix)
-serves the fake, CUDA and autograd code alike.
+serves the fake, CUDA and autograd code alike, as :func:`_conv_extent` (a convolution's
+output size) and :func:`_conv_empty` (its channels_last output) serve the conv operators'.
 """
 
 import torch
@@ -223,6 +224,122 @@ def _check_grouped_mm(check, x, w, offs):
     _same_device(op, check, x, w, offs)
 
 
+def _check_conv_geometry(op, check, stride, padding, dilation, groups):
+    # int[2] arguments arrive as lists of any length (the schema does not count them)
+    for name, pair, least in (
+        ("stride", stride, 1),
+        ("padding", padding, 0),
+        ("dilation", dilation, 1),
+    ):
+        check(
+            len(pair) == 2 and min(pair) >= least,
+            "{}: {} must be an int or two ints of at least {}, got {}",
+            op,
+            name,
+            least,
+            pair,
+        )
+    check(groups >= 1, "{}: groups must be positive, got {}", op, groups)
+
+
+def _check_conv_operands(op, check, names, a, b):
+    check(
+        a.dim() == 4 and b.dim() == 4,
+        "{}: {} and {} must be 4-D, got {}-D and {}-D",
+        op,
+        *names,
+        a.dim(),
+        b.dim(),
+    )
+    check(
+        a.dtype == b.dtype,
+        "{}: {} and {} must have one dtype, got {} and {}",
+        op,
+        *names,
+        a.dtype,
+        b.dtype,
+    )
+    check(
+        a.dtype in _FLOATS, "{}: takes float16, bfloat16, float32 or float64, got {}", op, a.dtype
+    )
+
+
+def _check_conv_channels(op, check, x_size, w_size, groups):
+    """x (N, C, H, W) against w (K, C/groups, R, S): sizes as tensors' shapes or lists."""
+    check(
+        x_size[1] == w_size[1] * groups,
+        "{}: x has {} channels; w {} with groups={} takes {}",
+        op,
+        x_size[1],
+        w_size,
+        groups,
+        w_size[1] * groups,
+    )
+    check(
+        w_size[0] % groups == 0,
+        "{}: w's {} output channels do not split into groups={}",
+        op,
+        w_size[0],
+        groups,
+    )
+
+
+def _check_conv_output(op, check, x_size, w_size, dy, stride, padding, dilation):
+    """A gradient pass's dy (N, K, P, Q) against the convolution of x_size by w_size."""
+    p, q = _conv_extent(x_size, w_size, stride, padding, dilation)
+    shape = "{}: dy must be {}x{}x{}x{} (x {}, w {}), got {}"
+    # one symbolic condition per check: `and` would turn a symbolic size into a bool
+    for have, want in zip(dy.shape, (x_size[0], w_size[0], p, q)):
+        check(have == want, shape, op, x_size[0], w_size[0], p, q, x_size, w_size, dy.shape)
+
+
+def _check_conv2d(check, x, w, bias, stride, padding, dilation, groups, activation):
+    op = "pycutlass_rt::conv2d"
+    _act_name(activation)
+    _check_conv_geometry(op, check, stride, padding, dilation, groups)
+    _check_conv_operands(op, check, ("x (N, C, H, W)", "w (K, C/groups, R, S)"), x, w)
+    _check_conv_channels(op, check, x.shape, w.shape, groups)
+    if bias is not None:
+        check(
+            bias.dim() == 1 and bias.shape[0] == w.shape[0],
+            "{}: bias must be a vector of {}, got {}",
+            op,
+            w.shape[0],
+            bias.shape,
+        )
+        check(bias.dtype == x.dtype, "{}: bias must be {}, got {}", op, x.dtype, bias.dtype)
+    p, q = _conv_extent(x.shape, w.shape, stride, padding, dilation)
+    size = "{}: the output would be {}x{} (x {}, w {}, stride {}, padding {}, dilation {})"
+    for extent in (p, q):
+        check(extent > 0, size, op, p, q, x.shape, w.shape, stride, padding, dilation)
+    _same_device(op, check, x, w, bias)
+
+
+def _check_conv2d_dgrad(check, dy, w, input_size, stride, padding, dilation, groups):
+    op = "pycutlass_rt::_conv2d_dgrad"
+    _check_conv_geometry(op, check, stride, padding, dilation, groups)
+    _check_conv_operands(op, check, ("dy (N, K, P, Q)", "w (K, C/groups, R, S)"), dy, w)
+    check(len(input_size) == 4, "{}: input_size must be (N, C, H, W), got {}", op, input_size)
+    _check_conv_channels(op, check, input_size, w.shape, groups)
+    _check_conv_output(op, check, input_size, w.shape, dy, stride, padding, dilation)
+    _same_device(op, check, dy, w)
+
+
+def _check_conv2d_wgrad(check, dy, x, weight_size, stride, padding, dilation, groups):
+    op = "pycutlass_rt::_conv2d_wgrad"
+    _check_conv_geometry(op, check, stride, padding, dilation, groups)
+    _check_conv_operands(op, check, ("dy (N, K, P, Q)", "x (N, C, H, W)"), dy, x)
+    check(
+        len(weight_size) == 4,
+        "{}: weight_size must be (K, C/groups, R, S), got {}",
+        op,
+        weight_size,
+    )
+    _check_conv_channels(op, check, x.shape, weight_size, groups)
+    _check_conv_output(op, check, x.shape, weight_size, dy, stride, padding, dilation)
+    _same_device(op, check, dy, x)
+
+
 def _mm_ok(a, b):
     """_check_mm's conditions in one expression: eager calls test this, and run the
     checks (for their messages) only when it fails."""
@@ -267,3 +384,21 @@ def _rows(x):
     for s in x.shape[:-1]:
         m = m * s
     return m
+
+
+def _conv_extent(x_size, w_size, stride, padding, dilation):
+    """(P, Q): the output's height and width of x (N, C, H, W) by w (K, C/groups, R, S),
+    as torch's conv2d computes them (symbolic sizes ok)."""
+    return tuple(
+        (n + 2 * p - d * (f - 1) - 1) // s + 1
+        for n, f, s, p, d in zip(x_size[2:], w_size[2:], stride, padding, dilation)
+    )
+
+
+def _conv_empty(like, shape):
+    """A new channels_last tensor of ``shape`` in like's dtype and device: every conv
+    operator's output, fake or real (one allocation, so the strides agree everywhere, the
+    sizes of 1 included)."""
+    return torch.empty(
+        shape, dtype=like.dtype, device=like.device, memory_format=torch.channels_last
+    )

@@ -9,11 +9,15 @@ import torch.nn.functional as F
 
 from ._checks import (
     _act_name,
+    _check_conv2d,
+    _check_conv2d_dgrad,
+    _check_conv2d_wgrad,
     _check_grouped_mm,
     _check_linear,
     _check_mm,
     _check_out,
     _check_scaled_mm,
+    _conv_empty,
     _eager_check,
     _linear_ok,
     _mm_ok,
@@ -90,6 +94,34 @@ def _grouped_mm_cpu(x, w, offs):
     return out
 
 
+def _channels_last(t):
+    """t with the strides of :func:`_conv_empty` (the fake implementations' outputs):
+    itself where it has them, else copied into a new one."""
+    out = _conv_empty(t, t.shape)
+    return t if t.stride() == out.stride() else out.copy_(t)
+
+
+def _conv2d_cpu(
+    x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, activation=None
+):
+    _check_conv2d(_eager_check, x, w, bias, stride, padding, dilation, groups, activation)
+    act = _act_name(activation)
+    y = F.conv2d(x, w, bias, stride, padding, dilation, groups)
+    return _channels_last(y if act is None else _ACT_FN[act](y))
+
+
+def _conv2d_dgrad_cpu(dy, w, input_size, stride, padding, dilation, groups):
+    _check_conv2d_dgrad(_eager_check, dy, w, input_size, stride, padding, dilation, groups)
+    dx = torch.nn.grad.conv2d_input(input_size, w, dy, stride, padding, dilation, groups)
+    return _channels_last(dx)
+
+
+def _conv2d_wgrad_cpu(dy, x, weight_size, stride, padding, dilation, groups):
+    _check_conv2d_wgrad(_eager_check, dy, x, weight_size, stride, padding, dilation, groups)
+    dw = torch.nn.grad.conv2d_weight(x, weight_size, dy, stride, padding, dilation, groups)
+    return _channels_last(dw)
+
+
 for _name, _fn in (
     ("mm", _mm_cpu),
     ("mm.out", _mm_out_cpu),
@@ -97,5 +129,8 @@ for _name, _fn in (
     ("linear", _linear_cpu),
     ("scaled_mm", _scaled_mm_cpu),
     ("grouped_mm", _grouped_mm_cpu),
+    ("conv2d", _conv2d_cpu),
+    ("_conv2d_dgrad", _conv2d_dgrad_cpu),
+    ("_conv2d_wgrad", _conv2d_wgrad_cpu),
 ):
     _LIB.impl(_name, _fn, "CPU")

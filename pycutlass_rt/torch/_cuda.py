@@ -1,23 +1,34 @@
 """CUDA implementations: pycutlass_rt's kernels on torch's current stream.
 
 Each allocates its output and makes one :func:`pycutlass_rt.gemm` (or
-:func:`pycutlass_rt.moe_gemm`) call, with no synchronization, so CUDA graphs capture it.
-Where the build has no kernel, ``_grad_mm`` falls back to ``torch.mm`` and ``linear`` to
-an unfused epilogue; :data:`_TORCH_MM` and :data:`_UNFUSED` remember those cases.
+:func:`pycutlass_rt.moe_gemm`, :func:`pycutlass_rt.conv2d`, ``conv2d_dgrad``,
+``conv2d_wgrad``) call, with no synchronization, so CUDA graphs capture it. Where the
+build has no kernel, ``_grad_mm`` falls back to ``torch.mm``, ``linear`` to an unfused
+epilogue, and the conv operators to torch's convolution (cuDNN); :data:`_TORCH_MM`,
+:data:`_UNFUSED` and :data:`_TORCH_CONV` remember those cases.
 """
 
 import torch
+import torch.nn.functional as F
 
+from .. import conv2d as _pcr_conv2d
+from .. import conv2d_dgrad as _pcr_conv2d_dgrad
+from .. import conv2d_wgrad as _pcr_conv2d_wgrad
 from .. import gemm as _gemm
 from .. import moe_gemm as _moe_gemm
 from ..errors import UnsupportedError
 from ._checks import (
     _act_name,
+    _check_conv2d,
+    _check_conv2d_dgrad,
+    _check_conv2d_wgrad,
     _check_grouped_mm,
     _check_linear,
     _check_mm,
     _check_out,
     _check_scaled_mm,
+    _conv_empty,
+    _conv_extent,
     _eager_check,
     _linear_ok,
     _mm_ok,
@@ -166,6 +177,115 @@ def _grouped_mm_cuda(x, w, offs):
     return _moe_gemm(x, w, offs, out)
 
 
+_CL = torch.channels_last
+
+
+def _nhwc(t):
+    """A conv operand as pycutlass_rt reads it: channels_last (its NHWC permutation
+    packed), else a channels_last copy; detached, as :func:`_mat`."""
+    if t.requires_grad:
+        t = t.detach()
+    return t if t.permute(0, 2, 3, 1).is_contiguous() else t.contiguous(memory_format=_CL)
+
+
+def _conv_math(dtype):
+    """The conv functions' math= for torch's float32 convolution setting: TF32 tensor cores
+    where torch allows them (torch.backends.cudnn.allow_tf32, on by default), else "ieee",
+    for which the build has no kernel: torch's convolution then (see _TORCH_CONV)."""
+    if dtype is torch.float32:
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+    return None
+
+
+def _torch_result(out, t):
+    """torch's fallback result t as the operator returns it: with out's strides (the fake
+    implementations' channels_last ones), copied into out where t has others."""
+    return t if t.stride() == out.stride() else out.copy_(t)
+
+
+#: (pass, device, dtype, math, bias?, activation, C, w's shape, stride, padding, dilation,
+#: groups) of convolutions the build has no kernel for: torch's (cuDNN) from then on. The
+#: key is the problem but its batch and spatial sizes (the kernels' choice depends on the
+#: channels, the filter and the geometry; any size of the batch and image runs)
+_TORCH_CONV: set = set()
+
+
+def _conv2d_cuda(
+    x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, activation=None
+):
+    _check_conv2d(_eager_check, x, w, bias, stride, padding, dilation, groups, activation)
+    act = _act_name(activation)
+    x, w, bias = _nhwc(x), _nhwc(w), _vec(bias)
+    p, q = _conv_extent(x.shape, w.shape, stride, padding, dilation)
+    y = _conv_empty(x, (x.shape[0], w.shape[0], p, q))
+    math = _conv_math(x.dtype)
+    geo = (tuple(stride), tuple(padding), tuple(dilation), groups)
+    key = ("fprop", x.device.index, x.dtype, math, bias is not None, act, x.shape[1], w.shape, *geo)
+    if key not in _TORCH_CONV:
+        try:
+            _pcr_conv2d(
+                x, w, bias, stride, padding, dilation, groups, activation=act, out=y, math=math
+            )
+            return y
+        except UnsupportedError:
+            _TORCH_CONV.add(key)  # no kernel for this problem: torch's from now on
+    y = _torch_result(y, F.conv2d(x, w, bias, stride, padding, dilation, groups))
+    return y if act is None else _ACT_INPLACE[act](y)
+
+
+def _conv_grad_cuda(pass_, library, fallback, dy, other, size, *geometry):
+    """A gradient ``pass_`` ("dgrad": ``other`` is w; "wgrad": x) into a new channels_last
+    tensor of ``size``: ``library`` (pcr.conv2d_dgrad or _wgrad), or, remembered for the
+    problem where no kernel of the build runs it, ``fallback`` (torch's)."""
+    stride, padding, dilation, groups = geometry
+    dy, other = _nhwc(dy), _nhwc(other)
+    out = _conv_empty(dy, size)
+    math = _conv_math(dy.dtype)
+    geo = (tuple(stride), tuple(padding), tuple(dilation), groups)
+    # the key's C and filter shape: dx's and w's, or x's and dw's
+    dgrad = pass_ == "dgrad"
+    channels, filters = (out.shape[1], other.shape) if dgrad else (other.shape[1], out.shape)
+    key = (pass_, dy.device.index, dy.dtype, math, False, None, channels, filters, *geo)
+    if key not in _TORCH_CONV:
+        try:
+            return library(dy, other, size, *geometry, out=out, math=math)
+        except UnsupportedError:
+            _TORCH_CONV.add(key)
+    return _torch_result(out, fallback(dy, other, out, *geometry))
+
+
+def _conv2d_dgrad_cuda(dy, w, input_size, stride, padding, dilation, groups):
+    _check_conv2d_dgrad(_eager_check, dy, w, input_size, stride, padding, dilation, groups)
+    return _conv_grad_cuda(
+        "dgrad",
+        _pcr_conv2d_dgrad,
+        lambda dy, w, dx, *geo: torch.nn.grad.conv2d_input(dx.shape, w, dy, *geo),
+        dy,
+        w,
+        input_size,
+        stride,
+        padding,
+        dilation,
+        groups,
+    )
+
+
+def _conv2d_wgrad_cuda(dy, x, weight_size, stride, padding, dilation, groups):
+    _check_conv2d_wgrad(_eager_check, dy, x, weight_size, stride, padding, dilation, groups)
+    return _conv_grad_cuda(
+        "wgrad",
+        _pcr_conv2d_wgrad,
+        lambda dy, x, dw, *geo: torch.nn.grad.conv2d_weight(x, dw.shape, dy, *geo),
+        dy,
+        x,
+        weight_size,
+        stride,
+        padding,
+        dilation,
+        groups,
+    )
+
+
 for _name, _fn in (
     ("mm", _mm_cuda),
     ("mm.out", _mm_out_cuda),
@@ -173,5 +293,8 @@ for _name, _fn in (
     ("linear", _linear_cuda),
     ("scaled_mm", _scaled_mm_cuda),
     ("grouped_mm", _grouped_mm_cuda),
+    ("conv2d", _conv2d_cuda),
+    ("_conv2d_dgrad", _conv2d_dgrad_cuda),
+    ("_conv2d_wgrad", _conv2d_wgrad_cuda),
 ):
     _LIB.impl(_name, _fn, "CUDA")

@@ -1,17 +1,23 @@
 """Fake (meta) implementations: shapes and dtypes only, on symbolic sizes.
 
 What ``torch.compile(fullgraph=True)`` traces each operator with (dynamic shapes
-included), checking the arguments as the real implementations do.
+included), checking the arguments as the real implementations do. The conv operators'
+outputs are channels_last, as the real ones (:func:`_conv_empty`, the same strides).
 """
 
 import torch
 
 from ._checks import (
+    _check_conv2d,
+    _check_conv2d_dgrad,
+    _check_conv2d_wgrad,
     _check_grouped_mm,
     _check_linear,
     _check_mm,
     _check_out,
     _check_scaled_mm,
+    _conv_empty,
+    _conv_extent,
     _fake_check,
     _scaled_out_dtype,
 )
@@ -52,3 +58,24 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None):
 def _grouped_mm_fake(x, w, offs):
     _check_grouped_mm(_fake_check, x, w, offs)
     return x.new_empty((x.shape[0], w.shape[2]))
+
+
+@torch.library.register_fake("pycutlass_rt::conv2d", lib=_LIB)
+def _conv2d_fake(
+    x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, activation=None
+):
+    _check_conv2d(_fake_check, x, w, bias, stride, padding, dilation, groups, activation)
+    p, q = _conv_extent(x.shape, w.shape, stride, padding, dilation)
+    return _conv_empty(x, (x.shape[0], w.shape[0], p, q))
+
+
+@torch.library.register_fake("pycutlass_rt::_conv2d_dgrad", lib=_LIB)
+def _conv2d_dgrad_fake(dy, w, input_size, stride, padding, dilation, groups):
+    _check_conv2d_dgrad(_fake_check, dy, w, input_size, stride, padding, dilation, groups)
+    return _conv_empty(dy, input_size)
+
+
+@torch.library.register_fake("pycutlass_rt::_conv2d_wgrad", lib=_LIB)
+def _conv2d_wgrad_fake(dy, x, weight_size, stride, padding, dilation, groups):
+    _check_conv2d_wgrad(_fake_check, dy, x, weight_size, stride, padding, dilation, groups)
+    return _conv_empty(x, weight_size)

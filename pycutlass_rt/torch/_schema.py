@@ -32,8 +32,27 @@ _LIB.define("grouped_mm(Tensor x, Tensor w, Tensor offs) -> Tensor")
 # The backward passes' GEMMs: mm's kernel, or torch.mm where the build has none for the
 # dtype and layout. Not for users: forward calls raise UnsupportedError instead.
 _LIB.define("_grad_mm(Tensor a, Tensor b) -> Tensor")
+# torch.nn.functional.conv2d's convolution on channels_last tensors, with the bias and an
+# activation fused. An int passed for an int[2] is broadcast to both (as F.conv2d's); torch
+# prints the pairs' defaults [1, 1] and [0, 0] as 1 and 0.
+_LIB.define(
+    "conv2d(Tensor x, Tensor w, Tensor? bias=None, int[2] stride=1, int[2] padding=0, "
+    "int[2] dilation=1, int groups=1, str? activation=None) -> Tensor"
+)
+# Its backward passes (torch.nn.grad.conv2d_input's and conv2d_weight's): the library's
+# dgrad and wgrad kernels, or torch's where the build has none. Not for users.
+_LIB.define(
+    "_conv2d_dgrad(Tensor dy, Tensor w, SymInt[4] input_size, int[2] stride, int[2] padding, "
+    "int[2] dilation, int groups) -> Tensor"
+)
+_LIB.define(
+    "_conv2d_wgrad(Tensor dy, Tensor x, SymInt[4] weight_size, int[2] stride, int[2] padding, "
+    "int[2] dilation, int groups) -> Tensor"
+)
 
 _OPS = torch.ops.pycutlass_rt
 _mm, _mm_out = _OPS.mm.default, _OPS.mm.out
 _linear, _scaled_mm = _OPS.linear.default, _OPS.scaled_mm.default
 _grouped_mm, _grad_mm = _OPS.grouped_mm.default, _OPS._grad_mm.default
+_conv2d = _OPS.conv2d.default
+_conv2d_dgrad, _conv2d_wgrad = _OPS._conv2d_dgrad.default, _OPS._conv2d_wgrad.default

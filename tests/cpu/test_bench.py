@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
-from benchmarks import cli, device, measure, peers, progress, report, shapes, suite, timing
+from benchmarks import cli, conv, device, measure, peers, progress, report, shapes, suite, timing
 from pycutlass_rt._kernels import KernelInfo
 
 # --- shape groups ------------------------------------------------------------------------
@@ -73,6 +73,22 @@ def test_sweep_grids_are_the_benchmark_lists():
     assert sweep.NK_PAIRS == shapes.NK_PAIRS
     assert sweep.shapes(["decode"]) == shapes.grid("B") == shapes.DECODE
     assert sweep.shapes(["awkward"]) == shapes.grid("D")
+
+
+def test_conv_layer_sets_are_well_formed():
+    """benchmarks/conv.py's layers: the three sets, each shape once under a name of its own,
+    every output at least 1x1; the stems and patch embeddings as the models have them."""
+    assert list(conv.SETS) == ["resnet50", "unet", "vit"]
+    for name, layers in conv.SETS.items():
+        assert len(layers) >= 3, name
+        assert len({x.name for x in layers}) == len({x[1:] for x in layers}) == len(layers)
+        for x in layers:
+            assert min(x.out_hw()) > 0 and x.c % x.groups == x.k % x.groups == 0, x
+            assert x.flops() > 0 and x.shapes()[2][2:] == x.out_hw()
+    assert conv.RESNET50[0].out_hw() == (112, 112) and conv.RESNET50[-1].out_hw() == (7, 7)
+    assert [x.out_hw() for x in conv.VIT] == [(14, 14), (16, 16), (27, 27)]
+    assert conv.UNET[0].c == conv.UNET[-1].k == 4  # SD's latent channels
+    assert conv.parser().parse_args(["--quick", "--passes", "dgrad"]).dtypes == list(conv.DTYPES)
 
 
 def kern(dtype_a, dtype_d, i=0):

@@ -9,10 +9,12 @@ import catalog
 import pytest
 
 TYPES = "f16|bf16|tf32|f32|f64|s8|s32|e4m3|e5m2"
+#: the GEMM kernels (the convolutions' have tests of their own below)
+GEMMS = [k for k in catalog.catalogue() if not k.conv]
 NAME = re.compile(
-    rf"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_"
-    rf"(?P<d>{TYPES})_"
-    r"(?P<layout>[tn]{2})_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm)|"
+    r"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?:(?P<op>fprop|dgrad|wgrad)_)?"
+    rf"(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_(?P<d>{TYPES})_"
+    r"(?P<layout>[tn]{2}|nhwc)_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm|ws)|"
     r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact|scaled))?(?:_(?P<split>streamk|splitk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$"
 )
@@ -38,6 +40,7 @@ def test_names_unique_and_encode_every_parameter():
         assert bool(m["swap"]) == k.swap
         assert (m["epi"] or "linear") == k.epilogue
         assert bool(m["grouped"]) == k.grouped
+        assert (m["op"] or "gemm") == k.op and (k.layout == "nhwc") == k.conv
         if k.family in ("sm90", "sm100"):
             assert m["cl"] == "{}x{}".format(*k.cluster[:2]) and m["sched"] == k.schedule
         else:
@@ -45,7 +48,7 @@ def test_names_unique_and_encode_every_parameter():
 
 
 def test_every_dtype_and_layout_combination_in_default_build():
-    core = catalog.select_kernels(catalog.catalogue(), "default")
+    core = catalog.select_kernels(GEMMS, "default")
     half = [k for k in core if k.a in ("f16", "bf16")]
     for fam in ("sm80", "sm90"):
         combos = {(k.a, k.d, k.layout) for k in half if k.family == fam and k.align == 8}
@@ -148,16 +151,17 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     assert "RowMajor, cutlass::layout::ColumnMajor" in t
     info = catalog.kernel_info(k)
     assert (
-        info.endswith(", 1, 0, 0}") and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info
-    )  # swap; not grouped, no tensor scales
+        info.endswith(", 1, 0, 0, PCR_OP_GEMM}")
+        and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info
+    )  # swap; not grouped, no tensor scales; a GEMM
     plain = catalog.Kernel("sm90", "bf16", "bf16", "bf16", "tt", (128, 128, 64), "coop")
     assert catalog.kernel_type(plain).endswith(
         "false, PCR_EPI_LINEAR, float, false>"
-    ) and catalog.kernel_info(plain).endswith(", 0, 0, 0}")
+    ) and catalog.kernel_info(plain).endswith(", 0, 0, 0, PCR_OP_GEMM}")
 
 
 def test_sm90_variety():
-    sm90 = [k for k in catalog.catalogue() if k.family == "sm90"]
+    sm90 = [k for k in GEMMS if k.family == "sm90"]
     assert {k.schedule for k in sm90} == {"coop", "pingpong"}
     assert len({k.tile for k in sm90}) >= 3 and len({k.cluster for k in sm90}) >= 2
     assert len({k.tile for k in catalog.catalogue() if k.family == "sm80"}) >= 3
@@ -263,7 +267,7 @@ def test_list_cli_all_archs():
 def test_fused_epilogue_kernels_twin_plain_ones():
     """Every bias/activation kernel has a plain twin of the same name without the suffix
     (what selection tables name), in the dtypes and layouts the catalogue fuses."""
-    kernels = catalog.catalogue()
+    kernels = GEMMS
     names = {k.name for k in kernels}
     fused = [k for k in kernels if k.epilogue == "biasact"]
     assert fused and all(k.name.replace("_biasact", "") in names for k in fused)
@@ -294,7 +298,7 @@ def test_fused_epilogue_kernels_twin_plain_ones():
 def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
     """The one statement of which kernels read per-tensor scale tensors in their linear
     epilogue: the template argument and the registry's descriptor both come from it."""
-    kernels = catalog.catalogue()
+    kernels = GEMMS
     flagged = [k for k in kernels if k.tensor_scales]
     # int8's linear kernels write exact int32; its float outputs come from _scaled_ kernels
     assert {k.a for k in flagged} == {"e4m3", "e5m2"}
@@ -311,12 +315,12 @@ def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
         flag = "true" if k.tensor_scales else "false"
         src = catalog.kernel_source(k)
         assert src.count(f", {flag}>;") == 1  # the template's last argument
-        assert catalog.kernel_info(k).endswith(f", {int(k.tensor_scales)}}}")
+        assert catalog.kernel_info(k).endswith(f", {int(k.tensor_scales)}, PCR_OP_GEMM}}")
 
 
 def test_grouped_kernels():
     """Grouped kernels: both families, the grouped templates, in the default build."""
-    kernels = catalog.catalogue()
+    kernels = GEMMS
     grouped = [k for k in kernels if k.grouped]
     assert {k.family for k in grouped} == {"sm80", "sm90"}
     assert {(k.a, k.d) for k in grouped} == set(catalog.GROUPED_TYPES)
@@ -326,7 +330,7 @@ def test_grouped_kernels():
         assert t.startswith(
             "pcr::tma::GroupedGemm<" if k.family == "sm90" else "pcr::mma::GroupedGemm<"
         ), t
-        assert catalog.kernel_info(k).endswith(", 1, 0}")  # grouped, no tensor scales
+        assert catalog.kernel_info(k).endswith(", 1, 0, PCR_OP_GEMM}")  # grouped, no tensor scales
     core = catalog.select_kernels(kernels, "default")
     assert {(k.family, k.layout) for k in core if k.grouped} >= {("sm90", "tn"), ("sm80", "nn")}
 
@@ -334,7 +338,7 @@ def test_grouped_kernels():
 def test_split_k_kernels_wrap_their_unsplit_fp32_twin():
     """A split-K kernel's source instantiates the same kernel with fp32 output and no split,
     inside pcr::split::SplitK with its tile and K-majorness (native/kernels/split_k.cuh)."""
-    kernels = {k.name: k for k in catalog.catalogue()}
+    kernels = {k.name: k for k in GEMMS}
     for name, k in kernels.items():
         if k.split != "splitk":
             continue
@@ -372,3 +376,26 @@ def test_unset_archs_build_for_this_machines_gpus_else_the_portable_set(monkeypa
 
     monkeypatch.setattr(catalog, "native_tokens", no_gpu)
     assert catalog.parse_archs("") == catalog.parse_archs("default")
+
+
+def test_convolutions_in_the_default_build():
+    """conv2d, its dgrad and its wgrad run from a default build on the sm80 family (channel
+    counts that are not multiples of 8 included) and on sm90a, for float16 and bfloat16;
+    bias/activation fuse into fprop only."""
+    kernels = [k for k in catalog.catalogue() if k.conv]
+    default = {(k.family, k.op, k.a, k.align < 8) for k in kernels if k.default}
+    for fam, op, a, any_align in [
+        (f, o, a, any_align)
+        for f in ("sm80", "sm90")
+        for o in catalog.CONV_OPS
+        for a in ("f16", "bf16")
+        for any_align in ((False, True) if f == "sm80" else (False,))
+    ]:
+        assert (fam, op, a, any_align) in default, (fam, op, a, any_align)
+    assert all(k.op == "fprop" for k in kernels if k.epilogue == "biasact")
+    assert all(not k.default for k in kernels if k.a == "tf32")
+    # generated sources name the conv templates, with the op's constant
+    k = next(k for k in kernels if k.family == "sm90" and k.op == "wgrad")
+    src = catalog.kernel_source(k)
+    assert '#include "conv_tma.cuh"' in src and "pcr::conv::Conv3x<PCR_OP_WGRAD" in src
+    assert src.rstrip().endswith("pcr::ops_of<Op_" + k.ident + ", false>()};")

@@ -11,7 +11,7 @@ import catalog
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _lib, errors
+from pycutlass_rt import _abi, _lib, errors
 
 HEADER = os.path.join(os.path.dirname(catalog.__file__), "include", "pycutlass_rt.h")
 
@@ -36,7 +36,12 @@ def c_struct_fields(name):
     return fields
 
 
-CTYPE = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "const char*": ctypes.c_char_p}
+CTYPE = {
+    "int64_t": ctypes.c_int64,
+    "int32_t": ctypes.c_int32,
+    "const char*": ctypes.c_char_p,
+    "pcr_conv_shape": _abi.ConvShape,
+}
 
 
 @pytest.mark.parametrize(

@@ -747,3 +747,358 @@ def test_the_benchmarks_registrations():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[(4, 3, 4, 3)] 5"
+
+
+# ---- conv2d: schemas, values, gradients, fake implementations, the CUDA code ---------------
+
+CL = torch.channels_last
+#: (x (N, C, H, W), w (K, C/groups, R, S), stride, padding, dilation, groups)
+CONVS = [
+    ((2, 8, 9, 7), (6, 8, 3, 3), 1, 1, 1, 1),
+    ((2, 4, 11, 10), (6, 4, 3, 2), 2, (1, 0), 1, 1),
+    ((1, 6, 12, 9), (4, 3, 3, 3), (2, 1), 2, (2, 1), 2),  # groups and dilation
+    ((3, 5, 4, 4), (7, 5, 1, 1), 1, 0, 1, 1),  # 1x1, odd channels
+]
+CONV_IDS = ["3x3", "stride2", "groups2-dilated", "1x1"]
+
+
+def conv_case(case, dtype=F64, grad=False, channels_last=True):
+    xs, ws, stride, padding, dilation, groups = case
+    x, w, b = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[0])
+    if channels_last:
+        x, w = x.contiguous(memory_format=CL), w.contiguous(memory_format=CL)
+    tensors = [t.to(dtype).requires_grad_(grad) for t in (x, w, b)]
+    pair = lambda v: (v, v) if isinstance(v, int) else v  # noqa: E731 - as the schema's int[2]
+    return tensors, dict(
+        stride=pair(stride), padding=pair(padding), dilation=pair(dilation), groups=groups
+    )
+
+
+def is_channels_last(t):
+    """t has the strides of a new channels_last tensor (what every conv operator returns)."""
+    return t.stride() == torch.empty(t.shape, memory_format=CL).stride()
+
+
+def test_conv_schemas():
+    schemas = {
+        ops.conv2d.default: "pycutlass_rt::conv2d(Tensor x, Tensor w, Tensor? bias=None, "
+        "int[2] stride=1, int[2] padding=0, int[2] dilation=1, int groups=1, "
+        "str? activation=None) -> Tensor",
+        ops._conv2d_dgrad.default: "pycutlass_rt::_conv2d_dgrad(Tensor dy, Tensor w, "
+        "SymInt[4] input_size, int[2] stride, int[2] padding, int[2] dilation, int groups) "
+        "-> Tensor",
+        ops._conv2d_wgrad.default: "pycutlass_rt::_conv2d_wgrad(Tensor dy, Tensor x, "
+        "SymInt[4] weight_size, int[2] stride, int[2] padding, int[2] dilation, int groups) "
+        "-> Tensor",
+    }
+    for op, schema in schemas.items():
+        assert str(op._schema) == schema
+    assert "conv2d" in pt.__all__
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "leaky_relu"])
+@pytest.mark.parametrize("case", CONVS, ids=CONV_IDS)
+def test_conv2d_matches_f_conv2d(case, act, channels_last):
+    torch.manual_seed(0)
+    (x, w, b), geo = conv_case(case, torch.float32, channels_last=channels_last)
+    want = TORCH_ACT[act](F.conv2d(x, w, b, **geo))
+    for bias in (b, None):
+        if bias is None:
+            want = TORCH_ACT[act](F.conv2d(x, w, None, **geo))
+        y = pt.conv2d(x, w, bias, activation=act, **geo)
+        torch.testing.assert_close(y, want)
+        assert is_channels_last(y)
+        z = ops.conv2d(x, w, bias, *geo.values(), act)  # positional, as the schema orders
+        torch.testing.assert_close(z, want)
+
+
+@pytest.mark.parametrize("act", [None, "relu", "silu", "tanh", "gelu_tanh"])
+@pytest.mark.parametrize("how", ["op", "conv2d"])
+@pytest.mark.parametrize("case", CONVS, ids=CONV_IDS)
+def test_conv2d_gradients_match_torchs(case, how, act):
+    """x's, w's and the bias's gradients against torch's own conv2d autograd (float64)."""
+    torch.manual_seed(1)
+    (x, w, b), geo = conv_case(case, grad=True)
+    if how == "op":
+        y = ops.conv2d(x, w, b, *geo.values(), act)
+    else:
+        y = pt.conv2d(x, w, b, activation=act, **geo)
+    want = TORCH_ACT[act](F.conv2d(x, w, b, **geo))
+    torch.testing.assert_close(y, want)
+    g = torch.randn_like(want)
+    got = torch.autograd.grad(y, (x, w, b), g)
+    exp = torch.autograd.grad(want, (x, w, b), g)
+    for name, have, ref in zip(("x", "w", "bias"), got, exp):
+        torch.testing.assert_close(have, ref, msg=lambda m, name=name: f"grad of {name}: {m}")
+    gx = torch.autograd.grad(ops.conv2d(x, w, None, *geo.values(), act).sum(), x)[0]
+    torch.testing.assert_close(
+        gx, torch.autograd.grad(TORCH_ACT[act](F.conv2d(x, w, **geo)).sum(), x)[0]
+    )
+
+
+def test_gradcheck_conv2d_and_double_backward():
+    torch.manual_seed(2)
+    (x, w, b), geo = conv_case(CONVS[2], grad=True)
+    args = tuple(geo.values())
+    assert torch.autograd.gradcheck(lambda x, w, b: ops.conv2d(x, w, b, *args, "tanh"), (x, w, b))
+    assert torch.autograd.gradgradcheck(lambda x, w, b: ops.conv2d(x, w, b, *args), (x, w, b))
+    # the backward passes' own gradients (the other passes)
+    dy = torch.randn(ops.conv2d(x, w, None, *args).shape, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda dy, w: ops._conv2d_dgrad(dy, w, x.shape, *args), (dy, w))
+    assert torch.autograd.gradcheck(lambda dy, x: ops._conv2d_wgrad(dy, x, w.shape, *args), (dy, x))
+
+
+def test_conv2d_needs_input_grad_and_no_grad():
+    (x, w, b), geo = conv_case(CONVS[0])
+    w.requires_grad_()
+    y = ops.conv2d(x, w, b, *geo.values(), "relu")
+    (gw,) = torch.autograd.grad(y.sum(), w)
+    torch.testing.assert_close(
+        gw, torch.autograd.grad(F.relu(F.conv2d(x, w, b, **geo)).sum(), w)[0]
+    )
+    assert pt.conv2d(x, w, None, activation="silu", **geo).grad_fn.name() == "SiluBackward0"
+    assert (
+        pt.conv2d(x, w, None, activation="relu", **geo)
+        .grad_fn.name()
+        .startswith("GeneratedBackwardFor")
+    )
+    with torch.no_grad():
+        assert pt.conv2d(x, w, None, activation="silu", **geo).grad_fn is None
+
+
+@pytest.mark.parametrize("case", CONVS, ids=CONV_IDS)
+def test_fake_conv2d(case):
+    xs, ws, stride, padding, dilation, groups = case
+    want = F.conv2d(torch.empty(xs), torch.empty(ws), None, stride, padding, dilation, groups)
+    mode, (x, w, b) = fake_cuda((xs, BF16), (ws, BF16), ((ws[0],), BF16))
+    with mode:  # x and w as they come (the fake implementations read sizes only)
+        y = ops.conv2d(x, w, b, stride, padding, dilation, groups, "gelu")
+        dx = ops._conv2d_dgrad(y, w, x.shape, stride, padding, dilation, groups)
+        dw = ops._conv2d_wgrad(y, x, w.shape, stride, padding, dilation, groups)
+    assert y.shape == want.shape and y.dtype == BF16 and y.device.type == "cuda"
+    assert dx.shape == xs and dw.shape == ws
+    for t in (y, dx, dw):
+        assert is_channels_last(t)
+    m = lambda *s: torch.empty(s, device="meta", dtype=BF16)  # noqa: E731
+    assert ops.conv2d(m(*xs), m(*ws), None, stride, padding, dilation, groups).shape == want.shape
+
+
+CONV_BAD = [
+    (
+        "conv 3-D",
+        lambda f: ops.conv2d(f(2, 4, 5), f(3, 4, 3, 3)),
+        RuntimeError,
+        "x \\(N, C, H, W\\) and w \\(K, C/groups, R, S\\) must be 4-D",
+    ),
+    (
+        "conv channels",
+        lambda f: ops.conv2d(f(1, 4, 5, 5), f(3, 2, 3, 3)),
+        RuntimeError,
+        "x has 4 channels; w \\(3, 2, 3, 3\\) with groups=1 takes 2",
+    ),
+    (
+        "conv groups",
+        lambda f: ops.conv2d(f(1, 4, 5, 5), f(3, 2, 3, 3), None, 1, 0, 1, 2),
+        RuntimeError,
+        "3 output channels do not split into groups=2",
+    ),
+    (
+        "conv dtypes",
+        lambda f: ops.conv2d(f(1, 4, 5, 5), f(3, 4, 3, 3, dtype=F64)),
+        RuntimeError,
+        "one dtype",
+    ),
+    (
+        "conv int8",
+        lambda f: ops.conv2d(f(1, 4, 5, 5, dtype=torch.int8), f(3, 4, 3, 3, dtype=torch.int8)),
+        RuntimeError,
+        "takes float16, bfloat16, float32 or float64",
+    ),
+    (
+        "conv output",
+        lambda f: ops.conv2d(f(1, 4, 2, 5), f(3, 4, 3, 3)),
+        RuntimeError,
+        "the output would be 0x3",
+    ),
+    (
+        "conv stride",
+        lambda f: ops.conv2d(f(1, 4, 5, 5), f(3, 4, 3, 3), None, [1, 2, 3]),
+        RuntimeError,
+        "stride must be an int or two ints of at least 1",
+    ),
+    (
+        "conv padding",
+        lambda f: ops.conv2d(f(1, 4, 5, 5), f(3, 4, 3, 3), None, 1, -1),
+        RuntimeError,
+        "padding must be an int or two ints of at least 0",
+    ),
+    (
+        "conv bias",
+        lambda f: ops.conv2d(f(1, 4, 5, 5), f(3, 4, 3, 3), f(4)),
+        RuntimeError,
+        "bias must be a vector of 3",
+    ),
+    (
+        "conv activation",
+        lambda f: ops.conv2d(f(1, 4, 5, 5), f(3, 4, 3, 3), None, 1, 0, 1, 1, "softplus"),
+        ValueError,
+        "activation must be None or one of",
+    ),
+    (
+        "dgrad dy",
+        lambda f: ops._conv2d_dgrad(f(1, 3, 4, 3), f(3, 4, 3, 3), [1, 4, 5, 5], 1, 0, 1, 1),
+        RuntimeError,
+        "dy must be 1x3x3x3",
+    ),
+    (
+        "dgrad input_size",
+        lambda f: ops._conv2d_dgrad(f(1, 3, 3, 3), f(3, 4, 3, 3), [1, 4, 5], 1, 0, 1, 1),
+        RuntimeError,
+        "input_size must be \\(N, C, H, W\\)",
+    ),
+    (
+        "wgrad channels",
+        lambda f: ops._conv2d_wgrad(f(1, 3, 3, 3), f(1, 4, 5, 5), [3, 2, 3, 3], 1, 0, 1, 1),
+        RuntimeError,
+        "x has 4 channels",
+    ),
+    (
+        "wgrad dy",
+        lambda f: ops._conv2d_wgrad(f(1, 2, 3, 3), f(1, 4, 5, 5), [3, 4, 3, 3], 1, 0, 1, 1),
+        RuntimeError,
+        "dy must be 1x3x3x3",
+    ),
+]
+
+
+@pytest.mark.parametrize("where", ["fake", "meta", "cpu"])
+@pytest.mark.parametrize("case", CONV_BAD, ids=[c[0] for c in CONV_BAD])
+def test_bad_conv_arguments_raise_the_same_error_everywhere(case, where):
+    test_bad_arguments_raise_the_same_error_everywhere(case, where)
+
+
+@pytest.mark.parametrize("act", [None, "relu", "silu"])
+@pytest.mark.parametrize("case", CONVS, ids=CONV_IDS)
+def test_opcheck_conv2d(case, act):
+    (x, w, b), geo = conv_case(case, grad=True)
+    s, p, d, g = (list(v) if isinstance(v, tuple) else v for v in geo.values())  # as lists
+    opcheck(ops.conv2d.default, (x, w, b, s, p, d, g, act))
+    opcheck(ops.conv2d.default, (x, w), {"groups": g, "dilation": d, "padding": p, "stride": s})
+    dy = torch.randn(F.conv2d(x, w, None, **geo).shape, dtype=F64, requires_grad=True)
+    opcheck(ops._conv2d_dgrad.default, (dy, w, list(x.shape), s, p, d, g))
+    opcheck(ops._conv2d_wgrad.default, (dy, x, list(w.shape), s, p, d, g))
+    # not channels_last: the same results, channels_last outputs
+    xc, dyc = x.detach().contiguous(), dy.detach().contiguous()
+    opcheck(ops._conv2d_dgrad.default, (dyc, w.detach().contiguous(), list(x.shape), s, p, d, g))
+    opcheck(ops._conv2d_wgrad.default, (dyc, xc, list(w.shape), s, p, d, g))
+
+
+def test_conv2d_dynamic_shapes_trace_once():
+    """Forward and backward traced once over batch and image sizes (symbolic P and Q)."""
+    f, counter = compiled(
+        lambda x, w, b: pt.conv2d(x, w, b, stride=2, padding=1, activation="relu")
+    )
+    w, b = f64(6, 4, 3, 3), f64(6)
+    for n, h, wd in ((2, 9, 7), (3, 12, 11), (4, 17, 10)):
+        x = torch.randn(n, 4, h, wd, dtype=F64).contiguous(memory_format=CL).requires_grad_()
+        y = f(x, w, b)
+        want = F.relu(F.conv2d(x, w, b, stride=2, padding=1))
+        torch.testing.assert_close(y, want)
+        got = torch.autograd.grad(y.sum(), (x, w, b))
+        exp = torch.autograd.grad(want.sum(), (x, w, b))
+        for a, e in zip(got, exp):
+            torch.testing.assert_close(a, e)
+    assert counter.frame_count == 1, "recompiled for a new size"
+    ops_in_graph = [
+        n.target for g in counter.graphs for n in g.graph.nodes if n.op == "call_function"
+    ]
+    assert ops.conv2d.default in ops_in_graph
+
+
+class ConvLibrary:
+    """pycutlass_rt.conv2d, conv2d_dgrad and conv2d_wgrad as torch on the CPU, with the
+    library's rules that the CUDA implementations depend on: packed channels_last torch
+    tensors that need no gradient, an ``out`` to write, and no kernel for groups > 1 or
+    math="ieee" (UnsupportedError), as the default build."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        monkeypatch.setattr(pt._cuda, "_pcr_conv2d", self.fprop)
+        monkeypatch.setattr(pt._cuda, "_pcr_conv2d_dgrad", self.dgrad)
+        monkeypatch.setattr(pt._cuda, "_pcr_conv2d_wgrad", self.wgrad)
+        monkeypatch.setattr(pt._cuda, "_TORCH_CONV", set())
+
+    def take(self, op, groups, math, *tensors):
+        for t in tensors:
+            assert not t.requires_grad, "exported a tensor that needs grad"
+            assert t.permute(0, 2, 3, 1).is_contiguous(), "not channels_last"
+        if groups != 1 or math == "ieee":
+            raise pcr_errors.UnsupportedError(f"no {op} kernel (test)")
+        self.calls.append((op, math))
+
+    def fprop(self, x, w, bias, stride, padding, dilation, groups, *, activation, out, math):
+        self.take("fprop", groups, math, x, w, out)
+        b = None if bias is None else bias.double()
+        y = F.conv2d(x.double(), w.double(), b, stride, padding, dilation, groups)
+        return out.copy_(TORCH_ACT[activation](y))
+
+    def dgrad(self, dy, w, input_size, stride, padding, dilation, groups, *, out, math):
+        self.take("dgrad", groups, math, dy, w, out)
+        args = (input_size, w.double(), dy.double(), stride, padding, dilation, groups)
+        return out.copy_(torch.nn.grad.conv2d_input(*args))
+
+    def wgrad(self, dy, x, weight_size, stride, padding, dilation, groups, *, out, math):
+        self.take("wgrad", groups, math, dy, x, out)
+        args = (x.double(), weight_size, dy.double(), stride, padding, dilation, groups)
+        return out.copy_(torch.nn.grad.conv2d_weight(*args))
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float32])
+@pytest.mark.parametrize("case", CONVS, ids=CONV_IDS)
+def test_cuda_conv2d_on_an_emulated_library(monkeypatch, case, dtype):
+    """Inputs made channels_last, one library call per pass into a channels_last output;
+    groups > 1 (no kernel) runs torch's convolution, remembered in _TORCH_CONV."""
+    lib = ConvLibrary(monkeypatch)
+    torch.manual_seed(3)
+    (x, w, b), geo = conv_case(case, dtype, channels_last=False)  # NCHW: copied first
+    args = tuple(geo.values())
+    grouped = geo["groups"] > 1
+    tol = dict(rtol=2e-2, atol=2e-2)
+    want = F.relu(F.conv2d(x.double(), w.double(), b.double(), **geo))
+    for _ in range(2):
+        y = pt._cuda._conv2d_cuda(x, w.requires_grad_(), b, *args, "relu")
+        torch.testing.assert_close(y.double(), want, **tol)
+        assert y.dtype == dtype and is_channels_last(y)
+    dy = torch.randn(want.shape, dtype=dtype)
+    dx = pt._cuda._conv2d_dgrad_cuda(dy, w, list(x.shape), *args)
+    dw = pt._cuda._conv2d_wgrad_cuda(dy, x, list(w.shape), *args)
+    dx_want = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), *args)
+    dw_want = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), *args)
+    torch.testing.assert_close(dx.double(), dx_want, **tol)
+    torch.testing.assert_close(dw.double(), dw_want, **tol)
+    assert is_channels_last(dx) and is_channels_last(dw)
+    math = "tf32" if dtype == torch.float32 else None
+    if grouped:
+        assert lib.calls == [] and len(pt._cuda._TORCH_CONV) == 3  # one key per pass
+        assert {k[0] for k in pt._cuda._TORCH_CONV} == {"fprop", "dgrad", "wgrad"}
+    else:
+        passes = ["fprop", "fprop", "dgrad", "wgrad"]
+        assert lib.calls == [(p, math) for p in passes] and not pt._cuda._TORCH_CONV
+
+
+def test_cuda_conv2d_float32_ieee_runs_torchs(monkeypatch):
+    """float32 with torch.backends.cudnn.allow_tf32 off asks for math="ieee" (no kernel):
+    torch's convolution runs it, remembered; tf32 problems keep the library."""
+    lib = ConvLibrary(monkeypatch)
+    (x, w, b), geo = conv_case(CONVS[0], torch.float32)
+    args = tuple(geo.values())
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    for _ in range(2):
+        y = pt._cuda._conv2d_cuda(x, w, b, *args, "gelu")
+        torch.testing.assert_close(y, F.gelu(F.conv2d(x, w, b, **geo)))
+        assert is_channels_last(y)
+    assert lib.calls == [] and len(pt._cuda._TORCH_CONV) == 1
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    pt._cuda._conv2d_cuda(x, w, b, *args, "gelu")
+    assert lib.calls == [("fprop", "tf32")]

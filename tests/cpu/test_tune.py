@@ -528,8 +528,11 @@ def test_problem_key_spells_every_identity_field_of_the_memo(lib):
     keys = {_cache.problem_key(base)}
     for name in names:
         other = Problem.from_buffer_copy(base)
-        value = getattr(base, name)
-        setattr(other, name, 1 - value if name.startswith("layout") else value + 1)
+        # a convolution's geometry: fields of the nested pcr_conv_shape ("conv.n")
+        *inner, field = name.split(".")
+        owner = getattr(other, inner[0]) if inner else other
+        value = getattr(owner, field)
+        setattr(owner, field, 1 - value if name.startswith("layout") else value + 1)
         keys.add(_cache.problem_key(other))
     assert len(keys) == len(names) + 1, "some identity field leaves the key unchanged"
 

@@ -8,6 +8,7 @@ saying what is missing.
 
 import pytest
 from helpers import (
+    EPILOGUE_ORDER,
     hf_mlp,
     matrix,
     reference,
@@ -495,4 +496,213 @@ def test_compiled_mlp_block_cuda_graphs(mode):
             for _ in range(3):
                 x = fresh((m, 512))
                 close(f(x), ref(x).double(), TOL[BF16] * 2, f"{mode} m={m}")
+    assert_graphed(counters)
+
+
+# ---- conv2d -----------------------------------------------------------------------------------
+
+CL = torch.channels_last
+
+
+def conv_kernel(op, dtype=F16, epilogue="linear"):
+    """Skips unless the build holds a kernel of the convolution pass ``op`` ("fprop",
+    "dgrad", "wgrad") for ``dtype`` that runs here, with ``epilogue`` or one computing it."""
+    name, need = str(dtype).split(".")[-1], EPILOGUE_ORDER.index(epilogue)
+    for k in runnable_kernels(op=op):
+        if k.dtype_a == name and EPILOGUE_ORDER.index(k.epilogue) >= need:
+            return
+    pytest.skip(f"no {epilogue} {op} kernel for {name} in this build runs here")
+
+
+def conv_tensors(n=4, c=32, h=15, w=13, k=64, r=3, s=3, groups=1, dtype=F16, seed=0):
+    """x (N, C, H, W), w (K, C/groups, R, S) and a bias, channels_last, on the GPU."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(n, c, h, w, generator=g).to(dtype).cuda().contiguous(memory_format=CL)
+    wt = torch.randn(k, c // groups, r, s, generator=g) / (c // groups * r * s) ** 0.5
+    wt = wt.to(dtype).cuda().contiguous(memory_format=CL)
+    b = (torch.rand(k, generator=g) - 0.5).to(dtype).cuda()
+    return x, wt, b
+
+
+def conv_reference(x, w, b, act=None, **geo):
+    """act(F.conv2d) in float64 on the CPU."""
+    bias = None if b is None else b.double().cpu()
+    return TORCH_ACT[act](F.conv2d(x.double().cpu(), w.double().cpu(), bias, **geo)).cuda()
+
+
+class ConvSpy:
+    """Records the library's conv calls the operators make (fprop, dgrad, wgrad)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        monkeypatch.setattr(pt._cuda, "_TORCH_CONV", set())
+        for op in ("", "_dgrad", "_wgrad"):
+            name = f"_pcr_conv2d{op}"
+            monkeypatch.setattr(
+                pt._cuda, name, self.wrap(op[1:] or "fprop", getattr(pt._cuda, name))
+            )
+
+    def wrap(self, op, real):
+        def call(*args, **kwargs):
+            self.calls.append(op)
+            return real(*args, **kwargs)
+
+        return call
+
+
+#: geometries tests/gpu/test_conv.py runs on the library's kernels directly
+GEOMETRIES = [
+    dict(stride=1, padding=1),
+    dict(stride=2, padding=1),
+    dict(stride=(1, 2), padding=(0, 2)),
+    dict(stride=1, padding=2, dilation=2),
+]
+
+
+@pytest.mark.parametrize("act", [None, "relu", "gelu"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("geo", GEOMETRIES, ids=["3x3", "stride2", "pairs", "dilated"])
+def test_conv2d(monkeypatch, geo, bias, act):
+    conv_kernel("fprop", F16, epilogue="biasact" if bias or act else "linear")
+    spy = ConvSpy(monkeypatch)
+    x, w, b = conv_tensors()
+    b = b if bias else None
+    y = pt.conv2d(x, w, b, activation=act, **geo)
+    want = conv_reference(x, w, b, act, **geo)
+    assert y.shape == want.shape and y.dtype == F16 and y.is_contiguous(memory_format=CL)
+    close(y, want, TOL[F16], f"{geo} {act} bias={bias}")
+    assert spy.calls == ["fprop"] and not pt._cuda._TORCH_CONV
+    # NCHW inputs are made channels_last first: the same result
+    y2 = ops.conv2d(
+        x.contiguous(),
+        w.contiguous(),
+        b,
+        geo.get("stride", 1),
+        geo["padding"],
+        geo.get("dilation", 1),
+        1,
+        act,
+    )
+    close(y2, want, TOL[F16], "NCHW inputs")
+
+
+@pytest.mark.parametrize("act", [None, "relu", "silu"])
+@pytest.mark.parametrize("geo", GEOMETRIES[:2], ids=["3x3", "stride2"])
+def test_conv2d_backward_runs_on_the_librarys_kernels(monkeypatch, geo, act):
+    conv_kernel("fprop", F16, epilogue="biasact")
+    conv_kernel("dgrad", F16)
+    conv_kernel("wgrad", F16)
+    spy = ConvSpy(monkeypatch)
+    x, w, b = (t.requires_grad_() for t in conv_tensors())
+    y = pt.conv2d(x, w, b, activation=act, **geo)
+    g = torch.randn(y.shape, device="cuda").to(F16).contiguous(memory_format=CL)
+    y.backward(g)
+    # one attempt per pass (silu: the forward without it, torch's silu kept for backward)
+    assert spy.calls == ["fprop", "dgrad", "wgrad"]
+    if geo["stride"] == 1:  # some dgrad kernels take unit strides only (sm90a): torch's then
+        assert not pt._cuda._TORCH_CONV
+    x64, w64, b64 = (t.detach().double().cpu().requires_grad_() for t in (x, w, b))
+    z = TORCH_ACT[act](F.conv2d(x64, w64, b64, **geo))
+    want = torch.autograd.grad(z, (x64, w64, b64), g.double().cpu())
+    for name, got, ref in zip(("grad_x", "grad_w", "grad_bias"), (x.grad, w.grad, b.grad), want):
+        close(got, ref.cuda(), TOL[F16] * 2, name)  # fp16 gradients of fp16 activations
+
+
+def test_conv2d_float32_follows_cudnns_tf32_setting(monkeypatch):
+    """TF32 kernels where torch allows TF32 convolutions; IEEE float32 (no kernel): torch's."""
+    monkeypatch.setattr(pt._cuda, "_TORCH_CONV", set())
+    x, w, b = conv_tensors(dtype=F32)
+    want = conv_reference(x, w, b, "relu", padding=1)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    close(pt.conv2d(x, w, b, padding=1, activation="relu"), want, TOL[F32], "ieee")
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    close(pt.conv2d(x, w, b, padding=1, activation="relu"), want, 2e-3, "tf32")
+
+
+def test_conv2d_groups_fall_back_to_torch(monkeypatch):
+    """groups > 1 has no kernel in the build: torch's convolution runs it (forward and
+    backward), remembered in _TORCH_CONV so later calls go there directly."""
+    conv_kernel("fprop", F16)
+    x, w, b = conv_tensors(groups=2)
+    try:
+        pcr.conv2d(x, w, padding=1, groups=2)
+        pytest.skip("this build runs grouped convolutions")
+    except pcr.UnsupportedError:
+        pass
+    spy = ConvSpy(monkeypatch)
+    x.requires_grad_()
+    w.requires_grad_()
+    for _ in range(2):
+        y = pt.conv2d(x, w, b, padding=1, groups=2, activation="relu")
+        close(y, conv_reference(x.detach(), w.detach(), b, "relu", padding=1, groups=2), TOL[F16])
+        assert y.is_contiguous(memory_format=CL)
+    assert spy.calls == ["fprop"]  # tried once, then remembered
+    assert [k[0] for k in pt._cuda._TORCH_CONV] == ["fprop"]
+    assert next(iter(pt._cuda._TORCH_CONV))[-1] == 2  # the key ends with groups
+    y.backward(torch.ones_like(y))
+    assert {k[0] for k in pt._cuda._TORCH_CONV} == {"fprop", "dgrad", "wgrad"}
+    x64, w64 = (t.detach().double().cpu().requires_grad_() for t in (x, w))
+    F.relu(F.conv2d(x64, w64, b.double().cpu(), padding=1, groups=2)).sum().backward()
+    # torch's own fp16 gradients (cuDNN's rounding, not the library's: 4e-3 on the H200)
+    close(x.grad, x64.grad.cuda(), 1e-2, "grad_x on torch")
+    close(w.grad, w64.grad.cuda(), 1e-2, "grad_w on torch")
+
+
+@pytest.mark.parametrize("act", [None, "relu"])
+def test_opcheck_conv2d(act):
+    conv_kernel("fprop", F16, epilogue="biasact")
+    conv_kernel("dgrad", F16)
+    conv_kernel("wgrad", F16)
+    x, w, b = (t.requires_grad_() for t in conv_tensors(n=2, h=9, w=7))
+    geo = ([1, 1], [1, 1], [1, 1], 1)
+    torch.library.opcheck(ops.conv2d.default, (x, w, b, *geo, act))
+    dy = torch.randn(2, 64, 9, 7, device="cuda").to(F16).contiguous(memory_format=CL)
+    torch.library.opcheck(ops._conv2d_dgrad.default, (dy, w.detach(), list(x.shape), *geo))
+    torch.library.opcheck(ops._conv2d_wgrad.default, (dy, x.detach(), list(w.shape), *geo))
+
+
+def conv_block(x, w1, b1, w2):
+    """Two convolutions with fused epilogues and a residual, as a ResNet block."""
+    y = pt.conv2d(x, w1, b1, padding=1, activation="relu")
+    return pt.conv2d(y, w2, None, padding=1) + x
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_conv2d_under_compile_fullgraph(dynamic):
+    """torch.compile(fullgraph=True) traces pt.conv2d without a graph break (a break
+    raises), forward and backward, over several image sizes."""
+    conv_kernel("fprop", F16, epilogue="biasact")
+    torch._dynamo.reset()
+    _, w1, b1 = conv_tensors(c=32, k=32, seed=1)
+    _, w2, _ = conv_tensors(c=32, k=32, seed=2)
+    compiled = torch.compile(conv_block, fullgraph=True, dynamic=dynamic)
+    for n, h, wd in ((2, 14, 14), (4, 15, 13), (3, 28, 20)):
+        x, _, _ = conv_tensors(n=n, h=h, w=wd, c=32, k=32, seed=n)
+        with torch.no_grad():
+            got, eager = compiled(x, w1, b1, w2), conv_block(x, w1, b1, w2)
+        assert got.shape == eager.shape
+        close(got, eager.double(), 5e-3, f"compiled vs eager, {(n, h, wd)}")
+        ref = (
+            conv_reference(conv_reference(x, w1, b1, "relu", padding=1).half(), w2, None, padding=1)
+            + x.double()
+        )
+        close(got, ref, TOL[F16] * 2, f"vs torch, {(n, h, wd)}")
+        xg = x.clone().requires_grad_()
+        compiled(xg, w1, b1, w2).float().square().mean().backward()
+        xe = x.clone().requires_grad_()
+        conv_block(xe, w1, b1, w2).float().square().mean().backward()
+        close(xg.grad, xe.grad.double(), 2e-2, f"grad compiled vs eager, {(n, h, wd)}")
+
+
+def test_reduce_overhead_conv2d():
+    """mode="reduce-overhead" captures the convolution in its CUDA graphs; replays follow
+    new inputs."""
+    conv_kernel("fprop", F16, epilogue="biasact")
+    f, counters = compile_ro(
+        lambda x, w, b: pt.conv2d(x, w, b, stride=2, padding=1, activation="relu"), False
+    )
+    _, w, b = conv_tensors()
+    for seed in range(4):  # warm-up, record, replays
+        x, _, _ = conv_tensors(seed=seed + 10)
+        close(f(x, w, b), conv_reference(x, w, b, "relu", stride=2, padding=1), TOL[F16])
     assert_graphed(counters)

@@ -1,0 +1,246 @@
+// From four 4-D DLTensor views to one validated convolution (pcr_extras.conv): an implicit
+// GEMM whose operands stay where they are. Kernels read packed NHWC / KRSC tensors, so
+// nothing is staged or transposed; each tensor is also kept as a flat matrix (rows: its
+// first three dimensions, columns: the last), which is all that host copies, aliasing
+// checks and the K = 0 pass need. Every check names the tensor at fault in the call's terms
+// (x, w, y; dy, dx, dw).
+#include <algorithm>
+#include <cinttypes>
+#include <string>
+
+#include "runtime.h"
+
+namespace pcr {
+namespace {
+
+// Kernels count the implicit GEMM's tiles in int32 (see problem.cpp's kMaxExtent).
+constexpr int64_t kMaxExtent = (int64_t(1) << 31) - 1024;
+
+struct Tensor4 {
+  int64_t dim[4] = {};
+  Matrix flat;
+};
+
+std::string dims_text(const int64_t* dim, int n) {
+  std::string s = "(";
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(dim[i]);
+  return s + ")";
+}
+
+// A packed 4-D tensor: its last dimension contiguous, the others without gaps (a size-1
+// dimension's stride says nothing and is not read). `order` names its dimensions.
+int load_packed(const DLTensor* t, const char* name, const char* order, Tensor4* out) {
+  if (t->ndim != 4)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s must be a 4-D %s tensor, got %d dimensions",
+                     name, order, t->ndim);
+  int64_t packed = 1;
+  for (int i = 3; i >= 0; --i) {
+    const int64_t n = t->shape[i];
+    if (n < 0) return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a negative dimension", name);
+    if (t->strides && n > 1 && t->strides[i] != packed) {
+      std::string strides = dims_text(t->strides, 4);
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "%s must be a packed %s tensor (a channels_last torch tensor, permuted "
+                       "to %s, is one); its strides are %s for shape %s",
+                       name, order, order, strides.c_str(), dims_text(t->shape, 4).c_str());
+    }
+    out->dim[i] = n;
+    packed *= n;
+  }
+  Matrix& m = out->flat;
+  m.dtype = dtype_from_dl(t->dtype);
+  if (m.dtype == PCR_DTYPE_INVALID)
+    return set_error(PCR_ERR_INVALID_DTYPE,
+                     "%s has a dtype pycutlass_rt does not handle (DLPack code %d, %d bits)", name,
+                     t->dtype.code, t->dtype.bits);
+  m.esize = esize_of(m.dtype);
+  m.rows = out->dim[0] * out->dim[1] * out->dim[2];
+  m.cols = out->dim[3];
+  m.s0 = std::max<int64_t>(m.cols, 1);
+  m.s1 = 1;
+  m.ptr = static_cast<char*>(t->data) + t->byte_offset;
+  m.device_type = t->device.device_type;
+  m.device_id = t->device.device_id;
+  if (m.device_type != kDLCUDA && m.device_type != kDLCUDAManaged && !is_host(m.device_type))
+    return set_error(PCR_ERR_DEVICE_MISMATCH,
+                     "%s lives on DLPack device type %d; pycutlass_rt takes CUDA tensors (or "
+                     "host arrays, staged through the GPU)",
+                     name, m.device_type);
+  if (!m.ptr && m.rows * m.cols > 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
+  return PCR_OK;
+}
+
+// An output extent of torch's conv2d: floor((in + 2 pad - dilation (f - 1) - 1) / stride) + 1,
+// or -1 where the dilated filter is larger than the padded input.
+int64_t out_extent(int64_t in, int pad, int dilation, int64_t f, int stride) {
+  const int64_t span = in + 2 * int64_t(pad) - int64_t(dilation) * (f - 1) - 1;
+  return span < 0 ? -1 : span / stride + 1;
+}
+
+}  // namespace
+
+int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
+                  double alpha, double beta, const pcr_extras& x, pcr_problem* p, Bound* bound) {
+  const pcr_conv& cv = *x.conv;
+  const int op = cv.op;
+  if (op != PCR_OP_FPROP && op != PCR_OP_DGRAD && op != PCR_OP_WGRAD)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "unknown convolution op %d (fprop 1, dgrad 2, "
+                     "wgrad 3)",
+                     op);
+  if (cv.pad_h < 0 || cv.pad_w < 0 || cv.stride_h < 1 || cv.stride_w < 1 || cv.dilation_h < 1 ||
+      cv.dilation_w < 1 || cv.groups < 1)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "convolution: padding must be >= 0, stride, dilation and groups >= 1 (got "
+                     "padding (%d, %d), stride (%d, %d), dilation (%d, %d), groups %d)",
+                     cv.pad_h, cv.pad_w, cv.stride_h, cv.stride_w, cv.dilation_h, cv.dilation_w,
+                     cv.groups);
+  if (x.scale_a || x.scale_b)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "scale_a and scale_b dequantize int8 and fp8 GEMMs; a convolution takes none");
+  const bool fprop = op == PCR_OP_FPROP;
+  if (!fprop && (x.bias || x.activation != PCR_ACT_NONE))
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "a bias or an activation is fused into fprop only; %s is linear", op_name(op));
+
+  // The operands in CUTLASS's roles (a, b, d) and the call's names for them.
+  static const char* const kNames[][3] = {
+      {}, {"x", "w", "y"}, {"dy", "w", "dx"}, {"dy", "x", "dw"}};
+  static const char* const kOrders[][3] = {
+      {}, {"NHWC", "KRSC", "NPQK"}, {"NPQK", "KRSC", "NHWC"}, {"NPQK", "NHWC", "KRSC"}};
+  const char* const* names = kNames[op];
+  Tensor4 A, B, D, C;
+  int st;
+  if ((st = load_packed(a, names[0], kOrders[op][0], &A)) ||
+      (st = load_packed(b, names[1], kOrders[op][1], &B)) ||
+      (st = load_packed(d, names[2], kOrders[op][2], &D)))
+    return st;
+  const Tensor4& act = fprop ? A : op == PCR_OP_DGRAD ? D : B;  // x or dx: N, H, W, C
+  const Tensor4& flt = op == PCR_OP_WGRAD ? D : B;              // w or dw: K, R, S, C/groups
+  const Tensor4& out = fprop ? D : A;                           // y or dy: N, P, Q, K
+  const char* act_name = names[fprop ? 0 : op == PCR_OP_DGRAD ? 2 : 1];
+  const char* flt_name = names[op == PCR_OP_WGRAD ? 2 : 1];
+  const char* out_name = names[fprop ? 2 : 0];
+  const int64_t n = act.dim[0], h = act.dim[1], w = act.dim[2], ch = act.dim[3];
+  const int64_t k = flt.dim[0], r = flt.dim[1], s = flt.dim[2], cg = flt.dim[3];
+  const int g = cv.groups;
+  if (ch != cg * g)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s has %" PRId64 " channels but %s holds %" PRId64
+                     " per group for %d groups (%s's last dimension must be C / groups)",
+                     act_name, ch, flt_name, cg, g, flt_name);
+  if (k % g)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s has %" PRId64 " filters, not a multiple of groups (%d)", flt_name, k, g);
+  const int64_t pp = out_extent(h, cv.pad_h, cv.dilation_h, r, cv.stride_h);
+  const int64_t qq = out_extent(w, cv.pad_w, cv.dilation_w, s, cv.stride_w);
+  if (pp < 0 || qq < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "the filter (%" PRId64 " x %" PRId64
+                     ", dilation %d x %d) is larger than "
+                     "the padded input (%" PRId64 " x %" PRId64 ", padding %d x %d)",
+                     r, s, cv.dilation_h, cv.dilation_w, h, w, cv.pad_h, cv.pad_w);
+  const int64_t want[4] = {n, pp, qq, k};
+  if (out.dim[0] != n || out.dim[1] != pp || out.dim[2] != qq || out.dim[3] != k)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s must be (N, P, Q, K) = %s for %s %s and %s %s with these padding, "
+                     "stride and dilation; got %s",
+                     out_name, dims_text(want, 4).c_str(), act_name, dims_text(act.dim, 4).c_str(),
+                     flt_name, dims_text(flt.dim, 4).c_str(), dims_text(out.dim, 4).c_str());
+
+  // The implicit GEMM (pcr_problem.op's comment); each extent counts tiles in int32.
+  const int64_t mnk[3][3] = {
+      {n * pp * qq, k, r * s * cg}, {n * h * w, ch, r * s * k / g}, {k, r * s * cg, n * pp * qq}};
+  const int64_t* e = mnk[op - 1];
+  if (e[0] > kMaxExtent || e[1] > kMaxExtent || e[2] > kMaxExtent)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "the convolution's implicit GEMM is %" PRId64 " x %" PRId64 " x %" PRId64
+                     ": past 2^31 - 1024 in one extent, which kernels count in 32 bits",
+                     e[0], e[1], e[2]);
+  if (A.flat.dtype != B.flat.dtype)
+    return set_error(PCR_ERR_UNSUPPORTED, "%s is %s but %s is %s; they must share a dtype",
+                     names[0], dtype_name(A.flat.dtype), names[1], dtype_name(B.flat.dtype));
+
+  const bool use_c = c && beta != 0.0;
+  if (c) {
+    if ((st = load_packed(c, "c", kOrders[op][2], &C))) return st;
+    if (C.flat.dtype != D.flat.dtype || std::memcmp(C.dim, D.dim, sizeof C.dim) != 0)
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "c must be packed like %s, with its shape %s and dtype %s; got %s %s",
+                       names[2], dims_text(D.dim, 4).c_str(), dtype_name(D.flat.dtype),
+                       dims_text(C.dim, 4).c_str(), dtype_name(C.flat.dtype));
+  }
+  Matrix V;
+  if (x.bias) {
+    const DLTensor* t = x.bias;
+    const int dt = dtype_from_dl(t->dtype);
+    if (t->ndim != 1 || t->shape[0] != k || (k > 1 && t->strides && t->strides[0] != 1) ||
+        dt != D.flat.dtype)
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "bias must be a contiguous vector of the %" PRId64
+                       " output channels in %s's dtype (%s); got shape %s, %s",
+                       k, names[2], dtype_name(D.flat.dtype), dims_text(t->shape, t->ndim).c_str(),
+                       dtype_name(dt));
+    V.ptr = static_cast<char*>(t->data) + t->byte_offset;
+    V.rows = 1, V.cols = k, V.s0 = k, V.s1 = 1;
+    V.dtype = dt, V.esize = esize_of(dt);
+    V.device_type = t->device.device_type, V.device_id = t->device.device_id;
+  }
+
+  const Matrix* ops[] = {&A.flat, &B.flat, &D.flat, c ? &C.flat : nullptr, x.bias ? &V : nullptr,
+                         nullptr, nullptr};
+  const char* const place_names[] = {names[0], names[1], names[2], "c", "bias", "", ""};
+  bool host = false;
+  if ((st = check_places(ops, place_names, &host))) return st;
+  const bool c_is_d = use_c && C.flat.ptr == D.flat.ptr;
+  if (use_c && !c_is_d && overlaps(C.flat, D.flat))
+    return set_error(PCR_ERR_OVERLAP,
+                     "c overlaps %s without being the same tensor; pass c=%s or separate buffers",
+                     names[2], names[2]);
+
+  p->op = op;
+  p->conv = {int32_t(n),  int32_t(h),    int32_t(w),    int32_t(ch),
+             int32_t(k),  int32_t(r),    int32_t(s),    int32_t(pp),
+             int32_t(qq), cv.pad_h,      cv.pad_w,      cv.stride_h,
+             cv.stride_w, cv.dilation_h, cv.dilation_w, g};
+  p->m = e[0];
+  p->n = e[1];
+  p->k = e[2];
+  p->batch = 1;
+  p->dtype_a = p->dtype_b = A.flat.dtype;
+  if (x.math == PCR_MATH_TF32 && A.flat.dtype == PCR_F32) p->dtype_a = p->dtype_b = PCR_TF32;
+  p->dtype_d = D.flat.dtype;
+  p->layout_a = p->layout_b = PCR_NHWC;
+  p->align_a = alignment_bytes(A.flat, PCR_ROW_MAJOR, A.flat.s0);
+  p->align_b = alignment_bytes(B.flat, PCR_ROW_MAJOR, B.flat.s0);
+  p->align_d = alignment_bytes(D.flat, PCR_ROW_MAJOR, D.flat.s0);
+  p->host = host;
+  p->activation = x.activation;
+  p->epilogue = x.bias || x.activation != PCR_ACT_NONE ? PCR_EPI_BIASACT : PCR_EPI_LINEAR;
+  if (x.bias) {
+    p->bias = PCR_BIAS_PER_COLUMN;  // the implicit GEMM's N is the output channel
+    p->align_bias = alignment_bytes(V, PCR_ROW_MAJOR, V.s0);
+  }
+  if (use_c) {
+    p->dtype_c = C.flat.dtype;
+    p->c_mode = PCR_C_READ;
+    p->align_c = alignment_bytes(C.flat, PCR_ROW_MAJOR, C.flat.s0);
+  }
+
+  bound->a = A.flat;
+  bound->b = B.flat;
+  bound->d = D.flat;
+  if (use_c) bound->c = C.flat;
+  if (x.bias) bound->bias = V;
+  bound->lda = A.flat.s0, bound->ldb = B.flat.s0, bound->ldc = C.flat.s0, bound->ldd = D.flat.s0;
+  bound->alpha = alpha;
+  bound->beta = beta;
+  bound->activation = activation_of(x);
+  bound->conv = {op,          p->conv.n,   p->conv.h,     p->conv.w,     p->conv.c, p->conv.k,
+                 p->conv.r,   p->conv.s,   p->conv.p,     p->conv.q,     cv.pad_h,  cv.pad_w,
+                 cv.stride_h, cv.stride_w, cv.dilation_h, cv.dilation_w, g};
+  return finish_problem(p, D.flat, host);
+}
+
+}  // namespace pcr

@@ -1,0 +1,337 @@
+"""2-D convolutions: fprop, dgrad and wgrad as implicit GEMMs on NHWC tensors.
+
+A convolution goes down the GEMM's one call path (``_call.prepare``, the ``gemm``
+builtin, selection, plans' machinery): its tensors take the places of a, b, c, d and
+pcr_extras.conv carries the geometry; the C side checks every shape. This module only
+turns each framework's tensors into the packed NHWC / KRSC views the kernels read:
+
+- torch tensors keep torch's logical shapes, NCHW activations and (K, C/groups, R, S)
+  filters, and must be ``channels_last`` in memory (then their NHWC permutation is packed);
+  outputs are made ``channels_last``;
+- every other producer (cupy, numpy, numba, jax arrays) passes NHWC activations and KRSC
+  filters as they lie; outputs are made with the producer's ``empty`` (cupy, numpy), or
+  must be given.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple
+
+from . import _call, _lib
+from ._abi import Op
+from ._explain import explanation
+from .errors import InvalidArgumentError
+
+
+class Geometry(NamedTuple):
+    """A convolution's parameters as pcr_conv holds them (pairs as (h, w))."""
+
+    op: Op
+    padding: tuple
+    stride: tuple
+    dilation: tuple
+    groups: int
+
+    def fields(self) -> tuple:
+        """pcr_conv's fields, in order: the extras tuple's conv entry."""
+        return (int(self.op), *self.padding, *self.stride, *self.dilation, self.groups)
+
+    def out_extent(self, size: tuple, filt: tuple) -> tuple:
+        """(P, Q) of an input (H, W) and a filter (R, S), as torch's conv2d computes them
+        (the C side checks the output's shape against the same rule).
+
+        Raises:
+            InvalidArgumentError: the dilated filter is larger than the padded input.
+        """
+        spans = [
+            n + 2 * p - d * (f - 1) - 1
+            for n, f, p, d in zip(size, filt, self.padding, self.dilation)
+        ]
+        if min(spans) < 0:
+            raise InvalidArgumentError(
+                f"the filter {filt} (dilation {self.dilation}) is larger than the padded "
+                f"input {size} (padding {self.padding})"
+            )
+        return tuple(span // s + 1 for span, s in zip(spans, self.stride))
+
+
+def _pair(value, name: str) -> tuple:
+    """An int, or an (h, w) pair of ints, as a pair."""
+    pair = (value, value) if not isinstance(value, (tuple, list)) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+        raise InvalidArgumentError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return pair
+
+
+def geometry(op: Op, stride, padding, dilation, groups) -> Geometry:
+    """The Geometry of a convolution's arguments, torch's conventions (ints or pairs)."""
+    if not isinstance(groups, int) or isinstance(groups, bool):
+        raise InvalidArgumentError(f"groups must be an int, got {groups!r}")
+    return Geometry(
+        op, _pair(padding, "padding"), _pair(stride, "stride"), _pair(dilation, "dilation"), groups
+    )
+
+
+def _torch(t):
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(t, torch.Tensor) else None
+
+
+def nhwc(t, name: str):
+    """The packed NHWC (activations) or KRSC (filters) view the kernels read, and the four
+    dimensions in that order. torch tensors are (N, C, H, W) / (K, C, R, S) logically and
+    must be channels_last in memory."""
+    torch = _torch(t)
+    if torch is None:
+        shape = tuple(getattr(t, "shape", ()))
+        if len(shape) != 4:
+            raise InvalidArgumentError(f"{name} must be a 4-D NHWC tensor, got shape {shape}")
+        return t, shape
+    if t.dim() != 4:
+        raise InvalidArgumentError(f"{name} must be a 4-D tensor, got {tuple(t.shape)}")
+    view = t.permute(0, 2, 3, 1)
+    if not view.is_contiguous():
+        raise InvalidArgumentError(
+            f"{name} must be channels_last in memory (the kernels read NHWC): use "
+            f"{name}.contiguous(memory_format=torch.channels_last)"
+        )
+    return view, tuple(view.shape)
+
+
+def empty_like_producer(like, dims: tuple, dtype, name: str):
+    """A new output of NHWC ``dims`` in ``like``'s framework and device: (the object the
+    caller gets, its NHWC view for the kernel)."""
+    torch = _torch(like)
+    if torch is not None:
+        n, h, w, c = dims
+        t = torch.empty((n, c, h, w), dtype=dtype, device=like.device)
+        t = t.contiguous(memory_format=torch.channels_last)
+        return t, t.permute(0, 2, 3, 1)
+    module = sys.modules.get(type(like).__module__.split(".")[0])
+    if module is not None and module.__name__ in ("cupy", "numpy"):
+        if module.__name__ == "cupy":
+            with module.cuda.Device(like.device.id):
+                out = module.empty(dims, dtype)
+        else:
+            out = module.empty(dims, dtype)
+        return out, out
+    raise InvalidArgumentError(
+        f"pass {name}= (an NHWC array to write): {type(like).__name__} arrays are not "
+        "made here (torch tensors, cupy and numpy arrays are)"
+    )
+
+
+def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
+    """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
+    with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead."""
+    call = _call.prepare(
+        *views,
+        alpha,
+        beta,
+        bias=bias,
+        activation=activation,
+        math="tf32" if math is None else math,
+        stream=stream,
+        kernel=kernel,
+        conv=geo.fields(),
+    )
+    lib = _lib.load()
+    if explain:
+        return explanation(lib, call)
+    o = call.objs
+    args = (o[0], o[1], o[2], o[3], call.alpha, call.beta, call.extra, call.kernel)
+    st = lib.gemm(*args, call.flags, call.handle)
+    if st:
+        _call.settle(
+            lib,
+            st,
+            lambda: lib.gemm(*args, call.flags, call.handle),
+            lambda: call.describe(lib),
+        )
+    _lib.note_cuda_used()
+
+
+def _output(out, like, dims, dtype, name):
+    """(what the caller gets, the kernel's view) for an ``out`` argument or a new tensor."""
+    if out is None:
+        return empty_like_producer(like, dims, dtype, name)
+    view, have = nhwc(out, name)
+    if have != dims:
+        raise InvalidArgumentError(f"{name} must hold {dims} (NHWC), got {have}")
+    return out, view
+
+
+def _out_dims(out, size, like):
+    """The NHWC dims of a gradient's output: ``out``'s, or ``size`` as ``like``'s producer
+    spells shapes (torch: NCHW / KCRS), or None."""
+    if out is not None:
+        return nhwc(out, "out")[1]
+    if size is None:
+        return None
+    size = tuple(size)
+    return (size[0], size[2], size[3], size[1]) if _torch(like) is not None else size
+
+
+def _residual(c, name="c"):
+    return None if c is None else nhwc(c, name)[0]
+
+
+def conv2d(
+    x,
+    w,
+    bias=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    activation=None,
+    out=None,
+    alpha=1.0,
+    beta=0.0,
+    c=None,
+    math=None,
+    stream=None,
+    kernel=None,
+    explain=False,
+):
+    """``y = act(alpha * conv2d(x, w) + beta * c + bias)``: torch.nn.functional.conv2d's
+    convolution (cross-correlation), with its bias, an activation and a residual fused into
+    one kernel.
+
+    Args:
+        x: activations: a channels_last torch tensor (N, C, H, W), or an NHWC array
+            (N, H, W, C) from any DLPack producer. float16, bfloat16 or float32.
+        w: filters in x's dtype: torch (K, C/groups, R, S) channels_last, or KRSC arrays.
+        bias: None or K values (one per output channel) in y's dtype.
+        stride, padding, dilation: ints or (h, w) pairs, as torch's.
+        groups: input and output channels split into this many groups.
+        activation: as :func:`pycutlass_rt.gemm`'s (a name, or a name with parameters).
+        out: the output to write (torch (N, K, P, Q) channels_last, or NHWC (N, P, Q, K));
+            None: a new one in x's framework (torch, cupy, numpy).
+        alpha, beta, c: ``c`` (y's shape and dtype, packed) is added times beta.
+        math: float32 inputs: None or "tf32" (TF32 tensor cores, as cuDNN's default), or
+            "ieee" (no kernel yet: UnsupportedError).
+        stream, kernel: as :func:`pycutlass_rt.gemm`'s (kernel names contain ``fprop``).
+        explain: return the :class:`~pycutlass_rt.Explanation` of the call (which kernel,
+            why, and why not the others) instead of running it.
+
+    Returns:
+        y (``out`` when given).
+
+    Raises:
+        InvalidArgumentError: shapes that do not fit the geometry, non-packed tensors.
+        UnsupportedError: no kernel of this build for the dtypes or the geometry.
+
+    Example:
+        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
+        >>> cl = torch.channels_last  # doctest: +SKIP
+        >>> x = torch.randn(8, 64, 56, 56, device="cuda", dtype=torch.float16).to(memory_format=cl)  # doctest: +SKIP
+        >>> w = torch.randn(128, 64, 3, 3, device="cuda", dtype=torch.float16).to(memory_format=cl)  # doctest: +SKIP
+        >>> y = pcr.conv2d(x, w, stride=2, padding=1, activation="relu")  # doctest: +SKIP
+        >>> y.shape  # doctest: +SKIP
+        torch.Size([8, 128, 28, 28])
+    """
+    geo = geometry(Op.OP_FPROP, stride, padding, dilation, groups)
+    xv, (n, h, wd, _) = nhwc(x, "x")
+    wv, (k, r, s, _) = nhwc(w, "w")
+    p, q = geo.out_extent((h, wd), (r, s))
+    y, yv = _output(out, x, (n, p, q, k), x.dtype, "out")
+    views = (xv, wv, _residual(c), yv)
+    done = run(geo, views, alpha, beta, bias, activation, math, stream, kernel, explain)
+    return done if explain else y
+
+
+def conv2d_dgrad(
+    dy,
+    w,
+    input_size=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    out=None,
+    alpha=1.0,
+    beta=0.0,
+    c=None,
+    math=None,
+    stream=None,
+    kernel=None,
+    explain=False,
+):
+    """The gradient of :func:`conv2d` with respect to its input:
+    ``dx = alpha * conv2d_input(dy, w) + beta * c`` (torch.nn.grad.conv2d_input's).
+
+    Args:
+        dy: the output's gradient (torch (N, K, P, Q) channels_last, or NHWC (N, P, Q, K)).
+        w: the filters, as :func:`conv2d` takes them.
+        input_size: x's shape as the producer spells it (torch (N, C, H, W), else NHWC),
+            where a stride leaves H or W ambiguous; None: the smallest input that gives
+            dy's size (or ``out``'s shape).
+        out, alpha, beta, c, math, stream, kernel, explain: as :func:`conv2d`'s (names
+            ``dgrad``).
+
+    Returns:
+        dx.
+    """
+    geo = geometry(Op.OP_DGRAD, stride, padding, dilation, groups)
+    dyv, (n, p, q, _) = nhwc(dy, "dy")
+    wv, (_, r, s, cg) = nhwc(w, "w")
+    dims = _out_dims(out, input_size, dy)
+    if dims is None:  # the smallest input whose output is dy's
+        hw = [
+            (o - 1) * st - 2 * pd + dl * (f - 1) + 1
+            for o, f, pd, st, dl in zip((p, q), (r, s), geo.padding, geo.stride, geo.dilation)
+        ]
+        dims = (n, hw[0], hw[1], cg * geo.groups)
+    dx, dxv = _output(out, dy, dims, dy.dtype, "out")
+    views = (dyv, wv, _residual(c), dxv)
+    done = run(geo, views, alpha, beta, None, None, math, stream, kernel, explain)
+    return done if explain else dx
+
+
+def conv2d_wgrad(
+    dy,
+    x,
+    weight_size=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    *,
+    out=None,
+    alpha=1.0,
+    beta=0.0,
+    c=None,
+    math=None,
+    stream=None,
+    kernel=None,
+    explain=False,
+):
+    """The gradient of :func:`conv2d` with respect to its filters:
+    ``dw = alpha * conv2d_weight(x, dy) + beta * c`` (torch.nn.grad.conv2d_weight's).
+
+    Args:
+        dy: the output's gradient, as :func:`conv2d_dgrad` takes it.
+        x: the forward pass's input, as :func:`conv2d` takes it.
+        weight_size: w's shape as the producer spells it (torch (K, C/groups, R, S), else
+            KRSC); needed unless ``out`` is given (R and S are not implied by the sizes).
+        out, alpha, beta, c, math, stream, kernel, explain: as :func:`conv2d`'s (names
+            ``wgrad``).
+            ``beta=1, c=out`` accumulates into an existing gradient.
+
+    Returns:
+        dw.
+    """
+    geo = geometry(Op.OP_WGRAD, stride, padding, dilation, groups)
+    dyv, _ = nhwc(dy, "dy")
+    xv, _ = nhwc(x, "x")
+    dims = _out_dims(out, weight_size, x)
+    if dims is None:
+        raise InvalidArgumentError("conv2d_wgrad needs weight_size or out (the filters' R x S)")
+    dw, dwv = _output(out, x, dims, x.dtype, "out")
+    views = (dyv, xv, _residual(c), dwv)
+    done = run(geo, views, alpha, beta, None, None, math, stream, kernel, explain)
+    return done if explain else dw

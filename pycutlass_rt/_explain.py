@@ -1,0 +1,202 @@
+"""explain(): which kernel a call takes, why, and why not the others; nothing launched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import _call, _kernels, _lib, _select
+from ._abi import PCR_KERNEL_SELECT, BiasAxis, CMode, Epilogue, Op, ScaleKind, Staged
+from ._kernels import kernels
+from .errors import InvalidArgumentError
+
+
+@dataclass
+class Explanation:
+    """What :func:`gemm` (or a convolution: ``conv2d(..., explain=True)``) would do with
+    these operands, and why."""
+
+    kernel: str | None
+    reason: str
+    problem: dict
+    ranked: list = field(default_factory=list)  # [(name, why)]
+    rejected: list = field(default_factory=list)  # [(name, reason)]
+    notes: list = field(default_factory=list)
+
+    def __str__(self) -> str:
+        p = self.problem
+        batch = f"{p['batch']} x " if p["batch"] != 1 else ""
+        what = f"{p['op']} (implicit GEMM) " if p["op"] != "gemm" else batch
+        lines = [
+            f"problem: {what}{p['m']}x{p['n']}x{p['k']} {p['dtype_a']} x {p['dtype_b']} "
+            f"-> {p['dtype_d']}, layout {p['layout']}"
+            f"{' (computed as D^T = B^T A^T)' if p['transposed'] else ''}",
+            f"kernel:  {self.kernel}  ({self.reason})",
+        ]
+        lines += [f"note:    {n}" for n in self.notes]
+        lines += [f"  then   {name}  ({why})" for name, why in self.ranked[1:]]
+        # kernels of other dtypes or layouts are not worth a line each
+        near = [
+            (n, w)
+            for n, w in self.rejected
+            if not w.startswith(
+                ("dtypes", "layout", "epilogue", "grouped", "not a grouped", "a ", "an ")
+            )
+        ]
+        lines += [f"  no     {name}: {why}" for name, why in near]
+        if len(self.rejected) > len(near):
+            lines.append(
+                f"  ({len(self.rejected) - len(near)} kernels of other dtypes, "
+                "layouts or epilogues not listed)"
+            )
+        return "\n".join(lines)
+
+
+#: how explain() says a problem's scale_m / scale_n and its bias axis
+_SCALE_WORDS = {
+    ScaleKind.SCALE_NONE: "none",
+    ScaleKind.SCALE_TENSOR: "one value",
+    ScaleKind.SCALE_VECTOR: "a vector",
+}
+_BIAS_WORDS = {
+    BiasAxis.BIAS_NONE: None,
+    BiasAxis.BIAS_PER_COLUMN: "bias per column",
+    BiasAxis.BIAS_PER_ROW: "bias per row",
+}
+
+
+def explain(
+    a,
+    b,
+    c=None,
+    d=None,
+    alpha=1.0,
+    beta=0.0,
+    *,
+    bias=None,
+    activation=None,
+    scale_a=None,
+    scale_b=None,
+    math=None,
+    kernel=None,
+) -> Explanation:
+    """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
+
+    Nothing is launched. Arguments are those of :func:`gemm`.
+
+    Example:
+        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
+        >>> a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> print(pcr.explain(a, a, None, torch.empty_like(a)))  # doctest: +SKIP
+        problem: 4096x4096x4096 bfloat16 x bfloat16 -> bfloat16, layout tt
+        kernel:  sm90_bf16_bf16_f32_bf16_tt_128x256x64_c2x1_coop_a8  (table rule ...)
+    """
+    lib = _lib.load()
+    if d is None:
+        raise InvalidArgumentError("explain needs d (the output) to know its layout and dtype")
+    call = _call.prepare(
+        a,
+        b,
+        c,
+        d,
+        alpha,
+        beta,
+        bias=bias,
+        activation=activation,
+        scale_a=scale_a,
+        scale_b=scale_b,
+        math=math,
+        kernel=kernel,
+    )
+    return explanation(lib, call)
+
+
+def explanation(lib, call) -> Explanation:
+    """The :class:`Explanation` of a prepared call (a GEMM's or a convolution's)."""
+    judged = call.describe(lib)  # the verdicts the launch would reach on these operands
+    problem, forced_index, act = judged.problem, call.kernel, call.activation
+    pdict = {f: getattr(problem, f) for f, _ in _lib.Problem._fields_}
+    for x in ("a", "b", "c", "d"):
+        pdict[f"dtype_{x}"] = _kernels.DTYPE_NAMES.get(pdict[f"dtype_{x}"])
+    pdict["layout"] = _kernels.layout_word(problem.layout_a, problem.layout_b)
+    pdict["op"] = Op(problem.op).token
+    pdict["conv"] = {f: getattr(problem.conv, f) for f, _ in type(problem.conv)._fields_}
+    notes = []
+    if problem.op != Op.OP_GEMM:
+        cv = problem.conv
+        notes.append(
+            f"convolution {pdict['op']}: x (N, H, W, C) = ({cv.n}, {cv.h}, {cv.w}, {cv.c}), "
+            f"w (K, R, S, C/groups) = ({cv.k}, {cv.r}, {cv.s}, {cv.c // max(cv.groups, 1)}), "
+            f"y (N, P, Q, K) = ({cv.n}, {cv.p}, {cv.q}, {cv.k}); stride ({cv.stride_h}, "
+            f"{cv.stride_w}), padding ({cv.pad_h}, {cv.pad_w}), dilation ({cv.dilation_h}, "
+            f"{cv.dilation_w}), groups {cv.groups}"
+        )
+    if problem.scale_m != ScaleKind.SCALE_NONE or problem.scale_n != ScaleKind.SCALE_NONE:
+        where = (
+            "the dequantizing epilogue"
+            if problem.epilogue == Epilogue.EPI_SCALED
+            else "the linear epilogue (per-tensor scales only)"
+        )
+        notes.append(
+            f"scales in {where}: row scale {_SCALE_WORDS[problem.scale_m]}, "
+            f"column scale {_SCALE_WORDS[problem.scale_n]}, read on the GPU"
+        )
+    if pdict["dtype_a"] == "tfloat32":
+        notes.append("math='tf32': float32 tensors multiplied on TF32 tensor cores")
+    elif pdict["dtype_a"] == "float32":
+        notes.append("float32 at fp32 accuracy (3xTF32); math='tf32' is faster and coarser")
+    if problem.epilogue != Epilogue.EPI_LINEAR:
+        words = _call.activation_words(act) if act.code else None
+        what = [x for x in (_BIAS_WORDS[problem.bias], words) if x]
+        notes.append(
+            f"fused epilogue ({', '.join(what)}): applied in the kernel's epilogue, no extra pass"
+        )
+    if problem.batch != 1:
+        notes.append(f"batch of {problem.batch}: one launch (CUTLASS batch mode)")
+    if problem.c_mode == CMode.C_COPIED:
+        notes.append(
+            "c is first copied into d (other layout, dtype or broadcast strides), "
+            "then the kernel reads d as C: one extra pass over d"
+        )
+    work = bool(problem.m and problem.n and problem.k and problem.batch)
+    if not (problem.m and problem.n and problem.batch):
+        notes.append("empty output (M, N or the batch is 0): nothing is computed or launched")
+    elif problem.k == 0:
+        notes.append(
+            "K = 0: d = act(beta * c + bias) by an elementwise kernel, no GEMM kernel is launched"
+        )
+    if problem.host:
+        notes.append("host operands: staged through GPU memory, the call synchronizes")
+    if problem.staged:
+        which = [bit.token for bit in Staged if problem.staged & bit]  # "a", "b", "d"
+        notes.append(
+            f"{', '.join(which)} not 16-byte aligned (leading dimension or address): "
+            "copied through aligned scratch around the kernel, one extra pass each"
+        )
+    # a problem without GEMM work takes no kernel, whatever the build holds
+    choice = (
+        _select.choose(lib, problem, judged.verdicts, kernels()) if work else _select.Choice([])
+    )
+    ranked = [(k.name, why) for k, why in choice.ranked]
+    rejected = [(k.name, why) for k, why in choice.rejected]
+    if forced_index != PCR_KERNEL_SELECT:
+        status, why = judged.verdicts[forced_index]
+        if status:
+            return Explanation(
+                None, f"forced kernel rejected: {why}", pdict, ranked, rejected, notes
+            )
+        name = kernels()[forced_index].name
+        return Explanation(name, "forced with kernel=", pdict, ranked, rejected, notes)
+    if not work:
+        return Explanation(
+            None,
+            "no GEMM kernel runs: the problem has no GEMM work",
+            pdict,
+            ranked,
+            rejected,
+            notes,
+        )
+    if not ranked:
+        return Explanation(
+            None, str(_call.no_candidates(problem, choice)), pdict, ranked, rejected, notes
+        )
+    return Explanation(ranked[0][0], ranked[0][1], pdict, ranked, rejected, notes)

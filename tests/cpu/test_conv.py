@@ -1,0 +1,97 @@
+"""Convolutions without a GPU: the geometry, and the C side's checks of shapes, packing and
+arguments, which run before any device is asked for (numpy NHWC arrays)."""
+
+import numpy as np
+import pytest
+
+import pycutlass_rt as pcr
+from pycutlass_rt import _conv
+from pycutlass_rt._abi import Op
+
+
+def test_output_extent_is_torchs():
+    """P, Q as torch's conv2d computes them: a ResNet stem, a dilated 3x3, a patch embedding."""
+    geo = _conv.geometry(Op.OP_FPROP, 2, 3, 1, 1)
+    assert geo.out_extent((224, 224), (7, 7)) == (112, 112)
+    assert _conv.geometry(Op.OP_FPROP, 1, 2, 2, 1).out_extent((15, 13), (3, 3)) == (15, 13)
+    assert _conv.geometry(Op.OP_FPROP, 16, 0, 1, 1).out_extent((224, 224), (16, 16)) == (14, 14)
+    assert geo.fields() == (1, 3, 3, 2, 2, 1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(stride=(1, 2, 3)), "stride must be an int or a pair"),
+        (dict(padding=1.5), "padding must be an int or a pair"),
+        (dict(groups="2"), "groups must be an int"),
+    ],
+)
+def test_python_side_arguments(kwargs, match):
+    x = np.zeros((1, 8, 8, 16), np.float16)
+    w = np.zeros((8, 3, 3, 16), np.float16)
+    with pytest.raises(pcr.InvalidArgumentError, match=match):
+        pcr.conv2d(x, w, **kwargs)
+
+
+def nhwc(*shape):
+    return np.zeros(shape, np.float16)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        # channels of x against the filters' C / groups
+        (lambda: pcr.conv2d(nhwc(1, 8, 8, 16), nhwc(8, 3, 3, 8)), "x has 16 channels but w"),
+        (
+            lambda: pcr.conv2d(nhwc(1, 8, 8, 16), nhwc(6, 3, 3, 4), groups=4),
+            "not a multiple of groups",
+        ),
+        # a filter larger than the padded input
+        (lambda: pcr.conv2d(nhwc(1, 2, 2, 8), nhwc(8, 5, 5, 8)), "larger than the padded input"),
+        # an output of the wrong shape
+        (
+            lambda: pcr.conv2d(nhwc(1, 8, 8, 8), nhwc(8, 3, 3, 8), out=nhwc(1, 8, 8, 8)),
+            r"must hold \(1, 6, 6, 8\)",
+        ),
+        (
+            lambda: pcr.conv2d_dgrad(nhwc(1, 6, 6, 8), nhwc(8, 3, 3, 8), out=nhwc(1, 9, 9, 8)),
+            r"dy must be \(N, P, Q, K\) = \(1, 7, 7, 8\)",
+        ),
+        # a strided (not packed) view
+        (
+            lambda: pcr.conv2d(nhwc(1, 8, 8, 16)[:, :, :, ::2], nhwc(8, 3, 3, 8)),
+            "packed NHWC",
+        ),
+        # bias and activations fuse into fprop only
+        (
+            lambda: pcr.conv2d_wgrad(nhwc(1, 6, 6, 8), nhwc(1, 8, 8, 8), out=nhwc(8, 3, 3, 8)),
+            None,
+        ),
+        (lambda: pcr.conv2d_wgrad(nhwc(1, 6, 6, 8), nhwc(1, 8, 8, 8)), "weight_size or out"),
+        (
+            lambda: pcr.conv2d(nhwc(1, 8, 8, 8), nhwc(8, 3, 3, 8), bias=np.zeros(5, np.float16)),
+            "bias must be a contiguous vector of the 8 output channels",
+        ),
+        (
+            lambda: pcr.conv2d(nhwc(1, 8, 8, 8), nhwc(8, 3, 3, 8), padding=-1),
+            "padding must be >= 0",
+        ),
+    ],
+)
+def test_checks_name_the_tensor_at_fault(call, match):
+    """Every check names the call's own tensor (x, w, y, dy, dx, dw) and what it needs;
+    a well-formed call gets as far as asking for a GPU (or a kernel) and no further."""
+    if match is None:
+        with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
+            call()
+        return
+    with pytest.raises(pcr.InvalidArgumentError, match=match):
+        call()
+
+
+def test_torch_tensors_must_be_channels_last():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros(1, 16, 8, 8, dtype=torch.float16)
+    w = torch.zeros(8, 16, 3, 3, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    with pytest.raises(pcr.InvalidArgumentError, match="channels_last"):
+        pcr.conv2d(x, w)

@@ -1,0 +1,176 @@
+"""Convolutions on the GPU: every conv kernel of the build forced by name against a float64
+reference (exact-in-float inputs), and pycutlass_rt.conv2d / conv2d_dgrad / conv2d_wgrad
+against torch over stride, padding and dilation."""
+
+import pytest
+from helpers import runnable_kernels, torch_dtype
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+import pycutlass_rt as pcr  # noqa: E402
+
+CONV = runnable_kernels(op=None)
+CL = torch.channels_last
+
+
+def nchw(n, c, h, w, dtype, *, low=-1, high=2, seed=0):
+    """An integer-valued channels_last tensor: products and sums stay exact in fp16/bf16."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    t = torch.randint(low, high, (n, c, h, w), generator=g).to(dtype)
+    return t.cuda().contiguous(memory_format=CL)
+
+
+def problem_for(k):
+    """A small geometry the kernel takes: channel counts its alignment and family allow
+    (16-byte multiples, or odd ones for alignment 1), unit stride for sm90a dgrad."""
+    aligned = k.align[0] > 1
+    c, kk = (16, 24) if aligned else (3, 5)
+    stride = 1 if (k.family == 90 and k.op == "dgrad") else 2
+    return dict(n=2, c=c, h=9, w=7, k=kk, r=3, s=3, stride=stride, padding=1)
+
+
+def reference(op, x, w, dy, geo):
+    """The pass's float64 result on the CPU (torch's own convolution and its gradients)."""
+    x64, w64 = x.double().cpu(), w.double().cpu()
+    if op == "fprop":
+        return F.conv2d(x64, w64, stride=geo["stride"], padding=geo["padding"])
+    dy64 = dy.double().cpu()
+    if op == "dgrad":
+        return torch.nn.grad.conv2d_input(
+            x.shape, w64, dy64, stride=geo["stride"], padding=geo["padding"]
+        )
+    return torch.nn.grad.conv2d_weight(
+        x64, w.shape, dy64, stride=geo["stride"], padding=geo["padding"]
+    )
+
+
+@pytest.mark.parametrize("name", [k.name for k in CONV])
+def test_conv_kernel(name):
+    """Each conv kernel, forced by name, equals the float64 reference exactly (integer
+    inputs whose sums fit the output's mantissa); fused kernels add a bias and a ReLU."""
+    k = pcr._kernels.by_name(name)
+    dt = torch_dtype(k.dtype_a)
+    math = "tf32" if k.dtype_a == "tfloat32" else None
+    geo = problem_for(k)
+    n, c, h, w_, kk = geo["n"], geo["c"], geo["h"], geo["w"], geo["k"]
+    x = nchw(n, c, h, w_, dt, seed=1)
+    w = nchw(kk, c, geo["r"], geo["s"], dt, seed=2)
+    y_shape = F.conv2d(x.float(), w.float(), stride=geo["stride"], padding=geo["padding"]).shape
+    dy = nchw(*y_shape, dt, seed=3)
+    kw = dict(stride=geo["stride"], padding=geo["padding"], kernel=name, math=math)
+    ref = reference(k.op, x, w, dy, geo)
+    if k.op == "fprop" and k.epilogue == "biasact":
+        bias = torch.arange(kk, device="cuda").to(dt) - kk // 2
+        got = pcr.conv2d(x, w, bias, activation="relu", **kw)
+        ref = torch.relu(ref + bias.double().cpu()[None, :, None, None])
+    elif k.op == "fprop":
+        got = pcr.conv2d(x, w, **kw)
+    elif k.op == "dgrad":
+        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **kw)
+    else:
+        got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **kw)
+    assert got.is_contiguous(memory_format=CL)
+    torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
+
+
+def need(op, dtype=torch.float16):
+    if not any(k.op == op and torch_dtype(k.dtype_a) == dtype for k in CONV):
+        pytest.skip(f"no {op} kernel for {dtype} in this build runs here")
+
+
+@pytest.mark.parametrize(
+    "stride,padding,dilation",
+    [(1, 0, 1), (1, 1, 1), (2, 1, 1), (2, 3, 1), ((1, 2), (0, 2), 1), (1, 2, 2), (3, 0, 1)],
+)
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
+def test_against_torch(op, stride, padding, dilation):
+    """Selected kernels against torch's convolution (float32 math on fp16 inputs) over
+    stride, padding and dilation."""
+    need(op)
+    g = torch.Generator(device="cpu").manual_seed(7)
+    x = torch.randn(3, 32, 15, 13, generator=g).half().cuda().contiguous(memory_format=CL)
+    w = torch.randn(40, 32, 3, 3, generator=g).half().cuda().contiguous(memory_format=CL) / 8
+    geo = dict(stride=stride, padding=padding, dilation=dilation)
+    y = F.conv2d(x.float(), w.float(), **geo)
+    dy = torch.randn(y.shape, generator=g).half().cuda().contiguous(memory_format=CL)
+    if op == "fprop":
+        got, ref = pcr.conv2d(x, w, **geo), y
+    elif op == "dgrad":
+        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **geo)
+        ref = torch.nn.grad.conv2d_input(x.shape, w.float(), dy.float(), **geo)
+    else:
+        got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
+        ref = torch.nn.grad.conv2d_weight(x.float(), w.shape, dy.float(), **geo)
+    err = (got.float() - ref).norm() / ref.norm()
+    assert err < 2e-3, err
+
+
+def test_bias_activation_and_residual_fuse():
+    """y = act(alpha * conv + beta * c + bias) in one call, as torch computes it."""
+    need("fprop")
+    if not any(k.op == "fprop" and k.epilogue == "biasact" for k in CONV):
+        pytest.skip("no fused fprop kernel in this build")
+    g = torch.Generator(device="cpu").manual_seed(3)
+    x = torch.randn(2, 64, 10, 10, generator=g).half().cuda().contiguous(memory_format=CL)
+    w = torch.randn(32, 64, 3, 3, generator=g).half().cuda().contiguous(memory_format=CL) / 8
+    bias = torch.randn(32, generator=g).half().cuda()
+    c = torch.randn(2, 32, 10, 10, generator=g).half().cuda().contiguous(memory_format=CL)
+    got = pcr.conv2d(x, w, bias, padding=1, activation="silu", alpha=0.5, beta=2.0, c=c)
+    ref = F.silu(
+        0.5 * F.conv2d(x.float(), w.float(), padding=1)
+        + 2 * c.float()
+        + bias.float()[:, None, None]
+    )
+    torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_nhwc_arrays_of_other_producers():
+    """cupy arrays are NHWC / KRSC as they lie, and the output is made with cupy."""
+    cp = pytest.importorskip("cupy")
+    need("fprop")
+    g = torch.Generator(device="cpu").manual_seed(5)
+    x = torch.randn(2, 16, 8, 8, generator=g).half().cuda().contiguous(memory_format=CL)
+    w = torch.randn(24, 16, 3, 3, generator=g).half().cuda().contiguous(memory_format=CL)
+    xc = cp.asarray(x.permute(0, 2, 3, 1).contiguous().cpu().numpy())
+    wc = cp.asarray(w.permute(0, 2, 3, 1).contiguous().cpu().numpy())
+    got = pcr.conv2d(xc, wc, padding=1)
+    assert isinstance(got, cp.ndarray) and got.shape == (2, 8, 8, 24)
+    ref = F.conv2d(x.float(), w.float(), padding=1).permute(0, 2, 3, 1).cpu()
+    torch.testing.assert_close(torch.from_numpy(cp.asnumpy(got)).float(), ref, rtol=2e-3, atol=2e-2)
+
+
+def test_refusals_name_the_fix():
+    """Tensors that are not channels_last, groups without a kernel, mismatched shapes."""
+    need("fprop")
+    x = torch.randn(1, 16, 8, 8, device="cuda", dtype=torch.float16)  # NCHW-contiguous
+    w = torch.randn(8, 16, 3, 3, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
+    with pytest.raises(pcr.InvalidArgumentError, match="channels_last"):
+        pcr.conv2d(x, w)
+    x = x.contiguous(memory_format=CL)
+    w2 = torch.randn(8, 8, 3, 3, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
+    with pytest.raises(pcr.UnsupportedError, match="groups"):
+        pcr.conv2d(x, w2, groups=2)
+    out = torch.empty(1, 8, 7, 7, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
+    with pytest.raises(pcr.InvalidArgumentError, match=r"\(1, 8, 8, 8\)"):
+        pcr.conv2d(x, w, padding=1, out=out)
+
+
+def test_graph_capture_replays_the_call():
+    """A captured conv2d replays into its output like the eager call."""
+    need("fprop")
+    x = torch.randn(4, 32, 14, 14, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
+    w = torch.randn(64, 32, 3, 3, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
+    y = pcr.conv2d(x, w, padding=1)
+    eager = y.clone()
+    y.zero_()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        pcr.conv2d(x, w, padding=1, out=y)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        pcr.conv2d(x, w, padding=1, out=y)
+    y.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, eager, rtol=0, atol=0)
