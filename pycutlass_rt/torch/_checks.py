@@ -135,15 +135,7 @@ def _check_linear(check, x, w, bias, activation):
     check(
         x.dtype in _FLOATS, "{}: takes float16, bfloat16, float32 or float64, got {}", op, x.dtype
     )
-    if bias is not None:
-        check(
-            bias.dim() == 1 and bias.shape[0] == w.shape[0],
-            "{}: bias must be a vector of {}, got {}",
-            op,
-            w.shape[0],
-            bias.shape,
-        )
-        check(bias.dtype == x.dtype, "{}: bias must be {}, got {}", op, x.dtype, bias.dtype)
+    _check_bias(op, check, bias, w.shape[0], x.dtype)
     _same_device(op, check, x, w, bias)
 
 
@@ -293,21 +285,26 @@ def _check_conv_output(op, check, x_size, w_size, dy, stride, padding, dilation)
         check(have == want, shape, op, x_size[0], w_size[0], p, q, x_size, w_size, dy.shape)
 
 
+def _check_bias(op, check, bias, n, dtype):
+    """A bias, where given: a vector of ``n`` (output features or channels) in ``dtype``."""
+    if bias is not None:
+        check(
+            bias.dim() == 1 and bias.shape[0] == n,
+            "{}: bias must be a vector of {}, got {}",
+            op,
+            n,
+            bias.shape,
+        )
+        check(bias.dtype == dtype, "{}: bias must be {}, got {}", op, dtype, bias.dtype)
+
+
 def _check_conv2d(check, x, w, bias, stride, padding, dilation, groups, activation):
     op = "pycutlass_rt::conv2d"
     _act_name(activation)
     _check_conv_geometry(op, check, stride, padding, dilation, groups)
     _check_conv_operands(op, check, ("x (N, C, H, W)", "w (K, C/groups, R, S)"), x, w)
     _check_conv_channels(op, check, x.shape, w.shape, groups)
-    if bias is not None:
-        check(
-            bias.dim() == 1 and bias.shape[0] == w.shape[0],
-            "{}: bias must be a vector of {}, got {}",
-            op,
-            w.shape[0],
-            bias.shape,
-        )
-        check(bias.dtype == x.dtype, "{}: bias must be {}, got {}", op, x.dtype, bias.dtype)
+    _check_bias(op, check, bias, w.shape[0], x.dtype)
     p, q = _conv_extent(x.shape, w.shape, stride, padding, dilation)
     size = "{}: the output would be {}x{} (x {}, w {}, stride {}, padding {}, dilation {})"
     for extent in (p, q):
