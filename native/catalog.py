@@ -540,6 +540,13 @@ SM100_FP8_CONFIGS = [  # tcgen05 accumulates fp8 products in fp32: no promotion 
     ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear", "scaled")),
 ]
 FP8 = ("e4m3", "e5m2")
+#: per-row / per-column scale vectors (or scale tensors) on 16-bit inputs, a normalization's
+#: or a dequantized layer's factors folded into the GEMM: the dequantizing epilogue on one
+#: tile per family, tn, outside the default build
+SCALED_16BIT_CONFIGS = {
+    "sm90": [((128, 256, 64), (2, 1, 1), "coop", "none", "extended", ("scaled",))],
+    "sm80": [((128, 128, 32), (2, 2, 1), 4, 8, "none", "extended", ("scaled",))],
+}
 MORE_TYPES = [
     *[
         (f, a, (a,), AB_LAYOUTS, configs)
@@ -559,6 +566,11 @@ MORE_TYPES = [
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_CONFIGS) for a in FP8],
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_SWAP_CONFIGS, "swap") for a in FP8],
     *[("sm100", a, ("bf16", "f16", "f32"), ("tn",), SM100_FP8_CONFIGS) for a in FP8],
+    *[
+        (f, a, (a,), ("tn",), SCALED_16BIT_CONFIGS[f])
+        for f in ("sm90", "sm80")
+        for a in ("f16", "bf16")
+    ],
 ]
 
 

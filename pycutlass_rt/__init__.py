@@ -125,15 +125,16 @@ def gemm(
             max)``, applied last. With a bias or an activation the call runs a kernel
             with the fused epilogue (UnsupportedError if the build has none for the
             dtypes); nothing is computed as a separate pass.
-        scale_a, scale_b: dequantization scales of int8 and fp8 inputs: a Python number
+        scale_a, scale_b: dequantization scales of int8 and fp8 inputs, or per-row and
+            per-column factors of float16 and bfloat16 ones: a Python number
             (folded into alpha), or a float32 GPU tensor of one element (per tensor), of
             M elements for scale_a (one per row of a: shape (M,) or (M, 1)) or of N for
             scale_b (one per column of b: (N,) or (1, N)). Vectors must be contiguous and
             16-byte aligned. Per-tensor scale tensors alone are read by the plain sm90a
             and sm100a fp8 kernels (``KernelInfo.tensor_scales``); vectors, scale tensors
             with a bias or activation, int8 with a float or int8 output, and any scale
-            tensor on older families run the dequantizing epilogue (kernels named
-            ``_scaled``).
+            tensor on older families or on 16-bit inputs run the dequantizing epilogue
+            (kernels named ``_scaled``; for 16-bit inputs outside the default build).
         math: for float32 inputs: None or "ieee" (default: fp32 accuracy, 3xTF32 tensor
             cores) or "tf32" (TF32 tensor cores: 10-bit mantissas, faster, like torch's
             ``allow_tf32``). Ignored for other dtypes.

@@ -567,10 +567,12 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     p->dtype_a = p->dtype_b = PCR_TF32;
   p->scale_m = scale_a;
   p->scale_n = scale_b;
-  if ((scale_a || scale_b) && !is_quantized(A.dtype))
+  // Scale tensors dequantize int8 and fp8 inputs; on 16-bit ones they are a per-row or
+  // per-column factor (a normalization or a dequantized layer's scales) folded into the GEMM.
+  if ((scale_a || scale_b) && !is_quantized(A.dtype) && A.dtype != PCR_F16 && A.dtype != PCR_BF16)
     return set_error(PCR_ERR_UNSUPPORTED,
-                     "scale_a and scale_b dequantize int8 and fp8 inputs; a and b are %s "
-                     "(fold a per-tensor factor into alpha)",
+                     "scale_a and scale_b apply to int8, fp8, float16 and bfloat16 inputs; a "
+                     "and b are %s (fold a per-tensor factor into alpha)",
                      dtype_name(A.dtype));
   auto int32_valued = [](double v) { return v == std::floor(v) && std::fabs(v) < 2147483648.0; };
   if (D.dtype == PCR_S32 && (!int32_valued(alpha) || (use_c && !int32_valued(beta))))

@@ -553,7 +553,7 @@ ACTIVATIONS = {
     ("clamp", -0.5, 0.75): lambda x: np.clip(x, -0.5, 0.75),
 }
 BAD_ACTIVATIONS = ["softplus", "RELU", "", 1, b"relu", "gelu-tanh", object()]
-#: (a and b, d): float inputs and int8 ones (scales dequantize int8 and fp8 only)
+#: (a and b, d): float inputs and int8 ones (scale tensors: int8, fp8, float16, bfloat16)
 EPI_DTYPES = [(F16, F16), (F16, F32), (F32, F32), (I8, I32), (I8, F16), (I8, F32)]
 #: bias shapes: per column (N,), (1, N), (1, 1, N); per row (M, 1), (1, M, 1)
 BIAS_FORMS = [None, "n", "1n", "11n", "m1", "1m1"]
@@ -567,7 +567,7 @@ EPI_FAULTS = {
     "bias_strided": (pcr.InvalidArgumentError, "bias must be contiguous"),
     "bias_overlaps_d": (pcr.OverlapError, "d overlaps bias"),
     "activation": (pcr.InvalidArgumentError, "activation must be None or one of"),
-    "scale_not_quantized": (pcr.UnsupportedError, "scale_a and scale_b dequantize int8 and fp8"),
+    "scale_not_quantized": (pcr.UnsupportedError, "scale_a and scale_b apply to int8, fp8,"),
     "scale_dtype": (pcr.UnsupportedError, "{s} must be float32"),
     "scale_length": (pcr.InvalidArgumentError, "{s} has {count} elements; pass one"),
     "scale_ndim": (pcr.InvalidArgumentError, "{s} must be a scalar or a vector, got 3-D"),
@@ -621,7 +621,7 @@ def build_epilogue(case):
     fault, s, pick = case["fault"], case["victim"], case["pick"]
     # some faults need a case of their own kind: adjust the drawn one
     din, dout = {
-        "scale_not_quantized": (F16, dout) if din == I8 else (din, dout),
+        "scale_not_quantized": (F32, F32),
         "scale_int32_fraction": (I8, I32),
         "scale_overlaps_d": (I8, F32),
     }.get(fault, (din, dout))
@@ -1252,7 +1252,7 @@ TORCH_FAULTS = {
     "bias_dtype": (pcr.UnsupportedError, "bias is {bias} but d is {d}"),
     "activation": (pcr.InvalidArgumentError, "activation must be None or one of"),
     "scale_length": (pcr.InvalidArgumentError, "scale_a has {count} elements"),
-    "scale_not_quantized": (pcr.UnsupportedError, "scale_a and scale_b dequantize int8 and fp8"),
+    "scale_not_quantized": (pcr.UnsupportedError, "scale_a and scale_b apply to int8, fp8,"),
     "scalar_value": (pcr.InvalidArgumentError, "alpha and beta must be finite numbers"),
     "beta_without_c": (pcr.InvalidArgumentError, "c is None but beta"),
     "kernel_name": (pcr.KernelNotFoundError, "no kernel named"),
@@ -1388,7 +1388,7 @@ def build_torch(torch, case):
         kw["scale_a"] = torch.ones(m + 1, device=dev)
         msg = msg.format(count=m + 1)
     elif fault == "scale_not_quantized":
-        if quantized:
+        if din != "float32":  # scale tensors apply to the other dtypes
             return None
         kw["scale_a"] = torch.ones(1, device=dev)
     elif fault == "scalar_value":

@@ -107,7 +107,8 @@ SCALED = built(lambda k: k.epilogue == "scaled")
 )
 def test_scaled_kernel(name, kinds):
     k = pcr._kernels.by_name(name)
-    in_dt = FP8.get(k.dtype_a, torch.int8)
+    # int8 and fp8 dequantized; float16 and bfloat16 scaled per row and column
+    in_dt = {**FP8, "float16": torch.float16, "bfloat16": torch.bfloat16}.get(k.dtype_a, torch.int8)
     out_dt = OUT[k.dtype_d]
     m, n, kk = 200, 144, 384  # n: 16-byte rows of an int8 d
     x, w = quantized(m, n, kk, in_dt)
