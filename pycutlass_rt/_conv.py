@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from . import _call, _lib
 from ._abi import Op
+from ._explain import explain as explain_gemm
 from ._explain import explanation
 from .errors import InvalidArgumentError
 
@@ -122,16 +123,56 @@ def empty_like_producer(like, dims: tuple, dtype, name: str):
     )
 
 
+def _packed(t) -> bool:
+    """Whether ``t`` is a C-contiguous array (so that its flat views are views, never copies)."""
+    if t is None:
+        return True
+    if _torch(t) is not None:
+        return t.is_contiguous()
+    flags = getattr(t, "flags", None)
+    return bool(flags is not None and flags.c_contiguous)
+
+
+def as_gemm(geo: Geometry, views):
+    """A pointwise convolution (1x1 filters, unit stride, no padding, one group) is a GEMM on
+    its packed NHWC tensors' flat views, which the GEMM kernels and their calibrated table
+    then run: (a, b, c, d) as matrices, or None. fprop: x (NHW, C) @ w^T (C, K); dgrad:
+    dy (NHW, K) @ w (K, C); wgrad: dy^T (K, NHW) @ x (NHW, C)."""
+    filters = views[3] if geo.op == Op.OP_WGRAD else views[1]
+    pointwise = tuple(filters.shape[1:3]) == (1, 1) and geo.stride == (1, 1)
+    if not pointwise or geo.padding != (0, 0) or geo.groups != 1:
+        return None
+    if not all(_packed(t) for t in views):
+        return None
+    a, b, c, d = (None if t is None else t.reshape(-1, t.shape[-1]) for t in views)
+    if geo.op == Op.OP_FPROP:
+        return a, b.T, c, d
+    return (a, b, c, d) if geo.op == Op.OP_DGRAD else (a.T, b, c, d)
+
+
 def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
     """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
-    with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead."""
+    with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. A pointwise
+    one runs as a GEMM (:func:`as_gemm`) unless a convolution kernel is named."""
+    mth = "tf32" if math is None else math
+    mats = as_gemm(geo, views) if kernel is None else None
+    if mats is not None:
+        from . import gemm
+
+        kw = dict(bias=bias, activation=activation, math=mth)
+        if not explain:
+            gemm(*mats, alpha, beta, stream=stream, **kw)
+            return None
+        told = explain_gemm(*mats, alpha, beta, **kw)
+        told.notes.append("a pointwise convolution: run as a GEMM on its NHWC tensors' flat views")
+        return told
     call = _call.prepare(
         *views,
         alpha,
         beta,
         bias=bias,
         activation=activation,
-        math="tf32" if math is None else math,
+        math=mth,
         stream=stream,
         kernel=kernel,
         conv=geo.fields(),

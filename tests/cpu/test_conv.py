@@ -95,3 +95,36 @@ def test_torch_tensors_must_be_channels_last():
     w = torch.zeros(8, 16, 3, 3, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
     with pytest.raises(pcr.InvalidArgumentError, match="channels_last"):
         pcr.conv2d(x, w)
+
+
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
+def test_pointwise_convolutions_run_as_gemms(monkeypatch, op):
+    """1x1 filters at unit stride without padding: one GEMM on the tensors' flat NHWC views
+    (views, never copies), with the convolution's scalars, bias and activation; a named
+    convolution kernel, a stride or padding keep the convolution kernels."""
+    calls = []
+    monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
+    x, w, dy = nhwc(2, 5, 3, 16), nhwc(24, 1, 1, 16), nhwc(2, 5, 3, 24)
+    if op == "fprop":
+        out = pcr.conv2d(x, w, activation="relu", alpha=2.0)
+        (a, b, c, d, alpha, beta), kw = calls[0]
+        assert (a.shape, b.shape, d.shape) == ((30, 16), (16, 24), (30, 24))
+        assert np.shares_memory(b, w) and np.shares_memory(d, out) and kw["activation"] == "relu"
+        assert (alpha, beta) == (2.0, 0.0)
+    elif op == "dgrad":
+        out = pcr.conv2d_dgrad(dy, w)
+        (a, b, c, d, *_), _ = calls[0]
+        assert (a.shape, b.shape, d.shape) == (
+            (30, 24),
+            (24, 16),
+            (30, 16),
+        ) and out.shape == x.shape
+    else:
+        out = pcr.conv2d_wgrad(dy, x, out=nhwc(24, 1, 1, 16), beta=1.0, c=nhwc(24, 1, 1, 16))
+        (a, b, c, d, *_), _ = calls[0]
+        assert (a.shape, b.shape, c.shape, d.shape) == ((24, 30), (30, 16), (24, 16), (24, 16))
+        assert np.shares_memory(d, out)
+    calls.clear()
+    with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
+        pcr.conv2d(x, w, stride=2)  # a strided 1x1: the convolution kernels
+    assert not calls

@@ -637,9 +637,18 @@ def test_scales_are_checked(lib):
     i8 = np.int8
     a, b = mats(4, 6, 8, i8)[:2]
     d16 = np.zeros((4, 6), F16)
-    # scales dequantize int8 / fp8 only
+    # scale tensors apply to int8, fp8, float16 and bfloat16 inputs, not to float32 ones
     a16, b16, _ = mats()
-    err(pcr.UnsupportedError, "int8 and fp8", a16, b16, None, d16, scale_a=np.ones(4, np.float32))
+    a32, b32, d32 = mats(4, 6, 8, np.float32)
+    err(
+        pcr.UnsupportedError,
+        "int8, fp8, float16",
+        a32,
+        b32,
+        None,
+        d32,
+        scale_a=np.ones(4, np.float32),
+    )
     err(pcr.UnsupportedError, "must be float32", a, b, None, d16, scale_a=np.ones(4, np.float16))
     err(
         pcr.InvalidArgumentError,

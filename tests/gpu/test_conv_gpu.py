@@ -174,3 +174,32 @@ def test_graph_capture_replays_the_call():
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(y, eager, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
+def test_pointwise_convolutions_run_on_gemm_kernels(op):
+    """1x1 convolutions at unit stride are GEMMs on the flat NHWC views: a GEMM kernel runs
+    them (explain says so), with torch's results."""
+    if not runnable_kernels(lambda k: (k.dtype_a, k.layout)):
+        pytest.skip("no GEMM kernel of this build runs here")
+    g = torch.Generator(device="cpu").manual_seed(11)
+    x = torch.randn(4, 64, 12, 10, generator=g).half().cuda().contiguous(memory_format=CL)
+    w = torch.randn(96, 64, 1, 1, generator=g).half().cuda().contiguous(memory_format=CL) / 8
+    dy = torch.randn(4, 96, 12, 10, generator=g).half().cuda().contiguous(memory_format=CL)
+    try:
+        if op == "fprop":
+            told = pcr.conv2d(x, w, explain=True)
+            got, ref = pcr.conv2d(x, w), F.conv2d(x.float(), w.float())
+        elif op == "dgrad":
+            told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True)
+            got = pcr.conv2d_dgrad(dy, w, input_size=x.shape)
+            ref = torch.nn.grad.conv2d_input(x.shape, w.float(), dy.float())
+        else:
+            told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True)
+            got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape)
+            ref = torch.nn.grad.conv2d_weight(x.float(), w.shape, dy.float())
+    except pcr.UnsupportedError as e:
+        pytest.skip(f"no float16 GEMM kernel of this build takes it: {e}")
+    assert told.kernel and f"_{op}_" not in told.kernel, told
+    assert any("pointwise" in note for note in told.notes)
+    assert (got.float() - ref).norm() / ref.norm() < 2e-3
