@@ -46,6 +46,8 @@ GROUPED_SHAPES = [
 #: group K (issue 29): the held-out part of heuristics/corpus.py, real models' projections
 #: (tn, no batch) of families kept out of any fit
 HELDOUT = list(dict.fromkeys((s.m, s.n, s.k) for s in corpus.load("heldout", "tn") if s.batch == 1))
+#: group M: every 8th of those, each with every activation of ACTIVATIONS
+HELDOUT_EPILOGUE = HELDOUT[::8]
 LAYOUTS = ("nn", "nt", "tn", "tt")
 #: extra elements on every leading dimension in group E's padded case (keeps 16 B alignment)
 PAD = 64
@@ -241,6 +243,16 @@ GROUPS = {
         Group("K", "heldout", "compare", ("bf16", "fp16", "fp8"), tuple(_shapes(HELDOUT))),
         # the kernel choice on shapes no fit saw: H's measurement over K's shapes
         Group("L", "heldout-regret", "regret", ("bf16", "fp16", "fp8"), tuple(_shapes(HELDOUT))),
+        # a linear layer's bias and activation fused, against F.linear and torch's activation
+        Group(
+            "M",
+            "heldout-epilogue",
+            "compare",
+            ("bf16", "fp16"),
+            tuple(
+                s for act in ACTIVATIONS for s in _shapes(HELDOUT_EPILOGUE, epilogue=f"bias_{act}")
+            ),
+        ),
     )
 }
 

@@ -29,7 +29,7 @@ def mnk(group):
 
 def test_groups_follow_the_benchmark_readme():
     g = shapes.GROUPS
-    assert list(g) == list("ABCDEFGHIJKL")  # I and J: issue 5's batched and grouped measures
+    assert list(g) == list("ABCDEFGHIJKLM")  # I and J: issue 5's batched and grouped measures
     assert mnk("A") == [(s, s, s) for s in (1024, 2048, 4096, 8192)]
     # fp32: issue 4's accurate mode, reported against torch in IEEE mode
     assert g["A"].dtypes == ("bf16", "fp16", "tf32", "fp32", "fp8", "int8")
@@ -348,7 +348,7 @@ def parse(*argv):
 
 def test_cli_arguments():
     groups, dtypes = cli.selection(parse())
-    assert groups == list("ABCDEFGHIJKL") and dtypes is None
+    assert groups == list("ABCDEFGHIJKLM") and dtypes is None
     args = parse(
         "--group",
         "b",
