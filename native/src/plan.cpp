@@ -56,8 +56,18 @@ int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor*
     const bool tf32 = pl->problem.dtype_a == PCR_TF32;
     const bool f32 = tf32 || pl->problem.dtype_a == PCR_F32;  // math matters to fp32 only
     const ActivationArgs& act = pl->bound.activation;
-    pcr_extras x{nullptr,   nullptr, nullptr, act.kind, tf32 ? PCR_MATH_TF32 : PCR_MATH_IEEE,
-                 act.alpha, act.beta};
+    // a convolution plan's tensors are the same convolution's
+    const ConvArgs& cv = pl->bound.conv;
+    const pcr_conv conv{cv.kind,     cv.pad_h,      cv.pad_w,      cv.stride_h,
+                        cv.stride_w, cv.dilation_h, cv.dilation_w, cv.groups};
+    pcr_extras x{nullptr,
+                 nullptr,
+                 nullptr,
+                 act.kind,
+                 tf32 ? PCR_MATH_TF32 : PCR_MATH_IEEE,
+                 act.alpha,
+                 act.beta,
+                 cv.kind != PCR_OP_GEMM ? &conv : nullptr};
     if (extras) {
       const ActivationArgs given = activation_of(*extras);
       if (given.kind != act.kind || given.alpha != act.alpha || given.beta != act.beta ||
