@@ -40,15 +40,13 @@ struct ActivationArgs {
   float alpha = 0.0f, beta = 0.0f;
 };
 
-// A 2-D convolution run as an implicit GEMM (pcr_conv): every tensor packed, activations
-// NHWC (n x h x w x c), filters KRSC (k x r x s x c/groups), outputs NPQK. GemmArgs' a, b
-// and c/d are CUTLASS's operands of the kind (fprop: x, w, y; dgrad: dy, w, dx; wgrad: dy,
-// x, dw) and m, n, k its implicit GEMM's extents; leading dimensions and batch fields are
-// unused. `kind` is PCR_OP_GEMM in a GEMM's GemmArgs.
-struct ConvArgs {
-  int kind;
-  int n, h, w, c, k, r, s, p, q;
-  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w, groups;
+// A 2-D convolution run as an implicit GEMM (pcr_conv): its geometry as pcr_problem.conv
+// holds it, every tensor packed, activations NHWC (n x h x w x c), filters KRSC
+// (k x r x s x c/groups), outputs NPQK. GemmArgs' a, b and c/d are CUTLASS's operands of
+// the kind (fprop: x, w, y; dgrad: dy, w, dx; wgrad: dy, x, dw) and m, n, k its implicit
+// GEMM's extents; leading dimensions and batch fields are unused.
+struct ConvArgs : pcr_conv_shape {
+  int kind;  // pcr_op: PCR_OP_GEMM in a GEMM's GemmArgs
 };
 
 struct GemmArgs {

@@ -13,19 +13,12 @@
 namespace pcr {
 namespace {
 
-// Kernels count the implicit GEMM's tiles in int32 (see problem.cpp's kMaxExtent).
-constexpr int64_t kMaxExtent = (int64_t(1) << 31) - 1024;
-
 struct Tensor4 {
   int64_t dim[4] = {};
   Matrix flat;
 };
 
-std::string dims_text(const int64_t* dim, int n) {
-  std::string s = "(";
-  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(dim[i]);
-  return s + ")";
-}
+std::string dims_text(const int64_t* dim) { return shape_text(dim, 4); }
 
 // A packed 4-D tensor: its last dimension contiguous, the others without gaps (a size-1
 // dimension's stride says nothing and is not read). `order` names its dimensions.
@@ -38,37 +31,22 @@ int load_packed(const DLTensor* t, const char* name, const char* order, Tensor4*
     const int64_t n = t->shape[i];
     if (n < 0) return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a negative dimension", name);
     if (t->strides && n > 1 && t->strides[i] != packed) {
-      std::string strides = dims_text(t->strides, 4);
+      std::string strides = dims_text(t->strides);
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "%s must be a packed %s tensor (a channels_last torch tensor, permuted "
                        "to %s, is one); its strides are %s for shape %s",
-                       name, order, order, strides.c_str(), dims_text(t->shape, 4).c_str());
+                       name, order, order, strides.c_str(), dims_text(t->shape).c_str());
     }
     out->dim[i] = n;
     packed *= n;
   }
   Matrix& m = out->flat;
-  m.dtype = dtype_from_dl(t->dtype);
-  if (m.dtype == PCR_DTYPE_INVALID)
-    return set_error(PCR_ERR_INVALID_DTYPE,
-                     "%s has a dtype pycutlass_rt does not handle (DLPack code %d, %d bits)", name,
-                     t->dtype.code, t->dtype.bits);
-  m.esize = esize_of(m.dtype);
+  if (int st = load_dtype(t, name, &m)) return st;
   m.rows = out->dim[0] * out->dim[1] * out->dim[2];
   m.cols = out->dim[3];
   m.s0 = std::max<int64_t>(m.cols, 1);
   m.s1 = 1;
-  m.ptr = static_cast<char*>(t->data) + t->byte_offset;
-  m.device_type = t->device.device_type;
-  m.device_id = t->device.device_id;
-  if (m.device_type != kDLCUDA && m.device_type != kDLCUDAManaged && !is_host(m.device_type))
-    return set_error(PCR_ERR_DEVICE_MISMATCH,
-                     "%s lives on DLPack device type %d; pycutlass_rt takes CUDA tensors (or "
-                     "host arrays, staged through the GPU)",
-                     name, m.device_type);
-  if (!m.ptr && m.rows * m.cols > 0)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
-  return PCR_OK;
+  return load_place(t, name, m.rows * m.cols, &m);
 }
 
 // An output extent of torch's conv2d: floor((in + 2 pad - dilation (f - 1) - 1) / stride) + 1,
@@ -146,8 +124,8 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "%s must be (N, P, Q, K) = %s for %s %s and %s %s with these padding, "
                      "stride and dilation; got %s",
-                     out_name, dims_text(want, 4).c_str(), act_name, dims_text(act.dim, 4).c_str(),
-                     flt_name, dims_text(flt.dim, 4).c_str(), dims_text(out.dim, 4).c_str());
+                     out_name, dims_text(want).c_str(), act_name, dims_text(act.dim).c_str(),
+                     flt_name, dims_text(flt.dim).c_str(), dims_text(out.dim).c_str());
 
   // The implicit GEMM (pcr_problem.op's comment); each extent counts tiles in int32.
   const int64_t mnk[3][3] = {
@@ -168,8 +146,8 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
     if (C.flat.dtype != D.flat.dtype || std::memcmp(C.dim, D.dim, sizeof C.dim) != 0)
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "c must be packed like %s, with its shape %s and dtype %s; got %s %s",
-                       names[2], dims_text(D.dim, 4).c_str(), dtype_name(D.flat.dtype),
-                       dims_text(C.dim, 4).c_str(), dtype_name(C.flat.dtype));
+                       names[2], dims_text(D.dim).c_str(), dtype_name(D.flat.dtype),
+                       dims_text(C.dim).c_str(), dtype_name(C.flat.dtype));
   }
   Matrix V;
   if (x.bias) {
@@ -180,12 +158,11 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "bias must be a contiguous vector of the %" PRId64
                        " output channels in %s's dtype (%s); got shape %s, %s",
-                       k, names[2], dtype_name(D.flat.dtype), dims_text(t->shape, t->ndim).c_str(),
+                       k, names[2], dtype_name(D.flat.dtype), shape_text(t->shape, t->ndim).c_str(),
                        dtype_name(dt));
-    V.ptr = static_cast<char*>(t->data) + t->byte_offset;
     V.rows = 1, V.cols = k, V.s0 = k, V.s1 = 1;
     V.dtype = dt, V.esize = esize_of(dt);
-    V.device_type = t->device.device_type, V.device_id = t->device.device_id;
+    if ((st = load_place(t, "bias", k, &V))) return st;
   }
 
   const Matrix* ops[] = {&A.flat, &B.flat, &D.flat, c ? &C.flat : nullptr, x.bias ? &V : nullptr,
@@ -237,9 +214,7 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
   bound->alpha = alpha;
   bound->beta = beta;
   bound->activation = activation_of(x);
-  bound->conv = {op,          p->conv.n,   p->conv.h,     p->conv.w,     p->conv.c, p->conv.k,
-                 p->conv.r,   p->conv.s,   p->conv.p,     p->conv.q,     cv.pad_h,  cv.pad_w,
-                 cv.stride_h, cv.stride_w, cv.dilation_h, cv.dilation_w, g};
+  bound->conv = {p->conv, op};
   return finish_problem(p, D.flat, host);
 }
 

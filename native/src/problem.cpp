@@ -74,17 +74,40 @@ std::string dl_dtype_text(DLDataType t) {
   return s;
 }
 
-// A tensor's shape as Python prints it: "(3,)", "(2, 2)".
-std::string shape_text(const DLTensor* t) {
+}  // namespace
+
+std::string shape_text(const int64_t* dims, int n) {
   std::string s = "(";
-  for (int i = 0; i < t->ndim; ++i) s += (i ? ", " : "") + std::to_string(t->shape[i]);
-  return s + (t->ndim == 1 ? ",)" : ")");
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + (n == 1 ? ",)" : ")");
 }
 
-// The largest M, N or K: kernels count tiles (extent + tile - 1) and staging pads extents
-// (to 16 bytes, leading dimensions to 128) in int32, so an extent within a tile or a pad of
-// 2^31 would wrap around.
-constexpr int64_t kMaxExtent = (int64_t(1) << 31) - 1024;
+int load_dtype(const DLTensor* t, const char* name, Matrix* m) {
+  m->dtype = dtype_from_dl(t->dtype);
+  if (m->dtype == PCR_DTYPE_INVALID)
+    return set_error(PCR_ERR_INVALID_DTYPE,
+                     "%s has a dtype pycutlass_rt does not handle (DLPack code %d, %d bits, "
+                     "%d lanes); use float16, bfloat16 or float32",
+                     name, t->dtype.code, t->dtype.bits, t->dtype.lanes);
+  m->esize = esize_of(m->dtype);
+  return PCR_OK;
+}
+
+int load_place(const DLTensor* t, const char* name, int64_t elements, Matrix* m) {
+  m->ptr = static_cast<char*>(t->data) + t->byte_offset;
+  m->device_type = t->device.device_type;
+  m->device_id = t->device.device_id;
+  if (m->device_type != kDLCUDA && m->device_type != kDLCUDAManaged && !is_host(m->device_type))
+    return set_error(PCR_ERR_DEVICE_MISMATCH,
+                     "%s lives on DLPack device type %d; pycutlass_rt takes CUDA tensors "
+                     "(or host arrays, staged through the GPU)",
+                     name, m->device_type);
+  if (m->ptr == nullptr && elements > 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
+  return PCR_OK;
+}
+
+namespace {
 
 // A 2-D matrix, or a 3-D batch of them (batch dimension first).
 int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Matrix* m) {
@@ -103,13 +126,7 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
       return set_error(PCR_ERR_UNSUPPORTED, "%s has a batch of 2^31 or more matrices", name);
     if (m->batch == 1) m->sb = 0;
   }
-  m->dtype = dtype_from_dl(t->dtype);
-  if (m->dtype == PCR_DTYPE_INVALID)
-    return set_error(PCR_ERR_INVALID_DTYPE,
-                     "%s has a dtype pycutlass_rt does not handle (DLPack code %d, %d bits, "
-                     "%d lanes); use float16, bfloat16 or float32",
-                     name, t->dtype.code, t->dtype.bits, t->dtype.lanes);
-  m->esize = esize_of(m->dtype);
+  if (int st = load_dtype(t, name, m)) return st;
   m->rows = t->shape[r];
   m->cols = t->shape[r + 1];
   if (m->rows < 0 || m->cols < 0)
@@ -143,17 +160,7 @@ int load_matrix(const DLTensor* t, const char* name, bool allow_zero_stride, Mat
                      "%s has a zero stride (a broadcast view, strides %" PRId64 ", %" PRId64
                      "); materialize it first (e.g. .contiguous())",
                      name, m->s0, m->s1);
-  m->ptr = static_cast<char*>(t->data) + t->byte_offset;
-  m->device_type = t->device.device_type;
-  m->device_id = t->device.device_id;
-  if (m->device_type != kDLCUDA && m->device_type != kDLCUDAManaged && !is_host(m->device_type))
-    return set_error(PCR_ERR_DEVICE_MISMATCH,
-                     "%s lives on DLPack device type %d; pycutlass_rt takes CUDA tensors "
-                     "(or host arrays, staged through the GPU)",
-                     name, m->device_type);
-  if (m->ptr == nullptr && m->rows * m->cols * m->batch > 0)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
-  return PCR_OK;
+  return load_place(t, name, m->rows * m->cols * m->batch, m);
 }
 
 // Row-major if the column stride is 1 (leading dimension s0), else column-major if the
@@ -240,7 +247,7 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
                      "bias of shape %s does not broadcast against d (%" PRId64 ", %" PRId64
                      ") as a vector: pass (N,) or (1, N) for one value per column, (M, 1) for "
                      "one per row",
-                     shape_text(t).c_str(), D.rows, D.cols);
+                     shape_text(t->shape, t->ndim).c_str(), D.rows, D.cols);
   }
   if (len > 1 && step != 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -681,8 +688,8 @@ int finish_problem(pcr_problem* p, const Matrix& D, bool host) {
 
 GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   GemmArgs g;
-  std::memset(static_cast<void*>(&g), 0,
-              sizeof g);  // padding too: prepared launches compare args bytewise
+  // padding too: prepared launches compare args bytewise
+  std::memset(static_cast<void*>(&g), 0, sizeof g);
   g.m = int(p.m);
   g.n = int(p.n);
   g.k = int(p.k);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "kernel.h"
 
@@ -120,6 +121,17 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
 // all, and its device (d's, or the current one for host operands) is queried.
 int finish_problem(pcr_problem* problem, const Matrix& d, bool host);
 // Operand pieces describe and describe_conv share (problem.cpp).
+// The largest M, N or K: kernels count tiles (extent + tile - 1) and staging pads extents
+// (to 16 bytes, leading dimensions to 128) in int32, so an extent within a tile or a pad of
+// 2^31 would wrap around.
+constexpr int64_t kMaxExtent = (int64_t(1) << 31) - 1024;
+// A tensor's dtype (and element size) into m: PCR_ERR_INVALID_DTYPE for one the library
+// has no notion of. Then (load_place) its address and device: CUDA or host memory, and no
+// null pointer holding `elements`. Dims and strides are each loader's own.
+int load_dtype(const DLTensor* t, const char* name, Matrix* m);
+int load_place(const DLTensor* t, const char* name, int64_t elements, Matrix* m);
+// A shape as Python prints it: "(3,)", "(2, 2)".
+std::string shape_text(const int64_t* dims, int n);
 int dtype_from_dl(DLDataType t);  // PCR_DTYPE_INVALID where the library has no such dtype
 bool is_host(int device_type);    // host memory (numpy; pinned included)
 // Largest power of two <= 16 dividing m's address, leading dimension, batch stride and
