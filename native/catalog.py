@@ -262,10 +262,9 @@ class Kernel:
 
     @property
     def align_c(self) -> int:
-        # a convolution's output has its input's channel alignment (same element size)
-        if self.conv or self.align == 1:
-            return self.align if self.conv else 1
-        return 16 // DTYPES[self.d][2]
+        if self.conv:  # the output's channels: the inputs' alignment (same element size)
+            return self.align
+        return 1 if self.align == 1 else 16 // DTYPES[self.d][2]
 
     @property
     def ident(self) -> str:
@@ -418,18 +417,23 @@ SM90_CONV_CONFIGS = [
 CONV_SCHEDULES = {"ws": "pcr::conv::Sm90WarpSpecialized"}
 
 
+def _mma_schedule(stages: int) -> str:
+    """A CUTLASS 2.x kernel's schedule word: 2 stages are the register-staged pipelined
+    mainloop, more the cp.async multistage one."""
+    return "pipelined" if stages == 2 else "multistage"
+
+
 def _conv_kernels() -> list[Kernel]:
     """The convolution kernels: every config's ops, dtypes and epilogues (fused: fprop)."""
     out = []
     for (a, d), config in itertools.product(CONV_TYPES, SM80_CONV_CONFIGS):
         ops, tile, warps, stages, align, split, tier, epilogues = config
         if a == "tf32":  # fp32 models are rare at inference: outside the default build
-            # 4-byte elements: 16-byte loads at alignment 4, cp.async at any alignment
+            # 4-byte elements: 16-byte loads at alignment 4, cp.async (multistage) at any
             tile, align, tier = (tile[0], tile[1], tile[2] // 2), 4 if align == 8 else 1, "extended"
-            stages = max(stages, 3)  # cp.async copies 4-byte elements: multistage at any alignment
+            stages = max(stages, 3)
         for op, epi in itertools.product(ops, epilogues):
             if epi == "linear" or op == "fprop":
-                schedule = "pipelined" if stages == 2 else "multistage"
                 out.append(
                     Kernel(
                         "sm80",
@@ -438,7 +442,7 @@ def _conv_kernels() -> list[Kernel]:
                         d,
                         "nhwc",
                         tile,
-                        schedule,
+                        _mma_schedule(stages),
                         warps=warps,
                         stages=stages,
                         align=align,
@@ -584,7 +588,7 @@ def _more_types() -> list[Kernel]:
                 extra = dict(cluster=cluster, align=16 // DTYPES[a][2])
             else:
                 tile, warps, stages, align, split, tier, epilogues = config
-                schedule = "pipelined" if stages == 2 else "multistage"
+                schedule = _mma_schedule(stages)
                 extra = dict(warps=warps, stages=stages, align=align)
             for epi in epilogues:
                 if epi == "scaled" and d == "f32" and family not in TMA_FAMILIES:
@@ -659,7 +663,7 @@ def catalogue() -> list[Kernel]:
                             d,
                             layout,
                             tile,
-                            "pipelined" if stages == 2 else "multistage",
+                            _mma_schedule(stages),
                             warps=warps,
                             stages=stages,
                             align=align,
