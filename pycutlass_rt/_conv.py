@@ -150,33 +150,43 @@ def as_gemm(geo: Geometry, views):
     return (a, b, c, d) if geo.op == Op.OP_DGRAD else (a.T, b, c, d)
 
 
+def conv_math(math):
+    """A convolution's math=: float32 runs on TF32 tensor cores unless told (cuDNN's default)."""
+    return "tf32" if math is None else math
+
+
+def prepare(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel):
+    """The :class:`~pycutlass_rt._call.Call` of one convolution pass on the kernels'
+    ``views`` (a, b, c, d): the GEMM's, with pcr_extras.conv set."""
+    return _call.prepare(
+        *views,
+        alpha,
+        beta,
+        bias=bias,
+        activation=activation,
+        math=conv_math(math),
+        stream=stream,
+        kernel=kernel,
+        conv=geo.fields(),
+    )
+
+
 def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
     """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
     with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. A pointwise
     one runs as a GEMM (:func:`as_gemm`) unless a convolution kernel is named."""
-    mth = "tf32" if math is None else math
     mats = as_gemm(geo, views) if kernel is None else None
     if mats is not None:
         from . import gemm
 
-        kw = dict(bias=bias, activation=activation, math=mth)
+        kw = dict(bias=bias, activation=activation, math=conv_math(math))
         if not explain:
             gemm(*mats, alpha, beta, stream=stream, **kw)
             return None
         told = explain_gemm(*mats, alpha, beta, **kw)
         told.notes.append("a pointwise convolution: run as a GEMM on its NHWC tensors' flat views")
         return told
-    call = _call.prepare(
-        *views,
-        alpha,
-        beta,
-        bias=bias,
-        activation=activation,
-        math=mth,
-        stream=stream,
-        kernel=kernel,
-        conv=geo.fields(),
-    )
+    call = prepare(geo, views, alpha, beta, bias, activation, math, stream, kernel)
     lib = _lib.load()
     if explain:
         return explanation(lib, call)

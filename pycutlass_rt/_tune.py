@@ -238,13 +238,15 @@ def conv_operands(bk, p) -> Operands:
 
 def describe(lib, ops: Operands):
     """The canonical problem the C side makes of the first operand set, with every
-    kernel's verdict on those operands (an ``_call.Judged``), through gemm's own Call."""
-    from . import _call
+    kernel's verdict on those operands (an ``_call.Judged``), through gemm's own Call (a
+    convolution's through _conv's)."""
+    from . import _call, _conv
 
-    conv = ops.conv.fields() if ops.conv is not None else None
-    mth = ops.extras.get("math", "tf32" if conv else None)  # a convolution's default: tf32
-    extras = {**ops.extras, "math": mth}
-    return _call.prepare(*ops.sets[0], 1.0, ops.beta, conv=conv, **extras).describe(lib)
+    if ops.conv is not None:
+        mth = ops.extras.get("math")
+        call = _conv.prepare(ops.conv, ops.sets[0], 1.0, ops.beta, None, None, mth, None, None)
+        return call.describe(lib)
+    return _call.prepare(*ops.sets[0], 1.0, ops.beta, **ops.extras).describe(lib)
 
 
 def time_us(bk, run, repeats: int = DEFAULT_REPEATS) -> float:

@@ -57,12 +57,13 @@ def canonical_layout(la, lb, ld="t"):
     return la + lb if ld == "t" else FLIP[lb] + FLIP[la]
 
 
-def require(dtype, out=None, layout=None, epilogue="linear", any_alignment=False):
+def require(dtype, out=None, layout=None, epilogue="linear", any_alignment=False, op="gemm"):
     """Skips the calling GPU test unless this build holds a kernel that runs here for
     ``dtype`` inputs into ``out`` (default: ``dtype``), in the canonical ``layout`` ("tn",
     ...; None: any), with ``epilogue`` or one that computes it, and (``any_alignment``)
-    reading operands of any alignment: tests ask the build what it holds before they run
-    (development builds filter kernels).
+    reading operands of any alignment, for ``op`` (a GEMM, or a convolution pass: "fprop",
+    "dgrad", "wgrad"): tests ask the build what it holds before they run (development
+    builds filter kernels).
 
     ``dtype`` and ``out`` are library dtype names or torch dtypes.
     """
@@ -71,7 +72,7 @@ def require(dtype, out=None, layout=None, epilogue="linear", any_alignment=False
     if layout is not None and (len(layout) != 2 or set(layout) - {"t", "n"}):
         raise ValueError(f"require: layout is two of 't'/'n', got {layout!r}")
     need = EPILOGUE_ORDER.index(epilogue)
-    for k in runnable_kernels():
+    for k in runnable_kernels(op=op):
         if (
             k.dtype_a == dtype
             and k.dtype_d == out
@@ -84,7 +85,8 @@ def require(dtype, out=None, layout=None, epilogue="linear", any_alignment=False
 
     where = f" in layout {layout}" if layout else ""
     where += " for operands of any alignment" if any_alignment else ""
-    pytest.skip(f"no {epilogue} kernel for {dtype} -> {out}{where} in this build runs here")
+    what = epilogue if op == "gemm" else f"{epilogue} {op}"
+    pytest.skip(f"no {what} kernel for {dtype} -> {out}{where} in this build runs here")
 
 
 def torch_dtype(name):

@@ -9,6 +9,23 @@ from ._cpu import _ACT_FN
 from ._schema import _conv2d, _grouped_mm, _linear, _mm, _mm_out, _scaled_mm
 
 
+def _fused_unless_kept(op, activation, x, weight, bias, *args):
+    """``op(x, weight, bias, *args, activation)``: the activation fused, unless a gradient
+    is needed and the activation's needs the pre-activation (gelu, gelu_tanh, silu,
+    hardswish): then op without it and torch's activation after, so autograd keeps the
+    pre-activation instead of recomputing it in backward."""
+    if (
+        activation is not None
+        and _act_name(activation) not in OUTPUT_GRADIENT
+        and torch.is_grad_enabled()
+        and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    ):
+        act = _act_name(activation)
+        z = op(x, weight, bias, *args, None)
+        return z if act is None else _ACT_FN[act](z)
+    return op(x, weight, bias, *args, activation)
+
+
 def mm(a, b, *, out=None):
     """``a @ b`` on pycutlass_rt's kernels: ``torch.ops.pycutlass_rt.mm`` (or ``mm.out``).
 
@@ -70,16 +87,7 @@ def linear(x, weight, bias=None, activation=None):
         >>> pt.linear(x, w, None, "silu").shape  # doctest: +SKIP
         torch.Size([4, 128, 4096])
     """
-    if (
-        activation is not None
-        and _act_name(activation) not in OUTPUT_GRADIENT
-        and torch.is_grad_enabled()
-        and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
-    ):
-        act = _act_name(activation)  # the pre-activation kept for backward
-        z = _linear(x, weight, bias, None)
-        return z if act is None else _ACT_FN[act](z)
-    return _linear(x, weight, bias, activation)
+    return _fused_unless_kept(_linear, activation, x, weight, bias)
 
 
 def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None):
@@ -178,13 +186,5 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
         >>> pt.conv2d(x, w, None, stride=2, padding=1, activation="relu").shape  # doctest: +SKIP
         torch.Size([8, 128, 28, 28])
     """
-    if (
-        activation is not None
-        and _act_name(activation) not in OUTPUT_GRADIENT
-        and torch.is_grad_enabled()
-        and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
-    ):
-        act = _act_name(activation)  # the pre-activation kept for backward
-        z = _conv2d(x, weight, bias, stride, padding, dilation, groups, None)
-        return z if act is None else _ACT_FN[act](z)
-    return _conv2d(x, weight, bias, stride, padding, dilation, groups, activation)
+    geometry = (stride, padding, dilation, groups)
+    return _fused_unless_kept(_conv2d, activation, x, weight, bias, *geometry)

@@ -392,6 +392,12 @@ def _conv_extent(x_size, w_size, stride, padding, dilation):
     )
 
 
+def _with_strides_of(out, t):
+    """``t`` where it has ``out``'s strides (the fake implementations' channels_last ones),
+    else copied into ``out``: torch's convolution results as the conv operators return them."""
+    return t if t.stride() == out.stride() else out.copy_(t)
+
+
 def _conv_empty(like, shape):
     """A new channels_last tensor of ``shape`` in like's dtype and device: every conv
     operator's output, fake or real (one allocation, so the strides agree everywhere, the

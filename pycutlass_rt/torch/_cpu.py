@@ -22,6 +22,7 @@ from ._checks import (
     _linear_ok,
     _mm_ok,
     _scaled_out_dtype,
+    _with_strides_of,
 )
 from ._schema import _LIB
 
@@ -95,10 +96,8 @@ def _grouped_mm_cpu(x, w, offs):
 
 
 def _channels_last(t):
-    """t with the strides of :func:`_conv_empty` (the fake implementations' outputs):
-    itself where it has them, else copied into a new one."""
-    out = _conv_empty(t, t.shape)
-    return t if t.stride() == out.stride() else out.copy_(t)
+    """t with the strides of :func:`_conv_empty` (the fake implementations' outputs)."""
+    return _with_strides_of(_conv_empty(t, t.shape), t)
 
 
 def _conv2d_cpu(

@@ -34,6 +34,7 @@ from ._checks import (
     _mm_ok,
     _rows,
     _scaled_out_dtype,
+    _with_strides_of,
 )
 from ._schema import _LIB
 
@@ -197,12 +198,6 @@ def _conv_math(dtype):
     return None
 
 
-def _torch_result(out, t):
-    """torch's fallback result t as the operator returns it: with out's strides (the fake
-    implementations' channels_last ones), copied into out where t has others."""
-    return t if t.stride() == out.stride() else out.copy_(t)
-
-
 #: (pass, device, dtype, math, bias?, activation, C, w's shape, stride, padding, dilation,
 #: groups) of convolutions the build has no kernel for: torch's (cuDNN) from then on. The
 #: key is the problem but its batch and spatial sizes (the kernels' choice depends on the
@@ -229,7 +224,7 @@ def _conv2d_cuda(
             return y
         except UnsupportedError:
             _TORCH_CONV.add(key)  # no kernel for this problem: torch's from now on
-    y = _torch_result(y, F.conv2d(x, w, bias, stride, padding, dilation, groups))
+    y = _with_strides_of(y, F.conv2d(x, w, bias, stride, padding, dilation, groups))
     return y if act is None else _ACT_INPLACE[act](y)
 
 
@@ -251,7 +246,7 @@ def _conv_grad_cuda(pass_, library, fallback, dy, other, size, *geometry):
             return library(dy, other, size, *geometry, out=out, math=math)
         except UnsupportedError:
             _TORCH_CONV.add(key)
-    return _torch_result(out, fallback(dy, other, out, *geometry))
+    return _with_strides_of(out, fallback(dy, other, out, *geometry))
 
 
 def _conv2d_dgrad_cuda(dy, w, input_size, stride, padding, dilation, groups):

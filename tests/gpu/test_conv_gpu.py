@@ -3,7 +3,7 @@ reference (exact-in-float inputs), and pycutlass_rt.conv2d / conv2d_dgrad / conv
 against torch over stride, padding and dilation."""
 
 import pytest
-from helpers import runnable_kernels, torch_dtype
+from helpers import require, runnable_kernels, torch_dtype
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -73,9 +73,8 @@ def test_conv_kernel(name):
     torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
 
 
-def need(op, dtype=torch.float16):
-    if not any(k.op == op and torch_dtype(k.dtype_a) == dtype for k in CONV):
-        pytest.skip(f"no {op} kernel for {dtype} in this build runs here")
+def need(op, epilogue="linear"):
+    require(torch.float16, epilogue=epilogue, op=op)
 
 
 @pytest.mark.parametrize(
@@ -107,9 +106,7 @@ def test_against_torch(op, stride, padding, dilation):
 
 def test_bias_activation_and_residual_fuse():
     """y = act(alpha * conv + beta * c + bias) in one call, as torch computes it."""
-    need("fprop")
-    if not any(k.op == "fprop" and k.epilogue == "biasact" for k in CONV):
-        pytest.skip("no fused fprop kernel in this build")
+    need("fprop", epilogue="biasact")
     g = torch.Generator(device="cpu").manual_seed(3)
     x = torch.randn(2, 64, 10, 10, generator=g).half().cuda().contiguous(memory_format=CL)
     w = torch.randn(32, 64, 3, 3, generator=g).half().cuda().contiguous(memory_format=CL) / 8

@@ -8,7 +8,6 @@ saying what is missing.
 
 import pytest
 from helpers import (
-    EPILOGUE_ORDER,
     hf_mlp,
     matrix,
     reference,
@@ -507,11 +506,7 @@ CL = torch.channels_last
 def conv_kernel(op, dtype=F16, epilogue="linear"):
     """Skips unless the build holds a kernel of the convolution pass ``op`` ("fprop",
     "dgrad", "wgrad") for ``dtype`` that runs here, with ``epilogue`` or one computing it."""
-    name, need = str(dtype).split(".")[-1], EPILOGUE_ORDER.index(epilogue)
-    for k in runnable_kernels(op=op):
-        if k.dtype_a == name and EPILOGUE_ORDER.index(k.epilogue) >= need:
-            return
-    pytest.skip(f"no {epilogue} {op} kernel for {name} in this build runs here")
+    require(dtype, epilogue=epilogue, op=op)
 
 
 def conv_tensors(n=4, c=32, h=15, w=13, k=64, r=3, s=3, groups=1, dtype=F16, seed=0):
