@@ -16,8 +16,8 @@ K-loop length, memory or compute bound, split fix-up, the small-problem floor, s
 fill) that predict log(measured / model time), by ridge regression weighted toward the
 fast kernels and shrunk toward the weights fitted over all configurations; and what those
 weights leave at each swept shape (``neighbours``), which the selector smooths over the
-swept shapes near a problem (``calibration`` in the table, read by _table.py and
-_select.py). Fitting refuses sweeps of the shape
+swept shapes near a problem (``calibration`` in the table, which _table.py resolves
+and the library's pcr_rank applies). Fitting refuses sweeps of the shape
 corpus's held-out part: those only judge a table (``--check``).
 The calibration belongs to the device's preferred family (sm90 from H100/H200 sweeps) and
 covers kernels of every family that runs there: an H200 sweep of sm80 kernels competes
@@ -53,7 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from pycutlass_rt import _model, _select, _table  # noqa: E402  (pure Python: loads no library)
+from pycutlass_rt import _model, _select, _table  # noqa: E402  (the model is the library's)
 from pycutlass_rt._abi import Epilogue, Schedule, Split  # noqa: E402
 from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
 
@@ -65,7 +65,7 @@ PEER = "peer:cublas"  # sweep.py --peer's row: torch's cuBLAS call, not a kernel
 #: (best / its time) ** FOCUS, as selection cares about the fast ones (chosen by 5-fold
 #: cross-validation over projections of the corpus's fit part)
 SHRINK, SHRINK_SHARED, FOCUS = 32.0, 1.0, 5.0
-#: the neighbours' smoothing (see _table.neighbours): a Gaussian of this width in
+#: the neighbours' smoothing (pycutlass_rt/_table.py): a Gaussian of this width in
 #: log(M), log(N), log(K), its prior weight toward no further correction, and the least
 #: row weight kept (kernels more than 1.8x slower than a sample's best add nothing there);
 #: chosen by the same cross-validation (bf16: 80.5% -> 84.5% within 5%, fp8: 90.4% -> 92.5%)
@@ -269,7 +269,7 @@ def calibrate(samples: list[Sample]) -> dict:
     """One family's calibration: {"features": names, "weights": {config: w},
     "neighbours": ...}: per configuration, the weighted ridge fit of log(measured / model)
     on the expanded features, shrunk (SHRINK) toward the fit over every configuration's
-    samples; then what that fit leaves, per swept shape, for _table.neighbours to smooth."""
+    samples; then what that fit leaves, per swept shape, for the ranking to smooth."""
     rows = collections.defaultdict(list)  # config -> [(expanded features, residual, weight)]
     for s in samples:
         for name, r in s.residuals.items():
@@ -290,10 +290,16 @@ def calibrate(samples: list[Sample]) -> dict:
     }
 
 
+def predicted(cal: dict, config: str, terms) -> float:
+    """log(time / model time) the calibration's weights give ``config`` on a problem whose
+    model terms are ``terms`` (what pcr_rank computes before the neighbours)."""
+    return float(np.dot(cal["weights"][config], _model.expand(_model.features(terms))))
+
+
 def neighbours(samples: list[Sample], cal: dict) -> dict:
     """What the fitted weights leave of log(measured / model) on each swept shape, per
     configuration: {"bandwidth", "prior", "shapes": [[M, N, K], ...], "configs": {config:
-    {"at": shape indices, "r": residuals, "w": row weights}}} (see _table.neighbours).
+    {"at": shape indices, "r": residuals, "w": row weights}}} (see pycutlass_rt/_table.py).
     Rows of a shape swept twice (two files, or two dtypes of one configuration) all stay."""
     index: dict = {}
     configs = collections.defaultdict(lambda: {"at": [], "r": [], "w": []})
@@ -303,7 +309,7 @@ def neighbours(samples: list[Sample], cal: dict) -> dict:
             if w < NEAR_MIN_WEIGHT:
                 continue
             config = config_of(name)
-            fitted = _table.correction(cal, config, _model.features(s.terms[name]))
+            fitted = predicted(cal, config, s.terms[name])
             at = index.setdefault(s.shape, len(index))
             row = configs[config]
             row["at"].append(at)

@@ -50,10 +50,12 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 10
+PCR_ABI_VERSION = 11
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
+PCR_MODEL_FEATURES = 11
+PCR_MODEL_WEIGHTS = 78
 PCR_STREAM_FROM_PRODUCER = 1
 
 
@@ -219,11 +221,20 @@ class Op(AbiEnum):
     OP_WGRAD = 3
 
 
+class RankReason(AbiEnum):
+    """The header's pcr_rank_reason."""
+
+    RANK_RULE = 0
+    RANK_CALIBRATED = 1
+    RANK_MODEL = 2
+
+
 #: each enum's common member prefix, which ``AbiEnum.token`` drops
 _TOKEN_PREFIXES = {"DLDeviceType": "", "DLDataTypeCode": "", "Status": "", "Dtype": "",
                    "Layout": "", "Schedule": "SCHED_", "Epilogue": "EPI_", "Activation": "ACT_",
                    "Split": "SPLIT_", "Math": "MATH_", "CMode": "C_", "Staged": "STAGED_",
-                   "BiasAxis": "BIAS_", "ScaleKind": "SCALE_", "Grouped": "GROUPED_", "Op": "OP_"}
+                   "BiasAxis": "BIAS_", "ScaleKind": "SCALE_", "Grouped": "GROUPED_", "Op": "OP_",
+                   "RankReason": "RANK_"}
 
 
 class DLPackVersion(Structure):
@@ -312,6 +323,47 @@ class Verdict(Structure):
     _fields_ = [("status", c_int32), ("reason", c_char * PCR_REASON_SIZE)]
 
 
+class Model(Structure):
+    """The header's pcr_model."""
+
+    _fields_ = [("compute_us", c_double), ("memory_us", c_double), ("fixup_us", c_double),
+                ("us", c_double), ("tiles", c_int64), ("iters", c_int64), ("busy", c_int64),
+                ("peers", c_int64), ("sm_iters", c_int64), ("slices", c_int64), ("sms", c_int32),
+                ("tflops_sm", c_double), ("gbps_sm", c_double), ("fill_m", c_double),
+                ("fill_n", c_double), ("features", c_double * PCR_MODEL_FEATURES)]
+
+
+class Rule(Structure):
+    """The header's pcr_rule."""
+
+    _fields_ = [("family", c_int32), ("patterns", c_int32), ("max_m", c_int64), ("max_n", c_int64),
+                ("max_k", c_int64), ("position", POINTER(c_int32))]
+
+
+class Calibration(Structure):
+    """The header's pcr_calibration."""
+
+    _fields_ = [("family", c_int32), ("configs", c_int32), ("config", POINTER(c_int32)),
+                ("weights", POINTER(c_double)), ("prior", c_double), ("bandwidth", c_double),
+                ("shapes", c_int32), ("shape", POINTER(c_double)), ("row_start", POINTER(c_int32)),
+                ("row_config", POINTER(c_int32)), ("row_weight", POINTER(c_double)),
+                ("row_leftover", POINTER(c_double))]
+
+
+class Table(Structure):
+    """The header's pcr_table."""
+
+    _fields_ = [("kernels", c_int32), ("rule_count", c_int32), ("calibration_count", c_int32),
+                ("rules", POINTER(Rule)), ("calibrations", POINTER(Calibration))]
+
+
+class Ranked(Structure):
+    """The header's pcr_ranked."""
+
+    _fields_ = [("candidate", c_int32), ("reason", c_int32), ("pattern", c_int32),
+                ("rule", c_int32), ("us", c_double)]
+
+
 #: name -> signature of every function the library exports
 FUNCTIONS = {
     # int pcr_abi_version(void)
@@ -393,6 +445,27 @@ FUNCTIONS = {
     "pcr_problem_identity": Function(c_int, (POINTER(Problem), POINTER(c_int64), c_int32), False),
     # const char* pcr_problem_identity_names(void)
     "pcr_problem_identity_names": Function(c_char_p, (), False),
+    # int pcr_model_terms(const pcr_kernel_desc* kernel, int64_t m, int64_t n, int64_t k,
+    #     int64_t batch, int32_t sm_count, int32_t cc, pcr_model* out)
+    "pcr_model_terms": Function(c_int, (POINTER(KernelDesc), c_int64, c_int64, c_int64, c_int64,
+                                        c_int32, c_int32, POINTER(Model)), False),
+    # int pcr_kernel_families(int32_t cc, int32_t* families, int32_t capacity, int32_t* count)
+    "pcr_kernel_families": Function(c_int, (c_int32, POINTER(c_int32), c_int32,
+                                            POINTER(c_int32)), False),
+    # int pcr_ranker_create(const pcr_table* table, pcr_ranker** ranker)
+    "pcr_ranker_create": Function(c_int, (POINTER(Table), POINTER(c_void_p)), False),
+    # void pcr_ranker_destroy(pcr_ranker* ranker)
+    "pcr_ranker_destroy": Function(None, (c_void_p,), False),
+    # int pcr_rank(const pcr_problem* problem, const int32_t* families, int32_t family_count,
+    #     const pcr_kernel_desc* candidates, const int32_t* ids, int32_t count,
+    #     const pcr_ranker* ranker, pcr_ranked* out, int32_t* ranked)
+    "pcr_rank": Function(c_int, (POINTER(Problem), POINTER(c_int32), c_int32, POINTER(KernelDesc),
+                                 POINTER(c_int32), c_int32, c_void_p, POINTER(Ranked),
+                                 POINTER(c_int32)), False),
+    # int pcr_selector_set(const pcr_ranker* ranker)
+    "pcr_selector_set": Function(c_int, (c_void_p,), False),
+    # int pcr_selector_enable(int32_t device, int32_t enabled)
+    "pcr_selector_enable": Function(c_int, (c_int32, c_int32), False),
     # int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
     #     double alpha, double beta, pcr_py_object* extras, int32_t kernel, pcr_problem* problem,
     #     pcr_plan** plan)

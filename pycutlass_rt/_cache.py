@@ -89,10 +89,12 @@ _state = _State()
 
 
 def reset() -> None:
-    """Forgets every loaded file and device key (tests; tune() after writing)."""
+    """Forgets every loaded file and device key (tests; tune() after writing), and every
+    ranking the library remembers, so that the next selection reads the cache again."""
     with _state.lock:
         _state.devices.clear()
         _state.files.clear()
+    load().pcr_select_clear()
 
 
 def cache_dir() -> str:
@@ -182,6 +184,16 @@ def _query_device(lib, device: int, kernel_names) -> dict | None:
         "driver": drv.value,
         "build": build_id(lib, kernel_names),
     }
+
+
+def has_say(lib, device: int, kernel_names) -> bool:
+    """Whether the tuned cache has a say in kernel choice on CUDA device ``device``: strict
+    mode, tune() recording (the bypass), or a cache file of the device. Where it has none,
+    the library may rank new problems itself (_select.hand_over)."""
+    if _state.bypass or strict():
+        return True
+    dev = device_key(lib, device, kernel_names)
+    return dev is not None and loaded(dev) is not None
 
 
 def device_key(lib, device: int, kernel_names) -> dict | None:

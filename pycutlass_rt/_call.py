@@ -271,6 +271,8 @@ def remember_problem(lib, judged: Judged) -> None:
     lib.check(
         lib.pcr_select_put(ctypes.byref(problem), (ctypes.c_int32 * len(ids))(*ids), len(ids))
     )
+    if not selection_hooks:
+        _select.hand_over(lib, problem.device)
 
 
 #: pcr_epilogue -> how messages say what a problem's epilogue needs

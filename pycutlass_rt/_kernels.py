@@ -83,6 +83,46 @@ class KernelInfo:
         return self.name.replace(f"_{self.epilogue}_", "_")  # a linear one names none
 
 
+_DTYPE_CODES = {name: code for code, name in DTYPE_NAMES.items()}
+_LAYOUT_CODES = {
+    "nhwc": (Layout.NHWC, Layout.NHWC),
+    **{
+        LAYOUT_LETTERS[a] + LAYOUT_LETTERS[b]: (a, b)
+        for a in (Layout.ROW_MAJOR, Layout.COL_MAJOR)
+        for b in (Layout.ROW_MAJOR, Layout.COL_MAJOR)
+    },
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def desc_of(kern: KernelInfo) -> KernelDesc:
+    """The pcr_kernel_desc of a kernel, in this build or not (the model and ranking take
+    descriptions: the table's fitter ranks kernels of other builds)."""
+    layout_a, layout_b = _LAYOUT_CODES[kern.layout]
+    return KernelDesc(
+        kern.name.encode(),
+        kern.family,
+        _DTYPE_CODES[kern.dtype_a],
+        _DTYPE_CODES[kern.dtype_b],
+        _DTYPE_CODES[kern.dtype_acc],
+        _DTYPE_CODES[kern.dtype_d],
+        layout_a,
+        layout_b,
+        *kern.tile,
+        *kern.cluster,
+        *kern.warps,
+        kern.stages,
+        Schedule.from_token(kern.schedule),
+        Epilogue.from_token(kern.epilogue),
+        Split.from_token(kern.split),
+        *kern.align,
+        int(kern.swap_ab),
+        int(kern.grouped),
+        int(kern.tensor_scales),
+        Op.from_token(kern.op),
+    )
+
+
 @functools.cache
 def _all() -> tuple:
     lib = load()

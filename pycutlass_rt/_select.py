@@ -8,23 +8,24 @@ kernel only), (2) the first rule of the shipped table matching the shape, whose 
 name kernels best first, (3) for a family the table calibrates from measured sweeps, the
 analytic model corrected per kernel configuration by a fitted function of its features
 (waves, K-loop length, intensity, tile fill, split fix-up) and by what that function
-left at nearby swept shapes, (4) the device's family
-preference (sm90a before the sm80 family on Hopper) and the plain model for the rest. The C side memoizes the ranked list per problem, so
-this runs once per distinct shape. This module ranks and chooses; the table lives in
-_table.py, the model in _model.py.
+left at nearby swept shapes, (4) the device's family preference (sm90a before the sm80
+family on Hopper) and the plain model for the rest. Steps 2-4 are the library's
+(``pcr_rank``, native/src/rank.cpp): this module screens, hands the ranking to C, and
+adds the tuned cache. The C side memoizes the ranked list per problem, so this runs once
+per distinct shape; on a device whose choice has no tuned cache, the library ranks a
+new problem itself (``pcr_selector_enable``), without coming back here.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import math
+import ctypes
+import functools
 from dataclasses import dataclass, field
 
-from . import _cache
-from ._abi import Epilogue, Grouped, Op, Status
-from ._kernels import DTYPE_NAMES, KernelInfo, layout_word
-from ._model import features, terms
-from ._table import calibration, config_of, correction, matching_rule, neighbours
+from . import _cache, _table
+from ._abi import Epilogue, Grouped, Op, Ranked, RankReason, Status
+from ._kernels import DTYPE_NAMES, KernelInfo, desc_of, layout_word
+from ._lib import KernelDesc, Problem, load
 from .errors import UnsupportedError
 
 
@@ -34,116 +35,130 @@ class Choice:
 
     ranked: list  # [(KernelInfo, why chosen in this place)]
     rejected: list = field(default_factory=list)  # [(KernelInfo, reason)]
-    rule: dict | None = None
 
 
+@functools.cache
 def families_for(cc: int) -> list[int]:
-    """Kernel families that run on compute capability ``cc``, preferred first."""
-    if cc in (90, 100):  # the arch-specific family first, then the portable ones
-        return [cc, 80, 75]
-    if cc == 89:
-        return [89, 80, 75]  # Ada: its fp8 kernels, then the sm80 family
-    if cc >= 80:
-        return [80, 75]  # sm80-family SASS on 8.x, its PTX on later GPUs
-    if cc >= 75:
-        return [75]
-    if cc >= 70:
-        return [70]  # sm_70 SASS (no PTX): Volta only
-    return []
+    """Kernel families that run on compute capability ``cc``, preferred first (the
+    library's pcr_kernel_families).
+
+    >>> families_for(90), families_for(86), families_for(61)
+    ([90, 80, 75], [80, 75], [])
+    """
+    lib = load()
+    out, count = (ctypes.c_int32 * 4)(), ctypes.c_int32()
+    lib.check(lib.pcr_kernel_families(cc, out, len(out), ctypes.byref(count)))
+    return list(out[: count.value])
 
 
 # ---- ordering -------------------------------------------------------------------------
 
-#: how much faster, modelled, another family's convolution kernel must be to run ahead of
-#: the device's own family's: on the H200's ResNet-50 / UNet / ViT layers (benchmarks/
-#: conv.py, the sets this was read from) the model's cross-family comparisons held from
-#: 7x on (sm80 split-K wgrad) and failed up to 3x
-CONV_FAR = 4.0
+
+@functools.cache
+def build_table():
+    """The shipped table resolved against this build's kernels (what pcr_selector_set
+    holds), set in the library on first use."""
+    from ._kernels import kernels
+
+    resolved = _table.resolve(_table.table(), kernels())
+    lib = load()
+    lib.check(lib.pcr_selector_set(resolved.ranker))
+    return resolved
+
+
+_RESOLVED: dict = {}  # (id(rules), candidates' names) -> (rules, Resolved)
+
+
+def _resolved(rules: dict, candidates: list):
+    """``rules`` resolved against ``candidates`` (by name: what resolution reads), kept
+    while the same rules object is asked again (the fitter ranks thousands of samples)."""
+    key = (id(rules), tuple(c.name for c in candidates))
+    hit = _RESOLVED.get(key)
+    if hit is None or hit[0] is not rules:
+        if len(_RESOLVED) >= 1024:
+            _RESOLVED.clear()
+        hit = _RESOLVED[key] = (rules, _table.resolve(rules, candidates))
+    return hit[1]
+
+
+def _problem(problem) -> Problem:
+    if isinstance(problem, Problem):
+        return problem
+    return Problem(
+        m=problem.m,
+        n=problem.n,
+        k=problem.k,
+        sm_count=problem.sm_count,
+        cc=getattr(problem, "cc", None) or 0,
+        batch=getattr(problem, "batch", 1),
+        op=getattr(problem, "op", Op.OP_GEMM),
+    )
 
 
 def rank(
     problem, candidates: list[KernelInfo], family_order: list[int], rules: dict | None = None
 ) -> Choice:
-    """Orders the accepted candidates for ``problem``: table rule, calibration, family, model.
+    """Orders the accepted candidates for ``problem``: table rule, calibration, family, model
+    (pcr_rank).
 
     The rule of the device's own family (``family_order[0]``) may name kernels of any
     family that runs here (on an H200 an sm80 stream-K kernel wins a few shapes): those
     come first, in the rule's order. If that family is calibrated, every other candidate
     whose configuration a sweep timed follows, by calibrated time, whatever its family.
     The rest follow family by family, each ordered by its family's rule, then by the
-    model. ``problem`` needs m, n, k and sm_count (cc is used when present); ``rules``
-    replaces the shipped table (heuristics/fit.py --check).
+    model; a convolution's by its own family first, unless another family's kernel is
+    modelled 4x faster. ``problem`` needs m, n, k and sm_count (cc, batch and op are used
+    when present); ``rules`` replaces the shipped table (heuristics/fit.py --check).
+    Candidates of families not in ``family_order`` are left out.
     """
-    m, n, k, sms = problem.m, problem.n, problem.k, problem.sm_count
-    cc = getattr(problem, "cc", None)
-    batch = max(getattr(problem, "batch", 1), 1)
-    found: dict = {}
+    lib = load()
+    every = None if rules is not None else _all_kernels()
+    if every is not None and all(c.index < len(every) and every[c.index] is c for c in candidates):
+        resolved, ranker = build_table(), None  # the build's table, already in the library
+        ids = [c.index for c in candidates]
+    else:
+        resolved = _resolved(_table.table() if rules is None else rules, candidates)
+        ranker, ids = resolved.ranker, range(len(candidates))
+    n = len(candidates)
+    out, count = (Ranked * max(n, 1))(), ctypes.c_int32()
+    lib.check(
+        lib.pcr_rank(
+            ctypes.byref(_problem(problem)),
+            (ctypes.c_int32 * len(family_order))(*family_order),
+            len(family_order),
+            (KernelDesc * max(n, 1))(*(desc_of(c) for c in candidates)),
+            (ctypes.c_int32 * max(n, 1))(*ids),
+            n,
+            ranker,
+            out,
+            ctypes.byref(count),
+        )
+    )
+    return Choice(ranked=[(candidates[r.candidate], _why(r, resolved)) for r in out[: count.value]])
 
-    def model_terms(c):  # each candidate's model terms once: the passes below all read them
-        if c.name not in found:
-            found[c.name] = terms(c, m, n, k, sms, cc, batch)
-        return found[c.name]
 
-    def model_us(c):
-        return model_terms(c).us
+def _all_kernels() -> tuple:
+    from ._kernels import _all
 
-    def ordered(group, rule):
-        prefer = rule["prefer"] if rule else []
-        keyed = []
-        for c in group:  # rules name plain kernels: a fused one ranks as its plain twin
-            pos = next(
-                (i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(c.base_name, p)),
-                len(prefer),
-            )
-            keyed.append((pos, model_us(c), c.name, c))
-        return [
-            (
-                c,
-                f"table rule {prefer[pos]!r}"
-                if pos < len(prefer)
-                else f"analytic model (~{us:.3g} us)",
-            )
-            for pos, us, _, c in sorted(keyed, key=lambda t: t[:3])
-        ]
+    return _all()
 
-    # a batch runs like one problem of batch x M rows (as many output tiles)
-    lead = matching_rule(family_order[0], m * batch, n, k, rules) if family_order else None
-    runs_here = [c for c in candidates if c.family in family_order]
-    ranked = [(c, why) for c, why in ordered(runs_here, lead) if why.startswith("table")]
-    rule_used = lead if ranked else None
-    named = {c.name for c, _ in ranked}
-    cal = calibration(family_order[0], rules) if family_order else None
-    if cal:
-        near = neighbours(cal, m * batch, n, k)
-        measured = []
-        for c in runs_here:
-            config = config_of(c.base_name)
-            t = None if c.name in named else model_terms(c)
-            r = None if t is None else correction(cal, config, features(t))
-            if r is not None:
-                measured.append((t.us * math.exp(r + near.get(config, 0.0)), c.name, c))
-        ranked += [
-            (c, f"calibrated model (~{us:.3g} us)")
-            for us, _, c in sorted(measured, key=lambda t: t[:2])
-        ]
-        named |= {c.name for _, _, c in measured}
-    if getattr(problem, "op", Op.OP_GEMM) != Op.OP_GEMM and family_order:
-        # No table knows convolutions yet: the device's own family first, by the model,
-        # unless the model finds another family's kernel CONV_FAR times faster (wgrad's few
-        # output tiles split on the sm80 family against a CTA per tile on sm90a: 13 us
-        # against 768 us modelled for ResNet-50's first 1x1, 30 against 450 measured)
-        own = ordered([c for c in runs_here if c.family == family_order[0]], None)
-        rest = ordered([c for c in runs_here if c.family != family_order[0]], None)
-        far = own and rest and model_us(rest[0][0]) * CONV_FAR < model_us(own[0][0])
-        return Choice(ranked=ranked + (rest + own if far else own + rest), rule=rule_used)
-    for fam in family_order:
-        group = [c for c in candidates if c.family == fam and c.name not in named]
-        if not group:
-            continue
-        rule = lead if fam == family_order[0] else matching_rule(fam, m * batch, n, k, rules)
-        rule_used = rule_used or (rule if rule and rule.get("prefer") else None)
-        ranked += ordered(group, rule)
-    return Choice(ranked=ranked, rule=rule_used)
+
+def _why(r: Ranked, resolved) -> str:
+    if r.reason == RankReason.RANK_RULE:
+        return f"table rule {resolved.rules[r.rule]['prefer'][r.pattern]!r}"
+    if r.reason == RankReason.RANK_CALIBRATED:
+        return f"calibrated model (~{r.us:.3g} us)"
+    return f"analytic model (~{r.us:.3g} us)"
+
+
+def hand_over(lib, device: int) -> None:
+    """Lets the library rank problems first seen on ``device`` itself (the same pcr_rank,
+    microseconds instead of a trip through Python), unless the tuned cache has a say there.
+    pcr_select_clear (tune(), _cache.reset) takes it back until the next selection here."""
+    if _cache.has_say(lib, device, [k.name for k in _all_kernels()]):
+        return
+    build_table()
+    lib.check(lib.pcr_selector_enable(device, 1))
 
 
 def apply_tuned(choice: Choice, hit: _cache.Hit | None) -> Choice:
@@ -166,7 +181,7 @@ def apply_tuned(choice: Choice, hit: _cache.Hit | None) -> Choice:
         return choice  # a stale suggestion: the table and model decide
     why = ("pinned by tune(strict=True)" if hit.pinned else "tuned") + f" on this device ({where})"
     rest = [] if hit.pinned else [(c, w) for c, w in choice.ranked if c is not tuned]
-    return Choice(ranked=[(tuned, why)] + rest, rejected=choice.rejected, rule=choice.rule)
+    return Choice(ranked=[(tuned, why)] + rest, rejected=choice.rejected)
 
 
 def static_match(kern: KernelInfo, problem) -> str | None:

@@ -1,25 +1,26 @@
 """The shipped selection table: the rules and calibrations heuristics/fit.py writes.
 
 Finds and reads ``heuristics/table_v1.json`` (installed beside the package, or in a source
-tree), checks its format, and answers the questions ranking asks of it: the first rule
-of a family whose shape bounds hold, and a calibrated family's correction of the model
-(log(measured / model time), a linear function of the model's features) for a kernel
-configuration. Kernel names reduce to configurations (config_of) here, so the fitter and
-the selector key the table the same way.
+tree), checks its format, and resolves it against a list of kernels into the pcr_table the
+library ranks with (:func:`resolve`): each rule's patterns matched to the kernels' names,
+each calibration's configurations to the kernels' configurations. Kernel names reduce to
+configurations (config_of) here, so the fitter and the selector key the table the same way.
 """
 
 from __future__ import annotations
 
+import ctypes
+import fnmatch
 import functools
-import itertools
 import json
-import math
-import operator
 import os
 import re
 import warnings
+import weakref
 
-from ._model import FEATURES
+from ._abi import Calibration, Rule, Table
+from ._lib import load
+from ._model import FEATURES, WEIGHTS
 
 TABLE_FILE = "table_v1.json"
 TABLE_FORMATS = (4,)  # the "format" values of heuristics/*.json this module reads
@@ -50,18 +51,6 @@ def table() -> dict:
     return {"families": {}}
 
 
-def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None) -> dict | None:
-    """The first rule of ``rules`` (default: the shipped table) whose bounds hold."""
-    rules = table() if rules is None else rules
-    for rule in rules["families"].get(f"sm{family}", []):
-        if all(
-            bound not in rule or value <= rule[bound]
-            for bound, value in (("max_m", m), ("max_n", n), ("max_k", k))
-        ):
-            return rule
-    return None
-
-
 # ---- calibration: the model corrected by measured sweeps -------------------------------
 #
 # A calibrated family's table entry holds, for every kernel configuration a sweep timed,
@@ -72,6 +61,16 @@ def matching_rule(family: int, m: int, n: int, k: int, rules: dict | None = None
 # toward the weights fitted over all configurations, so a shape no sweep measured is
 # judged by its waves, K-loop length, intensity and split, not by its nearness to a swept
 # M. fit.py --check reports how this choice does on the corpus's held-out part.
+#
+# Neighbours: a quadratic in the features cannot follow every step of a kernel's real
+# behaviour (a tile count that just fits the SMs, an L2 that just holds a panel). Where
+# sweeps timed shapes near the problem, their leftover error says more: each
+# configuration's correction gains the average of its leftovers at the swept shapes,
+# weighted by a Gaussian of the distance in log(M), log(N), log(K) and by the row's weight
+# in the fit, against a prior weight of no further correction, so that far from every
+# swept shape the fitted function alone decides (``neighbours`` in the table: bandwidth,
+# prior, shapes, and per configuration the shapes' indices "at", leftovers "r", weights
+# "w"). The library computes both (pcr_rank).
 
 _CONFIG = re.compile(
     r"^(sm\d+_(?:(?:fprop|dgrad|wgrad)_)?)[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_(?:[tn]{2}|nhwc)_"
@@ -99,103 +98,114 @@ def calibration(family: int, rules: dict | None = None) -> dict | None:
     or None (also when its features are not this version's: the model alone decides)."""
     rules = table() if rules is None else rules
     cal = rules.get("calibration", {}).get(f"sm{family}")
-    if cal and tuple(cal.get("features", ())) != FEATURES:
+    if cal and (
+        tuple(cal.get("features", ())) != FEATURES
+        or any(len(w) != WEIGHTS for w in cal.get("weights", {}).values())
+    ):
         return None
     return cal
 
 
-def correction(cal: dict, config: str, feats: tuple) -> float | None:
-    """log(time / model time) the calibration predicts for ``config``, or None where no
-    sweep timed the configuration.
-
-    >>> from pycutlass_rt._model import WEIGHTS
-    >>> cal = {"weights": {"c": [0.5] + [0.0] * (WEIGHTS - 1)}}
-    >>> correction(cal, "c", (1.0,) * len(FEATURES)), correction(cal, "d", ())
-    (0.5, None)
-    """
-    w = cal["weights"].get(config)
-    if w is None:
-        return None
-    # w . expand(feats), without building expand's list: once per new shape and candidate
-    n = len(feats)
-    acc, at = w[0] + sum(map(operator.mul, w[1 : n + 1], feats)), n + 1
-    for i, x in enumerate(feats):
-        if x:  # several features are 0 on most problems (no tail, no split, whole tiles)
-            acc += x * sum(map(operator.mul, w[at : at + n - i], feats[i:]))
-        at += n - i
-    return acc
+# ---- the table as the library ranks with it --------------------------------------------
 
 
-# ---- neighbours: what the fitted function leaves, smoothed over nearby swept shapes -----
-#
-# A quadratic in the features cannot follow every step of a kernel's real behaviour (a
-# tile count that just fits the SMs, an L2 that just holds a panel). Where sweeps timed
-# shapes near the problem, their leftover error says more: each configuration's
-# correction gains the average of its leftovers at the swept shapes, weighted by a
-# Gaussian of the distance in log(M), log(N), log(K) and by the row's weight in the fit,
-# against a prior weight of no further correction, so that far from every swept shape
-# the fitted function alone decides.
+class Resolved:
+    """A table resolved against a list of kernels: the library's pcr_ranker of it, and its
+    rules in the table's order, so that a ranking's rule index names a rule."""
+
+    def __init__(self, table: Table, rules: list):
+        lib = load()
+        handle = ctypes.c_void_p()
+        lib.check(lib.pcr_ranker_create(ctypes.byref(table), ctypes.byref(handle)))
+        self.ranker = handle  # the library copied what it needs: the arrays may go
+        self.rules = rules
+        weakref.finalize(self, lib.pcr_ranker_destroy, handle)
 
 
-class _Near:
-    """A calibration's neighbours, bucketed for lookup: swept shapes by cell of the log
-    space (a cell as wide as a neighbour's reach, so a query reads its cell and the 26
-    around it), each with its rows (config, weight, weight x leftover). Pure Python: the
-    runtime needs no numpy."""
+def _array(ctype, values):
+    return (ctype * len(values))(*values)
 
-    def __init__(self, near: dict):
-        self.prior = near["prior"]
-        self.scale = -0.5 / near["bandwidth"] ** 2
-        self.reach2 = math.log(1e3) / -self.scale  # Gaussian weights below 1e-3 add nothing
-        self.width = math.sqrt(self.reach2)
+
+def resolve(rules: dict, kernels) -> Resolved:
+    """``rules`` (the shipped table's form) resolved against ``kernels`` (KernelInfo, in
+    the numbering the ranking's ids use): the pcr_ranker pcr_rank and pcr_selector_set take."""
+    bases = [k.base_name for k in kernels]
+    flat, crules = [], []
+    for key, family_rules in rules["families"].items():
+        for rule in family_rules:
+            prefer = rule.get("prefer", [])
+            position = [
+                next((i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(b, p)), -1)
+                for b in bases
+            ]
+            bounds = (rule.get(b, -1) for b in ("max_m", "max_n", "max_k"))
+            crules.append(
+                Rule(int(key[2:]), len(prefer), *bounds, _array(ctypes.c_int32, position))
+            )
+            flat.append(rule)
+    ccals = []
+    for family, cal, arrays in _calibrations(rules):
+        index = {c: i for i, c in enumerate(cal["weights"])}
+        config = _array(ctypes.c_int32, [index.get(config_of(b), -1) for b in bases])
+        near = cal.get("neighbours") or {"bandwidth": 1.0, "prior": 1.0}
+        weights, shape, first, row_config, row_weight, row_leftover = arrays
+        ccals.append(
+            Calibration(
+                family,
+                len(index),
+                config,
+                weights,
+                near["prior"],
+                near["bandwidth"],
+                len(first) - 1,
+                shape,
+                first,
+                row_config,
+                row_weight,
+                row_leftover,
+            )
+        )
+    table = Table(
+        len(bases), len(crules), len(ccals), _array(Rule, crules), _array(Calibration, ccals)
+    )
+    return Resolved(table, flat)
+
+
+_CALIBRATIONS: dict = {}  # id(rules) -> (rules, [(family, calibration, arrays)])
+
+
+def _calibrations(rules: dict) -> list:
+    """Each usable calibration of ``rules`` with its kernel-independent arrays (weights by
+    configuration, swept shapes and their rows), built once per rules object."""
+    hit = _CALIBRATIONS.get(id(rules))
+    if hit is not None and hit[0] is rules:
+        return hit[1]
+    out = []
+    for key in rules.get("calibration", {}):
+        cal = calibration(int(key[2:]), rules)
+        if cal is None:
+            continue
+        index = {c: i for i, c in enumerate(cal["weights"])}
+        near = cal.get("neighbours") or {"shapes": [], "configs": {}}
         rows: list = [[] for _ in near["shapes"]]
         for config, per in near["configs"].items():
-            for at, r, w in zip(per["at"], per["r"], per["w"]):
-                rows[at].append((config, w, w * r))
-        self.cells: dict = {}
-        for shape, own in zip(near["shapes"], rows):
-            logs = tuple(math.log(max(v, 1)) for v in shape)
-            self.cells.setdefault(self._cell(logs), []).append((logs, own))
-
-    def _cell(self, logs: tuple) -> tuple:
-        return tuple(math.floor(x / self.width) for x in logs)
-
-    def correct(self, m: int, n: int, k: int) -> dict:
-        """{config: further log correction} at (m, n, k)."""
-        q = tuple(math.log(max(v, 1)) for v in (m, n, k))
-        cm, cn, ck = self._cell(q)
-        num: dict = {}
-        den: dict = {}
-        for cell in itertools.product(
-            (cm - 1, cm, cm + 1), (cn - 1, cn, cn + 1), (ck - 1, ck, ck + 1)
-        ):
-            for logs, own in self.cells.get(cell, ()):
-                d2 = (logs[0] - q[0]) ** 2 + (logs[1] - q[1]) ** 2 + (logs[2] - q[2]) ** 2
-                if d2 > self.reach2:
-                    continue
-                g = math.exp(self.scale * d2)
-                for config, w, wr in own:
-                    num[config] = num.get(config, 0.0) + g * wr
-                    den[config] = den.get(config, 0.0) + g * w
-        return {c: v / (den[c] + self.prior) for c, v in num.items()}
-
-
-_COMPILED: dict = {}  # id(calibration) -> (calibration, _Near): built once per table
-
-
-def neighbours(cal: dict, m: int, n: int, k: int) -> dict:
-    """{config: further log(time / model time)} from the calibration's swept neighbours of
-    (m, n, k): 0 (absent) for configurations with none nearby.
-
-    >>> cal = {"neighbours": {"bandwidth": 0.25, "prior": 0.1, "shapes": [[64, 64, 64]],
-    ...        "configs": {"c": {"at": [0], "r": [0.2], "w": [1.0]}}}}
-    >>> round(neighbours(cal, 64, 64, 64)["c"], 3), neighbours(cal, 4096, 64, 64)
-    (0.182, {})
-    """
-    near = cal.get("neighbours")
-    if not near or not near["shapes"]:
-        return {}
-    hit = _COMPILED.get(id(cal))
-    if hit is None or hit[0] is not cal:
-        hit = _COMPILED[id(cal)] = (cal, _Near(near))
-    return hit[1].correct(m, n, k)
+            if config in index:  # leftovers of a configuration without weights add nothing
+                for at, r, w in zip(per["at"], per["r"], per["w"]):
+                    rows[at].append((index[config], w, w * r))
+        start = [0]
+        for own in rows:
+            start.append(start[-1] + len(own))
+        flat_rows = [row for own in rows for row in own]
+        arrays = (
+            _array(ctypes.c_double, [x for w in cal["weights"].values() for x in w]),
+            _array(ctypes.c_double, [float(v) for shape in near["shapes"] for v in shape]),
+            _array(ctypes.c_int32, start),
+            _array(ctypes.c_int32, [r[0] for r in flat_rows]),
+            _array(ctypes.c_double, [r[1] for r in flat_rows]),
+            _array(ctypes.c_double, [r[2] for r in flat_rows]),
+        )
+        out.append((int(key[2:]), cal, arrays))
+    if len(_CALIBRATIONS) >= 16:
+        _CALIBRATIONS.clear()
+    _CALIBRATIONS[id(rules)] = (rules, out)
+    return out

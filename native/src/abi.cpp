@@ -2,11 +2,12 @@
 //
 // An export only plumbs arguments into the room that does the work (runtime.h says which)
 // and runs it through guarded() (guard.h), so that no C++ exception reaches the caller.
-// Three exports cannot throw and go unguarded: pcr_abi_version and pcr_kernel_count return
-// constants, pcr_last_error a thread-local array's address. The CPython builtins
-// (pcr_py_builtins) are the library's other entry points; python.cpp runs them behind the
-// same guard. pcr_xla_gemm (builds with jaxlib's FFI headers only) answers XLA with an
-// XLA FFI error rather than a status, so xla_ffi.cpp runs it behind the guard itself.
+// Four exports cannot throw and go unguarded: pcr_abi_version and pcr_kernel_count return
+// constants, pcr_last_error a thread-local array's address, pcr_ranker_destroy deletes. The
+// CPython builtins (pcr_py_builtins) are the library's other entry points; python.cpp runs
+// them behind the same guard. pcr_xla_gemm (builds with jaxlib's FFI headers only) answers
+// XLA with an XLA FFI error rather than a status, so xla_ffi.cpp runs it behind the guard
+// itself.
 #include "guard.h"
 #include "runtime.h"
 
@@ -160,6 +161,47 @@ PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* o
 
 PCR_API int pcr_select_clear(void) {
   return guarded([&] { select_clear(); });
+}
+
+// ---- kernel choice: the time model and the ranking ---------------------------------
+
+PCR_API int pcr_model_terms(const pcr_kernel_desc* kernel, int64_t m, int64_t n, int64_t k,
+                            int64_t batch, int32_t sm_count, int32_t cc, pcr_model* out) {
+  return guarded([&] {
+    if (!kernel || !out) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_model_terms: NULL");
+    return model_terms(*kernel, m, n, k, batch, sm_count, cc, out);
+  });
+}
+
+PCR_API int pcr_kernel_families(int32_t cc, int32_t* families, int32_t capacity, int32_t* count) {
+  return guarded([&] {
+    if ((capacity > 0 && !families) || !count)
+      return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_kernel_families: NULL");
+    *count = kernel_families(cc, families, capacity);
+    return int(PCR_OK);
+  });
+}
+
+PCR_API int pcr_ranker_create(const pcr_table* table, pcr_ranker** ranker) {
+  return guarded([&] { return ranker_create(table, ranker); });
+}
+
+PCR_API void pcr_ranker_destroy(pcr_ranker* ranker) { ranker_destroy(ranker); }
+
+PCR_API int pcr_rank(const pcr_problem* problem, const int32_t* families, int32_t family_count,
+                     const pcr_kernel_desc* candidates, const int32_t* ids, int32_t count,
+                     const pcr_ranker* ranker, pcr_ranked* out, int32_t* ranked) {
+  return guarded([&] {
+    return rank(problem, families, family_count, candidates, ids, count, ranker, out, ranked);
+  });
+}
+
+PCR_API int pcr_selector_set(const pcr_ranker* ranker) {
+  return guarded([&] { return selector_set(ranker); });
+}
+
+PCR_API int pcr_selector_enable(int32_t device, int32_t enabled) {
+  return guarded([&] { return selector_enable(device, enabled); });
 }
 
 PCR_API int pcr_problem_identity(const pcr_problem* problem, int64_t* values, int32_t capacity) {

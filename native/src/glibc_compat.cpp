@@ -75,6 +75,14 @@ PCR_OLD(shm_open, "GLIBC_2.2.5")
 PCR_OLD(shm_unlink, "GLIBC_2.2.5")
 #endif
 
+#if __GLIBC_PREREQ(2, 29)
+// glibc 2.29 gave exp, log and pow new default versions (no SVID error handling); the old
+// versions stay, wrappers of the same code. The references are the time model's (rank.cpp).
+PCR_OLD(exp, "GLIBC_2.2.5")
+PCR_OLD(log, "GLIBC_2.2.5")
+PCR_OLD(pow, "GLIBC_2.2.5")
+#endif
+
 #if __GLIBC_PREREQ(2, 32)
 // libstdc++ (GCC 11+) skips atomic reference counts while glibc says the process is single
 // threaded. Our own flag, always 0, keeps them atomic: always safe, slightly slower.

@@ -241,6 +241,26 @@ void select_clear();
 // pcr_problem_identity and pcr_problem_identity_names: the memo key's fields, for Python.
 int identity(const pcr_problem* problem, int64_t* values, int32_t capacity);
 const char* identity_names();
+// The memo's generation: pcr_select_clear starts a new one.
+uint64_t select_generation();
+
+// ---- the time model and ranking (rank.cpp) ----
+// pcr_model_terms, pcr_kernel_families (the count, its first `capacity` written),
+// pcr_ranker_create, pcr_rank, pcr_selector_set and pcr_selector_enable.
+int model_terms(const pcr_kernel_desc& kernel, int64_t m, int64_t n, int64_t k, int64_t batch,
+                int sm_count, int cc, pcr_model* out);
+int kernel_families(int cc, int32_t* families, int capacity);
+int ranker_create(const pcr_table* table, pcr_ranker** ranker);
+void ranker_destroy(pcr_ranker* ranker) noexcept;
+int rank(const pcr_problem* problem, const int32_t* families, int32_t family_count,
+         const pcr_kernel_desc* candidates, const int32_t* ids, int32_t count,
+         const pcr_ranker* ranker, pcr_ranked* out, int32_t* ranked);
+int selector_set(const pcr_ranker* ranker);
+int selector_enable(int32_t device, int32_t enabled);
+// The library's own choice for a problem first seen (pcr_selector_enable): up to `capacity`
+// kernel indices, best first, into `kernels`; 0 where the caller chooses (not enabled on
+// the problem's device, no table) or no kernel accepts it.
+int select_here(const pcr_problem& problem, const Bound* bound, int32_t* kernels, int capacity);
 // Whether two described problems are one to the memo, with the same orientation, memory
 // (host or GPU) and device: what a plan checks of the tensors it is run on.
 bool same_problem(const pcr_problem& x, const pcr_problem& y);

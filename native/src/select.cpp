@@ -10,8 +10,9 @@ namespace pcr {
 namespace {
 
 // ---- selection memo ------------------------------------------------------------
-// Python decides (tuned cache > shipped table > model) once per distinct problem and
-// hands the ranked candidates down; later calls find them here without leaving C.
+// A problem seen for the first time is ranked once: by the library itself (rank.cpp) on a
+// device where the caller enabled that, else by Python (tuned cache > shipped table >
+// model), which hands the ranked candidates down; later calls find them here.
 // Each thread keeps its own map, so lookups take no lock; a global generation number
 // lets pcr_select_clear invalidate every thread's map.
 
@@ -93,8 +94,14 @@ bool same_problem(const pcr_problem& x, const pcr_problem& y) {
 
 int select(const pcr_problem& p, const Bound& bd, int* kernel) {
   Memo& m = memo();
-  auto it = m.map.find(key_of(p));
-  if (it == m.map.end()) return PCR_NEED_SELECTION;
+  const Key key = key_of(p);
+  auto it = m.map.find(key);
+  if (it == m.map.end()) {
+    Candidates fresh{};
+    fresh.count = select_here(p, &bd, fresh.kernel, kMaxCandidates);
+    if (!fresh.count) return PCR_NEED_SELECTION;
+    it = m.map.emplace(key, fresh).first;
+  }
   Candidates& cand = it->second;
   if (cand.resolved >= 0) {
     *kernel = cand.resolved;
@@ -143,6 +150,8 @@ int select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count
 }
 
 void select_clear() { g_generation.fetch_add(1, std::memory_order_acq_rel); }
+
+uint64_t select_generation() { return g_generation.load(std::memory_order_acquire); }
 
 const char* identity_names() { return kIdentityNames; }
 

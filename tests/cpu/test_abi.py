@@ -13,7 +13,7 @@ import gen_abi
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _abi, _lib, _model, errors
+from pycutlass_rt import _abi, _lib, errors
 
 GEN = os.path.abspath(gen_abi.__file__)
 
@@ -255,8 +255,23 @@ def test_every_constant_the_catalogue_emits_is_declared():
     }
 
 
-def test_the_model_knows_every_schedule():
-    assert set(_model.SCHEDULE_EFF) == {s.token for s in _abi.Schedule}
+def test_the_model_knows_every_schedule(lib):
+    """Each pcr_schedule has its own mainloop efficiency, none the unknown code's default."""
+    import ctypes
+
+    from pycutlass_rt._kernels import desc_of
+
+    def compute_us(schedule: int) -> float:
+        desc, out = _abi.KernelDesc(), _abi.Model()
+        ctypes.pointer(desc)[0] = desc_of(pcr.kernels()[0])
+        desc.schedule = schedule
+        lib.check(
+            lib.pcr_model_terms(ctypes.byref(desc), 4096, 4096, 4096, 1, 132, 90, ctypes.byref(out))
+        )
+        return out.compute_us
+
+    unknown = compute_us(max(_abi.Schedule) + 1)
+    assert all(compute_us(s) != unknown for s in _abi.Schedule)
 
 
 def test_kernel_info_holds_the_words_of_the_name(lib):

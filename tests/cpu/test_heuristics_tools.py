@@ -140,7 +140,7 @@ def test_fit_calibrates_the_model_by_features_and_traces_sources(tmp_path):
         for s in samples:
             for name, us in s.times.items():
                 t = s.terms[name]
-                r = _table.correction(cal, fit.config_of(name), _model.features(t))
+                r = fit.predicted(cal, fit.config_of(name), t)
                 total += abs(math.log(t.us * math.exp(r if corrected else 0.0) / us))
         return total
 

@@ -1,6 +1,7 @@
 """Kernel choice: table rules, the analytic model, family order, and the C-side memo."""
 
 import ctypes
+import math
 import types
 
 import pytest
@@ -87,6 +88,82 @@ def test_model_orders_what_the_table_does_not_name():
     assert _model.model_time(FAKE[3], 4096, 4096, 4096, 132) > _model.model_time(
         FAKE[2], 4096, 4096, 4096, 132
     )
+
+
+# ---- the library's ranking: calibration, neighbours, its checks ------------------------
+
+
+def ranked_us(kernel, m, n, k, rules):
+    """(reason, us) pcr_rank gives ``kernel`` alone under ``rules``."""
+    from pycutlass_rt._kernels import desc_of
+
+    lib = _lib.load()
+    resolved = _table.resolve(rules, [kernel])
+    out, count = (_abi.Ranked * 1)(), ctypes.c_int32()
+    families = (ctypes.c_int32 * 1)(kernel.family)
+    lib.check(
+        lib.pcr_rank(
+            ctypes.byref(_select._problem(prob(m, n, k))),
+            families,
+            1,
+            ctypes.byref(desc_of(kernel)),
+            (ctypes.c_int32 * 1)(0),
+            1,
+            resolved.ranker,
+            out,
+            ctypes.byref(count),
+        )
+    )
+    return out[0].reason, out[0].us
+
+
+def calibrated(weights, neighbours=None):
+    cal = {"features": list(_model.FEATURES), "weights": {_table.config_of(FAKE[0].name): weights}}
+    if neighbours:
+        cal["neighbours"] = neighbours
+    return {"families": {}, "calibration": {"sm90": cal}}
+
+
+def test_the_library_corrects_the_model_by_the_expanded_features():
+    w = [0.01 * ((7 * i) % 13 - 6) for i in range(_model.WEIGHTS)]
+    for m, n, k in ((16, 4096, 4096), (4096, 4096, 4096), (777, 1000, 333)):
+        t = _model.terms(FAKE[0], m, n, k, 132)
+        reason, us = ranked_us(FAKE[0], m, n, k, calibrated(w))
+        r = sum(a * b for a, b in zip(w, _model.expand(t.features)))
+        assert reason == _abi.RankReason.RANK_CALIBRATED and us == pytest.approx(t.us * math.exp(r))
+
+
+def test_neighbours_add_their_smoothed_leftover_near_swept_shapes_only():
+    near = {
+        "bandwidth": 0.25,
+        "prior": 0.1,
+        "shapes": [[64, 64, 64]],
+        "configs": {_table.config_of(FAKE[0].name): {"at": [0], "r": [0.2], "w": [1.0]}},
+    }
+    rules = calibrated([0.0] * _model.WEIGHTS, near)
+    model = _model.model_time(FAKE[0], 64, 64, 64, 132)
+    assert ranked_us(FAKE[0], 64, 64, 64, rules)[1] == pytest.approx(model * math.exp(0.2 / 1.1))
+    far = _model.model_time(FAKE[0], 4096, 64, 64, 132)
+    assert ranked_us(FAKE[0], 4096, 64, 64, rules)[1] == pytest.approx(far)
+
+
+def test_the_ranking_checks_its_inputs(lib):
+    from pycutlass_rt._kernels import desc_of
+
+    out, count = (_abi.Ranked * 1)(), ctypes.c_int32()
+    p = _select._problem(prob(64, 64, 64))
+    resolved = _table.resolve({"families": {}}, [FAKE[0]])
+    bad_id = (ctypes.c_int32 * 1)(5)  # the table knows one kernel
+    args = (ctypes.byref(p), None, 0, ctypes.byref(desc_of(FAKE[0])), bad_id, 1)
+    with pytest.raises(errors.InvalidArgumentError, match="outside the table"):
+        lib.check(lib.pcr_rank(*args, resolved.ranker, out, ctypes.byref(count)))
+    with pytest.raises(errors.InvalidArgumentError, match="resolved against 1 kernels"):
+        lib.check(lib.pcr_selector_set(resolved.ranker))
+    table = resolved_table = _abi.Table(1, 0, 1, None, None)
+    with pytest.raises(errors.InvalidArgumentError):
+        handle = ctypes.c_void_p()
+        lib.check(lib.pcr_ranker_create(ctypes.byref(table), ctypes.byref(handle)))
+    assert resolved_table is table
 
 
 # ---- the analytic model, on the catalogue's sm90 and sm80 configurations ----------------
@@ -232,15 +309,23 @@ def test_large_problems_take_big_data_parallel_tiles(shape, kernels, sms, cc):
     assert best.split == "none" and best.tile[0] * best.tile[1] == 128 * 256, best.name
 
 
+def work(kern, tiles_m, tiles_n, iters, sms=132):
+    """(busiest SM's K iterations, busy SMs, peers per tile) the model gives ``kern`` on a
+    problem of tiles_m x tiles_n whole tiles and ``iters`` K tiles."""
+    tm, tn, tk = kern.tile
+    t = _model.terms(kern, tiles_m * tm, tiles_n * tn, iters * tk, sms, 90)
+    return t.sm_iters, t.busy, t.peers
+
+
 def test_stream_k_follows_cutlass_decomposition():
     sk = next(c for c in SM90 if c.tile == (128, 128, 64) and c.split == "streamk")
     # no partial wave, a last wave at least half full, or too short a K loop: data-parallel
-    for tiles, iters in ((264, 64), (200, 64), (40, 8)):
-        assert _model.decompose(sk, tiles, iters, 132)[2] == 1
+    for tiles_m, tiles_n, iters in ((12, 22, 64), (10, 20, 64), (5, 8, 8)):
+        assert work(sk, tiles_m, tiles_n, iters)[2] == 1
     # 32 tiles x 64 K iterations over 132 SMs: 16 iterations each, ~4 units per tile
-    assert _model.decompose(sk, 32, 64, 132) == (16, 132, 6)
+    assert work(sk, 4, 8, 64) == (16, 132, 6)
     # one wave plus 8 tiles: all 140 tiles go stream-K, each split by 1-2 units
-    assert _model.decompose(sk, 140, 64, 132) == (68, 132, 2)
+    assert work(sk, 10, 14, 64) == (68, 132, 2)
 
 
 @pytest.mark.parametrize(
@@ -260,23 +345,22 @@ def test_stream_k_follows_cutlass_decomposition():
 def test_split_slices(m, n, k, sms, slices):
     """Parallel split-K's slice count, as native/kernels/split_k.cuh computes it."""
     sk = next(c for c in SM90 if c.split == "splitk")
-    assert _model.split_slices(sk, m, n, k, sms) == slices
-    assert _model.split_slices(sk, m, n, k, sms, batch=2) == 1
+    assert _model.terms(sk, m, n, k, sms).slices == slices
+    assert _model.terms(sk, m, n, k, sms, batch=2).slices == 1
 
 
 def test_split_k_runs_every_slice_at_once():
     sk = next(c for c in SM90 if c.split == "splitk")
     # 4 tiles x 32 slices of 32 K tiles each: one wave, 128 SMs busy, no serial peers
-    assert _model.decompose(sk, 4, 1024, 132, 32) == (32, 128, 32)
+    assert work(sk, 2, 2, 1024) == (32, 128, 32)
 
 
 def test_memory_bound_time_is_bytes_over_bandwidth():
     """1 x 8192 x 8192 streams 128 MiB of B with every SM busy: bytes over DRAM bandwidth."""
-    _, gbps = _model.device_params(90)
     kern = next(c for c in SM90 if c.tile == (64, 64, 128))
-    floor = 2 * (8192 + 8192 * 8192 + 8192) / (gbps * 1e3 * 132)
-    t = _model.model_time(kern, 1, 8192, 8192, 132, 90)
-    assert floor <= t <= floor * (1 + _model.OVERLAP)
+    t = _model.terms(kern, 1, 8192, 8192, 132, 90)
+    floor = 2 * (8192 + 8192 * 8192 + 8192) / (t.gbps_sm * 1e3 * 132)
+    assert t.memory_us == pytest.approx(floor) and floor <= t.us <= floor * 1.1  # 10% overlap
     assert _model.model_time(kern, 1, 8192, 16384, 132, 90) == pytest.approx(
         2 * _model.model_time(kern, 1, 8192, 8192, 132, 90), rel=0.02
     )
@@ -311,7 +395,8 @@ def test_model_launches_whole_clusters():
     ],
 )
 def test_device_params_take_the_nearest_known_arch_below(cc, expect):
-    assert _model.device_params(cc) == expect
+    t = _model.terms(FAKE[0], 4096, 4096, 4096, 132, cc)
+    assert (t.tflops_sm, t.gbps_sm) == expect
 
 
 def test_choose_checks_through_the_library(lib):

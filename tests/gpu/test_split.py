@@ -1,6 +1,6 @@
 """Parallel split-K kernels: K slices run side by side into fp32 partials, summed in order.
 
-Shapes here are chosen so that every kernel really splits (pycutlass_rt._model.split_slices
+Shapes here are chosen so that every kernel really splits (the model's slices
 mirrors the C side's choice), including a K that is not a whole number of K tiles.
 """
 
@@ -39,7 +39,7 @@ def test_split_k_is_exact_and_deterministic(name, spec):
     kern = pcr._kernels.by_name(name)
     m, n, k = shape(kern, spec)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert _model.split_slices(kern, m, n, k, sms) > 1
+    assert _model.terms(kern, m, n, k, sms).slices > 1
     out_dt = torch_dtype(kern.dtype_d)
     # integers in [-4, 4]: every partial sum is exact in fp32, so D is the rounded reference
     a, b, c = operands(kern, m, n, k, True)

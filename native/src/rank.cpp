@@ -1,0 +1,641 @@
+// Kernel choice's arithmetic: the analytic time model, the table's calibration of it, and
+// the ranking of candidates (pycutlass_rt.h, "kernel choice"). Python's _model.py and
+// _select.py explain the model and the order; the numbers are computed here only, for the
+// package, the table's fitter and the library's own selection alike.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "runtime.h"
+
+namespace pcr {
+// ---- the table, held ---------------------------------------------------------------
+// pcr_table copied into owned storage (the caller's arrays may go), with each
+// calibration's neighbours bucketed: swept shapes by cell of the log space, a cell as wide
+// as a neighbour's reach, so that a query reads its cell and the 26 around it.
+struct Rule {
+  int32_t family, patterns;
+  int64_t max_m, max_n, max_k;
+  std::vector<int32_t> position;
+};
+struct Calibration {
+  int32_t family, configs;
+  std::vector<int32_t> config;
+  std::vector<double> weights;
+  double prior, scale, reach2, width;
+  std::vector<double> logs;  // shapes x 3
+  std::vector<int32_t> row_start, row_config;
+  std::vector<double> row_weight, row_leftover;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int32_t>> cells;
+
+  std::tuple<int64_t, int64_t, int64_t> cell(const double* l) const {
+    return {int64_t(std::floor(l[0] / width)), int64_t(std::floor(l[1] / width)),
+            int64_t(std::floor(l[2] / width))};
+  }
+};
+struct Table {
+  int32_t kernels = 0;
+  std::vector<Rule> rules;
+  std::vector<Calibration> calibrations;
+};
+
+}  // namespace pcr
+
+// A table ready for ranking (pycutlass_rt.h): shared with the library's own selection.
+struct pcr_ranker {
+  std::shared_ptr<const pcr::Table> table;
+};
+
+namespace pcr {
+namespace {
+
+// ---- the analytic model ------------------------------------------------------------
+// Datasheet figures per compute capability: dense fp16/bf16 tensor TFLOP/s per SM with
+// fp32 accumulation, DRAM GB/s per SM (V100, T4, A100, A10/A6000, L40S, H100/H200 SXM, B200).
+struct DeviceRates {
+  int cc;
+  double tflops_sm, gbps_sm;
+};
+constexpr DeviceRates kDevices[] = {{70, 1.5, 11.0},  {75, 1.6, 8.0}, {80, 2.9, 18.5},
+                                    {86, 1.8, 8.5},   {89, 2.5, 6.0}, {90, 7.5, 30.0},
+                                    {100, 15.0, 54.0}};
+constexpr double kBwSaturation = 0.6;  // share of the SMs that must stream to saturate DRAM
+constexpr double kOverlap = 0.1;       // share of the shorter of compute and memory left over
+constexpr double kFixupGbps = 150.0;   // per-SM L2 bandwidth for split partials
+constexpr double kFixupSyncUs = 2.0;   // per stream-K peer: the wait on the previous one's flag
+// parallel split-K (kernels/split_k.cuh): >= 4 K tiles per slice, <= 128 slices, and the
+// reduction kernel's launch and tail
+constexpr int64_t kSplitMinIters = 4, kSplitMax = 128;
+constexpr double kSplitReduceUs = 2.0;
+constexpr int64_t kStreamKMinIters = 8;  // CUTLASS's min_iters_per_sk_unit_
+
+const DeviceRates& rates(int cc) {  // the nearest known compute capability below
+  const DeviceRates* best = &kDevices[0];
+  for (const auto& d : kDevices)
+    if (d.cc <= cc) best = &d;
+  return *best;
+}
+
+// Mainloop efficiency at the family's own arch, by schedule.
+double schedule_efficiency(int schedule) {
+  switch (schedule) {
+    case PCR_SCHED_COOP:
+    case PCR_SCHED_1SM:
+    case PCR_SCHED_MULTISTAGE:
+      return 0.80;
+    case PCR_SCHED_PINGPONG:
+      return 0.78;
+    case PCR_SCHED_2SM:
+      return 0.85;
+    case PCR_SCHED_WS:  // sm90a convolutions: one consumer warp group, a CTA per tile
+      return 0.70;
+    case PCR_SCHED_PIPELINED:
+      return 0.35;
+    default:
+      return 0.5;
+  }
+}
+
+// Fraction of the SM's tensor peak that the kernel's K loop reaches.
+double efficiency(const pcr_kernel_desc& kd, int cc) {
+  double eff = schedule_efficiency(kd.schedule);
+  if (kd.family < 90 && 90 <= cc)
+    eff *= 0.6;  // mma.sync on Hopper/Blackwell: ~60% of the wgmma/tcgen05 peak
+  else if (kd.family == 75 && cc >= 80)
+    eff *= 0.5;  // m16n8k8 issues at half the m16n8k16 rate
+  // smaller tiles reuse each loaded byte for fewer MMAs (128x256 is CUTLASS's best)
+  eff *= std::pow(std::min(1.0, double(kd.tile_m) * kd.tile_n / (128 * 256)), 0.15);
+  if (kd.family >= 90 && kd.cluster_m * kd.cluster_n == 1) eff *= 0.97;  // no TMA multicast
+  if (kd.split != PCR_SPLIT_NONE) eff *= 0.93;  // the split scheduler's bookkeeping
+  return eff;
+}
+
+// Tensor-core rate of an input dtype relative to fp16 (fp32 inputs: 3xTF32; fp64: DMMA).
+double dtype_rate(int dtype) {
+  switch (dtype) {
+    case PCR_E4M3:
+    case PCR_E5M2:
+    case PCR_S8:
+      return 2.0;
+    case PCR_TF32:
+      return 0.5;
+    case PCR_F32:
+      return 0.5 / 3;
+    case PCR_F64:
+      return 1.0 / 16;
+    default:
+      return 1.0;
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Slices of a parallel split-K kernel, as kernels/split_k.cuh chooses them: the most that
+// keep one wave and >= 4 K tiles per slice, among counts that cut K into equal slices of
+// whole K tiles (of the kernel's alignment when K is not whole tiles); 1 for a batch.
+int64_t split_slices(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int64_t sms,
+                     int64_t batch) {
+  const int64_t tk = kd.tile_k;
+  const int64_t tiles = ceil_div(m, kd.tile_m) * ceil_div(n, kd.tile_n);
+  const int64_t unit = k % tk == 0 ? tk : std::max(kd.align_a, 1);
+  if (batch > 1 || tiles <= 0 || k % unit) return 1;
+  const int64_t cap = std::min({sms / tiles, k / (kSplitMinIters * tk), kSplitMax});
+  for (int64_t s = cap; s > 1; --s)
+    if ((k / unit) % s == 0) return s;
+  return 1;
+}
+
+struct Work {
+  int64_t sm_iters, busy, peers;  // the busiest SM's K iterations, SMs busy, peers per tile
+};
+// splitk: `slices` units per tile at once. streamk: data-parallel unless the last wave is
+// less than half full; then the last 1-2 waves' K loops spread over at most one wave of
+// units of >= 8 iterations (the sm80 family's CUTLASS 2.x stream-K modelled the same way).
+Work decompose(const pcr_kernel_desc& kd, int64_t tiles, int64_t iters, int64_t sms,
+               int64_t slices) {
+  const int64_t waves = ceil_div(tiles, sms);
+  if (kd.split == PCR_SPLIT_SPLITK) {
+    const int64_t s = std::max<int64_t>(slices, 1);
+    return {ceil_div(tiles * s, sms) * ceil_div(iters, s), std::min(tiles * s, sms), s};
+  }
+  const int64_t full = tiles / sms, rem = tiles % sms;
+  if (kd.split != PCR_SPLIT_STREAMK || rem == 0 || 2 * rem >= sms || iters <= kStreamKMinIters)
+    return {waves * iters, std::min(tiles, sms), 1};
+  const int64_t dp_waves = std::max<int64_t>(full - 1, 0);
+  const int64_t sk_tiles = tiles - dp_waves * sms;
+  const int64_t units = std::max<int64_t>(1, std::min(sms, sk_tiles * iters / kStreamKMinIters));
+  // unit boundaries fall inside tiles unless units divide evenly among them
+  const int64_t peers = ceil_div(units, sk_tiles) + (units % sk_tiles != 0);
+  return {dp_waves * iters + ceil_div(sk_tiles * iters, units), dp_waves ? sms : units,
+          std::max<int64_t>(peers, 1)};
+}
+
+// The calibration's features of the model's terms (see _model.FEATURES for their meaning).
+void fill_features(pcr_model* t) {
+  const int64_t waves = ceil_div(t->tiles, t->sms), rem = t->tiles % t->sms;
+  const double ratio = std::log(std::max(t->memory_us, 1e-9) / std::max(t->compute_us, 1e-9));
+  const double us = std::max(t->us, 1e-6);
+  double* f = t->features;
+  f[0] = 1.0 / waves;
+  f[1] = waves > 1 && rem ? 1.0 - double(rem) / t->sms : 0.0;
+  f[2] = std::log(double(std::max<int64_t>(t->busy, 1)) / t->sms);
+  f[3] = 1.0 / t->iters;
+  f[4] = std::max(ratio, 0.0);
+  f[5] = std::min(ratio, 0.0);
+  f[6] = t->fixup_us / us;
+  f[7] = 1.0 / us;
+  f[8] = std::log(us);
+  f[9] = std::log(t->fill_m);
+  f[10] = std::log(t->fill_n);
+}
+
+}  // namespace
+
+int model_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int64_t batch,
+                int sm_count, int cc, pcr_model* out) {
+  if (kd.tile_m <= 0 || kd.tile_n <= 0 || kd.tile_k <= 0 || m < 0 || n < 0 || k < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "pcr_model_terms: needs positive tile extents "
+                     "and extents >= 0");
+  cc = cc ? cc : kd.family;
+  const int64_t sms = std::max(sm_count, 1);
+  batch = std::max<int64_t>(batch, 1);
+  const DeviceRates& dev = rates(cc);
+  const int64_t tm = kd.tile_m, tn = kd.tile_n, tk = kd.tile_k;
+  const int64_t cm = std::max(kd.cluster_m, 1), cn = std::max(kd.cluster_n, 1);
+  // clusters launch whole: a 2x1 cluster over one tile row idles half
+  const int64_t rows = ceil_div(m, tm * cm) * cm * tm, cols = ceil_div(n, tn * cn) * cn * tn;
+  const int64_t tiles = std::max<int64_t>(rows / tm * (cols / tn) * batch, 1);
+  const int64_t iters = std::max<int64_t>(ceil_div(k, tk), 1);
+  const int64_t slices = kd.split == PCR_SPLIT_SPLITK ? split_slices(kd, m, n, k, sms, batch) : 1;
+  const Work w = decompose(kd, tiles, iters, sms, slices);
+  const double rate = dev.tflops_sm * dtype_rate(kd.dtype_a);
+  pcr_model t{};
+  t.compute_us = double(w.sm_iters) * 2.0 * tm * tn * tk / (rate * 1e6 * efficiency(kd, cc));
+  const int64_t bytes = batch * (m * k * esize_of(kd.dtype_a) + k * n * esize_of(kd.dtype_b) +
+                                 m * n * esize_of(kd.dtype_d));
+  t.memory_us = double(bytes) / (dev.gbps_sm * 1e3 * std::min(double(sms), w.busy / kBwSaturation));
+  if (kd.split == PCR_SPLIT_SPLITK)  // partials out and back in (the output's bytes counted)
+    t.fixup_us = kSplitReduceUs + double(slices * m * n * 4 * 2) / (dev.gbps_sm * 1e3 * sms);
+  else if (w.peers > 1)
+    t.fixup_us = w.peers * (double(tm * tn * 4 * 2) / (kFixupGbps * 1e3) + kFixupSyncUs);
+  const double c = t.compute_us, mem = t.memory_us;
+  t.us = std::max(c, mem) + kOverlap * std::min(c, mem) + t.fixup_us;
+  t.tiles = tiles;
+  t.iters = iters;
+  t.busy = w.busy;
+  t.peers = w.peers;
+  t.sm_iters = w.sm_iters;
+  t.slices = slices;
+  t.sms = int32_t(sms);
+  t.tflops_sm = dev.tflops_sm;
+  t.gbps_sm = dev.gbps_sm;
+  t.fill_m = double(std::max<int64_t>(m, 1)) / std::max<int64_t>(rows, 1);
+  t.fill_n = double(std::max<int64_t>(n, 1)) / std::max<int64_t>(cols, 1);
+  fill_features(&t);
+  *out = t;
+  return PCR_OK;
+}
+
+int kernel_families(int cc, int32_t* out, int capacity) {
+  int fams[3] = {}, n = 0;
+  if (cc == 90 || cc == 100) {  // the arch-specific family first, then the portable ones
+    fams[0] = cc, fams[1] = 80, fams[2] = 75, n = 3;
+  } else if (cc == 89) {  // Ada: its fp8 kernels, then the sm80 family
+    fams[0] = 89, fams[1] = 80, fams[2] = 75, n = 3;
+  } else if (cc >= 80) {  // sm80-family SASS on 8.x, its PTX on later GPUs
+    fams[0] = 80, fams[1] = 75, n = 2;
+  } else if (cc >= 75) {
+    fams[0] = 75, n = 1;
+  } else if (cc >= 70) {  // sm_70 SASS (no PTX): Volta only
+    fams[0] = 70, n = 1;
+  }
+  for (int i = 0; i < n && i < capacity; ++i) out[i] = fams[i];
+  return n;
+}
+
+namespace {
+
+template <class T>
+std::vector<T> copy_of(const T* p, int64_t n, const char* what) {
+  if (n > 0 && !p) throw std::invalid_argument(what);
+  return n > 0 ? std::vector<T>(p, p + n) : std::vector<T>();
+}
+
+std::shared_ptr<const Table> hold(const pcr_table& in) {
+  if (in.kernels < 0 || in.rule_count < 0 || in.calibration_count < 0 ||
+      (in.rule_count > 0 && !in.rules) || (in.calibration_count > 0 && !in.calibrations))
+    throw std::invalid_argument("a table with negative counts or missing arrays");
+  auto t = std::make_shared<Table>();
+  t->kernels = in.kernels;
+  for (int i = 0; i < in.rule_count; ++i) {
+    const pcr_rule& r = in.rules[i];
+    t->rules.push_back({r.family, r.patterns, r.max_m, r.max_n, r.max_k,
+                        copy_of(r.position, in.kernels, "a rule without positions")});
+  }
+  for (int i = 0; i < in.calibration_count; ++i) {
+    const pcr_calibration& c = in.calibrations[i];
+    Calibration h;
+    h.family = c.family;
+    h.configs = c.configs;
+    h.config = copy_of(c.config, in.kernels, "a calibration without configurations");
+    h.weights = copy_of(c.weights, int64_t(c.configs) * PCR_MODEL_WEIGHTS, "no weights");
+    h.prior = c.prior;
+    h.scale = -0.5 / (c.bandwidth * c.bandwidth);
+    h.reach2 = std::log(1e3) / -h.scale;  // Gaussian weights below 1e-3 add nothing
+    h.width = std::sqrt(h.reach2);
+    const int32_t shapes = std::max(c.shapes, 0);
+    if (shapes > 0 && !c.shape) throw std::invalid_argument("swept shapes without their extents");
+    h.row_start = copy_of(c.row_start, shapes + 1, "no rows");
+    for (int32_t s = 0; s < shapes; ++s)
+      if (h.row_start[s] < 0 || h.row_start[s] > h.row_start[s + 1])
+        throw std::invalid_argument("row starts that are not ascending");
+    const int32_t rows = shapes ? h.row_start[shapes] : 0;
+    h.row_config = copy_of(c.row_config, rows, "no row configurations");
+    h.row_weight = copy_of(c.row_weight, rows, "no row weights");
+    h.row_leftover = copy_of(c.row_leftover, rows, "no row leftovers");
+    for (int32_t s = 0; s < shapes; ++s) {
+      for (int j = 0; j < 3; ++j) h.logs.push_back(std::log(std::max(c.shape[3 * s + j], 1.0)));
+      h.cells[h.cell(&h.logs[3 * s])].push_back(s);
+    }
+    t->calibrations.push_back(std::move(h));
+  }
+  for (const auto& c : t->calibrations) {
+    for (int32_t cfg : c.config)
+      if (cfg >= c.configs) throw std::invalid_argument("a configuration index out of range");
+    for (int32_t cfg : c.row_config)
+      if (cfg < 0 || cfg >= c.configs)
+        throw std::invalid_argument("a neighbour row's configuration out of range");
+  }
+  return t;
+}
+
+std::mutex g_table_mutex;
+std::shared_ptr<const Table> g_table;  // the build's (pcr_selector_set)
+
+std::shared_ptr<const Table> build_table() {
+  std::lock_guard<std::mutex> lock(g_table_mutex);
+  return g_table;
+}
+
+// log(time / model time) the calibration's weights predict for configuration `config`:
+// w . (1, f, f_i f_j for i <= j).
+double correction(const Calibration& cal, int32_t config, const double* f) {
+  const double* w = &cal.weights[size_t(config) * PCR_MODEL_WEIGHTS];
+  constexpr int n = PCR_MODEL_FEATURES;
+  double lin = 0.0;
+  for (int i = 0; i < n; ++i) lin += w[1 + i] * f[i];
+  double acc = w[0] + lin;
+  int at = n + 1;
+  for (int i = 0; i < n; ++i) {
+    if (f[i] != 0.0) {  // several features are 0 on most problems
+      double s = 0.0;
+      for (int j = i; j < n; ++j) s += w[at + j - i] * f[j];
+      acc += f[i] * s;
+    }
+    at += n - i;
+  }
+  return acc;
+}
+
+// {config: further log correction} at (m, n, k) from the swept neighbours, as a dense
+// vector over the calibration's configurations (0 where none is near).
+void neighbours(const Calibration& cal, int64_t m, int64_t n, int64_t k, std::vector<double>* out) {
+  out->assign(cal.configs, 0.0);
+  if (cal.logs.empty()) return;
+  const double q[3] = {std::log(double(std::max<int64_t>(m, 1))),
+                       std::log(double(std::max<int64_t>(n, 1))),
+                       std::log(double(std::max<int64_t>(k, 1)))};
+  std::vector<double> num(cal.configs, 0.0), den(cal.configs, 0.0);
+  std::vector<char> seen(cal.configs, 0);
+  const auto [cm, cn, ck] = cal.cell(q);
+  for (int64_t a = cm - 1; a <= cm + 1; ++a)
+    for (int64_t b = cn - 1; b <= cn + 1; ++b)
+      for (int64_t c = ck - 1; c <= ck + 1; ++c) {
+        auto it = cal.cells.find({a, b, c});
+        if (it == cal.cells.end()) continue;
+        for (int32_t s : it->second) {
+          const double* l = &cal.logs[3 * size_t(s)];
+          const double d2 = (l[0] - q[0]) * (l[0] - q[0]) + (l[1] - q[1]) * (l[1] - q[1]) +
+                            (l[2] - q[2]) * (l[2] - q[2]);
+          if (d2 > cal.reach2) continue;
+          const double g = std::exp(cal.scale * d2);
+          for (int32_t r = cal.row_start[s]; r < cal.row_start[s + 1]; ++r) {
+            const int32_t cfg = cal.row_config[r];
+            num[cfg] += g * cal.row_leftover[r];
+            den[cfg] += g * cal.row_weight[r];
+            seen[cfg] = 1;
+          }
+        }
+      }
+  for (int32_t c = 0; c < cal.configs; ++c)
+    if (seen[c]) (*out)[c] = num[c] / (den[c] + cal.prior);
+}
+
+const Rule* matching_rule(const Table& t, int family, int64_t m, int64_t n, int64_t k) {
+  for (const Rule& r : t.rules)
+    if (r.family == family && (r.max_m < 0 || m <= r.max_m) && (r.max_n < 0 || n <= r.max_n) &&
+        (r.max_k < 0 || k <= r.max_k))
+      return &r;
+  return nullptr;
+}
+
+const Calibration* calibration_of(const Table& t, int family) {
+  for (const Calibration& c : t.calibrations)
+    if (c.family == family) return &c;
+  return nullptr;
+}
+
+// ---- ranking ---------------------------------------------------------------------------
+struct Candidate {
+  const pcr_kernel_desc* kd;
+  int32_t id;     // the table's numbering
+  int32_t index;  // in the caller's list
+  double model_us = -1.0;
+  pcr_model terms{};
+};
+
+class Ranker {
+ public:
+  Ranker(const pcr_problem& p, const int32_t* order, int nfam, const Table* t)
+      : p_(p), order_(order), nfam_(nfam), t_(t) {}
+
+  // Writes every candidate to out, best first (see pcr_rank).
+  int run(std::vector<Candidate>& cands, pcr_ranked* out) {
+    const int32_t* order = order_;
+    const int nfam = nfam_;
+    const int64_t batch = std::max<int64_t>(p_.batch, 1), mb = p_.m * batch;
+    std::vector<char> named(cands.size(), 0);
+    int n_out = 0;
+    auto emit = [&](size_t i, int reason, int pattern, int rule, double us) {
+      out[n_out++] = {cands[i].index, reason, pattern, rule, us};
+      named[i] = 1;
+    };
+    auto runs_here = [&](const Candidate& c) {
+      return std::find(order, order + nfam, c.kd->family) != order + nfam;
+    };
+    const Rule* lead = t_ && nfam ? matching_rule(*t_, order[0], mb, p_.n, p_.k) : nullptr;
+    // 1. the lead rule's named kernels, in its order
+    if (lead) {
+      std::vector<size_t> hit;
+      for (size_t i = 0; i < cands.size(); ++i)
+        if (runs_here(cands[i]) && position(*lead, cands[i]) >= 0) hit.push_back(i);
+      sort_by(hit, [&](size_t i) { return position(*lead, cands[i]); });
+      for (size_t i : hit)
+        emit(i, PCR_RANK_RULE, position(*lead, cands[i]), rule_index(lead), model_us(cands[i]));
+    }
+    // 2. every other candidate a sweep calibrated, by calibrated time
+    const Calibration* cal = t_ && nfam ? calibration_of(*t_, order[0]) : nullptr;
+    if (cal) {
+      std::vector<double> near;
+      neighbours(*cal, mb, p_.n, p_.k, &near);
+      std::vector<std::pair<double, size_t>> measured;
+      for (size_t i = 0; i < cands.size(); ++i) {
+        if (named[i] || !runs_here(cands[i])) continue;
+        const int32_t cfg = cands[i].id < t_->kernels ? cal->config[cands[i].id] : -1;
+        if (cfg < 0) continue;
+        const pcr_model& tm = terms(cands[i]);
+        const double r = correction(*cal, cfg, tm.features);
+        measured.push_back({tm.us * std::exp(r + near[cfg]), i});
+      }
+      std::sort(measured.begin(), measured.end(), [&](const auto& x, const auto& y) {
+        if (x.first != y.first) return x.first < y.first;
+        return std::strcmp(cands[x.second].kd->name, cands[y.second].kd->name) < 0;
+      });
+      for (auto& [us, i] : measured) emit(i, PCR_RANK_CALIBRATED, -1, -1, us);
+    }
+    // 3. convolutions: no table knows them; the device's own family first, by the model,
+    // unless another family's kernel is modelled kConvFar times faster
+    if (p_.op != PCR_OP_GEMM && nfam) {
+      std::vector<size_t> own, rest;
+      for (size_t i = 0; i < cands.size(); ++i)
+        if (!named[i] && runs_here(cands[i]))
+          (cands[i].kd->family == order[0] ? own : rest).push_back(i);
+      sort_by(own, [](size_t) { return 0; });
+      sort_by(rest, [](size_t) { return 0; });
+      const bool far = !own.empty() && !rest.empty() &&
+                       model_us(cands[rest[0]]) * kConvFar < model_us(cands[own[0]]);
+      for (auto* group : far ? std::array<std::vector<size_t>*, 2>{&rest, &own}
+                             : std::array<std::vector<size_t>*, 2>{&own, &rest})
+        for (size_t i : *group)
+          out[n_out++] = {cands[i].index, PCR_RANK_MODEL, -1, -1, model_us(cands[i])};
+      return n_out;
+    }
+    // 4. family by family: the family's rule, then the model
+    for (int f = 0; f < nfam; ++f) {
+      const Rule* rule =
+          f == 0 ? lead : (t_ ? matching_rule(*t_, order[f], mb, p_.n, p_.k) : nullptr);
+      std::vector<size_t> group;
+      for (size_t i = 0; i < cands.size(); ++i)
+        if (!named[i] && cands[i].kd->family == order[f]) group.push_back(i);
+      auto pos = [&](size_t i) {
+        const int32_t at = rule ? position(*rule, cands[i]) : -1;
+        return at >= 0 ? at : (rule ? rule->patterns : 0);
+      };
+      sort_by(group, pos);
+      for (size_t i : group) {
+        const int32_t at = rule ? position(*rule, cands[i]) : -1;
+        emit(i, at >= 0 ? PCR_RANK_RULE : PCR_RANK_MODEL, at, at >= 0 ? rule_index(rule) : -1,
+             model_us(cands[i]));
+      }
+    }
+    return n_out;
+  }
+
+  // how much faster, modelled, another family's convolution kernel must be to run ahead of
+  // the device's own family's (the H200's ResNet-50 / UNet / ViT layers: the model's
+  // cross-family comparisons held from 7x on and failed up to 3x)
+  static constexpr double kConvFar = 4.0;
+
+ private:
+  int32_t position(const Rule& r, const Candidate& c) const {
+    return c.id < int32_t(r.position.size()) ? r.position[c.id] : -1;
+  }
+  int32_t rule_index(const Rule* r) const { return int32_t(r - t_->rules.data()); }
+  const pcr_model& terms(Candidate& c) {
+    if (c.model_us < 0) {
+      model_terms(*c.kd, p_.m, p_.n, p_.k, p_.batch, p_.sm_count, p_.cc, &c.terms);
+      c.model_us = c.terms.us;
+    }
+    return c.terms;
+  }
+  double model_us(Candidate& c) { return terms(c).us; }
+  // Sorts candidate positions by (key, model time, name): the table's order, then the model.
+  template <class Key>
+  void sort_by(std::vector<size_t>& v, Key key) {
+    std::vector<std::tuple<int64_t, double, size_t>> keyed;
+    for (size_t i : v) keyed.emplace_back(key(i), model_us(cands_of(i)), i);
+    std::sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+      if (std::get<0>(x) != std::get<0>(y)) return std::get<0>(x) < std::get<0>(y);
+      if (std::get<1>(x) != std::get<1>(y)) return std::get<1>(x) < std::get<1>(y);
+      return std::strcmp(cands_of(std::get<2>(x)).kd->name, cands_of(std::get<2>(y)).kd->name) < 0;
+    });
+    for (size_t j = 0; j < v.size(); ++j) v[j] = std::get<2>(keyed[j]);
+  }
+  Candidate& cands_of(size_t i) { return (*cands_)[i]; }
+
+ public:
+  void bind(std::vector<Candidate>* cands) { cands_ = cands; }
+
+ private:
+  const pcr_problem& p_;
+  const int32_t* order_;
+  int nfam_;
+  const Table* t_;
+  std::vector<Candidate>* cands_ = nullptr;
+};
+
+int rank_candidates(const pcr_problem& p, const int32_t* order, int nfam,
+                    std::vector<Candidate>& cands, const Table* t, pcr_ranked* out) {
+  Ranker r(p, order, nfam, t);
+  r.bind(&cands);
+  return r.run(cands, out);
+}
+
+// ---- the library's own selection ------------------------------------------------------
+// Per device, the selection-memo generation at which the caller enabled it (0: never).
+constexpr int kMaxDevices = 64;
+std::atomic<uint64_t> g_enabled_at[kMaxDevices];
+
+}  // namespace
+
+int ranker_create(const pcr_table* table, pcr_ranker** ranker) {
+  if (!table || !ranker) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_ranker_create: NULL");
+  *ranker = nullptr;
+  try {
+    *ranker = new pcr_ranker{hold(*table)};
+  } catch (const std::invalid_argument& e) {
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_ranker_create: %s", e.what());
+  }
+  return PCR_OK;
+}
+
+void ranker_destroy(pcr_ranker* ranker) noexcept { delete ranker; }
+
+int rank(const pcr_problem* p, const int32_t* families, int32_t family_count,
+         const pcr_kernel_desc* candidates, const int32_t* ids, int32_t count,
+         const pcr_ranker* ranker, pcr_ranked* out, int32_t* ranked) {
+  if (!p || count < 0 || (count > 0 && (!candidates || !ids || !out)) || !ranked ||
+      family_count < 0 || (family_count > 0 && !families))
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_rank: bad arguments");
+  std::shared_ptr<const Table> held = ranker ? ranker->table : build_table();
+  std::vector<Candidate> cands;
+  cands.reserve(count);
+  for (int32_t i = 0; i < count; ++i) {
+    if (held && (ids[i] < 0 || ids[i] >= held->kernels))
+      return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_rank: id %d outside the table's %d kernels",
+                       ids[i], held->kernels);
+    cands.push_back({&candidates[i], ids[i], i});
+  }
+  *ranked = rank_candidates(*p, families, family_count, cands, held.get(), out);
+  return PCR_OK;
+}
+
+int selector_set(const pcr_ranker* ranker) {
+  if (ranker && ranker->table->kernels != kKernelCount)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "pcr_selector_set: the table is resolved against %d kernels, the build "
+                     "holds %d",
+                     ranker->table->kernels, kKernelCount);
+  {
+    std::lock_guard<std::mutex> lock(g_table_mutex);
+    g_table = ranker ? ranker->table : nullptr;
+  }
+  select_clear();
+  return PCR_OK;
+}
+
+int selector_enable(int32_t device, int32_t enabled) {
+  if (device < 0 || device >= kMaxDevices)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_selector_enable: device %d out of range",
+                     device);
+  g_enabled_at[device].store(enabled ? select_generation() : 0, std::memory_order_release);
+  return PCR_OK;
+}
+
+int select_here(const pcr_problem& p, const Bound* bound, int32_t* kernels, int capacity) {
+  if (p.device < 0 || p.device >= kMaxDevices ||
+      g_enabled_at[p.device].load(std::memory_order_acquire) != select_generation())
+    return 0;
+  std::shared_ptr<const Table> t = build_table();
+  if (!t) return 0;
+  int32_t order[3];
+  const int nfam = kernel_families(p.cc, order, 3);
+  // The cheap checks first, without messages; check_kernel (CUTLASS's can_implement on
+  // these operands) for the kernels left. Then an epilogue richer than the problem needs
+  // only where no kernel has its own (as _select.screen).
+  std::vector<Candidate> cands;
+  bool exact = false;
+  for (int i = 0; i < kKernelCount; ++i) {
+    const pcr_kernel_desc& kd = kKernels[i]->info;
+    if (kd.op != p.op || kd.dtype_a != p.dtype_a || kd.dtype_b != p.dtype_b ||
+        kd.dtype_d != p.dtype_d || kd.layout_a != p.layout_a || kd.layout_b != p.layout_b ||
+        std::find(order, order + nfam, kd.family) == order + nfam ||
+        check_kernel(i, p, bound) != PCR_OK)
+      continue;
+    exact |= kd.epilogue == p.epilogue;
+    cands.push_back({&kd, i, i});
+  }
+  clear_error();
+  if (exact)
+    cands.erase(std::remove_if(cands.begin(), cands.end(),
+                               [&](const Candidate& c) { return c.kd->epilogue != p.epilogue; }),
+                cands.end());
+  if (cands.empty()) return 0;  // the caller explains why nothing runs it
+  std::vector<pcr_ranked> out(cands.size());
+  const int n = rank_candidates(p, order, nfam, cands, t.get(), out.data());
+  int put = 0;
+  for (int i = 0; i < n && put < capacity; ++i)
+    kernels[put++] = out[i].candidate;  // candidates are numbered by kernel index
+  return put;
+}
+
+}  // namespace pcr
