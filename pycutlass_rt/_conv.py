@@ -22,7 +22,7 @@ from . import _call, _lib
 from ._abi import Op
 from ._explain import explain as explain_gemm
 from ._explain import explanation
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedError
 
 
 class Geometry(NamedTuple):
@@ -174,18 +174,25 @@ def prepare(geo: Geometry, views, alpha, beta, bias, activation, math, stream, k
 def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
     """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
     with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. A pointwise
-    one runs as a GEMM (:func:`as_gemm`) unless a convolution kernel is named."""
+    one runs as a GEMM (:func:`as_gemm`) unless a convolution kernel is named, or no GEMM
+    kernel of the build takes it (its dtypes or layouts): then the convolution kernels do."""
     mats = as_gemm(geo, views) if kernel is None else None
     if mats is not None:
         from . import gemm
 
         kw = dict(bias=bias, activation=activation, math=conv_math(math))
         if not explain:
-            gemm(*mats, alpha, beta, stream=stream, **kw)
-            return None
-        told = explain_gemm(*mats, alpha, beta, **kw)
-        told.notes.append("a pointwise convolution: run as a GEMM on its NHWC tensors' flat views")
-        return told
+            try:
+                gemm(*mats, alpha, beta, stream=stream, **kw)
+                return None
+            except UnsupportedError:  # raised before anything launched
+                pass
+        else:
+            told = explain_gemm(*mats, alpha, beta, **kw)
+            if told.kernel is not None:
+                note = "a pointwise convolution: run as a GEMM on its NHWC tensors' flat views"
+                told.notes.append(note)
+                return told
     call = prepare(geo, views, alpha, beta, bias, activation, math, stream, kernel)
     lib = _lib.load()
     if explain:

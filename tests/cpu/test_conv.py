@@ -128,3 +128,18 @@ def test_pointwise_convolutions_run_as_gemms(monkeypatch, op):
     with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
         pcr.conv2d(x, w, stride=2)  # a strided 1x1: the convolution kernels
     assert not calls
+
+
+def test_a_pointwise_convolution_no_gemm_kernel_takes_goes_to_the_convolution_kernels(monkeypatch):
+    tried = []
+
+    def no_gemm_kernel(*args, **kw):
+        tried.append(args)
+        raise pcr.UnsupportedError("no GEMM kernel (this test)")
+
+    monkeypatch.setattr(pcr, "gemm", no_gemm_kernel)
+    try:
+        pcr.conv2d(nhwc(2, 5, 3, 16), nhwc(24, 1, 1, 16))  # without a GPU: NoDeviceError
+    except pcr.Error as e:
+        assert "this test" not in str(e)
+    assert len(tried) == 1
