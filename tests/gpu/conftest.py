@@ -29,3 +29,16 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "tests/gpu" in str(item.fspath).replace("\\", "/"):
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """An empty tuned-cache directory for the test, strict mode off, and nothing remembered
+    (_cache.reset also clears the library's remembered rankings)."""
+    from pycutlass_rt import _cache
+
+    monkeypatch.setenv(_cache.DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(_cache.STRICT_ENV, raising=False)
+    _cache.reset()
+    yield tmp_path
+    _cache.reset()

@@ -9,19 +9,13 @@ import pytest
 from helpers import require
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _cache, _call
+from pycutlass_rt import _call
 
 torch = pytest.importorskip("torch")
 BF16 = torch.bfloat16
 
 
-@pytest.fixture(autouse=True)
-def no_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(_cache.DIR_ENV, str(tmp_path))
-    monkeypatch.delenv(_cache.STRICT_ENV, raising=False)
-    _cache.reset()
-    yield
-    _cache.reset()
+pytestmark = pytest.mark.usefixtures("cache_dir")  # an empty tuned cache (conftest.py)
 
 
 def operands(m, n, k):

@@ -10,15 +10,7 @@ torch = pytest.importorskip("torch")
 BF16 = torch.bfloat16
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv(_cache.DIR_ENV, str(tmp_path))
-    monkeypatch.delenv(_cache.STRICT_ENV, raising=False)
-    _cache.reset()
-    pcr._lib.load().pcr_select_clear()
-    yield tmp_path
-    _cache.reset()
-    pcr._lib.load().pcr_select_clear()
+pytestmark = pytest.mark.usefixtures("cache_dir")  # an empty tuned cache (conftest.py)
 
 
 def rel_err(d, a, b):
