@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from . import _cache, _table
 from ._abi import Epilogue, Grouped, Op, Ranked, RankReason, Status
-from ._kernels import DTYPE_NAMES, KernelInfo, desc_of, layout_word
+from ._kernels import DTYPE_NAMES, KernelInfo, desc_of, kernels, layout_word
 from ._lib import KernelDesc, Problem, load
 from .errors import UnsupportedError
 
@@ -58,8 +58,6 @@ def families_for(cc: int) -> list[int]:
 def build_table():
     """The shipped table resolved against this build's kernels (what pcr_selector_set
     holds), set in the library on first use."""
-    from ._kernels import kernels
-
     resolved = _table.resolve(_table.table(), kernels())
     lib = load()
     lib.check(lib.pcr_selector_set(resolved.ranker))
@@ -112,7 +110,7 @@ def rank(
     Candidates of families not in ``family_order`` are left out.
     """
     lib = load()
-    every = None if rules is not None else _all_kernels()
+    every = None if rules is not None else kernels()
     if every is not None and all(c.index < len(every) and every[c.index] is c for c in candidates):
         resolved, ranker = build_table(), None  # the build's table, already in the library
         ids = [c.index for c in candidates]
@@ -137,12 +135,6 @@ def rank(
     return Choice(ranked=[(candidates[r.candidate], _why(r, resolved)) for r in out[: count.value]])
 
 
-def _all_kernels() -> tuple:
-    from ._kernels import _all
-
-    return _all()
-
-
 def _why(r: Ranked, resolved) -> str:
     if r.reason == RankReason.RANK_RULE:
         return f"table rule {resolved.rules[r.rule]['prefer'][r.pattern]!r}"
@@ -155,7 +147,7 @@ def hand_over(lib, device: int) -> None:
     """Lets the library rank problems first seen on ``device`` itself (the same pcr_rank,
     microseconds instead of a trip through Python), unless the tuned cache has a say there.
     pcr_select_clear (tune(), _cache.reset) takes it back until the next selection here."""
-    if _cache.has_say(lib, device, [k.name for k in _all_kernels()]):
+    if _cache.has_say(lib, device, [k.name for k in kernels()]):
         return
     build_table()
     lib.check(lib.pcr_selector_enable(device, 1))
