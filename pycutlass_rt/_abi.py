@@ -408,6 +408,10 @@ FUNCTIONS = {
     "pcr_gemm": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(DLTensor),
                                  POINTER(DLTensor), c_double, c_double, POINTER(Extras), c_int32,
                                  c_void_p, POINTER(Problem)), False),
+    # int pcr_im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* conv, int32_t r,
+    #     int32_t s, void* stream)
+    "pcr_im2col": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(Conv), c_int32,
+                                   c_int32, c_void_p), False),
     # int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
     #     const DLTensor* d, double alpha, double beta, const pcr_extras* extras, int32_t kernel,
     #     pcr_problem* problem, pcr_plan** plan)
@@ -490,6 +494,10 @@ FUNCTIONS = {
     #     pcr_problem* problem)
     "pcr_py_moe_gemm": Function(c_int, (py_object, py_object, py_object, py_object, c_double,
                                         c_int32, c_int32, c_void_p, POINTER(Problem)), True),
+    # int pcr_py_im2col(pcr_py_object* x, pcr_py_object* cols, pcr_py_object* conv, int32_t r,
+    #     int32_t s, int32_t flags, void* stream)
+    "pcr_py_im2col": Function(c_int, (py_object, py_object, py_object, c_int32, c_int32, c_int32,
+                                      c_void_p), True),
     # const void* pcr_py_builtins(void)
     "pcr_py_builtins": Function(c_void_p, (), True),
 }

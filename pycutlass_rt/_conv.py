@@ -150,6 +150,74 @@ def as_gemm(geo: Geometry, views):
     return (a, b, c, d) if geo.op == Op.OP_DGRAD else (a.T, b, c, d)
 
 
+def _matrix(like, rows: int, cols: int):
+    """A new row-major (rows, cols) matrix in ``like``'s framework, device and dtype."""
+    _, view = empty_like_producer(like, (1, 1, rows, cols), like.dtype, "out")
+    return view.reshape(rows, cols)
+
+
+def _on_gpu(t) -> bool:
+    device = getattr(t, "__dlpack_device__", None)
+    return t is None or (device is not None and device()[0] == 2)  # kDLCUDA
+
+
+def _unfold(x, r: int, s: int, geo: Geometry, width: int, fill: bool):
+    """x unfolded for an r x s filter (pcr_im2col, on the producer's stream): a new
+    (N*P*Q, width) matrix; left unfilled without ``fill`` (explain() describes it only)."""
+    n, h, w, _ = x.shape
+    p, q = geo.out_extent((h, w), (r, s))
+    cols = _matrix(x, n * p * q, width)
+    if fill:
+        lib = _lib.load()
+        objs, handle, flags, keep = _call.operands((x, None, None, cols), None)
+        lib.check(lib.pcr_py_im2col(objs[0], objs[3], geo.fields(), r, s, flags, handle))
+        del keep
+    return cols
+
+
+#: a filter flattened (K x R*S*C) is its unfolding as an R x S image: one output position
+FLAT = Geometry(Op.OP_FPROP, (0, 0), (1, 1), (1, 1), 1)
+
+
+def as_unfolded(geo: Geometry, views, stream, beta, fill: bool = True):
+    """A few-channel convolution (a stem's 3 colours, a latent's 4: channels short of 16
+    bytes, where the implicit GEMM's few-channels iterators crawl) as one GEMM on its input
+    unfolded (im2col): (a, b, c, d, finish) for fprop (y = cols @ w^T) and wgrad (dw = dy^T
+    @ cols) of GPU tensors, one group, on the producer's stream (the unfolded input is its
+    framework's memory, ordered by that stream); else None. The unfolded width is padded
+    with zeros to 16 bytes, and so are the filters (fprop) or the gradient (wgrad: computed
+    padded, then ``finish()`` copies its columns into dw; wgrad takes no ``beta * c`` so)."""
+    fprop = geo.op == Op.OP_FPROP
+    if geo.groups != 1 or geo.op == Op.OP_DGRAD or stream is not None:
+        return None
+    x = views[0] if fprop else views[1]
+    if not all(_on_gpu(t) for t in views) or (x.shape[3] * x.dtype.itemsize) % 16 == 0:
+        return None
+    if not fprop and (beta != 0 or views[2] is not None):
+        return None
+    k, r, s, ch = (views[1] if fprop else views[3]).shape
+    width = r * s * ch
+    unit = 16 // x.dtype.itemsize
+    padded = -(-width // unit) * unit
+    cols = _unfold(x, r, s, geo, padded, fill)
+    if fprop:
+        w = views[1]
+        w = w.reshape(k, width) if padded == width else _unfold(w, r, s, FLAT, padded, fill)
+        c = None if views[2] is None else views[2].reshape(-1, k)
+        return cols, w.T, c, views[3].reshape(-1, k), None
+    dy, dw = views[0].reshape(-1, k), views[3].reshape(k, width)
+    if padded == width:
+        return dy.T, cols, None, dw, None
+    grad = _matrix(x, k, padded)
+
+    def finish():  # dw = the padded gradient's first r*s*C columns: a K = 0 GEMM, d = c
+        from . import gemm
+
+        gemm(_matrix(x, k, 0), _matrix(x, 0, width), grad[:, :width], dw, 1.0, 1.0)
+
+    return dy.T, cols, None, grad, finish
+
+
 def conv_math(math):
     """A convolution's math=: float32 runs on TF32 tensor cores unless told (cuDNN's default)."""
     return "tf32" if math is None else math
@@ -171,28 +239,46 @@ def prepare(geo: Geometry, views, alpha, beta, bias, activation, math, stream, k
     )
 
 
+def _gemm_routes(geo: Geometry, views, stream, beta, explain):
+    """A convolution's GEMM forms, best first, each with the note explain() gives it (None
+    where the form does not apply); made lazily, so that a route taken ends the search."""
+    yield (
+        as_gemm(geo, views),
+        "a pointwise convolution: run as a GEMM on its NHWC tensors' flat views",
+    )
+    note = (
+        "few channels: run as a GEMM on the input unfolded (im2col): one more pass, N*P*Q x R*S*C"
+    )
+    yield as_unfolded(geo, views, stream, beta, fill=not explain), note
+
+
 def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
     """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
-    with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. A pointwise
-    one runs as a GEMM (:func:`as_gemm`) unless a convolution kernel is named, or no GEMM
-    kernel of the build takes it (its dtypes or layouts): then the convolution kernels do."""
-    mats = as_gemm(geo, views) if kernel is None else None
-    if mats is not None:
+    with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. Unless a
+    convolution kernel is named, a pointwise one runs as a GEMM on its tensors
+    (:func:`as_gemm`), a few-channel one as a GEMM on its unfolded input
+    (:func:`as_unfolded`), where a GEMM kernel of the build takes them; the rest, and those,
+    on the convolution kernels."""
+    for mats, note in _gemm_routes(geo, views, stream, beta, explain) if kernel is None else ():
+        if mats is None:
+            continue
         from . import gemm
 
+        a, b, c, d, *finish = mats
         kw = dict(bias=bias, activation=activation, math=conv_math(math))
-        if not explain:
-            try:
-                gemm(*mats, alpha, beta, stream=stream, **kw)
-                return None
-            except UnsupportedError:  # raised before anything launched
-                pass
-        else:
-            told = explain_gemm(*mats, alpha, beta, **kw)
+        if explain:
+            told = explain_gemm(a, b, c, d, alpha, beta, **kw)
             if told.kernel is not None:
-                note = "a pointwise convolution: run as a GEMM on its NHWC tensors' flat views"
                 told.notes.append(note)
                 return told
+            continue
+        try:
+            gemm(a, b, c, d, alpha, beta, stream=stream, **kw)
+        except UnsupportedError:  # raised before the GEMM launched anything
+            continue
+        if finish and finish[0] is not None:
+            finish[0]()
+        return None
     call = prepare(geo, views, alpha, beta, bias, activation, math, stream, kernel)
     lib = _lib.load()
     if explain:

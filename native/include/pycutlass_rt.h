@@ -341,6 +341,16 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, co
 
 /* Remembers candidate kernels, best first, for every later problem equal to *problem;
  * a call takes the first that can implement it (at most 8 are kept). */
+/* A convolution's input unfolded for one GEMM (im2col): x (N x H x W x C, packed NHWC, on
+ * a GPU) for an r x s filter under conv's padding, stride and dilation (its op is ignored;
+ * one group) into cols, a contiguous row-major (N*P*Q x width) matrix of x's dtype, width
+ * >= r*s*C: row (n, p, q) holds x[n, p*stride_h - pad_h + i*dilation_h, q*stride_w - pad_w
+ * + j*dilation_w, c] at column (i*s + j)*C + c (0 outside x), and 0 past r*s*C. Then fprop
+ * is y = cols @ w^T and wgrad dw = dy^T @ cols, with w flattened (K x r*s*C) the same way
+ * (w unfolded as an r x s image: K rows). Asynchronous on `stream`, capture-safe. */
+PCR_API int pcr_im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* conv, int32_t r,
+                       int32_t s, void* stream);
+
 /* ---- bound plans ----------------------------------------------------------------
  * A plan is one problem with its kernel chosen and its launch parameters built: running
  * it is a launch and nothing else (with scratch where the problem needs a workspace or
@@ -537,6 +547,9 @@ PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_obj
 PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
                             pcr_py_object* out, double alpha, int32_t kernel, int32_t flags,
                             void* stream, pcr_problem* problem);
+/* pcr_im2col on Python objects; `conv` is pcr_conv's 8 ints as a tuple. */
+PCR_API int pcr_py_im2col(pcr_py_object* x, pcr_py_object* cols, pcr_py_object* conv, int32_t r,
+                          int32_t s, int32_t flags, void* stream);
 /* The per-call entry points, as CPython builtins (METH_FASTCALL) only: a PyMethodDef
  * array, ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments
  * without ctypes' conversions (an 11-argument ctypes call costs microseconds of host time)

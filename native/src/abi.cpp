@@ -163,6 +163,14 @@ PCR_API int pcr_select_clear(void) {
   return guarded([&] { select_clear(); });
 }
 
+PCR_API int pcr_im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* conv, int32_t r,
+                       int32_t s, void* stream) {
+  return guarded([&] {
+    clear_error();
+    return im2col(x, cols, conv, r, s, static_cast<cudaStream_t>(stream));
+  });
+}
+
 // ---- kernel choice: the time model and the ranking ---------------------------------
 
 PCR_API int pcr_model_terms(const pcr_kernel_desc* kernel, int64_t m, int64_t n, int64_t k,
@@ -217,6 +225,11 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
                                pcr_plan** plan) {
   return guarded(
       [&] { return py_plan_create(a, b, c, d, alpha, beta, extras, kernel, problem, plan); });
+}
+
+PCR_API int pcr_py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags,
+                          void* stream) {
+  return guarded([&] { return py_im2col(x, cols, conv, r, s, flags, stream); });
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,

@@ -218,4 +218,49 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
   return finish_problem(p, D.flat, host);
 }
 
+int im2col(const DLTensor* xt, const DLTensor* ct, const pcr_conv* cv, int32_t r, int32_t s,
+           cudaStream_t stream) {
+  if (!xt || !ct || !cv)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_im2col: x, cols and conv are required");
+  if (r < 1 || s < 1 || cv->pad_h < 0 || cv->pad_w < 0 || cv->stride_h < 1 || cv->stride_w < 1 ||
+      cv->dilation_h < 1 || cv->dilation_w < 1 || cv->groups != 1)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "pcr_im2col: needs a filter of at least 1 x 1 (got %d x %d), padding >= 0, "
+                     "stride and dilation >= 1, one group",
+                     r, s);
+  Tensor4 x;
+  if (int st = load_packed(xt, "x", "NHWC", &x)) return st;
+  const int64_t p = out_extent(x.dim[1], cv->pad_h, cv->dilation_h, r, cv->stride_h);
+  const int64_t q = out_extent(x.dim[2], cv->pad_w, cv->dilation_w, s, cv->stride_w);
+  if (p < 0 || q < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "pcr_im2col: the %d x %d filter is larger than the padded input", r, s);
+  const int64_t rows = x.dim[0] * p * q, width = int64_t(r) * s * x.dim[3];
+  Matrix cols;
+  if (ct->ndim != 2 || ct->shape[0] != rows || ct->shape[1] < width ||
+      (ct->strides && ct->shape[0] > 1 && ct->strides[0] != ct->shape[1]) ||
+      (ct->strides && ct->shape[1] > 1 && ct->strides[1] != 1))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "cols must be a contiguous row-major (%" PRId64 ", >= %" PRId64
+                     ") matrix: N * P * Q rows of r * s * C values",
+                     rows, width);
+  cols.rows = ct->shape[0];
+  cols.cols = ct->shape[1];
+  if (int st = load_dtype(ct, "cols", &cols)) return st;
+  if (int st = load_place(ct, "cols", cols.rows * cols.cols, &cols)) return st;
+  if (cols.dtype != x.flat.dtype)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "cols must have x's dtype");
+  if (is_host(x.flat.device_type) || is_host(cols.device_type) ||
+      x.flat.device_id != cols.device_id)
+    return set_error(PCR_ERR_DEVICE_MISMATCH, "pcr_im2col: x and cols must be on one GPU");
+  if (overlaps(x.flat, cols)) return set_error(PCR_ERR_OVERLAP, "pcr_im2col: cols overlaps x");
+  if (rows == 0 || cols.cols == 0) return PCR_OK;
+  DeviceGuard guard;
+  if (int st = guard.set(cols.device_id)) return st;
+  const Unfold u{
+      rows,      cols.cols, x.dim[0],     x.dim[1],     x.dim[2],       x.dim[3],      p, q, r, s,
+      cv->pad_h, cv->pad_w, cv->stride_h, cv->stride_w, cv->dilation_h, cv->dilation_w};
+  return launch_unfold(x.flat.ptr, cols.ptr, cols.esize, u, stream);
+}
+
 }  // namespace pcr

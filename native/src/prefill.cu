@@ -1,6 +1,7 @@
 // d = act(scale * src + bias) for strided (batches of) matrices with dtype conversion:
 // the whole answer when K == 0, C brought into D's form (layout, dtype, broadcast
-// strides) before a kernel reads it, and operands staged into (or out of) aligned scratch.
+// strides) before a kernel reads it, and operands staged into (or out of) aligned scratch;
+// and a convolution's input unfolded into the matrix a GEMM takes (im2col).
 #include <algorithm>
 #include <type_traits>
 
@@ -249,6 +250,54 @@ int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaSt
     return set_error(PCR_ERR_UNSUPPORTED, "cannot convert %s to %s", dtype_name(src_dtype),
                      dtype_name(dst.dtype));
   return st;
+}
+
+namespace {
+
+// im2col: one thread per element of cols (row n, p, q; column (i, j, c)), copying bits.
+// Neighbouring threads write neighbouring columns, so the writes, which dominate, coalesce;
+// the reads come mostly from L2 (each input element serves up to r * s rows).
+template <class T>
+__global__ void unfold(const T* x, T* cols, Unfold u) {
+  const int64_t total = u.rows * u.width;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = e / u.width, col = e % u.width;
+    T v{};
+    if (col < u.r * u.s * u.c) {
+      const int64_t c = col % u.c, ij = col / u.c, j = ij % u.s, i = ij / u.s;
+      const int64_t q = row % u.q, np = row / u.q, p = np % u.p, n = np / u.p;
+      const int64_t h = p * u.stride_h - u.pad_h + i * u.dilation_h;
+      const int64_t w = q * u.stride_w - u.pad_w + j * u.dilation_w;
+      if (h >= 0 && h < u.h && w >= 0 && w < u.w) v = x[((n * u.h + h) * u.w + w) * u.c + c];
+    }
+    cols[e] = v;
+  }
+}
+
+}  // namespace
+
+int launch_unfold(const void* x, void* cols, int esize, const Unfold& u, cudaStream_t stream) {
+  const int64_t total = u.rows * u.width;
+  const unsigned grid = unsigned(std::min<int64_t>((total + 255) / 256, 8192));
+  switch (esize) {
+    case 1:
+      unfold<<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(cols),
+                                       u);
+      break;
+    case 2:
+      unfold<<<grid, 256, 0, stream>>>(static_cast<const uint16_t*>(x),
+                                       static_cast<uint16_t*>(cols), u);
+      break;
+    case 4:
+      unfold<<<grid, 256, 0, stream>>>(static_cast<const uint32_t*>(x),
+                                       static_cast<uint32_t*>(cols), u);
+      break;
+    default:
+      unfold<<<grid, 256, 0, stream>>>(static_cast<const uint64_t*>(x),
+                                       static_cast<uint64_t*>(cols), u);
+  }
+  return cuda_status(cudaGetLastError(), "im2col launch");
 }
 
 int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], int count,

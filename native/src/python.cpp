@@ -544,6 +544,24 @@ int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_
 
 const void* py_builtins() { return py().ok ? kBuiltins : nullptr; }
 
+int py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags, void* stream) {
+  clear_error();
+  if (!py().ok)
+    return set_error(PCR_ERR_INTERNAL,
+                     "the Python-object entry points need a CPython process; use pcr_im2col");
+  Operand ops[kOperands];  // x and cols in a's and d's slots (d: the output's stream first)
+  pcr_conv cv{};
+  int st;
+  if ((st = ingest(x, "x", &ops[0])) || (st = ingest(cols, "cols", &ops[3])) ||
+      (st = read_conv(static_cast<PyObject*>(conv), &cv)))
+    return st;
+  if (!ops[0].present || !ops[3].present)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_im2col: x and cols are required");
+  if (ops[3].read_only) return set_error(PCR_ERR_READ_ONLY, "cols is read-only");
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return im2col(&ops[0].dl, &ops[3].dl, &cv, r, s, static_cast<cudaStream_t>(stream));
+}
+
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
                 pcr_problem* out, pcr_verdict* verdicts, int32_t count) {
   clear_error();

@@ -117,6 +117,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
 int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
                   double alpha, double beta, const pcr_extras& extras, pcr_problem* problem,
                   Bound* bound);
+// pcr_im2col: x and cols checked (x packed NHWC on a GPU, cols its N*P*Q unfolded rows
+// in x's dtype), then unfolded on `stream`.
+int im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* conv, int32_t r, int32_t s,
+           cudaStream_t stream);
 // The end of describe for every problem: the build knows its op, dtypes and epilogue at
 // all, and its device (d's, or the current one for host operands) is queried.
 int finish_problem(pcr_problem* problem, const Matrix& d, bool host);
@@ -279,6 +283,14 @@ int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor
 // converting dtypes. `bias` (d's dtype, or nullptr) is a broadcast view as in Bound.
 int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
                       const Matrix* bias = nullptr, ActivationArgs activation = {});
+// A convolution's input unfolded for a GEMM (pcr_im2col): x (n, h, w, c) packed, cols
+// (rows = n * p * q) x width, row-major and contiguous, for an r x s filter.
+struct Unfold {
+  int64_t rows, width;
+  int64_t n, h, w, c, p, q, r, s;
+  int64_t pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
+};
+int launch_unfold(const void* x, void* cols, int esize, const Unfold& unfold, cudaStream_t stream);
 // dst[i] = src[i] (zero-padded past src's extent) for operands staged into aligned
 // scratch: same-dtype copies with contiguous rows (or columns) in one launch, the rest
 // through launch_scale_copy.
@@ -318,6 +330,7 @@ int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta
                    int32_t kernel, pcr_problem* problem, pcr_plan** plan);
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
                 pcr_problem* out, pcr_verdict* verdicts, int32_t count);
+int py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags, void* stream);
 int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
                     double beta, int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,

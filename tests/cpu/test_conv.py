@@ -143,3 +143,77 @@ def test_a_pointwise_convolution_no_gemm_kernel_takes_goes_to_the_convolution_ke
     except pcr.Error as e:
         assert "this test" not in str(e)
     assert len(tried) == 1
+
+
+@pytest.mark.parametrize("op", ["fprop", "wgrad"])
+def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(monkeypatch, op):
+    """A stem's 3 channels: the input unfolded (27 values per output position, padded with
+    zeros to 32: 16 bytes), the filters (fprop) or the gradient (wgrad) padded alike, one
+    GEMM; wgrad's padded gradient then copied into dw by a K = 0 GEMM (d = c)."""
+    calls, unfolded = [], []
+
+    def unfold(x, r, s, geo, width, fill):
+        n, h, w, _ = x.shape
+        p, q = geo.out_extent((h, w), (r, s))
+        unfolded.append((x.shape, (r, s), geo.stride, width, fill))
+        return np.zeros((n * p * q, width), x.dtype)
+
+    monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv, "_unfold", unfold)
+    monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
+    x, w, dy = nhwc(2, 9, 9, 3), nhwc(8, 3, 3, 3), nhwc(2, 5, 5, 8)
+    if op == "fprop":
+        y = pcr.conv2d(x, w, stride=2, padding=1, activation="relu")
+        assert unfolded == [((2, 9, 9, 3), (3, 3), (2, 2), 32, True)] + [
+            ((8, 3, 3, 3), (3, 3), (1, 1), 32, True)  # the filters: one output position
+        ]
+        (a, b, c, d, alpha, beta), kw = calls[0]
+        assert (a.shape, b.shape, d.shape) == ((50, 32), (32, 8), (50, 8)) and c is None
+        assert np.shares_memory(d, y) and kw["activation"] == "relu"
+    else:
+        dw = pcr.conv2d_wgrad(dy, x, weight_size=(8, 3, 3, 3), stride=2, padding=1)
+        (a, b, c, d, alpha, beta), _ = calls[0]
+        assert (a.shape, b.shape, d.shape) == ((8, 50), (50, 32), (8, 32)) and beta == 0.0
+        (a0, b0, c0, d0, alpha0, beta0), _ = calls[1]  # dw = the first 27 columns
+        assert (a0.shape, b0.shape, c0.shape, d0.shape) == ((8, 0), (0, 27), (8, 27), (8, 27))
+        assert np.shares_memory(c0, d) and np.shares_memory(d0, dw) and beta0 == 1.0
+        calls.clear()
+        with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
+            pcr.conv2d_wgrad(dy, x, weight_size=(8, 3, 3, 3), stride=2, padding=1, beta=1.0, c=dw)
+        assert not calls  # beta * c: the convolution kernels
+    monkeypatch.setattr(_conv, "_on_gpu", lambda t: False)  # host arrays: the kernels
+    calls.clear()
+    with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
+        pcr.conv2d(x, w, stride=2, padding=1)
+    assert not calls
+
+
+@pytest.mark.parametrize(
+    "x, cols, r, match",
+    [
+        (
+            nhwc(1, 4, 4, 3),
+            np.zeros((16, 27), np.float16),
+            3,
+            "pcr_im2col: x and cols must be on one GPU",
+        ),
+        (
+            nhwc(1, 4, 4, 3),
+            np.zeros((16, 20), np.float16),
+            3,
+            r"cols must be a contiguous row-major \(16, >= 27\)",
+        ),
+        (nhwc(1, 4, 4, 3), np.zeros((16, 27), np.float32), 3, "cols must have x's dtype"),
+        (nhwc(1, 4, 4, 3), np.zeros((16, 27), np.float16), 0, "needs a filter of at least 1 x 1"),
+        (nhwc(1, 4, 4, 3), np.zeros((16, 27), np.float16)[:, ::2], 3, "contiguous row-major"),
+    ],
+)
+def test_im2col_checks_its_tensors(x, cols, r, match):
+    """pcr_im2col (3 x 3, padding 1: 16 output positions of 27 values) refuses before any GPU."""
+    from pycutlass_rt import _call, _lib
+
+    lib = _lib.load()
+    geo = _conv.geometry(Op.OP_FPROP, 1, 1, 1, 1)
+    objs, handle, flags, keep = _call.operands((x, None, None, cols), None)
+    with pytest.raises(pcr.Error, match=match):
+        lib.check(lib.pcr_py_im2col(objs[0], objs[3], geo.fields(), r, r, flags, handle))

@@ -200,3 +200,40 @@ def test_pointwise_convolutions_run_on_gemm_kernels(op):
     assert told.kernel and f"_{op}_" not in told.kernel, told
     assert any("pointwise" in note for note in told.notes)
     assert (got.float() - ref).norm() / ref.norm() < 2e-3
+
+
+FEW_CHANNELS = {  # (c, h, w, k, r, s, stride, padding): stems and a patch embedding
+    "resnet stem": (3, 32, 30, 64, 7, 7, 2, 3),
+    "latent conv_in": (4, 16, 16, 32, 3, 3, 1, 1),
+    "vit patches": (3, 32, 32, 48, 8, 8, 8, 0),
+}
+
+
+@pytest.mark.parametrize("case", FEW_CHANNELS)
+@pytest.mark.parametrize("op", ["fprop", "wgrad"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(case, op, dtype):
+    """Channels short of 16 bytes: the input unfolded (im2col) on the GPU, one GEMM kernel
+    (explain says so), torch's results; fprop with its bias and activation fused."""
+    c, h, w_, k, r, s, stride, padding = FEW_CHANNELS[case]
+    x = nchw(2, c, h, w_, dtype, seed=5)
+    w = nchw(k, c, r, s, dtype, seed=6)
+    bias = torch.arange(k, device="cuda").to(dtype) / 8
+    geo = dict(stride=stride, padding=padding)
+    y_ref = F.conv2d(x.double(), w.double(), **geo)
+    dy = nchw(*y_ref.shape, dtype, seed=7)
+    try:
+        if op == "fprop":
+            told = pcr.conv2d(x, w, bias, activation="relu", explain=True, **geo)
+            got = pcr.conv2d(x, w, bias, activation="relu", **geo)
+            ref = torch.relu(y_ref + bias.double()[None, :, None, None])
+        else:
+            told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True, **geo)
+            got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
+            ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **geo)
+    except pcr.UnsupportedError as e:
+        pytest.skip(f"no {dtype} GEMM kernel of this build takes it: {e}")
+    assert told.kernel and f"_{op}_" not in told.kernel, told
+    assert any("im2col" in note for note in told.notes), told.notes
+    err = (got.double() - ref).norm() / ref.norm()
+    assert err < 1e-2, err  # the products are exact; fp32 accumulation, 16-bit output
