@@ -254,47 +254,52 @@ int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaSt
 
 namespace {
 
-// im2col: one thread per element of cols (row n, p, q; column (i, j, c)), copying bits.
-// Neighbouring threads write neighbouring columns, so the writes, which dominate, coalesce;
-// the reads come mostly from L2 (each input element serves up to r * s rows).
+// im2col: threads along a row of cols (its columns: filter tap (i, j) and channel c, which
+// each thread works out once), blocks down the rows (output positions n, p, q). The writes,
+// which dominate, coalesce; the reads come mostly from L2 (each input element serves up to
+// r * s rows).
 template <class T>
 __global__ void unfold(const T* x, T* cols, Unfold u) {
-  const int64_t total = u.rows * u.width;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = e / u.width, col = e % u.width;
-    T v{};
-    if (col < u.r * u.s * u.c) {
-      const int64_t c = col % u.c, ij = col / u.c, j = ij % u.s, i = ij / u.s;
-      const int64_t q = row % u.q, np = row / u.q, p = np % u.p, n = np / u.p;
-      const int64_t h = p * u.stride_h - u.pad_h + i * u.dilation_h;
-      const int64_t w = q * u.stride_w - u.pad_w + j * u.dilation_w;
-      if (h >= 0 && h < u.h && w >= 0 && w < u.w) v = x[((n * u.h + h) * u.w + w) * u.c + c];
+  const int64_t taps = u.r * u.s * u.c;
+  for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; col < u.width;
+       col += int64_t(gridDim.x) * blockDim.x) {
+    const bool tap = col < taps;  // past r * s * c: the zeros that pad rows to 16 bytes
+    const int64_t c = tap ? col % u.c : 0, ij = tap ? col / u.c : 0;
+    const int64_t dh = (ij / u.s) * u.dilation_h - u.pad_h,
+                  dw = (ij % u.s) * u.dilation_w - u.pad_w;
+    for (int64_t row = blockIdx.y; row < u.rows; row += gridDim.y) {
+      T v{};
+      if (tap) {
+        const int64_t q = row % u.q, np = row / u.q, p = np % u.p, n = np / u.p;
+        const int64_t h = p * u.stride_h + dh, w = q * u.stride_w + dw;
+        if (h >= 0 && h < u.h && w >= 0 && w < u.w) v = x[((n * u.h + h) * u.w + w) * u.c + c];
+      }
+      cols[row * u.width + col] = v;
     }
-    cols[e] = v;
   }
 }
-
 }  // namespace
 
 int launch_unfold(const void* x, void* cols, int esize, const Unfold& u, cudaStream_t stream) {
-  const int64_t total = u.rows * u.width;
-  const unsigned grid = unsigned(std::min<int64_t>((total + 255) / 256, 8192));
+  // a block per 128 columns across, about a thousand blocks in all down the rows
+  const int64_t gx = std::min<int64_t>((u.width + 127) / 128, 64);
+  const dim3 grid(unsigned(gx),
+                  unsigned(std::min<int64_t>(u.rows, std::max<int64_t>(1, 1024 / gx))));
   switch (esize) {
     case 1:
-      unfold<<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(cols),
+      unfold<<<grid, 128, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(cols),
                                        u);
       break;
     case 2:
-      unfold<<<grid, 256, 0, stream>>>(static_cast<const uint16_t*>(x),
+      unfold<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(x),
                                        static_cast<uint16_t*>(cols), u);
       break;
     case 4:
-      unfold<<<grid, 256, 0, stream>>>(static_cast<const uint32_t*>(x),
+      unfold<<<grid, 128, 0, stream>>>(static_cast<const uint32_t*>(x),
                                        static_cast<uint32_t*>(cols), u);
       break;
     default:
-      unfold<<<grid, 256, 0, stream>>>(static_cast<const uint64_t*>(x),
+      unfold<<<grid, 128, 0, stream>>>(static_cast<const uint64_t*>(x),
                                        static_cast<uint64_t*>(cols), u);
   }
   return cuda_status(cudaGetLastError(), "im2col launch");
