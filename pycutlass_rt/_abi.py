@@ -412,6 +412,11 @@ FUNCTIONS = {
     #     int32_t s, void* stream)
     "pcr_im2col": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(Conv), c_int32,
                                    c_int32, c_void_p), False),
+    # int pcr_col2im(const DLTensor* cols, const DLTensor* dx, const DLTensor* c,
+    #     const pcr_conv* conv, int32_t r, int32_t s, double alpha, double beta, void* stream)
+    "pcr_col2im": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(DLTensor),
+                                   POINTER(Conv), c_int32, c_int32, c_double, c_double,
+                                   c_void_p), False),
     # int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
     #     const DLTensor* d, double alpha, double beta, const pcr_extras* extras, int32_t kernel,
     #     pcr_problem* problem, pcr_plan** plan)
@@ -498,6 +503,11 @@ FUNCTIONS = {
     #     int32_t s, int32_t flags, void* stream)
     "pcr_py_im2col": Function(c_int, (py_object, py_object, py_object, c_int32, c_int32, c_int32,
                                       c_void_p), True),
+    # int pcr_py_col2im(pcr_py_object* cols, pcr_py_object* dx, pcr_py_object* c,
+    #     pcr_py_object* conv, int32_t r, int32_t s, double alpha, double beta, int32_t flags,
+    #     void* stream)
+    "pcr_py_col2im": Function(c_int, (py_object, py_object, py_object, py_object, c_int32, c_int32,
+                                      c_double, c_double, c_int32, c_void_p), True),
     # const void* pcr_py_builtins(void)
     "pcr_py_builtins": Function(c_void_p, (), True),
 }

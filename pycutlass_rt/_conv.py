@@ -175,47 +175,90 @@ def _unfold(x, r: int, s: int, geo: Geometry, width: int, fill: bool):
     return cols
 
 
+def _fold(cols, dx, c, geo: Geometry, r: int, s: int, alpha: float, beta: float) -> None:
+    """dx = alpha * col2im(cols) + beta * c (pcr_col2im, on the producer's stream)."""
+    lib = _lib.load()
+    objs, handle, flags, keep = _call.operands((cols, None, c, dx), None)
+    lib.check(
+        lib.pcr_py_col2im(objs[0], objs[3], objs[2], geo.fields(), r, s, alpha, beta, flags, handle)
+    )
+    del keep
+
+
 #: a filter flattened (K x R*S*C) is its unfolding as an R x S image: one output position
 FLAT = Geometry(Op.OP_FPROP, (0, 0), (1, 1), (1, 1), 1)
 
 
-def as_unfolded(geo: Geometry, views, stream, beta, fill: bool = True):
-    """A few-channel convolution (a stem's 3 colours, a latent's 4: channels short of 16
-    bytes, where the implicit GEMM's few-channels iterators crawl) as one GEMM on its input
-    unfolded (im2col): (a, b, c, d, finish) for fprop (y = cols @ w^T) and wgrad (dw = dy^T
-    @ cols) of GPU tensors, one group, on the producer's stream (the unfolded input is its
-    framework's memory, ordered by that stream); else None. The unfolded width is padded
-    with zeros to 16 bytes, and so are the filters (fprop) or the gradient (wgrad: computed
-    padded, then ``finish()`` copies its columns into dw; wgrad takes no ``beta * c`` so)."""
-    fprop = geo.op == Op.OP_FPROP
-    if geo.groups != 1 or geo.op == Op.OP_DGRAD or stream is not None:
+class GemmForm(NamedTuple):
+    """A convolution pass as one GEMM d = act(alpha * a @ b + beta * c + bias), and what
+    turns its d into the pass's result afterwards (None: d is the result)."""
+
+    a: object
+    b: object
+    c: object
+    d: object
+    alpha: float
+    beta: float
+    finish: object = None
+
+
+def _few_channels(x) -> bool:
+    """Whether x's channels fall short of 16 bytes: where the implicit GEMM's few-channels
+    iterators crawl (a stem's 3 colours, a latent's 4)."""
+    return (x.shape[3] * x.dtype.itemsize) % 16 != 0
+
+
+def as_unfolded(geo: Geometry, views, stream, alpha, beta, fill: bool = True):
+    """A convolution as one GEMM on its input unfolded (im2col) or, for dgrad, a GEMM whose
+    unfolded result is folded back (col2im): the :class:`GemmForm` of fprop (y = cols @
+    w^T), wgrad (dw = dy^T @ cols) and dgrad (dx = col2im(dy @ w)) where the convolution
+    kernels do badly or not at all: channels short of 16 bytes, and a dgrad both strided
+    and dilated. GPU tensors, one group, on the producer's stream (the unfolded matrices
+    are its framework's memory, ordered by that stream); else None. Unfolded rows and the
+    flattened filters are padded with zeros to 16 bytes; wgrad computes a padded gradient
+    that ``finish`` copies into dw (so takes no ``beta * c``)."""
+    op = geo.op
+    if geo.groups != 1 or stream is not None or not all(_on_gpu(t) for t in views):
         return None
-    x = views[0] if fprop else views[1]
-    if not all(_on_gpu(t) for t in views) or (x.shape[3] * x.dtype.itemsize) % 16 == 0:
+    image = views[1] if op == Op.OP_WGRAD else views[3] if op == Op.OP_DGRAD else views[0]
+    strided_dilated = max(geo.stride) > 1 and max(geo.dilation) > 1
+    if not (_few_channels(image) or (op == Op.OP_DGRAD and strided_dilated)):
         return None
-    if not fprop and (beta != 0 or views[2] is not None):
+    if op == Op.OP_WGRAD and (beta != 0 or views[2] is not None):
         return None
-    k, r, s, ch = (views[1] if fprop else views[3]).shape
+    k, r, s, ch = (views[3] if op == Op.OP_WGRAD else views[1]).shape
     width = r * s * ch
-    unit = 16 // x.dtype.itemsize
+    unit = 16 // image.dtype.itemsize
     padded = -(-width // unit) * unit
-    cols = _unfold(x, r, s, geo, padded, fill)
-    if fprop:
+
+    def filters():  # w flattened (K x R*S*C), padded: its unfolding as an R x S image
         w = views[1]
-        w = w.reshape(k, width) if padded == width else _unfold(w, r, s, FLAT, padded, fill)
+        return w.reshape(k, width) if padded == width else _unfold(w, r, s, FLAT, padded, fill)
+
+    if op == Op.OP_FPROP:
         c = None if views[2] is None else views[2].reshape(-1, k)
-        return cols, w.T, c, views[3].reshape(-1, k), None
+        cols = _unfold(image, r, s, geo, padded, fill)
+        return GemmForm(cols, filters().T, c, views[3].reshape(-1, k), alpha, beta)
+    if op == Op.OP_DGRAD:
+        dy = views[0].reshape(-1, k)
+        grad = _matrix(image, dy.shape[0], padded)
+
+        def fold():
+            _fold(grad, image, views[2], geo, r, s, alpha, beta)
+
+        return GemmForm(dy, filters(), None, grad, 1.0, 0.0, fold)
+    cols = _unfold(image, r, s, geo, padded, fill)
     dy, dw = views[0].reshape(-1, k), views[3].reshape(k, width)
     if padded == width:
-        return dy.T, cols, None, dw, None
-    grad = _matrix(x, k, padded)
+        return GemmForm(dy.T, cols, None, dw, alpha, 0.0)
+    grad = _matrix(image, k, padded)
 
-    def finish():  # dw = the padded gradient's first r*s*C columns: a K = 0 GEMM, d = c
+    def copy():  # dw = the padded gradient's first r*s*C columns: a K = 0 GEMM, d = c
         from . import gemm
 
-        gemm(_matrix(x, k, 0), _matrix(x, 0, width), grad[:, :width], dw, 1.0, 1.0)
+        gemm(_matrix(image, k, 0), _matrix(image, 0, width), grad[:, :width], dw, 1.0, 1.0)
 
-    return dy.T, cols, None, grad, finish
+    return GemmForm(dy.T, cols, None, grad, alpha, 0.0, copy)
 
 
 def conv_math(math):
@@ -239,45 +282,46 @@ def prepare(geo: Geometry, views, alpha, beta, bias, activation, math, stream, k
     )
 
 
-def _gemm_routes(geo: Geometry, views, stream, beta, explain):
+def _gemm_routes(geo: Geometry, views, stream, alpha, beta, explain):
     """A convolution's GEMM forms, best first, each with the note explain() gives it (None
     where the form does not apply); made lazily, so that a route taken ends the search."""
-    yield (
-        as_gemm(geo, views),
-        "a pointwise convolution: run as a GEMM on its NHWC tensors' flat views",
-    )
+    mats = as_gemm(geo, views)
+    note = "a pointwise convolution: run as a GEMM on its NHWC tensors' flat views"
+    yield (None if mats is None else GemmForm(*mats, alpha, beta)), note
     note = (
-        "few channels: run as a GEMM on the input unfolded (im2col): one more pass, N*P*Q x R*S*C"
+        "run as a GEMM on the input unfolded (im2col; dgrad: its result folded back, col2im): "
+        "one more pass over N*P*Q x R*S*C"
     )
-    yield as_unfolded(geo, views, stream, beta, fill=not explain), note
+    yield as_unfolded(geo, views, stream, alpha, beta, fill=not explain), note
 
 
 def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
     """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
     with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. Unless a
     convolution kernel is named, a pointwise one runs as a GEMM on its tensors
-    (:func:`as_gemm`), a few-channel one as a GEMM on its unfolded input
-    (:func:`as_unfolded`), where a GEMM kernel of the build takes them; the rest, and those,
-    on the convolution kernels."""
-    for mats, note in _gemm_routes(geo, views, stream, beta, explain) if kernel is None else ():
-        if mats is None:
+    (:func:`as_gemm`), a few-channel one (and a strided, dilated dgrad) as a GEMM on
+    unfolded operands (:func:`as_unfolded`), where a GEMM kernel of the build takes them;
+    the rest, and those, on the convolution kernels."""
+    for form, note in (
+        _gemm_routes(geo, views, stream, alpha, beta, explain) if kernel is None else ()
+    ):
+        if form is None:
             continue
         from . import gemm
 
-        a, b, c, d, *finish = mats
         kw = dict(bias=bias, activation=activation, math=conv_math(math))
         if explain:
-            told = explain_gemm(a, b, c, d, alpha, beta, **kw)
+            told = explain_gemm(*form[:6], **kw)
             if told.kernel is not None:
                 told.notes.append(note)
                 return told
             continue
         try:
-            gemm(a, b, c, d, alpha, beta, stream=stream, **kw)
+            gemm(*form[:6], stream=stream, **kw)
         except UnsupportedError:  # raised before the GEMM launched anything
             continue
-        if finish and finish[0] is not None:
-            finish[0]()
+        if form.finish is not None:
+            form.finish()
         return None
     call = prepare(geo, views, alpha, beta, bias, activation, math, stream, kernel)
     lib = _lib.load()

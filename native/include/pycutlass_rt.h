@@ -350,6 +350,13 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, co
  * (w unfolded as an r x s image: K rows). Asynchronous on `stream`, capture-safe. */
 PCR_API int pcr_im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* conv, int32_t r,
                        int32_t s, void* stream);
+/* Its adjoint, for dgrad as a GEMM (dcols = dy @ w, unfolded like cols): dx = alpha * (the
+ * sum, in fp32, of every entry of cols that pcr_im2col would have copied from each element
+ * of dx) + beta * c (c: NULL, or dx's shape and dtype; it may be dx). dx packed NHWC,
+ * float16, bfloat16 or float32; cols as pcr_im2col's for dx's shape. */
+PCR_API int pcr_col2im(const DLTensor* cols, const DLTensor* dx, const DLTensor* c,
+                       const pcr_conv* conv, int32_t r, int32_t s, double alpha, double beta,
+                       void* stream);
 
 /* ---- bound plans ----------------------------------------------------------------
  * A plan is one problem with its kernel chosen and its launch parameters built: running
@@ -550,6 +557,10 @@ PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* o
 /* pcr_im2col on Python objects; `conv` is pcr_conv's 8 ints as a tuple. */
 PCR_API int pcr_py_im2col(pcr_py_object* x, pcr_py_object* cols, pcr_py_object* conv, int32_t r,
                           int32_t s, int32_t flags, void* stream);
+/* pcr_col2im on Python objects (c may be None). */
+PCR_API int pcr_py_col2im(pcr_py_object* cols, pcr_py_object* dx, pcr_py_object* c,
+                          pcr_py_object* conv, int32_t r, int32_t s, double alpha, double beta,
+                          int32_t flags, void* stream);
 /* The per-call entry points, as CPython builtins (METH_FASTCALL) only: a PyMethodDef
  * array, ended by a zeroed entry, for PyCFunction_New. A builtin takes its arguments
  * without ctypes' conversions (an 11-argument ctypes call costs microseconds of host time)

@@ -171,6 +171,15 @@ PCR_API int pcr_im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* 
   });
 }
 
+PCR_API int pcr_col2im(const DLTensor* cols, const DLTensor* dx, const DLTensor* c,
+                       const pcr_conv* conv, int32_t r, int32_t s, double alpha, double beta,
+                       void* stream) {
+  return guarded([&] {
+    clear_error();
+    return col2im(cols, dx, c, conv, r, s, alpha, beta, static_cast<cudaStream_t>(stream));
+  });
+}
+
 // ---- kernel choice: the time model and the ranking ---------------------------------
 
 PCR_API int pcr_model_terms(const pcr_kernel_desc* kernel, int64_t m, int64_t n, int64_t k,
@@ -230,6 +239,11 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
 PCR_API int pcr_py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags,
                           void* stream) {
   return guarded([&] { return py_im2col(x, cols, conv, r, s, flags, stream); });
+}
+
+PCR_API int pcr_py_col2im(void* cols, void* dx, void* c, void* conv, int32_t r, int32_t s,
+                          double alpha, double beta, int32_t flags, void* stream) {
+  return guarded([&] { return py_col2im(cols, dx, c, conv, r, s, alpha, beta, flags, stream); });
 }
 
 PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, double beta,

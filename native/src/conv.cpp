@@ -218,25 +218,34 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
   return finish_problem(p, D.flat, host);
 }
 
-int im2col(const DLTensor* xt, const DLTensor* ct, const pcr_conv* cv, int32_t r, int32_t s,
-           cudaStream_t stream) {
-  if (!xt || !ct || !cv)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_im2col: x, cols and conv are required");
+namespace {
+
+// An image and its unfolding (pcr_im2col, pcr_col2im) checked: the geometry, the image a
+// packed NHWC tensor, cols a contiguous row-major (N*P*Q x >= r*s*C) matrix of its dtype.
+// `what` names the call in messages.
+struct Unfolding {
+  Tensor4 image;
+  Matrix cols;
+  int64_t p = 0, q = 0;
+};
+int check_unfolding(const DLTensor* it, const char* image, const DLTensor* ct, const pcr_conv* cv,
+                    int32_t r, int32_t s, const char* what, Unfolding* u) {
+  if (!it || !ct || !cv)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: %s, cols and conv are required", what, image);
   if (r < 1 || s < 1 || cv->pad_h < 0 || cv->pad_w < 0 || cv->stride_h < 1 || cv->stride_w < 1 ||
       cv->dilation_h < 1 || cv->dilation_w < 1 || cv->groups != 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "pcr_im2col: needs a filter of at least 1 x 1 (got %d x %d), padding >= 0, "
+                     "%s: needs a filter of at least 1 x 1 (got %d x %d), padding >= 0, "
                      "stride and dilation >= 1, one group",
-                     r, s);
-  Tensor4 x;
-  if (int st = load_packed(xt, "x", "NHWC", &x)) return st;
-  const int64_t p = out_extent(x.dim[1], cv->pad_h, cv->dilation_h, r, cv->stride_h);
-  const int64_t q = out_extent(x.dim[2], cv->pad_w, cv->dilation_w, s, cv->stride_w);
-  if (p < 0 || q < 0)
+                     what, r, s);
+  if (int st = load_packed(it, image, "NHWC", &u->image)) return st;
+  const int64_t* dim = u->image.dim;
+  u->p = out_extent(dim[1], cv->pad_h, cv->dilation_h, r, cv->stride_h);
+  u->q = out_extent(dim[2], cv->pad_w, cv->dilation_w, s, cv->stride_w);
+  if (u->p < 0 || u->q < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "pcr_im2col: the %d x %d filter is larger than the padded input", r, s);
-  const int64_t rows = x.dim[0] * p * q, width = int64_t(r) * s * x.dim[3];
-  Matrix cols;
+                     "%s: the %d x %d filter is larger than the padded input", what, r, s);
+  const int64_t rows = dim[0] * u->p * u->q, width = int64_t(r) * s * dim[3];
   if (ct->ndim != 2 || ct->shape[0] != rows || ct->shape[1] < width ||
       (ct->strides && ct->shape[0] > 1 && ct->strides[0] != ct->shape[1]) ||
       (ct->strides && ct->shape[1] > 1 && ct->strides[1] != 1))
@@ -244,23 +253,96 @@ int im2col(const DLTensor* xt, const DLTensor* ct, const pcr_conv* cv, int32_t r
                      "cols must be a contiguous row-major (%" PRId64 ", >= %" PRId64
                      ") matrix: N * P * Q rows of r * s * C values",
                      rows, width);
+  Matrix& cols = u->cols;
   cols.rows = ct->shape[0];
   cols.cols = ct->shape[1];
+  cols.s0 = cols.cols;
+  cols.s1 = 1;
   if (int st = load_dtype(ct, "cols", &cols)) return st;
   if (int st = load_place(ct, "cols", cols.rows * cols.cols, &cols)) return st;
-  if (cols.dtype != x.flat.dtype)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "cols must have x's dtype");
-  if (is_host(x.flat.device_type) || is_host(cols.device_type) ||
-      x.flat.device_id != cols.device_id)
-    return set_error(PCR_ERR_DEVICE_MISMATCH, "pcr_im2col: x and cols must be on one GPU");
-  if (overlaps(x.flat, cols)) return set_error(PCR_ERR_OVERLAP, "pcr_im2col: cols overlaps x");
-  if (rows == 0 || cols.cols == 0) return PCR_OK;
+  if (cols.dtype != u->image.flat.dtype)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "cols must have %s's dtype", image);
+  return PCR_OK;
+}
+
+// The last check of both (after their own): one GPU for both tensors, apart.
+int on_one_gpu(const Unfolding& u, const char* image, const char* what) {
+  const Matrix &img = u.image.flat, &cols = u.cols;
+  if (is_host(img.device_type) || is_host(cols.device_type) || img.device_id != cols.device_id)
+    return set_error(PCR_ERR_DEVICE_MISMATCH, "%s: %s and cols must be on one GPU", what, image);
+  if (overlaps(img, cols)) return set_error(PCR_ERR_OVERLAP, "%s: cols overlaps %s", what, image);
+  return PCR_OK;
+}
+
+}  // namespace
+
+int im2col(const DLTensor* xt, const DLTensor* ct, const pcr_conv* cv, int32_t r, int32_t s,
+           cudaStream_t stream) {
+  Unfolding u;
+  if (int st = check_unfolding(xt, "x", ct, cv, r, s, "pcr_im2col", &u)) return st;
+  if (int st = on_one_gpu(u, "x", "pcr_im2col")) return st;
+  if (u.cols.rows == 0 || u.cols.cols == 0) return PCR_OK;
   DeviceGuard guard;
-  if (int st = guard.set(cols.device_id)) return st;
-  const Unfold u{
-      rows,      cols.cols, x.dim[0],     x.dim[1],     x.dim[2],       x.dim[3],      p, q, r, s,
-      cv->pad_h, cv->pad_w, cv->stride_h, cv->stride_w, cv->dilation_h, cv->dilation_w};
-  return launch_unfold(x.flat.ptr, cols.ptr, cols.esize, u, stream);
+  if (int st = guard.set(u.cols.device_id)) return st;
+  const int64_t* d = u.image.dim;
+  const Unfold un{u.cols.rows,
+                  u.cols.cols,
+                  d[0],
+                  d[1],
+                  d[2],
+                  d[3],
+                  u.p,
+                  u.q,
+                  r,
+                  s,
+                  cv->pad_h,
+                  cv->pad_w,
+                  cv->stride_h,
+                  cv->stride_w,
+                  cv->dilation_h,
+                  cv->dilation_w};
+  return launch_unfold(u.image.flat.ptr, u.cols.ptr, u.cols.esize, un, stream);
+}
+
+int col2im(const DLTensor* ct, const DLTensor* dxt, const DLTensor* c, const pcr_conv* cv,
+           int32_t r, int32_t s, double alpha, double beta, cudaStream_t stream) {
+  Unfolding u;
+  if (int st = check_unfolding(dxt, "dx", ct, cv, r, s, "pcr_col2im", &u)) return st;
+  const Matrix& dx = u.image.flat;
+  if (dx.dtype != PCR_F16 && dx.dtype != PCR_BF16 && dx.dtype != PCR_F32)
+    return set_error(PCR_ERR_UNSUPPORTED, "pcr_col2im: dx must be float16, bfloat16 or float32");
+  Tensor4 in;
+  if (c) {
+    if (int st = load_packed(c, "c", "NHWC", &in)) return st;
+    if (!std::equal(in.dim, in.dim + 4, u.image.dim) || in.flat.dtype != dx.dtype ||
+        in.flat.device_type != dx.device_type || in.flat.device_id != dx.device_id)
+      return set_error(PCR_ERR_INVALID_ARGUMENT, "c must be dx's shape and dtype, on its GPU");
+    if (overlaps(in.flat, dx) && in.flat.ptr != dx.ptr)
+      return set_error(PCR_ERR_OVERLAP, "c overlaps dx without being it");
+  }
+  if (int st = on_one_gpu(u, "dx", "pcr_col2im")) return st;
+  if (dx.rows * dx.cols == 0) return PCR_OK;
+  DeviceGuard guard;
+  if (int st = guard.set(dx.device_id)) return st;
+  const int64_t* d = u.image.dim;
+  const Fold f{d[0],
+               d[1],
+               d[2],
+               d[3],
+               u.p,
+               u.q,
+               r,
+               s,
+               u.cols.cols,
+               cv->pad_h,
+               cv->pad_w,
+               cv->stride_h,
+               cv->stride_w,
+               cv->dilation_h,
+               cv->dilation_w,
+               float(alpha),
+               float(beta)};
+  return launch_fold(u.cols.ptr, dx.ptr, c ? in.flat.ptr : nullptr, dx.dtype, f, stream);
 }
 
 }  // namespace pcr

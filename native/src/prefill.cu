@@ -1,7 +1,8 @@
 // d = act(scale * src + bias) for strided (batches of) matrices with dtype conversion:
 // the whole answer when K == 0, C brought into D's form (layout, dtype, broadcast
 // strides) before a kernel reads it, and operands staged into (or out of) aligned scratch;
-// and a convolution's input unfolded into the matrix a GEMM takes (im2col).
+// and a convolution's input unfolded into the matrix a GEMM takes (im2col), and back
+// (col2im: a dgrad's unfolded gradient summed into dx).
 #include <algorithm>
 #include <type_traits>
 
@@ -278,6 +279,45 @@ __global__ void unfold(const T* x, T* cols, Unfold u) {
     }
   }
 }
+
+// col2im, the adjoint of unfold: each element of dx (n, h, w, c) gathers, in fp32, the
+// unfolded gradient's entries of every filter tap (i, j) whose window covered it (the
+// output positions p, q with p * stride_h + i * dilation_h - pad_h = h, likewise w), then
+// dx = alpha * sum + beta * c. A gather, not a scatter: no atomics, the same order always.
+template <class T>
+__global__ void fold(const T* cols, T* dx, const T* c, Fold f) {
+  const int64_t total = f.n * f.h * f.w * f.c;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ch = e % f.c, hw = e / f.c, w = hw % f.w, nh = hw / f.w, h = nh % f.h,
+                  n = nh / f.h;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < f.r; ++i) {
+      const int64_t hp = h + f.pad_h - i * f.dilation_h;
+      if (hp < 0 || hp % f.stride_h || hp / f.stride_h >= f.p) continue;
+      for (int64_t j = 0; j < f.s; ++j) {
+        const int64_t wq = w + f.pad_w - j * f.dilation_w;
+        if (wq < 0 || wq % f.stride_w || wq / f.stride_w >= f.q) continue;
+        const int64_t row = (n * f.p + hp / f.stride_h) * f.q + wq / f.stride_w;
+        acc += to<float>(cols[row * f.width + (i * f.s + j) * f.c + ch]);
+      }
+    }
+    float v = f.alpha * acc;
+    if (c) v += f.beta * to<float>(c[e]);
+    dx[e] = from<T>(v);
+  }
+}
+
+template <class T>
+int launch_fold_typed(const void* cols, void* dx, const void* c, const Fold& f,
+                      cudaStream_t stream) {
+  const int64_t total = f.n * f.h * f.w * f.c;
+  const unsigned grid = unsigned(std::min<int64_t>((total + 255) / 256, 8192));
+  fold<<<grid, 256, 0, stream>>>(static_cast<const T*>(cols), static_cast<T*>(dx),
+                                 static_cast<const T*>(c), f);
+  return cuda_status(cudaGetLastError(), "col2im launch");
+}
+
 }  // namespace
 
 int launch_unfold(const void* x, void* cols, int esize, const Unfold& u, cudaStream_t stream) {
@@ -330,6 +370,20 @@ int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], in
                               : stage_rows<uint64_t>;
   kernel<<<grid, 128, 0, stream>>>(jobs[0], jobs[1]);
   return cuda_status(cudaGetLastError(), "stage_rows launch");
+}
+
+int launch_fold(const void* cols, void* dx, const void* c, int dtype, const Fold& fold,
+                cudaStream_t stream) {
+  switch (dtype) {
+    case PCR_F16:
+      return launch_fold_typed<__half>(cols, dx, c, fold, stream);
+    case PCR_BF16:
+      return launch_fold_typed<__nv_bfloat16>(cols, dx, c, fold, stream);
+    case PCR_F32:
+      return launch_fold_typed<float>(cols, dx, c, fold, stream);
+    default:
+      return set_error(PCR_ERR_UNSUPPORTED, "col2im takes float16, bfloat16 and float32");
+  }
 }
 
 }  // namespace pcr

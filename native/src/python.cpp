@@ -562,6 +562,26 @@ int py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t fla
   return im2col(&ops[0].dl, &ops[3].dl, &cv, r, s, static_cast<cudaStream_t>(stream));
 }
 
+int py_col2im(void* cols, void* dx, void* c, void* conv, int32_t r, int32_t s, double alpha,
+              double beta, int32_t flags, void* stream) {
+  clear_error();
+  if (!py().ok)
+    return set_error(PCR_ERR_INTERNAL,
+                     "the Python-object entry points need a CPython process; use pcr_col2im");
+  Operand ops[kOperands];  // cols, c and dx in a's, c's and d's slots
+  pcr_conv cv{};
+  int st;
+  if ((st = ingest(cols, "cols", &ops[0])) || (st = ingest(c, "c", &ops[2])) ||
+      (st = ingest(dx, "dx", &ops[3])) || (st = read_conv(static_cast<PyObject*>(conv), &cv)))
+    return st;
+  if (!ops[0].present || !ops[3].present)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_col2im: cols and dx are required");
+  if (ops[3].read_only) return set_error(PCR_ERR_READ_ONLY, "dx is read-only");
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return col2im(&ops[0].dl, &ops[3].dl, dl_or_null(ops[2]), &cv, r, s, alpha, beta,
+                static_cast<cudaStream_t>(stream));
+}
+
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
                 pcr_problem* out, pcr_verdict* verdicts, int32_t count) {
   clear_error();

@@ -121,6 +121,9 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
 // in x's dtype), then unfolded on `stream`.
 int im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* conv, int32_t r, int32_t s,
            cudaStream_t stream);
+// pcr_col2im: cols (N*P*Q x width), dx and c (dx's shape, or null) checked, then folded.
+int col2im(const DLTensor* cols, const DLTensor* dx, const DLTensor* c, const pcr_conv* conv,
+           int32_t r, int32_t s, double alpha, double beta, cudaStream_t stream);
 // The end of describe for every problem: the build knows its op, dtypes and epilogue at
 // all, and its device (d's, or the current one for host operands) is queried.
 int finish_problem(pcr_problem* problem, const Matrix& d, bool host);
@@ -291,6 +294,15 @@ struct Unfold {
   int64_t pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
 };
 int launch_unfold(const void* x, void* cols, int esize, const Unfold& unfold, cudaStream_t stream);
+// The adjoint (pcr_col2im): dx (n, h, w, c) = alpha * the sum of cols' entries that unfold
+// would have copied from each element, + beta * c (c may be null); dtype f16, bf16 or f32.
+struct Fold {
+  int64_t n, h, w, c, p, q, r, s, width;
+  int64_t pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
+  float alpha, beta;
+};
+int launch_fold(const void* cols, void* dx, const void* c, int dtype, const Fold& fold,
+                cudaStream_t stream);
 // dst[i] = src[i] (zero-padded past src's extent) for operands staged into aligned
 // scratch: same-dtype copies with contiguous rows (or columns) in one launch, the rest
 // through launch_scale_copy.
@@ -331,6 +343,8 @@ int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
                 pcr_problem* out, pcr_verdict* verdicts, int32_t count);
 int py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags, void* stream);
+int py_col2im(void* cols, void* dx, void* c, void* conv, int32_t r, int32_t s, double alpha,
+              double beta, int32_t flags, void* stream);
 int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
                     double beta, int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,

@@ -217,3 +217,65 @@ def test_im2col_checks_its_tensors(x, cols, r, match):
     objs, handle, flags, keep = _call.operands((x, None, None, cols), None)
     with pytest.raises(pcr.Error, match=match):
         lib.check(lib.pcr_py_im2col(objs[0], objs[3], geo.fields(), r, r, flags, handle))
+
+
+@pytest.mark.parametrize(
+    "channels, stride, dilation", [(3, 2, 1), (16, 2, 2)], ids=["few channels", "strided dilated"]
+)
+def test_dgrad_the_kernels_do_badly_runs_as_a_gemm_folded_back(
+    monkeypatch, channels, stride, dilation
+):
+    """dgrad with channels short of 16 bytes, or strided and dilated at once: one GEMM into
+    the unfolded gradient (dy @ w flattened, padded), then col2im into dx with alpha, beta, c."""
+    calls, folds = [], []
+
+    def unfold(x, r, s, geo, width, fill):
+        return np.zeros((x.shape[0], width), x.dtype)  # the filters only: one position each
+
+    monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv, "_unfold", unfold)
+    monkeypatch.setattr(_conv, "_fold", lambda *args: folds.append(args))
+    monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
+    x_shape = (2, 9, 9, channels)
+    p = (9 + 2 - dilation * 2 - 1) // stride + 1
+    dy, w = nhwc(2, p, p, 8), nhwc(8, 3, 3, channels)
+    c = nhwc(*x_shape)
+    geo = dict(stride=stride, padding=1, dilation=dilation)
+    dx = pcr.conv2d_dgrad(dy, w, input_size=x_shape, alpha=2.0, beta=0.5, c=c, **geo)
+    width = 9 * channels
+    padded = -(-width // 8) * 8
+    (a, b, c0, d, alpha, beta), _ = calls[0]
+    assert (a.shape, b.shape, d.shape) == ((2 * p * p, 8), (8, padded), (2 * p * p, padded))
+    assert (c0, alpha, beta) == (None, 1.0, 0.0)
+    ((cols, into, added, geom, r, s, alpha, beta),) = folds
+    assert cols is d and np.shares_memory(into, dx) and added is c and (alpha, beta) == (2.0, 0.5)
+    assert (geom.stride, geom.dilation, r, s) == ((stride, stride), (dilation, dilation), 3, 3)
+
+
+@pytest.mark.parametrize(
+    "dx, cols, c, match",
+    [
+        (nhwc(1, 4, 4, 3), np.zeros((16, 27), np.float16), None, "dx and cols must be on one GPU"),
+        (nhwc(1, 4, 4, 3), np.zeros((15, 27), np.float16), None, r"\(16, >= 27\)"),
+        (np.zeros((1, 4, 4, 3), np.int8), np.zeros((16, 27), np.int8), None, "float16, bfloat16"),
+        (
+            nhwc(1, 4, 4, 3),
+            np.zeros((16, 27), np.float16),
+            nhwc(1, 4, 4, 2),
+            "c must be dx's shape",
+        ),
+    ],
+)
+def test_col2im_checks_its_tensors(dx, cols, c, match):
+    """pcr_col2im refuses before any GPU: shapes, dtypes, places."""
+    from pycutlass_rt import _call, _lib
+
+    lib = _lib.load()
+    geo = _conv.geometry(Op.OP_DGRAD, 1, 1, 1, 1)
+    objs, handle, flags, keep = _call.operands((cols, None, c, dx), None)
+    with pytest.raises(pcr.Error, match=match):
+        lib.check(
+            lib.pcr_py_col2im(
+                objs[0], objs[3], objs[2], geo.fields(), 3, 3, 1.0, 0.0, flags, handle
+            )
+        )

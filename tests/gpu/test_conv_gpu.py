@@ -210,7 +210,7 @@ FEW_CHANNELS = {  # (c, h, w, k, r, s, stride, padding): stems and a patch embed
 
 
 @pytest.mark.parametrize("case", FEW_CHANNELS)
-@pytest.mark.parametrize("op", ["fprop", "wgrad"])
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(case, op, dtype):
     """Channels short of 16 bytes: the input unfolded (im2col) on the GPU, one GEMM kernel
@@ -227,6 +227,10 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(case, op, 
             told = pcr.conv2d(x, w, bias, activation="relu", explain=True, **geo)
             got = pcr.conv2d(x, w, bias, activation="relu", **geo)
             ref = torch.relu(y_ref + bias.double()[None, :, None, None])
+        elif op == "dgrad":
+            told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True, **geo)
+            got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, alpha=2.0, beta=1.0, c=x, **geo)
+            ref = 2 * torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo) + x
         else:
             told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True, **geo)
             got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
@@ -237,3 +241,19 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(case, op, 
     assert any("im2col" in note for note in told.notes), told.notes
     err = (got.double() - ref).norm() / ref.norm()
     assert err < 1e-2, err  # the products are exact; fp32 accumulation, 16-bit output
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_strided_dilated_dgrad_runs_as_a_gemm_folded_back(dtype):
+    """dgrad both strided and dilated (no convolution kernel takes it): dy @ w into the
+    unfolded gradient, folded back into dx (col2im), torch's result."""
+    x = nchw(2, 16, 17, 15, dtype, seed=8)
+    w = nchw(24, 16, 3, 3, dtype, seed=9)
+    geo = dict(stride=2, padding=2, dilation=2)
+    dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, dtype, seed=10)
+    try:
+        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **geo)
+    except pcr.UnsupportedError as e:
+        pytest.skip(f"no {dtype} GEMM kernel of this build takes it: {e}")
+    ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo)
+    assert (got.double() - ref).norm() / ref.norm() < 1e-2
