@@ -161,6 +161,12 @@ def _on_gpu(t) -> bool:
     return t is None or (device is not None and device()[0] == 2)  # kDLCUDA
 
 
+def _makes_matrices(t) -> bool:
+    """Whether :func:`_matrix` can make scratch in ``t``'s framework on its GPU (torch,
+    cupy): the GEMM routes that need scratch are taken only there."""
+    return _torch(t) is not None or type(t).__module__.split(".")[0] == "cupy"
+
+
 def _unfold(x, r: int, s: int, geo: Geometry, width: int, fill: bool):
     """x unfolded for an r x s filter (pcr_im2col, on the producer's stream): a new
     (N*P*Q, width) matrix; left unfilled without ``fill`` (explain() describes it only)."""
@@ -221,6 +227,8 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, fill: bool = True):
     if geo.groups != 1 or stream is not None or not all(_on_gpu(t) for t in views):
         return None
     image = views[1] if op == Op.OP_WGRAD else views[3] if op == Op.OP_DGRAD else views[0]
+    if not _makes_matrices(image):
+        return None
     strided_dilated = max(geo.stride) > 1 and max(geo.dilation) > 1
     if not (_few_channels(image) or (op == Op.OP_DGRAD and strided_dilated)):
         return None

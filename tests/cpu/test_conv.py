@@ -159,6 +159,7 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(monkeypatc
         return np.zeros((n * p * q, width), x.dtype)
 
     monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
     monkeypatch.setattr(_conv, "_unfold", unfold)
     monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
     x, w, dy = nhwc(2, 9, 9, 3), nhwc(8, 3, 3, 3), nhwc(2, 5, 5, 8)
@@ -181,11 +182,12 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(monkeypatc
         with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
             pcr.conv2d_wgrad(dy, x, weight_size=(8, 3, 3, 3), stride=2, padding=1, beta=1.0, c=dw)
         assert not calls  # beta * c: the convolution kernels
-    monkeypatch.setattr(_conv, "_on_gpu", lambda t: False)  # host arrays: the kernels
-    calls.clear()
-    with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
-        pcr.conv2d(x, w, stride=2, padding=1)
-    assert not calls
+    for where in ("_on_gpu", "_makes_matrices"):  # host arrays, or a framework (jax, numba)
+        monkeypatch.setattr(_conv, where, lambda t: False)  # whose scratch is not made here:
+        calls.clear()  # the convolution kernels
+        with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
+            pcr.conv2d(x, w, stride=2, padding=1)
+        assert not calls
 
 
 @pytest.mark.parametrize(
@@ -233,6 +235,7 @@ def test_dgrad_the_kernels_do_badly_runs_as_a_gemm_folded_back(
         return np.zeros((x.shape[0], width), x.dtype)  # the filters only: one position each
 
     monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
     monkeypatch.setattr(_conv, "_unfold", unfold)
     monkeypatch.setattr(_conv, "_fold", lambda *args: folds.append(args))
     monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
