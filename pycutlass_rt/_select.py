@@ -73,7 +73,7 @@ def _resolved(rules: dict, candidates: list):
     key = (id(rules), tuple(c.name for c in candidates))
     hit = _RESOLVED.get(key)
     if hit is None or hit[0] is not rules:
-        if len(_RESOLVED) >= 1024:
+        if len(_RESOLVED) >= 32:  # each holds a copy of the table in the library (~1 MB)
             _RESOLVED.clear()
         hit = _RESOLVED[key] = (rules, _table.resolve(rules, candidates))
     return hit[1]
