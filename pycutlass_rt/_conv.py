@@ -195,6 +195,10 @@ def _fold(cols, dx, c, geo: Geometry, r: int, s: int, alpha: float, beta: float)
 FLAT = Geometry(Op.OP_FPROP, (0, 0), (1, 1), (1, 1), 1)
 
 
+#: the largest unfolded matrix a GEMM route makes (beyond it, the convolution kernels run)
+UNFOLD_MAX_BYTES = 4 << 30
+
+
 class GemmForm(NamedTuple):
     """A convolution pass as one GEMM d = act(alpha * a @ b + beta * c + bias), and what
     turns its d into the pass's result afterwards (None: d is the result)."""
@@ -238,6 +242,9 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, fill: bool = True):
     width = r * s * ch
     unit = 16 // image.dtype.itemsize
     padded = -(-width // unit) * unit
+    n, p, q, _ = (views[3] if op == Op.OP_FPROP else views[0]).shape  # y or dy
+    if n * p * q * padded * image.dtype.itemsize > UNFOLD_MAX_BYTES:
+        return None
 
     def filters():  # w flattened (K x R*S*C), padded: its unfolding as an R x S image
         w = views[1]
