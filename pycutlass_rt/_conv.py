@@ -218,62 +218,87 @@ def _few_channels(x) -> bool:
     return (x.shape[3] * x.dtype.itemsize) % 16 != 0
 
 
-def as_unfolded(geo: Geometry, views, stream, alpha, beta, fill: bool = True):
+def _split_cols(m, groups: int):
+    """(rows, groups * w) -> (groups, rows, w): a block of columns per group (a view)."""
+    if groups == 1:
+        return m
+    rows, cols = m.shape
+    return m.reshape(rows, groups, cols // groups).swapaxes(0, 1)
+
+
+def _split_rows(m, groups: int):
+    """(groups * r, cols) -> (groups, r, cols): a block of rows per group (a view)."""
+    return m if groups == 1 else m.reshape(groups, m.shape[0] // groups, m.shape[1])
+
+
+def _t(m):
+    """The (batched) matrix transposed: a view."""
+    return m.swapaxes(-1, -2)
+
+
+def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, fill: bool = True):
     """A convolution as one GEMM on its input unfolded (im2col) or, for dgrad, a GEMM whose
     unfolded result is folded back (col2im): the :class:`GemmForm` of fprop (y = cols @
-    w^T), wgrad (dw = dy^T @ cols) and dgrad (dx = col2im(dy @ w)) where the convolution
-    kernels do badly or not at all: channels short of 16 bytes, and a dgrad both strided
-    and dilated. GPU tensors, one group, on the producer's stream (the unfolded matrices
-    are its framework's memory, ordered by that stream); else None. Unfolded rows and the
-    flattened filters are padded with zeros to 16 bytes; wgrad computes a padded gradient
-    that ``finish`` copies into dw (so takes no ``beta * c``)."""
-    op = geo.op
-    if geo.groups != 1 or stream is not None or not all(_on_gpu(t) for t in views):
+    w^T), wgrad (dw = dy^T @ cols) and dgrad (dx = col2im(dy @ w)), one GEMM per group in
+    a batch, where the convolution kernels do badly or not at all: channels short of 16
+    bytes, a dgrad both strided and dilated, groups (not depthwise: one channel per group
+    would make GEMMs of width one; a grouped fprop takes no bias this way). GPU tensors on
+    the producer's stream (the unfolded matrices are its framework's memory, ordered by that
+    stream); else None. Each group's unfolded columns and its flattened filters are padded
+    with zeros to 16 bytes; wgrad computes a padded gradient that ``finish`` copies into dw
+    (so takes no ``beta * c``)."""
+    op, groups = geo.op, geo.groups
+    if stream is not None or not all(_on_gpu(t) for t in views):
         return None
     image = views[1] if op == Op.OP_WGRAD else views[3] if op == Op.OP_DGRAD else views[0]
     if not _makes_matrices(image):
         return None
+    k, r, s, ch = (views[3] if op == Op.OP_WGRAD else views[1]).shape  # ch: C / groups
     strided_dilated = max(geo.stride) > 1 and max(geo.dilation) > 1
-    if not (_few_channels(image) or (op == Op.OP_DGRAD and strided_dilated)):
+    if groups > 1:
+        if ch == 1 or (op == Op.OP_FPROP and bias is not None):
+            return None
+    elif not (_few_channels(image) or (op == Op.OP_DGRAD and strided_dilated)):
         return None
     if op == Op.OP_WGRAD and (beta != 0 or views[2] is not None):
         return None
-    k, r, s, ch = (views[3] if op == Op.OP_WGRAD else views[1]).shape
     width = r * s * ch
     unit = 16 // image.dtype.itemsize
     padded = -(-width // unit) * unit
     n, p, q, _ = (views[3] if op == Op.OP_FPROP else views[0]).shape  # y or dy
-    if n * p * q * padded * image.dtype.itemsize > UNFOLD_MAX_BYTES:
+    if n * p * q * groups * padded * image.dtype.itemsize > UNFOLD_MAX_BYTES:
         return None
 
-    def filters():  # w flattened (K x R*S*C), padded: its unfolding as an R x S image
+    def filters():  # w flattened (K x R*S*C/groups), padded: its unfolding as an R x S image
         w = views[1]
-        return w.reshape(k, width) if padded == width else _unfold(w, r, s, FLAT, padded, fill)
+        flat = w.reshape(k, width) if padded == width else _unfold(w, r, s, FLAT, padded, fill)
+        return _split_rows(flat, groups)
 
     if op == Op.OP_FPROP:
-        c = None if views[2] is None else views[2].reshape(-1, k)
-        cols = _unfold(image, r, s, geo, padded, fill)
-        return GemmForm(cols, filters().T, c, views[3].reshape(-1, k), alpha, beta)
+        cols = _split_cols(_unfold(image, r, s, geo, groups * padded, fill), groups)
+        c = None if views[2] is None else _split_cols(views[2].reshape(-1, k), groups)
+        y = _split_cols(views[3].reshape(-1, k), groups)
+        return GemmForm(cols, _t(filters()), c, y, alpha, beta)
+    dy = _split_cols(views[0].reshape(-1, k), groups)
     if op == Op.OP_DGRAD:
-        dy = views[0].reshape(-1, k)
-        grad = _matrix(image, dy.shape[0], padded)
+        grad = _matrix(image, n * p * q, groups * padded)
 
         def fold():
             _fold(grad, image, views[2], geo, r, s, alpha, beta)
 
-        return GemmForm(dy, filters(), None, grad, 1.0, 0.0, fold)
-    cols = _unfold(image, r, s, geo, padded, fill)
-    dy, dw = views[0].reshape(-1, k), views[3].reshape(k, width)
+        return GemmForm(dy, filters(), None, _split_cols(grad, groups), 1.0, 0.0, fold)
+    cols = _split_cols(_unfold(image, r, s, geo, groups * padded, fill), groups)
+    dw = views[3].reshape(k, width)
     if padded == width:
-        return GemmForm(dy.T, cols, None, dw, alpha, 0.0)
+        return GemmForm(_t(dy), cols, None, _split_rows(dw, groups), alpha, 0.0)
     grad = _matrix(image, k, padded)
 
-    def copy():  # dw = the padded gradient's first r*s*C columns: a K = 0 GEMM, d = c
+    def copy():  # dw = the padded gradient's first r*s*C/groups columns: a K = 0 GEMM, d = c
         from . import gemm
 
         gemm(_matrix(image, k, 0), _matrix(image, 0, width), grad[:, :width], dw, 1.0, 1.0)
 
-    return GemmForm(dy.T, cols, None, grad, alpha, 0.0, copy)
+    return GemmForm(_t(dy), cols, None, _split_rows(grad, groups), alpha, 0.0, copy)
 
 
 def conv_math(math):
@@ -297,7 +322,7 @@ def prepare(geo: Geometry, views, alpha, beta, bias, activation, math, stream, k
     )
 
 
-def _gemm_routes(geo: Geometry, views, stream, alpha, beta, explain):
+def _gemm_routes(geo: Geometry, views, stream, alpha, beta, bias, explain):
     """A convolution's GEMM forms, best first, each with the note explain() gives it (None
     where the form does not apply); made lazily, so that a route taken ends the search."""
     mats = as_gemm(geo, views)
@@ -307,18 +332,18 @@ def _gemm_routes(geo: Geometry, views, stream, alpha, beta, explain):
         "run as a GEMM on the input unfolded (im2col; dgrad: its result folded back, col2im): "
         "one more pass over N*P*Q x R*S*C"
     )
-    yield as_unfolded(geo, views, stream, alpha, beta, fill=not explain), note
+    yield as_unfolded(geo, views, stream, alpha, beta, bias, fill=not explain), note
 
 
 def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
     """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
     with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. Unless a
     convolution kernel is named, a pointwise one runs as a GEMM on its tensors
-    (:func:`as_gemm`), a few-channel one (and a strided, dilated dgrad) as a GEMM on
-    unfolded operands (:func:`as_unfolded`), where a GEMM kernel of the build takes them;
-    the rest, and those, on the convolution kernels."""
+    (:func:`as_gemm`), a few-channel or grouped one (and a strided, dilated dgrad) as a
+    GEMM on unfolded operands (:func:`as_unfolded`), where a GEMM kernel of the build takes
+    them; the rest, and those, on the convolution kernels."""
     for form, note in (
-        _gemm_routes(geo, views, stream, alpha, beta, explain) if kernel is None else ()
+        _gemm_routes(geo, views, stream, alpha, beta, bias, explain) if kernel is None else ()
     ):
         if form is None:
             continue

@@ -342,12 +342,14 @@ PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, co
 /* Remembers candidate kernels, best first, for every later problem equal to *problem;
  * a call takes the first that can implement it (at most 8 are kept). */
 /* A convolution's input unfolded for one GEMM (im2col): x (N x H x W x C, packed NHWC, on
- * a GPU) for an r x s filter under conv's padding, stride and dilation (its op is ignored;
- * one group) into cols, a contiguous row-major (N*P*Q x width) matrix of x's dtype, width
- * >= r*s*C: row (n, p, q) holds x[n, p*stride_h - pad_h + i*dilation_h, q*stride_w - pad_w
- * + j*dilation_w, c] at column (i*s + j)*C + c (0 outside x), and 0 past r*s*C. Then fprop
- * is y = cols @ w^T and wgrad dw = dy^T @ cols, with w flattened (K x r*s*C) the same way
- * (w unfolded as an r x s image: K rows). Asynchronous on `stream`, capture-safe. */
+ * a GPU) for an r x s filter under conv's padding, stride, dilation and groups (its op is
+ * ignored) into cols, a contiguous row-major (N*P*Q x width) matrix of x's dtype, in one
+ * block of width / groups >= r*s*C' columns per group (C' = C / groups): row (n, p, q)
+ * holds, in group g's block at column (i*s + j)*C' + c, x[n, p*stride_h - pad_h +
+ * i*dilation_h, q*stride_w - pad_w + j*dilation_w, g*C' + c] (0 outside x), then zeros.
+ * Then fprop is y = cols @ w^T and wgrad dw = dy^T @ cols (per group, batched), with w
+ * flattened (K x r*s*C') the same way (w unfolded as an r x s image: K rows). Asynchronous
+ * on `stream`, capture-safe. */
 PCR_API int pcr_im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* conv, int32_t r,
                        int32_t s, void* stream);
 /* Its adjoint, for dgrad as a GEMM (dcols = dy @ w, unfolded like cols): dx = alpha * (the

@@ -226,33 +226,38 @@ namespace {
 struct Unfolding {
   Tensor4 image;
   Matrix cols;
-  int64_t p = 0, q = 0;
+  Im2col g{};  // the geometry the kernels take
 };
 int check_unfolding(const DLTensor* it, const char* image, const DLTensor* ct, const pcr_conv* cv,
                     int32_t r, int32_t s, const char* what, Unfolding* u) {
   if (!it || !ct || !cv)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: %s, cols and conv are required", what, image);
   if (r < 1 || s < 1 || cv->pad_h < 0 || cv->pad_w < 0 || cv->stride_h < 1 || cv->stride_w < 1 ||
-      cv->dilation_h < 1 || cv->dilation_w < 1 || cv->groups != 1)
+      cv->dilation_h < 1 || cv->dilation_w < 1 || cv->groups < 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "%s: needs a filter of at least 1 x 1 (got %d x %d), padding >= 0, "
-                     "stride and dilation >= 1, one group",
+                     "stride, dilation and groups >= 1",
                      what, r, s);
   if (int st = load_packed(it, image, "NHWC", &u->image)) return st;
   const int64_t* dim = u->image.dim;
-  u->p = out_extent(dim[1], cv->pad_h, cv->dilation_h, r, cv->stride_h);
-  u->q = out_extent(dim[2], cv->pad_w, cv->dilation_w, s, cv->stride_w);
-  if (u->p < 0 || u->q < 0)
+  const int64_t groups = cv->groups;
+  if (dim[3] % groups)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: %s's %" PRId64 " channels in %d groups", what,
+                     image, dim[3], cv->groups);
+  const int64_t p = out_extent(dim[1], cv->pad_h, cv->dilation_h, r, cv->stride_h);
+  const int64_t q = out_extent(dim[2], cv->pad_w, cv->dilation_w, s, cv->stride_w);
+  if (p < 0 || q < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "%s: the %d x %d filter is larger than the padded input", what, r, s);
-  const int64_t rows = dim[0] * u->p * u->q, width = int64_t(r) * s * dim[3];
-  if (ct->ndim != 2 || ct->shape[0] != rows || ct->shape[1] < width ||
+  const int64_t rows = dim[0] * p * q, taps = int64_t(r) * s * (dim[3] / groups);
+  if (ct->ndim != 2 || ct->shape[0] != rows || ct->shape[1] % groups ||
+      ct->shape[1] / groups < taps ||
       (ct->strides && ct->shape[0] > 1 && ct->strides[0] != ct->shape[1]) ||
       (ct->strides && ct->shape[1] > 1 && ct->strides[1] != 1))
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "cols must be a contiguous row-major (%" PRId64 ", >= %" PRId64
-                     ") matrix: N * P * Q rows of r * s * C values",
-                     rows, width);
+                     "cols must be a contiguous row-major (%" PRId64 ", %d x >= %" PRId64
+                     ") matrix: N * P * Q rows of a block per group of r * s * C / groups values",
+                     rows, cv->groups, taps);
   Matrix& cols = u->cols;
   cols.rows = ct->shape[0];
   cols.cols = ct->shape[1];
@@ -262,6 +267,22 @@ int check_unfolding(const DLTensor* it, const char* image, const DLTensor* ct, c
   if (int st = load_place(ct, "cols", cols.rows * cols.cols, &cols)) return st;
   if (cols.dtype != u->image.flat.dtype)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "cols must have %s's dtype", image);
+  u->g = Im2col{dim[0],
+                dim[1],
+                dim[2],
+                dim[3],
+                p,
+                q,
+                r,
+                s,
+                cols.cols,
+                groups,
+                cv->pad_h,
+                cv->pad_w,
+                cv->stride_h,
+                cv->stride_w,
+                cv->dilation_h,
+                cv->dilation_w};
   return PCR_OK;
 }
 
@@ -284,24 +305,7 @@ int im2col(const DLTensor* xt, const DLTensor* ct, const pcr_conv* cv, int32_t r
   if (u.cols.rows == 0 || u.cols.cols == 0) return PCR_OK;
   DeviceGuard guard;
   if (int st = guard.set(u.cols.device_id)) return st;
-  const int64_t* d = u.image.dim;
-  const Unfold un{u.cols.rows,
-                  u.cols.cols,
-                  d[0],
-                  d[1],
-                  d[2],
-                  d[3],
-                  u.p,
-                  u.q,
-                  r,
-                  s,
-                  cv->pad_h,
-                  cv->pad_w,
-                  cv->stride_h,
-                  cv->stride_w,
-                  cv->dilation_h,
-                  cv->dilation_w};
-  return launch_unfold(u.image.flat.ptr, u.cols.ptr, u.cols.esize, un, stream);
+  return launch_unfold(u.image.flat.ptr, u.cols.ptr, u.cols.esize, u.g, stream);
 }
 
 int col2im(const DLTensor* ct, const DLTensor* dxt, const DLTensor* c, const pcr_conv* cv,
@@ -324,25 +328,8 @@ int col2im(const DLTensor* ct, const DLTensor* dxt, const DLTensor* c, const pcr
   if (dx.rows * dx.cols == 0) return PCR_OK;
   DeviceGuard guard;
   if (int st = guard.set(dx.device_id)) return st;
-  const int64_t* d = u.image.dim;
-  const Fold f{d[0],
-               d[1],
-               d[2],
-               d[3],
-               u.p,
-               u.q,
-               r,
-               s,
-               u.cols.cols,
-               cv->pad_h,
-               cv->pad_w,
-               cv->stride_h,
-               cv->stride_w,
-               cv->dilation_h,
-               cv->dilation_w,
-               float(alpha),
-               float(beta)};
-  return launch_fold(u.cols.ptr, dx.ptr, c ? in.flat.ptr : nullptr, dx.dtype, f, stream);
+  return launch_fold(u.cols.ptr, dx.ptr, c ? in.flat.ptr : nullptr, dx.dtype, u.g, float(alpha),
+                     float(beta), stream);
 }
 
 }  // namespace pcr

@@ -255,76 +255,78 @@ int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaSt
 
 namespace {
 
-// im2col: threads along a row of cols (its columns: filter tap (i, j) and channel c, which
-// each thread works out once), blocks down the rows (output positions n, p, q). The writes,
-// which dominate, coalesce; the reads come mostly from L2 (each input element serves up to
-// r * s rows).
+// im2col: threads across a row of cols (its columns: group, filter tap (i, j) and channel,
+// which each thread works out once), blocks down the rows (output positions n, p, q). The
+// writes, which dominate, coalesce; the reads come mostly from L2 (each input element
+// serves up to r * s rows).
 template <class T>
-__global__ void unfold(const T* x, T* cols, Unfold u) {
-  const int64_t taps = u.r * u.s * u.c;
-  for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; col < u.width;
+__global__ void unfold(const T* x, T* cols, Im2col g) {
+  const int64_t rows = g.n * g.p * g.q, block = g.width / g.groups, cg = g.c / g.groups;
+  for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; col < g.width;
        col += int64_t(gridDim.x) * blockDim.x) {
-    const bool tap = col < taps;  // past r * s * c: the zeros that pad rows to 16 bytes
-    const int64_t c = tap ? col % u.c : 0, ij = tap ? col / u.c : 0;
-    const int64_t dh = (ij / u.s) * u.dilation_h - u.pad_h,
-                  dw = (ij % u.s) * u.dilation_w - u.pad_w;
-    for (int64_t row = blockIdx.y; row < u.rows; row += gridDim.y) {
+    const int64_t within = col % block;
+    const bool tap = within < g.r * g.s * cg;  // past the taps: zeros padding to 16 bytes
+    const int64_t ch = tap ? (col / block) * cg + within % cg : 0, ij = tap ? within / cg : 0;
+    const int64_t dh = (ij / g.s) * g.dilation_h - g.pad_h;
+    const int64_t dw = (ij % g.s) * g.dilation_w - g.pad_w;
+    for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
       T v{};
       if (tap) {
-        const int64_t q = row % u.q, np = row / u.q, p = np % u.p, n = np / u.p;
-        const int64_t h = p * u.stride_h + dh, w = q * u.stride_w + dw;
-        if (h >= 0 && h < u.h && w >= 0 && w < u.w) v = x[((n * u.h + h) * u.w + w) * u.c + c];
+        const int64_t q = row % g.q, np = row / g.q, p = np % g.p, n = np / g.p;
+        const int64_t h = p * g.stride_h + dh, w = q * g.stride_w + dw;
+        if (h >= 0 && h < g.h && w >= 0 && w < g.w) v = x[((n * g.h + h) * g.w + w) * g.c + ch];
       }
-      cols[row * u.width + col] = v;
+      cols[row * g.width + col] = v;
     }
   }
 }
 
-// col2im, the adjoint of unfold: each element of dx (n, h, w, c) gathers, in fp32, the
-// unfolded gradient's entries of every filter tap (i, j) whose window covered it (the
+// col2im, the adjoint of unfold: each element of dx (n, h, w, channel) gathers, in fp32,
+// the unfolded gradient's entries of every filter tap (i, j) whose window covered it (the
 // output positions p, q with p * stride_h + i * dilation_h - pad_h = h, likewise w), then
 // dx = alpha * sum + beta * c. A gather, not a scatter: no atomics, the same order always.
 template <class T>
-__global__ void fold(const T* cols, T* dx, const T* c, Fold f) {
-  const int64_t total = f.n * f.h * f.w * f.c;
+__global__ void fold(const T* cols, T* dx, const T* c, Im2col g, float alpha, float beta) {
+  const int64_t total = g.n * g.h * g.w * g.c, block = g.width / g.groups, cg = g.c / g.groups;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
        e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t ch = e % f.c, hw = e / f.c, w = hw % f.w, nh = hw / f.w, h = nh % f.h,
-                  n = nh / f.h;
+    const int64_t ch = e % g.c, hw = e / g.c, w = hw % g.w, nh = hw / g.w, h = nh % g.h,
+                  n = nh / g.h;
+    const int64_t first = (ch / cg) * block + ch % cg;  // the channel's column at tap 0
     float acc = 0.0f;
-    for (int64_t i = 0; i < f.r; ++i) {
-      const int64_t hp = h + f.pad_h - i * f.dilation_h;
-      if (hp < 0 || hp % f.stride_h || hp / f.stride_h >= f.p) continue;
-      for (int64_t j = 0; j < f.s; ++j) {
-        const int64_t wq = w + f.pad_w - j * f.dilation_w;
-        if (wq < 0 || wq % f.stride_w || wq / f.stride_w >= f.q) continue;
-        const int64_t row = (n * f.p + hp / f.stride_h) * f.q + wq / f.stride_w;
-        acc += to<float>(cols[row * f.width + (i * f.s + j) * f.c + ch]);
+    for (int64_t i = 0; i < g.r; ++i) {
+      const int64_t hp = h + g.pad_h - i * g.dilation_h;
+      if (hp < 0 || hp % g.stride_h || hp / g.stride_h >= g.p) continue;
+      for (int64_t j = 0; j < g.s; ++j) {
+        const int64_t wq = w + g.pad_w - j * g.dilation_w;
+        if (wq < 0 || wq % g.stride_w || wq / g.stride_w >= g.q) continue;
+        const int64_t row = (n * g.p + hp / g.stride_h) * g.q + wq / g.stride_w;
+        acc += to<float>(cols[row * g.width + first + (i * g.s + j) * cg]);
       }
     }
-    float v = f.alpha * acc;
-    if (c) v += f.beta * to<float>(c[e]);
+    float v = alpha * acc;
+    if (c) v += beta * to<float>(c[e]);
     dx[e] = from<T>(v);
   }
 }
 
 template <class T>
-int launch_fold_typed(const void* cols, void* dx, const void* c, const Fold& f,
-                      cudaStream_t stream) {
-  const int64_t total = f.n * f.h * f.w * f.c;
+int launch_fold_typed(const void* cols, void* dx, const void* c, const Im2col& g, float alpha,
+                      float beta, cudaStream_t stream) {
+  const int64_t total = g.n * g.h * g.w * g.c;
   const unsigned grid = unsigned(std::min<int64_t>((total + 255) / 256, 8192));
   fold<<<grid, 256, 0, stream>>>(static_cast<const T*>(cols), static_cast<T*>(dx),
-                                 static_cast<const T*>(c), f);
+                                 static_cast<const T*>(c), g, alpha, beta);
   return cuda_status(cudaGetLastError(), "col2im launch");
 }
 
 }  // namespace
 
-int launch_unfold(const void* x, void* cols, int esize, const Unfold& u, cudaStream_t stream) {
+int launch_unfold(const void* x, void* cols, int esize, const Im2col& u, cudaStream_t stream) {
   // a block per 128 columns across, about a thousand blocks in all down the rows
   const int64_t gx = std::min<int64_t>((u.width + 127) / 128, 64);
   const dim3 grid(unsigned(gx),
-                  unsigned(std::min<int64_t>(u.rows, std::max<int64_t>(1, 1024 / gx))));
+                  unsigned(std::min<int64_t>(u.n * u.p * u.q, std::max<int64_t>(1, 1024 / gx))));
   switch (esize) {
     case 1:
       unfold<<<grid, 128, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(cols),
@@ -372,15 +374,15 @@ int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], in
   return cuda_status(cudaGetLastError(), "stage_rows launch");
 }
 
-int launch_fold(const void* cols, void* dx, const void* c, int dtype, const Fold& fold,
-                cudaStream_t stream) {
+int launch_fold(const void* cols, void* dx, const void* c, int dtype, const Im2col& g, float alpha,
+                float beta, cudaStream_t stream) {
   switch (dtype) {
     case PCR_F16:
-      return launch_fold_typed<__half>(cols, dx, c, fold, stream);
+      return launch_fold_typed<__half>(cols, dx, c, g, alpha, beta, stream);
     case PCR_BF16:
-      return launch_fold_typed<__nv_bfloat16>(cols, dx, c, fold, stream);
+      return launch_fold_typed<__nv_bfloat16>(cols, dx, c, g, alpha, beta, stream);
     case PCR_F32:
-      return launch_fold_typed<float>(cols, dx, c, fold, stream);
+      return launch_fold_typed<float>(cols, dx, c, g, alpha, beta, stream);
     default:
       return set_error(PCR_ERR_UNSUPPORTED, "col2im takes float16, bfloat16 and float32");
   }

@@ -286,23 +286,19 @@ int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor
 // converting dtypes. `bias` (d's dtype, or nullptr) is a broadcast view as in Bound.
 int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
                       const Matrix* bias = nullptr, ActivationArgs activation = {});
-// A convolution's input unfolded for a GEMM (pcr_im2col): x (n, h, w, c) packed, cols
-// (rows = n * p * q) x width, row-major and contiguous, for an r x s filter.
-struct Unfold {
-  int64_t rows, width;
-  int64_t n, h, w, c, p, q, r, s;
+// A convolution's input and its unfolding for a GEMM (pcr_im2col, pcr_col2im): the image
+// (n, h, w, c) packed NHWC; cols (n * p * q) x width, row-major and contiguous, in `groups`
+// blocks of width / groups columns, block g holding channels [g c', (g + 1) c') (c' = c /
+// groups) of an r x s filter's taps at (i * s + j) * c' + channel, then zeros.
+struct Im2col {
+  int64_t n, h, w, c, p, q, r, s, width, groups;
   int64_t pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
 };
-int launch_unfold(const void* x, void* cols, int esize, const Unfold& unfold, cudaStream_t stream);
-// The adjoint (pcr_col2im): dx (n, h, w, c) = alpha * the sum of cols' entries that unfold
-// would have copied from each element, + beta * c (c may be null); dtype f16, bf16 or f32.
-struct Fold {
-  int64_t n, h, w, c, p, q, r, s, width;
-  int64_t pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
-  float alpha, beta;
-};
-int launch_fold(const void* cols, void* dx, const void* c, int dtype, const Fold& fold,
-                cudaStream_t stream);
+int launch_unfold(const void* x, void* cols, int esize, const Im2col& g, cudaStream_t stream);
+// The adjoint: dx = alpha * (the sum of cols' entries that unfold would have copied from
+// each element) + beta * c (c may be null); dtype f16, bf16 or f32.
+int launch_fold(const void* cols, void* dx, const void* c, int dtype, const Im2col& g, float alpha,
+                float beta, cudaStream_t stream);
 // dst[i] = src[i] (zero-padded past src's extent) for operands staged into aligned
 // scratch: same-dtype copies with contiguous rows (or columns) in one launch, the rest
 // through launch_scale_copy.

@@ -203,7 +203,7 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(monkeypatc
             nhwc(1, 4, 4, 3),
             np.zeros((16, 20), np.float16),
             3,
-            r"cols must be a contiguous row-major \(16, >= 27\)",
+            r"cols must be a contiguous row-major \(16, 1 x >= 27\)",
         ),
         (nhwc(1, 4, 4, 3), np.zeros((16, 27), np.float32), 3, "cols must have x's dtype"),
         (nhwc(1, 4, 4, 3), np.zeros((16, 27), np.float16), 0, "needs a filter of at least 1 x 1"),
@@ -259,7 +259,7 @@ def test_dgrad_the_kernels_do_badly_runs_as_a_gemm_folded_back(
     "dx, cols, c, match",
     [
         (nhwc(1, 4, 4, 3), np.zeros((16, 27), np.float16), None, "dx and cols must be on one GPU"),
-        (nhwc(1, 4, 4, 3), np.zeros((15, 27), np.float16), None, r"\(16, >= 27\)"),
+        (nhwc(1, 4, 4, 3), np.zeros((15, 27), np.float16), None, r"\(16, 1 x >= 27\)"),
         (np.zeros((1, 4, 4, 3), np.int8), np.zeros((16, 27), np.int8), None, "float16, bfloat16"),
         (
             nhwc(1, 4, 4, 3),
@@ -282,3 +282,114 @@ def test_col2im_checks_its_tensors(dx, cols, c, match):
                 objs[0], objs[3], objs[2], geo.fields(), 3, 3, 1.0, 0.0, flags, handle
             )
         )
+
+
+# ---- the GEMM routes end to end, on the CPU: the library's unfolding and GEMM emulated --
+
+
+def np_unfold(x, r, s, geo, width, fill=True):
+    """pcr_im2col's contract in numpy (group blocks of width / groups columns)."""
+    n, h, w, c = x.shape
+    groups, (ph, pw), (sh, sw), (dh, dw) = geo.groups, geo.padding, geo.stride, geo.dilation
+    cg, block = c // groups, width // groups
+    p, q = geo.out_extent((h, w), (r, s))
+    xp = np.pad(x, ((0, 0), (ph, ph), (pw, pw), (0, 0)))
+    cols = np.zeros((n * p * q, width), x.dtype)
+    for i in range(r):
+        for j in range(s):
+            win = xp[
+                :, i * dh : i * dh + sh * (p - 1) + 1 : sh, j * dw : j * dw + sw * (q - 1) + 1 : sw
+            ]
+            win = win.reshape(n * p * q, groups, cg)
+            for g in range(groups):
+                at = g * block + (i * s + j) * cg
+                cols[:, at : at + cg] = win[:, g]
+    return cols
+
+
+def np_fold(cols, dx, c, geo, r, s, alpha, beta):
+    """pcr_col2im's contract in numpy: the adjoint of np_unfold, then alpha and beta * c."""
+    n, h, w, ch = dx.shape
+    groups, (ph, pw), (sh, sw), (dh, dw) = geo.groups, geo.padding, geo.stride, geo.dilation
+    cg, block = ch // groups, cols.shape[1] // groups
+    p = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+    q = (w + 2 * pw - dw * (s - 1) - 1) // sw + 1
+    acc = np.zeros((n, h + 2 * ph + sh, w + 2 * pw + sw, ch))
+    for i in range(r):
+        for j in range(s):
+            taps = [cols[:, g * block + (i * s + j) * cg :][:, :cg] for g in range(groups)]
+            grad = np.concatenate(taps, axis=1).reshape(n, p, q, ch)
+            acc[:, i * dh : i * dh + sh * p : sh, j * dw : j * dw + sw * q : sw] += grad
+    dx[...] = alpha * acc[:, ph : ph + h, pw : pw + w] + (0 if c is None else beta * c)
+
+
+def np_gemm(a, b, c, d, alpha=1.0, beta=0.0, **kw):
+    """pcr.gemm's contract in numpy (batched by matmul), no bias or activation."""
+    out = alpha * np.matmul(a.astype(np.float64), b.astype(np.float64))
+    d[...] = out if c is None else out + beta * c
+
+
+def reference(op, x, w, dy, stride, padding, dilation, groups):
+    """torch's conv2d and its gradients, by loops over the filter taps (float64, NHWC)."""
+    n, h, wd, ch = x.shape
+    k, r, s, cg = w.shape
+    kg = k // groups
+    p, q = dy.shape[1:3]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (padding,) * 2, (padding,) * 2, (0, 0)))
+    y = np.zeros((n, p, q, k))
+    dxp, dw = np.zeros_like(xp), np.zeros((k, r, s, cg))
+    for i in range(r):
+        for j in range(s):
+            hs = slice(i * dilation, i * dilation + stride * (p - 1) + 1, stride)
+            ws = slice(j * dilation, j * dilation + stride * (q - 1) + 1, stride)
+            for g in range(groups):
+                xw = xp[:, hs, ws, g * cg : (g + 1) * cg]
+                wg, dyg = (
+                    w[g * kg : (g + 1) * kg, i, j].astype(np.float64),
+                    dy[..., g * kg : (g + 1) * kg],
+                )
+                y[..., g * kg : (g + 1) * kg] += np.einsum("npqc,kc->npqk", xw, wg)
+                dxp[:, hs, ws, g * cg : (g + 1) * cg] += np.einsum("npqk,kc->npqc", dyg, wg)
+                dw[g * kg : (g + 1) * kg, i, j] += np.einsum("npqk,npqc->kc", dyg, xw)
+    dx = dxp[:, padding : padding + h, padding : padding + wd]
+    return {"fprop": y, "dgrad": dx, "wgrad": dw}[op]
+
+
+CASES = {  # (n, h, w, c, k, r, s, stride, padding, dilation, groups)
+    "stem": (2, 9, 8, 3, 5, 3, 3, 2, 1, 1, 1),
+    "grouped": (2, 7, 6, 8, 6, 3, 3, 1, 1, 1, 2),
+    "grouped strided": (1, 9, 9, 12, 6, 3, 3, 2, 1, 1, 3),
+    "strided dilated": (1, 11, 10, 16, 8, 3, 3, 2, 2, 2, 1),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
+def test_gemm_routes_compute_the_convolution(monkeypatch, case, op):
+    """The unfolding routes' views, padding, group batches and finishing steps, run with
+    numpy stand-ins for pcr_im2col, pcr_col2im and the GEMM: torch's convolution."""
+    n, h, w_, c, k, r, s, stride, padding, dilation, groups = CASES[case]
+    if op != "dgrad" and case == "strided dilated":
+        pytest.skip("the convolution kernels take it")
+    rng = np.random.default_rng(0)
+    x = rng.integers(-2, 3, (n, h, w_, c)).astype(np.float16)
+    w = rng.integers(-2, 3, (k, r, s, c // groups)).astype(np.float16)
+    p = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
+    q = (w_ + 2 * padding - dilation * (s - 1) - 1) // stride + 1
+    dy = rng.integers(-2, 3, (n, p, q, k)).astype(np.float16)
+    monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
+    monkeypatch.setattr(_conv, "_unfold", np_unfold)
+    monkeypatch.setattr(_conv, "_fold", np_fold)
+    monkeypatch.setattr(pcr, "gemm", np_gemm)
+    geo = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    if op == "fprop":
+        got = pcr.conv2d(x, w, **geo)
+    elif op == "dgrad":
+        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, alpha=2.0, beta=1.0, c=x, **geo)
+    else:
+        got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
+    want = reference(op, x, w, dy, stride, padding, dilation, groups)
+    if op == "dgrad":
+        want = 2 * want + x
+    np.testing.assert_array_equal(got.astype(np.float64), want)  # small integers: exact

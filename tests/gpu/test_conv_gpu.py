@@ -137,16 +137,17 @@ def test_nhwc_arrays_of_other_producers():
 
 
 def test_refusals_name_the_fix():
-    """Tensors that are not channels_last, groups without a kernel, mismatched shapes."""
+    """Tensors that are not channels_last, a depthwise convolution (no kernel or GEMM form),
+    mismatched shapes."""
     need("fprop")
     x = torch.randn(1, 16, 8, 8, device="cuda", dtype=torch.float16)  # NCHW-contiguous
     w = torch.randn(8, 16, 3, 3, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
     with pytest.raises(pcr.InvalidArgumentError, match="channels_last"):
         pcr.conv2d(x, w)
     x = x.contiguous(memory_format=CL)
-    w2 = torch.randn(8, 8, 3, 3, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
+    depthwise = torch.randn(16, 1, 3, 3, device="cuda", dtype=torch.float16)
     with pytest.raises(pcr.UnsupportedError, match="groups"):
-        pcr.conv2d(x, w2, groups=2)
+        pcr.conv2d(x, depthwise.contiguous(memory_format=CL), groups=16)
     out = torch.empty(1, 8, 7, 7, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
     with pytest.raises(pcr.InvalidArgumentError, match=r"\(1, 8, 8, 8\)"):
         pcr.conv2d(x, w, padding=1, out=out)
@@ -256,4 +257,27 @@ def test_strided_dilated_dgrad_runs_as_a_gemm_folded_back(dtype):
     except pcr.UnsupportedError as e:
         pytest.skip(f"no {dtype} GEMM kernel of this build takes it: {e}")
     ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo)
+    assert (got.double() - ref).norm() / ref.norm() < 1e-2
+
+
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
+@pytest.mark.parametrize("groups", [2, 4])
+def test_grouped_convolutions_run_as_batched_gemms(op, groups):
+    """groups > 1 (not depthwise): one GEMM per group in a batch on the unfolded input
+    (dgrad: folded back), torch's results."""
+    x = nchw(2, 32, 10, 9, torch.float16, seed=12)
+    w = nchw(48, 32 // groups, 3, 3, torch.float16, seed=13)
+    geo = dict(stride=1, padding=1, groups=groups)
+    dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, torch.float16, seed=14)
+    try:
+        if op == "fprop":
+            got, ref = pcr.conv2d(x, w, **geo), F.conv2d(x.double(), w.double(), **geo)
+        elif op == "dgrad":
+            got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **geo)
+            ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo)
+        else:
+            got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
+            ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **geo)
+    except pcr.UnsupportedError as e:
+        pytest.skip(f"no float16 GEMM kernel of this build takes it: {e}")
     assert (got.double() - ref).norm() / ref.norm() < 1e-2

@@ -615,13 +615,14 @@ def test_conv2d_float32_follows_cudnns_tf32_setting(monkeypatch):
 
 
 def test_conv2d_groups_fall_back_to_torch(monkeypatch):
-    """groups > 1 has no kernel in the build: torch's convolution runs it (forward and
-    backward), remembered in _TORCH_CONV so later calls go there directly."""
+    """A grouped convolution with a bias has no kernel or GEMM form in the build: torch's
+    convolution runs it, remembered in _TORCH_CONV so later calls go there directly (its
+    gradients run where the library has a form for them, else on torch too)."""
     conv_kernel("fprop", F16)
     x, w, b = conv_tensors(groups=2)
     try:
-        pcr.conv2d(x, w, padding=1, groups=2)
-        pytest.skip("this build runs grouped convolutions")
+        pcr.conv2d(x, w, b, padding=1, groups=2)
+        pytest.skip("this build runs grouped convolutions with a bias")
     except pcr.UnsupportedError:
         pass
     spy = ConvSpy(monkeypatch)
@@ -635,12 +636,12 @@ def test_conv2d_groups_fall_back_to_torch(monkeypatch):
     assert [k[0] for k in pt._cuda._TORCH_CONV] == ["fprop"]
     assert next(iter(pt._cuda._TORCH_CONV))[-1] == 2  # the key ends with groups
     y.backward(torch.ones_like(y))
-    assert {k[0] for k in pt._cuda._TORCH_CONV} == {"fprop", "dgrad", "wgrad"}
+    assert "fprop" in {k[0] for k in pt._cuda._TORCH_CONV}
     x64, w64 = (t.detach().double().cpu().requires_grad_() for t in (x, w))
     F.relu(F.conv2d(x64, w64, b.double().cpu(), padding=1, groups=2)).sum().backward()
-    # torch's own fp16 gradients (cuDNN's rounding, not the library's: 4e-3 on the H200)
-    close(x.grad, x64.grad.cuda(), 1e-2, "grad_x on torch")
-    close(w.grad, w64.grad.cuda(), 1e-2, "grad_w on torch")
+    # fp16 gradients, torch's or the library's grouped GEMM forms' (4e-3 on the H200)
+    close(x.grad, x64.grad.cuda(), 1e-2, "grad_x")
+    close(w.grad, w64.grad.cuda(), 1e-2, "grad_w")
 
 
 @pytest.mark.parametrize("act", [None, "relu"])
