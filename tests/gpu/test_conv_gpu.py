@@ -92,16 +92,20 @@ def test_against_torch(op, stride, padding, dilation):
     geo = dict(stride=stride, padding=padding, dilation=dilation)
     y = F.conv2d(x.float(), w.float(), **geo)
     dy = torch.randn(y.shape, generator=g).half().cuda().contiguous(memory_format=CL)
-    if op == "fprop":
-        got, ref = pcr.conv2d(x, w, **geo), y
-    elif op == "dgrad":
-        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **geo)
-        ref = torch.nn.grad.conv2d_input(x.shape, w.float(), dy.float(), **geo)
-    else:
-        got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
-        ref = torch.nn.grad.conv2d_weight(x.float(), w.shape, dy.float(), **geo)
-    err = (got.float() - ref).norm() / ref.norm()
+    got, ref = pass_and_reference(op, x, w, dy, **geo)
+    err = (got.double() - ref).norm() / ref.norm()
     assert err < 2e-3, err
+
+
+def pass_and_reference(op, x, w, dy, **geo):
+    """The library's result of one pass, and torch's in float64."""
+    if op == "fprop":
+        return pcr.conv2d(x, w, **geo), F.conv2d(x.double(), w.double(), **geo)
+    if op == "dgrad":
+        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **geo)
+        return got, torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo)
+    got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
+    return got, torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **geo)
 
 
 def test_bias_activation_and_residual_fuse():
@@ -253,10 +257,9 @@ def test_strided_dilated_dgrad_runs_as_a_gemm_folded_back(dtype):
     geo = dict(stride=2, padding=2, dilation=2)
     dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, dtype, seed=10)
     try:
-        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **geo)
+        got, ref = pass_and_reference("dgrad", x, w, dy, **geo)
     except pcr.UnsupportedError as e:
         pytest.skip(f"no {dtype} GEMM kernel of this build takes it: {e}")
-    ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo)
     assert (got.double() - ref).norm() / ref.norm() < 1e-2
 
 
@@ -270,14 +273,7 @@ def test_grouped_convolutions_run_as_batched_gemms(op, groups):
     geo = dict(stride=1, padding=1, groups=groups)
     dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, torch.float16, seed=14)
     try:
-        if op == "fprop":
-            got, ref = pcr.conv2d(x, w, **geo), F.conv2d(x.double(), w.double(), **geo)
-        elif op == "dgrad":
-            got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **geo)
-            ref = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo)
-        else:
-            got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
-            ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **geo)
+        got, ref = pass_and_reference(op, x, w, dy, **geo)
     except pcr.UnsupportedError as e:
         pytest.skip(f"no float16 GEMM kernel of this build takes it: {e}")
     assert (got.double() - ref).norm() / ref.norm() < 1e-2
