@@ -1,9 +1,9 @@
 """Convolutions against cuDNN: pycutlass_rt.conv2d, conv2d_dgrad and conv2d_wgrad next to
-torch's cuDNN calls, on the layers of ResNet-50, a Stable Diffusion UNet and ViT patch
-embeddings (benchmarks/README.md, "Convolutions")::
+torch's cuDNN calls, on the layers of ResNet-50, a Stable Diffusion UNet, ViT patch
+embeddings and ResNeXt-50's grouped convolutions (benchmarks/README.md, "Convolutions")::
 
     python -m benchmarks.conv [--dtypes float16 bfloat16] [--passes fprop dgrad wgrad]
-        [--sets resnet50 unet vit] [--out results.csv] [--quick]
+        [--sets resnet50 unet vit resnext50] [--out results.csv] [--quick]
 
 The method is the GEMM suite's, through its helpers (``timing``): each side is warmed up
 over every operand copy (cuDNN's autotuner, ``cudnn.benchmark``, picks its algorithm on a
@@ -122,7 +122,19 @@ VIT = [
     Layer("SigLIP-So400m/14 @384 3-1152", 64, 3, 384, 384, 1152, 14, 14, 14),
 ]
 
-SETS = {"resnet50": RESNET50, "unet": UNET, "vit": VIT}
+#: ResNeXt-50 32x4d (torchvision resnext50_32x4d), batch 32 at 224x224: the grouped 3x3s of
+#: every stage (32 groups of 4, 8, 16, 32 channels), the first block's strided
+RESNEXT50 = [
+    Layer("layer1 3x3 128 g32", 32, 128, 56, 56, 128, 3, 3, 1, 1, 1, 32),
+    Layer("layer2.0 3x3/2 256 g32", 32, 256, 56, 56, 256, 3, 3, 2, 1, 1, 32),
+    Layer("layer2 3x3 256 g32", 32, 256, 28, 28, 256, 3, 3, 1, 1, 1, 32),
+    Layer("layer3.0 3x3/2 512 g32", 32, 512, 28, 28, 512, 3, 3, 2, 1, 1, 32),
+    Layer("layer3 3x3 512 g32", 32, 512, 14, 14, 512, 3, 3, 1, 1, 1, 32),
+    Layer("layer4.0 3x3/2 1024 g32", 32, 1024, 14, 14, 1024, 3, 3, 2, 1, 1, 32),
+    Layer("layer4 3x3 1024 g32", 32, 1024, 7, 7, 1024, 3, 3, 1, 1, 1, 32),
+]
+
+SETS = {"resnet50": RESNET50, "unet": UNET, "vit": VIT, "resnext50": RESNEXT50}
 FIELDS = (
     "set layer pass dtype n c h w k r s stride padding dilation groups gflop status reason "
     "rel_err cudnn_rel_err ok backend sets method pcr_us cudnn_us ratio notes"

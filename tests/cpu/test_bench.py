@@ -76,9 +76,9 @@ def test_sweep_grids_are_the_benchmark_lists():
 
 
 def test_conv_layer_sets_are_well_formed():
-    """benchmarks/conv.py's layers: the three sets, each shape once under a name of its own,
-    every output at least 1x1; the stems and patch embeddings as the models have them."""
-    assert list(conv.SETS) == ["resnet50", "unet", "vit"]
+    """benchmarks/conv.py's layers: the four sets, each shape once under a name of its own,
+    every output at least 1x1; the stems, patch embeddings and groups as the models have them."""
+    assert list(conv.SETS) == ["resnet50", "unet", "vit", "resnext50"]
     for name, layers in conv.SETS.items():
         assert len(layers) >= 3, name
         assert len({x.name for x in layers}) == len({x[1:] for x in layers}) == len(layers)
@@ -88,6 +88,8 @@ def test_conv_layer_sets_are_well_formed():
     assert conv.RESNET50[0].out_hw() == (112, 112) and conv.RESNET50[-1].out_hw() == (7, 7)
     assert [x.out_hw() for x in conv.VIT] == [(14, 14), (16, 16), (27, 27)]
     assert conv.UNET[0].c == conv.UNET[-1].k == 4  # SD's latent channels
+    assert {x.groups for x in conv.RESNEXT50} == {32} and conv.RESNEXT50[-1].out_hw() == (7, 7)
+    assert [x.c // x.groups for x in conv.RESNEXT50[::2]] == [4, 8, 16, 32]  # 32x4d
     assert conv.parser().parse_args(["--quick", "--passes", "dgrad"]).dtypes == list(conv.DTYPES)
 
 
