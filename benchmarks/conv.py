@@ -137,7 +137,7 @@ RESNEXT50 = [
 SETS = {"resnet50": RESNET50, "unet": UNET, "vit": VIT, "resnext50": RESNEXT50}
 FIELDS = (
     "set layer pass dtype n c h w k r s stride padding dilation groups gflop status reason "
-    "rel_err cudnn_rel_err ok backend sets method pcr_us cudnn_us ratio notes"
+    "rel_err cudnn_rel_err ok backend kernel sets method pcr_us cudnn_us ratio notes"
 ).split()
 
 
@@ -156,11 +156,19 @@ def operands(torch, layer, dtype, pass_) -> tuple:
     return _tensor(torch, a, dtype), _tensor(torch, b, dtype), _tensor(torch, out, dtype, False)
 
 
-def ours(pcr, layer, pass_):
-    """``fn(a, b, out)``: the pass through pycutlass_rt, written into ``out``."""
+def ours(pcr, layer, pass_, **kw):
+    """``fn(a, b, out)``: the pass through pycutlass_rt, written into ``out`` (``kw``: e.g.
+    explain=True, for the call's Explanation instead)."""
     fn = {"fprop": pcr.conv2d, "dgrad": pcr.conv2d_dgrad, "wgrad": pcr.conv2d_wgrad}[pass_]
     geo = (layer.stride, layer.padding, layer.dilation, layer.groups)
-    return lambda a, b, out: fn(a, b, None, *geo, out=out)  # None: bias, input/weight size
+    return lambda a, b, out: fn(a, b, None, *geo, out=out, **kw)  # None: bias, input/weight size
+
+
+def chosen(pcr, layer, pass_, a, b, out) -> str:
+    """The kernel pycutlass_rt runs for the pass, with the route where it is a GEMM's."""
+    told = ours(pcr, layer, pass_, explain=True)(a, b, out)
+    route = next((note.split(":")[0] for note in told.notes if "as a GEMM" in note), None)
+    return told.kernel + (f" [{route}]" if route else "")
 
 
 def forward_xw(pass_, a, b, out) -> tuple:
@@ -209,6 +217,7 @@ def run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes) -> dict:
     first = operands(torch, layer, dt, pass_)
     a, b, out = first
     row["backend"] = backend(torch, layer, *forward_xw(pass_, a, b, out))
+    row["kernel"] = chosen(pcr, layer, pass_, a, b, out)
     fw.poison(out)
     mine(a, b, out)  # pycutlass_rt first: an UnsupportedError skips the layer
     got = peer(a, b, out)  # cudnn.benchmark autotunes here

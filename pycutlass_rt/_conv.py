@@ -326,11 +326,11 @@ def _gemm_routes(geo: Geometry, views, stream, alpha, beta, bias, explain):
     """A convolution's GEMM forms, best first, each with the note explain() gives it (None
     where the form does not apply); made lazily, so that a route taken ends the search."""
     mats = as_gemm(geo, views)
-    note = "a pointwise convolution: run as a GEMM on its NHWC tensors' flat views"
+    note = "pointwise: run as a GEMM on the NHWC tensors' flat views"
     yield (None if mats is None else GemmForm(*mats, alpha, beta)), note
     note = (
-        "run as a GEMM on the input unfolded (im2col; dgrad: its result folded back, col2im): "
-        "one more pass over N*P*Q x R*S*C"
+        "unfolded: run as a GEMM (one per group) on the input unfolded, im2col (dgrad: its "
+        "result folded back, col2im), one more pass over N*P*Q x R*S*C"
     )
     yield as_unfolded(geo, views, stream, alpha, beta, bias, fill=not explain), note
 
