@@ -403,141 +403,139 @@ struct Candidate {
   pcr_model terms{};
 };
 
+// how much faster, modelled, another family's convolution kernel must be to run ahead of
+// the device's own family's (the H200's ResNet-50 / UNet / ViT layers: the model's
+// cross-family comparisons held from 7x on and failed up to 3x)
+constexpr double kConvFar = 4.0;
+
+// One ranking: the candidates, the problem and the table; each candidate's model terms
+// computed once, on first need.
 class Ranker {
  public:
-  Ranker(const pcr_problem& p, const int32_t* order, int nfam, const Table* t)
-      : p_(p), order_(order), nfam_(nfam), t_(t) {}
+  Ranker(const pcr_problem& p, const int32_t* order, int nfam, const Table* t,
+         std::vector<Candidate>& cands)
+      : p_(p), order_(order), nfam_(nfam), t_(t), cands_(cands), named_(cands.size(), 0) {}
 
-  // Writes every candidate to out, best first (see pcr_rank).
-  int run(std::vector<Candidate>& cands, pcr_ranked* out) {
-    const int32_t* order = order_;
-    const int nfam = nfam_;
-    const int64_t batch = std::max<int64_t>(p_.batch, 1), mb = p_.m * batch;
-    std::vector<char> named(cands.size(), 0);
-    int n_out = 0;
-    auto emit = [&](size_t i, int reason, int pattern, int rule, double us) {
-      out[n_out++] = {cands[i].index, reason, pattern, rule, us};
-      named[i] = 1;
-    };
-    auto runs_here = [&](const Candidate& c) {
-      return std::find(order, order + nfam, c.kd->family) != order + nfam;
-    };
-    const Rule* lead = t_ && nfam ? matching_rule(*t_, order[0], mb, p_.n, p_.k) : nullptr;
-    // 1. the lead rule's named kernels, in its order
-    if (lead) {
-      std::vector<size_t> hit;
-      for (size_t i = 0; i < cands.size(); ++i)
-        if (runs_here(cands[i]) && position(*lead, cands[i]) >= 0) hit.push_back(i);
-      sort_by(hit, [&](size_t i) { return position(*lead, cands[i]); });
-      for (size_t i : hit)
-        emit(i, PCR_RANK_RULE, position(*lead, cands[i]), rule_index(lead), model_us(cands[i]));
-    }
+  // Writes the candidates of the families in order to out, best first (see pcr_rank);
+  // returns how many.
+  int run(pcr_ranked* out) {
+    out_ = out;
+    const int64_t mb = p_.m * std::max<int64_t>(p_.batch, 1);
+    const Rule* lead = t_ && nfam_ ? matching_rule(*t_, order_[0], mb, p_.n, p_.k) : nullptr;
+    // 1. the lead rule's named kernels, in its order, whatever their family
+    if (lead)
+      emit_by_rule(select([&](size_t i) { return runs_here(i) && position(*lead, i) >= 0; }), lead);
     // 2. every other candidate a sweep calibrated, by calibrated time
-    const Calibration* cal = t_ && nfam ? calibration_of(*t_, order[0]) : nullptr;
-    if (cal) {
-      std::vector<double> near;
+    if (const Calibration* cal = t_ && nfam_ ? calibration_of(*t_, order_[0]) : nullptr) {
+      std::vector<double> near, calibrated(cands_.size());
       neighbours(*cal, mb, p_.n, p_.k, &near);
-      std::vector<std::pair<double, size_t>> measured;
-      for (size_t i = 0; i < cands.size(); ++i) {
-        if (named[i] || !runs_here(cands[i])) continue;
-        const int32_t cfg = cands[i].id < t_->kernels ? cal->config[cands[i].id] : -1;
-        if (cfg < 0) continue;
-        const pcr_model& tm = terms(cands[i]);
-        const double r = correction(*cal, cfg, tm.features);
-        measured.push_back({tm.us * std::exp(r + near[cfg]), i});
+      auto config = [&](size_t i) {
+        return cands_[i].id < t_->kernels ? cal->config[cands_[i].id] : -1;
+      };
+      std::vector<size_t> measured =
+          select([&](size_t i) { return runs_here(i) && config(i) >= 0; });
+      for (size_t i : measured) {
+        const pcr_model& tm = terms(i);
+        calibrated[i] =
+            tm.us * std::exp(correction(*cal, config(i), tm.features) + near[config(i)]);
       }
-      std::sort(measured.begin(), measured.end(), [&](const auto& x, const auto& y) {
-        if (x.first != y.first) return x.first < y.first;
-        return std::strcmp(cands[x.second].kd->name, cands[y.second].kd->name) < 0;
-      });
-      for (auto& [us, i] : measured) emit(i, PCR_RANK_CALIBRATED, -1, -1, us);
+      order_by(measured, [&](size_t i) { return std::make_pair(int64_t(0), calibrated[i]); });
+      for (size_t i : measured) emit(i, PCR_RANK_CALIBRATED, -1, -1, calibrated[i]);
     }
     // 3. convolutions: no table knows them; the device's own family first, by the model,
     // unless another family's kernel is modelled kConvFar times faster
-    if (p_.op != PCR_OP_GEMM && nfam) {
-      std::vector<size_t> own, rest;
-      for (size_t i = 0; i < cands.size(); ++i)
-        if (!named[i] && runs_here(cands[i]))
-          (cands[i].kd->family == order[0] ? own : rest).push_back(i);
-      sort_by(own, [](size_t) { return 0; });
-      sort_by(rest, [](size_t) { return 0; });
-      const bool far = !own.empty() && !rest.empty() &&
-                       model_us(cands[rest[0]]) * kConvFar < model_us(cands[own[0]]);
-      for (auto* group : far ? std::array<std::vector<size_t>*, 2>{&rest, &own}
-                             : std::array<std::vector<size_t>*, 2>{&own, &rest})
-        for (size_t i : *group)
-          out[n_out++] = {cands[i].index, PCR_RANK_MODEL, -1, -1, model_us(cands[i])};
-      return n_out;
+    if (p_.op != PCR_OP_GEMM && nfam_) {
+      auto own = select([&](size_t i) { return runs_here(i) && family(i) == order_[0]; });
+      auto rest = select([&](size_t i) { return runs_here(i) && family(i) != order_[0]; });
+      auto by_model = [&](size_t i) { return std::make_pair(int64_t(0), model_us(i)); };
+      order_by(own, by_model);
+      order_by(rest, by_model);
+      const bool far =
+          !own.empty() && !rest.empty() && model_us(rest[0]) * kConvFar < model_us(own[0]);
+      for (size_t i : far ? rest : own) emit(i, PCR_RANK_MODEL, -1, -1, model_us(i));
+      for (size_t i : far ? own : rest) emit(i, PCR_RANK_MODEL, -1, -1, model_us(i));
+      return n_out_;
     }
     // 4. family by family: the family's rule, then the model
-    for (int f = 0; f < nfam; ++f) {
+    for (int f = 0; f < nfam_; ++f) {
       const Rule* rule =
-          f == 0 ? lead : (t_ ? matching_rule(*t_, order[f], mb, p_.n, p_.k) : nullptr);
-      std::vector<size_t> group;
-      for (size_t i = 0; i < cands.size(); ++i)
-        if (!named[i] && cands[i].kd->family == order[f]) group.push_back(i);
-      auto pos = [&](size_t i) {
-        const int32_t at = rule ? position(*rule, cands[i]) : -1;
-        return at >= 0 ? at : (rule ? rule->patterns : 0);
-      };
-      sort_by(group, pos);
-      for (size_t i : group) {
-        const int32_t at = rule ? position(*rule, cands[i]) : -1;
-        emit(i, at >= 0 ? PCR_RANK_RULE : PCR_RANK_MODEL, at, at >= 0 ? rule_index(rule) : -1,
-             model_us(cands[i]));
-      }
+          f == 0 ? lead : (t_ ? matching_rule(*t_, order_[f], mb, p_.n, p_.k) : nullptr);
+      emit_by_rule(select([&](size_t i) { return family(i) == order_[f]; }), rule);
     }
-    return n_out;
+    return n_out_;
   }
-
-  // how much faster, modelled, another family's convolution kernel must be to run ahead of
-  // the device's own family's (the H200's ResNet-50 / UNet / ViT layers: the model's
-  // cross-family comparisons held from 7x on and failed up to 3x)
-  static constexpr double kConvFar = 4.0;
 
  private:
-  int32_t position(const Rule& r, const Candidate& c) const {
-    return c.id < int32_t(r.position.size()) ? r.position[c.id] : -1;
+  int family(size_t i) const { return cands_[i].kd->family; }
+  bool runs_here(size_t i) const {
+    return std::find(order_, order_ + nfam_, family(i)) != order_ + nfam_;
   }
-  int32_t rule_index(const Rule* r) const { return int32_t(r - t_->rules.data()); }
-  const pcr_model& terms(Candidate& c) {
+  // The candidates not yet ranked that `keep` accepts, in the caller's order.
+  template <class Keep>
+  std::vector<size_t> select(Keep keep) const {
+    std::vector<size_t> v;
+    for (size_t i = 0; i < cands_.size(); ++i)
+      if (!named_[i] && keep(i)) v.push_back(i);
+    return v;
+  }
+  int32_t position(const Rule& r, size_t i) const {
+    const int32_t id = cands_[i].id;
+    return id < int32_t(r.position.size()) ? r.position[id] : -1;
+  }
+  const pcr_model& terms(size_t i) {
+    Candidate& c = cands_[i];
     if (c.model_us < 0) {
       model_terms(*c.kd, p_.m, p_.n, p_.k, p_.batch, p_.sm_count, p_.cc, &c.terms);
       c.model_us = c.terms.us;
     }
     return c.terms;
   }
-  double model_us(Candidate& c) { return terms(c).us; }
-  // Sorts candidate positions by (key, model time, name): the table's order, then the model.
+  double model_us(size_t i) { return terms(i).us; }
+  // Sorts by key(i) = (rank, time), then by name: ties fall the same way every time.
   template <class Key>
-  void sort_by(std::vector<size_t>& v, Key key) {
+  void order_by(std::vector<size_t>& v, Key key) {
     std::vector<std::tuple<int64_t, double, size_t>> keyed;
-    for (size_t i : v) keyed.emplace_back(key(i), model_us(cands_of(i)), i);
+    for (size_t i : v) {
+      const auto [rank, time] = key(i);
+      keyed.emplace_back(rank, time, i);
+    }
     std::sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
       if (std::get<0>(x) != std::get<0>(y)) return std::get<0>(x) < std::get<0>(y);
       if (std::get<1>(x) != std::get<1>(y)) return std::get<1>(x) < std::get<1>(y);
-      return std::strcmp(cands_of(std::get<2>(x)).kd->name, cands_of(std::get<2>(y)).kd->name) < 0;
+      return std::strcmp(cands_[std::get<2>(x)].kd->name, cands_[std::get<2>(y)].kd->name) < 0;
     });
     for (size_t j = 0; j < v.size(); ++j) v[j] = std::get<2>(keyed[j]);
   }
-  Candidate& cands_of(size_t i) { return (*cands_)[i]; }
+  // `group` in the rule's order (a pattern's position; unnamed ones after), then the model.
+  void emit_by_rule(std::vector<size_t> group, const Rule* rule) {
+    auto at = [&](size_t i) { return rule ? position(*rule, i) : -1; };
+    const int32_t unnamed = rule ? rule->patterns : 0;
+    order_by(group, [&](size_t i) {
+      return std::make_pair(int64_t(at(i) >= 0 ? at(i) : unnamed), model_us(i));
+    });
+    const int32_t index = rule ? int32_t(rule - t_->rules.data()) : -1;
+    for (size_t i : group)
+      emit(i, at(i) >= 0 ? PCR_RANK_RULE : PCR_RANK_MODEL, at(i), at(i) >= 0 ? index : -1,
+           model_us(i));
+  }
+  void emit(size_t i, int reason, int pattern, int rule, double us) {
+    out_[n_out_++] = {cands_[i].index, reason, pattern, rule, us};
+    named_[i] = 1;
+  }
 
- public:
-  void bind(std::vector<Candidate>* cands) { cands_ = cands; }
-
- private:
   const pcr_problem& p_;
   const int32_t* order_;
   int nfam_;
   const Table* t_;
-  std::vector<Candidate>* cands_ = nullptr;
+  std::vector<Candidate>& cands_;
+  std::vector<char> named_;
+  pcr_ranked* out_ = nullptr;
+  int n_out_ = 0;
 };
 
 int rank_candidates(const pcr_problem& p, const int32_t* order, int nfam,
                     std::vector<Candidate>& cands, const Table* t, pcr_ranked* out) {
-  Ranker r(p, order, nfam, t);
-  r.bind(&cands);
-  return r.run(cands, out);
+  return Ranker(p, order, nfam, t, cands).run(out);
 }
 
 // ---- the library's own selection ------------------------------------------------------
