@@ -25,6 +25,8 @@ with the sm90 ones. The family's hand rules (a ``source`` that starts with ``han
 first; its other rules are dropped. Alignment-fallback kernels (``_a1``) are left out:
 they serve the problems nothing else accepts.
 
+--cv FOLDS fits without each fold of the corpus's model families and judges on it (the
+fit part only: what the fit's settings are chosen by).
 --check reports, per family, the geomean of best/chosen and the share of samples within
 5% of the best, for the table, for the analytic model alone, and for the choice in
 effect when the sweep ran (its rank 0); where the sweep timed torch's cuBLAS call
@@ -42,6 +44,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import re
 import sys
 import types
@@ -439,12 +442,56 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- cross-validation ---------------------------------------------------------------------
+
+
+def corpus_families() -> dict:
+    """(M, N, K) of the corpus's fit part -> its model family (either orientation: a sweep
+    records N = 1 problems as computed, M = 1)."""
+    from heuristics import corpus
+
+    out: dict = {}
+    for s in corpus.load("fit"):
+        out.setdefault((s.m, s.n, s.k), s.family)
+        out.setdefault((s.n, s.m, s.k), s.family)
+    return out
+
+
+def cross_validate(samples: list[Sample], folds: int, group_of, seed: int = 0) -> dict:
+    """{source: (geomean best/chosen, % within 5%, samples)} of calibrations fitted without
+    each fold of groups and judged on it: the groups (model families) are shuffled with
+    ``seed`` and dealt into ``folds``; samples without a group (``group_of`` gives None)
+    stay in every fit and are never judged. What the fit's settings are chosen by, on the
+    fit part only."""
+    groups = sorted({g for s in samples if (g := group_of(s)) is not None})
+    order = groups[:]
+    random.Random(seed).shuffle(order)
+    ratios = collections.defaultdict(list)
+    for f in range(folds):
+        held = set(order[f::folds])
+        train = [s for s in samples if group_of(s) not in held]
+        table = {"families": {}, "calibration": calibrations(train)}
+        for s in samples:
+            if group_of(s) in held:
+                ratios[s.source].append(s.best / _model_choice(s, table))
+    return {
+        source: (geomean(r), round(100.0 * sum(x >= 1 / WITHIN for x in r) / len(r), 1), len(r))
+        for source, r in sorted(ratios.items())
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", nargs="+", help="raw sweep files written by heuristics/sweep.py")
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--out", help="table to write (JSON); its regret is reported")
     what.add_argument("--check", metavar="TABLE", help="report TABLE's regret; write nothing")
+    what.add_argument(
+        "--cv",
+        type=int,
+        metavar="FOLDS",
+        help="cross-validate the fit over the corpus's model families (fit part); write nothing",
+    )
     ap.add_argument("--base", help="table whose families the sweeps do not cover are kept")
     args = ap.parse_args(argv)
     samples, sources, skipped = read_samples(args.csv)
@@ -456,6 +503,13 @@ def main(argv=None) -> int:
             "run on their GPU)",
             file=sys.stderr,
         )
+    if args.cv:
+        refuse_heldout(samples)
+        families = corpus_families()
+        report = cross_validate(samples, args.cv, lambda s: families.get(s.shape))
+        for source, (gm, close, n) in report.items():
+            print(f"{source}: best/chosen geomean {gm:.4f}, {close:5.1f}% within 5% of {n}")
+        return 0
     if args.check:
         with open(args.check) as f:
             table = json.load(f)

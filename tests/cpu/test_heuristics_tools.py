@@ -427,3 +427,24 @@ def test_sweep_peer_is_torchs_call_for_the_dtype(monkeypatch, dtype, call):
     assert [c[0] for c in calls] == [call] * 3 and [c[1] for c in calls] == ["a0", "a1", "a0"]
     with pytest.raises(SystemExit, match="needs torch"):
         sweep.peer_call(types.SimpleNamespace(name="cupy"), ops, types.SimpleNamespace(dtype=dtype))
+
+
+def test_cross_validation_judges_each_group_on_a_fit_without_it(tmp_path):
+    """--cv: every grouped sample judged once, by a fit that never saw its group; samples
+    without a group always fit and are never judged. Small tiles win below M = 64 and big
+    ones above, so a fit without one M still picks right on it."""
+    ms = (1, 2, 4, 8, 16, 32, 2048, 4096, 8192, 16384)
+    _, samples, (path,) = fitted(tmp_path, small_vs_big(ms))
+    group_of = lambda s: None if s.m == 1 else s.m  # noqa: E731
+    report = fit.cross_validate(samples, 3, group_of)
+    ((source, (gm, close, n)),) = report.items()
+    assert source.startswith(path) and n == len(ms) - 1
+    assert gm == 1.0 and close == 100.0
+    # a step only M = 2048 shows (small tiles win there again): in sample the neighbours
+    # follow it (test above); judged by fits without each shape, choices miss
+    times = small_vs_big(ms)
+    times[(2048, 4096, 4096)] = {SMALL: 6.0, BIG: 10.0}
+    table, samples, _ = fitted(tmp_path, times)
+    ((in_sample,),) = [[r["table"]["within_5pct"] for r in fit.check(table, samples).values()]]
+    ((gm, close, n),) = fit.cross_validate(samples, len(ms), lambda s: s.m).values()
+    assert in_sample == 100.0 and n == len(ms) and close < 100.0 and gm < 1.0
