@@ -236,13 +236,14 @@ def _t(m):
     return m.swapaxes(-1, -2)
 
 
-def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, fill: bool = True):
+def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: bool = True):
     """A convolution as one GEMM on its input unfolded (im2col) or, for dgrad, a GEMM whose
     unfolded result is folded back (col2im): the :class:`GemmForm` of fprop (y = cols @
     w^T), wgrad (dw = dy^T @ cols) and dgrad (dx = col2im(dy @ w)), one GEMM per group in
     a batch, where the convolution kernels do badly or not at all: channels short of 16
-    bytes, a dgrad both strided and dilated, groups (not depthwise: one channel per group
-    would make GEMMs of width one; a grouped fprop takes no bias this way). GPU tensors on
+    bytes, a dgrad both strided and dilated, float32 at fp32 accuracy (``math="ieee"``: the
+    GEMM's 3xTF32 kernels), groups (not depthwise: one channel per group would make GEMMs
+    of width one; a grouped fprop takes no bias this way). GPU tensors on
     the producer's stream (the unfolded matrices are its framework's memory, ordered by that
     stream); else None. Each group's unfolded columns and its flattened filters are padded
     with zeros to 16 bytes; wgrad computes a padded gradient that ``finish`` copies into dw
@@ -255,10 +256,11 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, fill: bool = Tr
         return None
     k, r, s, ch = (views[3] if op == Op.OP_WGRAD else views[1]).shape  # ch: C / groups
     strided_dilated = max(geo.stride) > 1 and max(geo.dilation) > 1
+    ieee = conv_math(math) == "ieee" and str(image.dtype).endswith("float32")
     if groups > 1:
         if ch == 1 or (op == Op.OP_FPROP and bias is not None):
             return None
-    elif not (_few_channels(image) or (op == Op.OP_DGRAD and strided_dilated)):
+    elif not (_few_channels(image) or (op == Op.OP_DGRAD and strided_dilated) or ieee):
         return None
     if op == Op.OP_WGRAD and (beta != 0 or views[2] is not None):
         return None
@@ -322,7 +324,7 @@ def prepare(geo: Geometry, views, alpha, beta, bias, activation, math, stream, k
     )
 
 
-def _gemm_routes(geo: Geometry, views, stream, alpha, beta, bias, explain):
+def _gemm_routes(geo: Geometry, views, stream, alpha, beta, bias, math, explain):
     """A convolution's GEMM forms, best first, each with the note explain() gives it (None
     where the form does not apply); made lazily, so that a route taken ends the search."""
     mats = as_gemm(geo, views)
@@ -332,18 +334,18 @@ def _gemm_routes(geo: Geometry, views, stream, alpha, beta, bias, explain):
         "unfolded: run as a GEMM (one per group) on the input unfolded, im2col (dgrad: its "
         "result folded back, col2im), one more pass over N*P*Q x R*S*C"
     )
-    yield as_unfolded(geo, views, stream, alpha, beta, bias, fill=not explain), note
+    yield as_unfolded(geo, views, stream, alpha, beta, bias, math, fill=not explain), note
 
 
 def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
     """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
     with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. Unless a
     convolution kernel is named, a pointwise one runs as a GEMM on its tensors
-    (:func:`as_gemm`), a few-channel or grouped one (and a strided, dilated dgrad) as a
-    GEMM on unfolded operands (:func:`as_unfolded`), where a GEMM kernel of the build takes
-    them; the rest, and those, on the convolution kernels."""
+    (:func:`as_gemm`), a few-channel, grouped or fp32-accurate one (and a strided, dilated
+    dgrad) as a GEMM on unfolded operands (:func:`as_unfolded`), where a GEMM kernel of the
+    build takes them; the rest, and those, on the convolution kernels."""
     for form, note in (
-        _gemm_routes(geo, views, stream, alpha, beta, bias, explain) if kernel is None else ()
+        _gemm_routes(geo, views, stream, alpha, beta, bias, math, explain) if kernel is None else ()
     ):
         if form is None:
             continue
@@ -440,7 +442,7 @@ def conv2d(
             None: a new one in x's framework (torch, cupy, numpy).
         alpha, beta, c: ``c`` (y's shape and dtype, packed) is added times beta.
         math: float32 inputs: None or "tf32" (TF32 tensor cores, as cuDNN's default), or
-            "ieee" (no kernel yet: UnsupportedError).
+            "ieee" (fp32 accuracy: a GEMM's 3xTF32 kernels on the unfolded input).
         stream, kernel: as :func:`pycutlass_rt.gemm`'s (kernel names contain ``fprop``).
         explain: return the :class:`~pycutlass_rt.Explanation` of the call (which kernel,
             why, and why not the others) instead of running it.

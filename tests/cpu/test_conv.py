@@ -393,3 +393,36 @@ def test_gemm_routes_compute_the_convolution(monkeypatch, case, op):
     if op == "dgrad":
         want = 2 * want + x
     np.testing.assert_array_equal(got.astype(np.float64), want)  # small integers: exact
+
+
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
+def test_float32_at_fp32_accuracy_runs_as_a_gemm_on_the_unfolded_input(monkeypatch, op):
+    """math="ieee" on float32 (no convolution kernel computes at fp32 accuracy): the unfolded
+    route with the GEMM's math; the TF32 default stays on the convolution kernels."""
+    calls = []
+
+    def gemm(*args, **kw):
+        calls.append(kw["math"])
+        np_gemm(*args)
+
+    monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
+    monkeypatch.setattr(_conv, "_unfold", np_unfold)
+    monkeypatch.setattr(_conv, "_fold", np_fold)
+    monkeypatch.setattr(pcr, "gemm", gemm)
+    rng = np.random.default_rng(1)
+    x = rng.integers(-2, 3, (2, 7, 6, 16)).astype(np.float32)
+    w = rng.integers(-2, 3, (8, 3, 3, 16)).astype(np.float32)
+    dy = rng.integers(-2, 3, (2, 7, 6, 8)).astype(np.float32)
+    passes = {
+        "fprop": lambda **kw: pcr.conv2d(x, w, padding=1, **kw),
+        "dgrad": lambda **kw: pcr.conv2d_dgrad(dy, w, input_size=x.shape, padding=1, **kw),
+        "wgrad": lambda **kw: pcr.conv2d_wgrad(dy, x, weight_size=w.shape, padding=1, **kw),
+    }
+    got = passes[op](math="ieee")
+    np.testing.assert_array_equal(got, reference(op, x, w, dy, 1, 1, 1, 1))
+    assert calls and set(calls) == {"ieee"}
+    calls.clear()
+    with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
+        passes[op]()  # TF32, cuDNN's default: the convolution kernels
+    assert not calls

@@ -97,14 +97,14 @@ def test_against_torch(op, stride, padding, dilation):
     assert err < 2e-3, err
 
 
-def pass_and_reference(op, x, w, dy, **geo):
+def pass_and_reference(op, x, w, dy, math=None, **geo):
     """The library's result of one pass, and torch's in float64."""
     if op == "fprop":
-        return pcr.conv2d(x, w, **geo), F.conv2d(x.double(), w.double(), **geo)
+        return pcr.conv2d(x, w, math=math, **geo), F.conv2d(x.double(), w.double(), **geo)
     if op == "dgrad":
-        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, **geo)
+        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, math=math, **geo)
         return got, torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo)
-    got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
+    got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, math=math, **geo)
     return got, torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **geo)
 
 
@@ -277,3 +277,19 @@ def test_grouped_convolutions_run_as_batched_gemms(op, groups):
     except pcr.UnsupportedError as e:
         pytest.skip(f"no float16 GEMM kernel of this build takes it: {e}")
     assert (got.double() - ref).norm() / ref.norm() < 1e-2
+
+
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
+def test_float32_at_fp32_accuracy(op):
+    """math="ieee": float32 convolutions through the GEMM's 3xTF32 kernels on the unfolded
+    input, at fp32 accuracy (TF32 alone would be ~1e-3 off)."""
+    g = torch.Generator(device="cpu").manual_seed(15)
+    x = torch.randn(2, 16, 11, 9, generator=g).cuda().contiguous(memory_format=CL)
+    w = torch.randn(24, 16, 3, 3, generator=g).cuda().contiguous(memory_format=CL)
+    geo = dict(stride=2, padding=1)
+    dy = torch.randn(F.conv2d(x, w, **geo).shape, generator=g).cuda().contiguous(memory_format=CL)
+    try:
+        got, ref = pass_and_reference(op, x, w, dy, math="ieee", **geo)
+    except pcr.UnsupportedError as e:
+        pytest.skip(f"no float32 GEMM kernel of this build takes it: {e}")
+    assert (got.double() - ref).norm() / ref.norm() < 1e-5

@@ -604,7 +604,8 @@ def test_conv2d_backward_runs_on_the_librarys_kernels(monkeypatch, geo, act):
 
 
 def test_conv2d_float32_follows_cudnns_tf32_setting(monkeypatch):
-    """TF32 kernels where torch allows TF32 convolutions; IEEE float32 (no kernel): torch's."""
+    """TF32 kernels where torch allows TF32 convolutions; IEEE float32: the GEMM's 3xTF32
+    kernels on the unfolded input where the build has them, else torch's."""
     monkeypatch.setattr(pt._cuda, "_TORCH_CONV", set())
     x, w, b = conv_tensors(dtype=F32)
     want = conv_reference(x, w, b, "relu", padding=1)
