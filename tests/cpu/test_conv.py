@@ -287,8 +287,28 @@ def test_col2im_checks_its_tensors(dx, cols, c, match):
 # ---- the GEMM routes end to end, on the CPU: the library's unfolding and GEMM emulated --
 
 
+def _put(d, value):
+    """d[...] = value for a numpy array or a (CPU) torch tensor, views included."""
+    if isinstance(d, np.ndarray):
+        d[...] = value
+    else:
+        import torch
+
+        d.copy_(torch.from_numpy(np.ascontiguousarray(value)).to(d.dtype))
+
+
+def _like(x, value):
+    """value (numpy) in x's framework."""
+    if isinstance(x, np.ndarray):
+        return value
+    import torch
+
+    return torch.from_numpy(value)
+
+
 def np_unfold(x, r, s, geo, width, fill=True):
     """pcr_im2col's contract in numpy (group blocks of width / groups columns)."""
+    x = np.asarray(x)
     n, h, w, c = x.shape
     groups, (ph, pw), (sh, sw), (dh, dw) = geo.groups, geo.padding, geo.stride, geo.dilation
     cg, block = c // groups, width // groups
@@ -307,8 +327,14 @@ def np_unfold(x, r, s, geo, width, fill=True):
     return cols
 
 
+def any_unfold(x, r, s, geo, width, fill=True):
+    """np_unfold, its result in x's framework."""
+    return _like(x, np_unfold(x, r, s, geo, width, fill))
+
+
 def np_fold(cols, dx, c, geo, r, s, alpha, beta):
     """pcr_col2im's contract in numpy: the adjoint of np_unfold, then alpha and beta * c."""
+    cols, c = np.asarray(cols), None if c is None else np.asarray(c)
     n, h, w, ch = dx.shape
     groups, (ph, pw), (sh, sw), (dh, dw) = geo.groups, geo.padding, geo.stride, geo.dilation
     cg, block = ch // groups, cols.shape[1] // groups
@@ -320,13 +346,14 @@ def np_fold(cols, dx, c, geo, r, s, alpha, beta):
             taps = [cols[:, g * block + (i * s + j) * cg :][:, :cg] for g in range(groups)]
             grad = np.concatenate(taps, axis=1).reshape(n, p, q, ch)
             acc[:, i * dh : i * dh + sh * p : sh, j * dw : j * dw + sw * q : sw] += grad
-    dx[...] = alpha * acc[:, ph : ph + h, pw : pw + w] + (0 if c is None else beta * c)
+    _put(dx, alpha * acc[:, ph : ph + h, pw : pw + w] + (0 if c is None else beta * c))
 
 
 def np_gemm(a, b, c, d, alpha=1.0, beta=0.0, **kw):
     """pcr.gemm's contract in numpy (batched by matmul), no bias or activation."""
-    out = alpha * np.matmul(a.astype(np.float64), b.astype(np.float64))
-    d[...] = out if c is None else out + beta * c
+    a, b = (np.asarray(t).astype(np.float64) for t in (a, b))
+    out = alpha * np.matmul(a, b)
+    _put(d, out if c is None else out + beta * np.asarray(c))
 
 
 def reference(op, x, w, dy, stride, padding, dilation, groups):
@@ -363,11 +390,14 @@ CASES = {  # (n, h, w, c, k, r, s, stride, padding, dilation, groups)
 }
 
 
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
-def test_gemm_routes_compute_the_convolution(monkeypatch, case, op):
+def test_gemm_routes_compute_the_convolution(monkeypatch, case, op, framework):
     """The unfolding routes' views, padding, group batches and finishing steps, run with
-    numpy stand-ins for pcr_im2col, pcr_col2im and the GEMM: torch's convolution."""
+    numpy stand-ins for pcr_im2col, pcr_col2im and the GEMM: torch's convolution. On numpy
+    NHWC arrays and on CPU torch tensors (channels_last, torch's shapes), whose views the
+    routes take apart the same way on the GPU."""
     n, h, w_, c, k, r, s, stride, padding, dilation, groups = CASES[case]
     if op != "dgrad" and case == "strided dilated":
         pytest.skip("the convolution kernels take it")
@@ -379,16 +409,22 @@ def test_gemm_routes_compute_the_convolution(monkeypatch, case, op):
     dy = rng.integers(-2, 3, (n, p, q, k)).astype(np.float16)
     monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
     monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
-    monkeypatch.setattr(_conv, "_unfold", np_unfold)
+    monkeypatch.setattr(_conv, "_unfold", any_unfold)
     monkeypatch.setattr(_conv, "_fold", np_fold)
     monkeypatch.setattr(pcr, "gemm", np_gemm)
     geo = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    xs, ws, dys = x, w, dy
+    if framework == "torch":  # NCHW logically, NHWC in memory: channels_last
+        torch = pytest.importorskip("torch")
+        xs, ws, dys = (torch.from_numpy(t).permute(0, 3, 1, 2) for t in (x, w, dy))
     if op == "fprop":
-        got = pcr.conv2d(x, w, **geo)
+        got = pcr.conv2d(xs, ws, **geo)
     elif op == "dgrad":
-        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, alpha=2.0, beta=1.0, c=x, **geo)
+        got = pcr.conv2d_dgrad(dys, ws, input_size=xs.shape, alpha=2.0, beta=1.0, c=xs, **geo)
     else:
-        got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
+        got = pcr.conv2d_wgrad(dys, xs, weight_size=ws.shape, **geo)
+    if framework == "torch":
+        got = got.permute(0, 2, 3, 1).numpy()
     want = reference(op, x, w, dy, stride, padding, dilation, groups)
     if op == "dgrad":
         want = 2 * want + x
@@ -407,7 +443,7 @@ def test_float32_at_fp32_accuracy_runs_as_a_gemm_on_the_unfolded_input(monkeypat
 
     monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
     monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
-    monkeypatch.setattr(_conv, "_unfold", np_unfold)
+    monkeypatch.setattr(_conv, "_unfold", any_unfold)
     monkeypatch.setattr(_conv, "_fold", np_fold)
     monkeypatch.setattr(pcr, "gemm", gemm)
     rng = np.random.default_rng(1)
