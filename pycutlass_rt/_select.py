@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from dataclasses import dataclass, field
 
 from . import _cache, _table
@@ -143,10 +144,17 @@ def _why(r: Ranked, resolved) -> str:
     return f"analytic model (~{r.us:.3g} us)"
 
 
+#: ``PYCUTLASS_RT_NATIVE_SELECT=0``: every new problem is ranked here, never handed over
+NATIVE_ENV = "PYCUTLASS_RT_NATIVE_SELECT"
+
+
 def hand_over(lib, device: int) -> None:
     """Lets the library rank problems first seen on ``device`` itself (the same pcr_rank,
-    microseconds instead of a trip through Python), unless the tuned cache has a say there.
-    pcr_select_clear (tune(), _cache.reset) takes it back until the next selection here."""
+    microseconds instead of a trip through Python), unless the tuned cache has a say there
+    or ``PYCUTLASS_RT_NATIVE_SELECT=0``. pcr_select_clear (tune(), _cache.reset) takes it
+    back until the next selection here."""
+    if os.environ.get(NATIVE_ENV, "").strip() == "0":
+        return
     if _cache.has_say(lib, device, [k.name for k in kernels()]):
         return
     build_table()

@@ -480,3 +480,25 @@ def test_kernel_verdicts_cover_the_build_in_one_call(lib):
     assert array[0].status == judged.verdicts[0][0] and array[1].status == 12345
     assert lib.pcr_kernel_verdicts(ctypes.byref(p), array, -1) == errors.ERR_INVALID_ARGUMENT
     assert lib.pcr_kernel_verdicts(None, array, 1) == errors.ERR_INVALID_ARGUMENT
+
+
+def test_the_library_takes_over_new_problems_unless_told_or_a_cache_has_a_say(monkeypatch):
+    """hand_over: pcr_selector_enable(device, 1) after a device's first selection, except
+    where the tuned cache has a say or PYCUTLASS_RT_NATIVE_SELECT=0."""
+    enabled = []
+    lib = types.SimpleNamespace(
+        pcr_selector_enable=lambda device, on: enabled.append((device, on)) or 0,
+        check=lambda status: None,
+    )
+    say = {"cache": False}
+    monkeypatch.setattr(_select._cache, "has_say", lambda lib, device, names: say["cache"])
+    monkeypatch.setattr(_select, "build_table", lambda: None)
+    monkeypatch.delenv(_select.NATIVE_ENV, raising=False)
+    _select.hand_over(lib, 0)
+    assert enabled == [(0, 1)]
+    monkeypatch.setenv(_select.NATIVE_ENV, "0")
+    _select.hand_over(lib, 1)
+    monkeypatch.delenv(_select.NATIVE_ENV)
+    say["cache"] = True
+    _select.hand_over(lib, 2)
+    assert enabled == [(0, 1)]
