@@ -260,7 +260,9 @@ namespace {
 // writes, which dominate, coalesce; the reads come mostly from L2 (each input element
 // serves up to r * s rows).
 template <class T>
-__global__ void unfold(const T* x, T* cols, Im2col g) {
+__global__ void unfold(const void* image, void* unfolded, Im2col g) {
+  const T* x = static_cast<const T*>(image);
+  T* cols = static_cast<T*>(unfolded);
   const int64_t rows = g.n * g.p * g.q, block = g.width / g.groups, cg = g.c / g.groups;
   for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; col < g.width;
        col += int64_t(gridDim.x) * blockDim.x) {
@@ -327,23 +329,11 @@ int launch_unfold(const void* x, void* cols, int esize, const Im2col& u, cudaStr
   const int64_t gx = std::min<int64_t>((u.width + 127) / 128, 64);
   const dim3 grid(unsigned(gx),
                   unsigned(std::min<int64_t>(u.n * u.p * u.q, std::max<int64_t>(1, 1024 / gx))));
-  switch (esize) {
-    case 1:
-      unfold<<<grid, 128, 0, stream>>>(static_cast<const uint8_t*>(x), static_cast<uint8_t*>(cols),
-                                       u);
-      break;
-    case 2:
-      unfold<<<grid, 128, 0, stream>>>(static_cast<const uint16_t*>(x),
-                                       static_cast<uint16_t*>(cols), u);
-      break;
-    case 4:
-      unfold<<<grid, 128, 0, stream>>>(static_cast<const uint32_t*>(x),
-                                       static_cast<uint32_t*>(cols), u);
-      break;
-    default:
-      unfold<<<grid, 128, 0, stream>>>(static_cast<const uint64_t*>(x),
-                                       static_cast<uint64_t*>(cols), u);
-  }
+  auto* kernel = esize == 1   ? unfold<uint8_t>
+                 : esize == 2 ? unfold<uint16_t>
+                 : esize == 4 ? unfold<uint32_t>
+                              : unfold<uint64_t>;  // bits are copied: the element size decides
+  kernel<<<grid, 128, 0, stream>>>(x, cols, u);
   return cuda_status(cudaGetLastError(), "im2col launch");
 }
 

@@ -544,40 +544,47 @@ int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_
 
 const void* py_builtins() { return py().ok ? kBuiltins : nullptr; }
 
-int py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags, void* stream) {
+namespace {
+
+// pcr_py_im2col's and pcr_py_col2im's arguments: the tensor read (a's slot), the optional
+// one added (c's) and the one written (d's, whose producer's stream goes first), the
+// convolution's tuple, and the stream the work goes to.
+int ingest_unfolding(void* in, const char* in_name, void* add, void* out, const char* out_name,
+                     void* conv, int32_t flags, const char* what, Operand ops[kOperands],
+                     pcr_conv* cv, void** stream) {
   clear_error();
   if (!py().ok)
     return set_error(PCR_ERR_INTERNAL,
-                     "the Python-object entry points need a CPython process; use pcr_im2col");
-  Operand ops[kOperands];  // x and cols in a's and d's slots (d: the output's stream first)
-  pcr_conv cv{};
+                     "the Python-object entry points need a CPython process; use %s", what);
   int st;
-  if ((st = ingest(x, "x", &ops[0])) || (st = ingest(cols, "cols", &ops[3])) ||
-      (st = read_conv(static_cast<PyObject*>(conv), &cv)))
+  if ((st = ingest(in, in_name, &ops[0])) || (st = ingest(add, "c", &ops[2])) ||
+      (st = ingest(out, out_name, &ops[3])) || (st = read_conv(static_cast<PyObject*>(conv), cv)))
     return st;
   if (!ops[0].present || !ops[3].present)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_im2col: x and cols are required");
-  if (ops[3].read_only) return set_error(PCR_ERR_READ_ONLY, "cols is read-only");
-  if ((st = producer_stream(ops, flags, &stream))) return st;
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: %s and %s are required", what, in_name,
+                     out_name);
+  if (ops[3].read_only) return set_error(PCR_ERR_READ_ONLY, "%s is read-only", out_name);
+  return producer_stream(ops, flags, stream);
+}
+
+}  // namespace
+
+int py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags, void* stream) {
+  Operand ops[kOperands];
+  pcr_conv cv{};
+  if (int st = ingest_unfolding(x, "x", nullptr, cols, "cols", conv, flags, "pcr_im2col", ops, &cv,
+                                &stream))
+    return st;
   return im2col(&ops[0].dl, &ops[3].dl, &cv, r, s, static_cast<cudaStream_t>(stream));
 }
 
 int py_col2im(void* cols, void* dx, void* c, void* conv, int32_t r, int32_t s, double alpha,
               double beta, int32_t flags, void* stream) {
-  clear_error();
-  if (!py().ok)
-    return set_error(PCR_ERR_INTERNAL,
-                     "the Python-object entry points need a CPython process; use pcr_col2im");
-  Operand ops[kOperands];  // cols, c and dx in a's, c's and d's slots
+  Operand ops[kOperands];
   pcr_conv cv{};
-  int st;
-  if ((st = ingest(cols, "cols", &ops[0])) || (st = ingest(c, "c", &ops[2])) ||
-      (st = ingest(dx, "dx", &ops[3])) || (st = read_conv(static_cast<PyObject*>(conv), &cv)))
+  if (int st =
+          ingest_unfolding(cols, "cols", c, dx, "dx", conv, flags, "pcr_col2im", ops, &cv, &stream))
     return st;
-  if (!ops[0].present || !ops[3].present)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_py_col2im: cols and dx are required");
-  if (ops[3].read_only) return set_error(PCR_ERR_READ_ONLY, "dx is read-only");
-  if ((st = producer_stream(ops, flags, &stream))) return st;
   return col2im(&ops[0].dl, &ops[3].dl, dl_or_null(ops[2]), &cv, r, s, alpha, beta,
                 static_cast<cudaStream_t>(stream));
 }
