@@ -295,6 +295,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
     p.add_argument("--out", help="CSV to write (default bench-results/<gpu>-<date>/conv.csv)")
     p.add_argument("--quick", action="store_true", help="3 layers per set, fewer replays")
+    p.add_argument(
+        "--no-unfold-lagging",
+        action="store_true",
+        help="run on the convolution kernels the layers they run badly (strided dgrad, too few "
+        "output tiles) instead of as GEMMs on unfolded operands: the A/B of that choice",
+    )
     return p
 
 
@@ -319,8 +325,9 @@ def main(argv=None) -> int:
     """Parses ``argv``, runs the selected layers; the exit status."""
     args = parser().parse_args(argv)
     import pycutlass_rt as pcr
-    from pycutlass_rt import _backends
+    from pycutlass_rt import _backends, _conv
 
+    _conv.UNFOLD_LAGGING = not args.no_unfold_lagging
     try:
         info = pcr.info()
         fw, why = _backends.load("torch") if info["devices"] else (None, "no usable GPU")

@@ -15,11 +15,13 @@ turns each framework's tensors into the packed NHWC / KRSC views the kernels rea
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import sys
 from typing import NamedTuple
 
 from . import _call, _lib
-from ._abi import Op
+from ._abi import Op, Status
 from ._explain import explain as explain_gemm
 from ._explain import explanation
 from .errors import InvalidArgumentError, UnsupportedError
@@ -218,6 +220,41 @@ def _few_channels(x) -> bool:
     return (x.shape[3] * x.dtype.itemsize) % 16 != 0
 
 
+#: the GEMM routes also take the convolutions whose implicit GEMM the convolution kernels
+#: run badly (False: only those the kernels cannot run well at all; benchmarks/conv.py
+#: --no-unfold-lagging compares): see :func:`_kernels_lag`
+UNFOLD_LAGGING = True
+#: the share of the SMs below which the convolution kernels' output tiles count as too few
+LAG_FILL = 0.5
+#: the least R*S*C (fprop) or R*S*K (dgrad) reduction worth spreading over the GPU
+LAG_REDUCTION = 1024
+
+
+@functools.cache
+def _sm_count(device: int) -> int:
+    """SMs of CUDA device ``device`` (0 when the library cannot tell)."""
+    cc, sms = ctypes.c_int32(), ctypes.c_int32()
+    ok = _lib.load().pcr_device_cc(device, ctypes.byref(cc), ctypes.byref(sms)) == Status.OK
+    return sms.value if ok else 0
+
+
+def _kernels_lag(geo: Geometry, views, image) -> bool:
+    """Whether the convolution kernels run this fprop or dgrad badly where a GEMM on the
+    unfolded operands need not: a dgrad at stride > 1 (the kernels' strided dgrad ran at
+    0.2-0.7x cuDNN on the H200), or an implicit GEMM whose 128 x 128 output tiles fill less
+    than LAG_FILL of the SMs over a long reduction (deep, small layers: the GEMM's split-K
+    and stream-K kernels spread the reduction over the GPU; a convolution kernel cannot)."""
+    if not UNFOLD_LAGGING or geo.op == Op.OP_WGRAD:
+        return False
+    if geo.op == Op.OP_DGRAD and max(geo.stride) > 1:
+        return True
+    k, r, s, ch = views[1].shape
+    n, h, w, _ = views[3].shape  # the output: y (fprop), dx (dgrad)
+    cols, depth = (k, r * s * ch) if geo.op == Op.OP_FPROP else (ch, r * s * k)
+    tiles = -(-(n * h * w) // 128) * -(-cols // 128)
+    return depth >= LAG_REDUCTION and tiles < LAG_FILL * _sm_count(image.__dlpack_device__()[1])
+
+
 def _split_cols(m, groups: int):
     """(rows, groups * w) -> (groups, rows, w): a block of columns per group (a view)."""
     if groups == 1:
@@ -243,7 +280,8 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
     a batch, where the convolution kernels do badly or not at all: channels short of 16
     bytes, a dgrad both strided and dilated, float32 at fp32 accuracy (``math="ieee"``: the
     GEMM's 3xTF32 kernels), groups (not depthwise: one channel per group would make GEMMs
-    of width one; a grouped fprop takes no bias this way). GPU tensors on
+    of width one; a grouped fprop takes no bias this way), and where the kernels lag
+    (:func:`_kernels_lag`: strided dgrad, too few output tiles). GPU tensors on
     the producer's stream (the unfolded matrices are its framework's memory, ordered by that
     stream); else None. Each group's unfolded columns and its flattened filters are padded
     with zeros to 16 bytes; wgrad computes a padded gradient that ``finish`` copies into dw
@@ -260,7 +298,12 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
     if groups > 1:
         if ch == 1 or (op == Op.OP_FPROP and bias is not None):
             return None
-    elif not (_few_channels(image) or (op == Op.OP_DGRAD and strided_dilated) or ieee):
+    elif not (
+        _few_channels(image)
+        or (op == Op.OP_DGRAD and strided_dilated)
+        or ieee
+        or _kernels_lag(geo, views, image)
+    ):
         return None
     if op == Op.OP_WGRAD and (beta != 0 or views[2] is not None):
         return None

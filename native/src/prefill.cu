@@ -255,57 +255,102 @@ int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaSt
 
 namespace {
 
-// im2col: threads across a row of cols (its columns: group, filter tap (i, j) and channel,
-// which each thread works out once), blocks down the rows (output positions n, p, q). The
-// writes, which dominate, coalesce; the reads come mostly from L2 (each input element
-// serves up to r * s rows).
-template <class T>
+// The index type of im2col and col2im: 32-bit where every position and its grid-stride
+// successor fit (division, which the kernels cannot avoid entirely, costs several times as
+// much in 64 bits), else 64-bit.
+bool fits32(const Im2col& g) {
+  constexpr int64_t limit = int64_t(1) << 31;
+  return g.n * g.p * g.q < limit && g.width < limit && g.n * g.h * g.w * g.c < limit;
+}
+
+// A position (n, a, b) in an N x A x B grid, stepped by a fixed count with carries instead
+// of divisions: `step` is the count decomposed once (each part below its extent).
+template <class I>
+struct Position {
+  I n, a, b;
+  __device__ void advance(const Position& step, I A, I B) {
+    b += step.b;
+    if (b >= B) b -= B, ++a;
+    a += step.a;
+    if (a >= A) a -= A, ++n;
+    n += step.n;
+  }
+};
+template <class I>
+__device__ Position<I> position(I index, I A, I B) {
+  return {index / (A * B), (index / B) % A, index % B};
+}
+
+// im2col: blocks of rows x columns of cols. A thread keeps its column (group, filter tap
+// (i, j) and channel, worked out once) and steps down the rows, its output position
+// (n, p, q) advanced by additions. Writes coalesce along a row; reads come mostly from L2
+// (each input element serves up to r * s rows).
+template <class T, class I>
 __global__ void unfold(const void* image, void* unfolded, Im2col g) {
   const T* x = static_cast<const T*>(image);
   T* cols = static_cast<T*>(unfolded);
-  const int64_t rows = g.n * g.p * g.q, block = g.width / g.groups, cg = g.c / g.groups;
-  for (int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; col < g.width;
-       col += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t within = col % block;
-    const bool tap = within < g.r * g.s * cg;  // past the taps: zeros padding to 16 bytes
-    const int64_t ch = tap ? (col / block) * cg + within % cg : 0, ij = tap ? within / cg : 0;
-    const int64_t dh = (ij / g.s) * g.dilation_h - g.pad_h;
-    const int64_t dw = (ij % g.s) * g.dilation_w - g.pad_w;
-    for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+  const I width = I(g.width), P = I(g.p), Q = I(g.q), rows = I(g.n * g.p * g.q);
+  const I block = I(g.width / g.groups), cg = I(g.c / g.groups), taps = I(g.r * g.s) * cg;
+  const I step = I(gridDim.y) * blockDim.y;
+  const Position<I> stride = position(step, P, Q);
+  for (I col = blockIdx.x * blockDim.x + threadIdx.x; col < width; col += gridDim.x * blockDim.x) {
+    const I within = col % block;
+    const bool tap = within < taps;  // past the taps: zeros padding to 16 bytes
+    const I ch = tap ? (col / block) * cg + within % cg : 0, ij = tap ? within / cg : 0;
+    const int64_t dh = int64_t(ij / I(g.s)) * g.dilation_h - g.pad_h;
+    const int64_t dw = int64_t(ij % I(g.s)) * g.dilation_w - g.pad_w;
+    I row = blockIdx.y * blockDim.y + threadIdx.y;
+    Position<I> at = position(row, P, Q);
+    for (; row < rows; row += step, at.advance(stride, P, Q)) {
       T v{};
       if (tap) {
-        const int64_t q = row % g.q, np = row / g.q, p = np % g.p, n = np / g.p;
-        const int64_t h = p * g.stride_h + dh, w = q * g.stride_w + dw;
-        if (h >= 0 && h < g.h && w >= 0 && w < g.w) v = x[((n * g.h + h) * g.w + w) * g.c + ch];
+        const int64_t h = int64_t(at.a) * g.stride_h + dh, w = int64_t(at.b) * g.stride_w + dw;
+        if (h >= 0 && h < g.h && w >= 0 && w < g.w)
+          v = x[((int64_t(at.n) * g.h + h) * g.w + w) * g.c + ch];
       }
-      cols[row * g.width + col] = v;
+      cols[int64_t(row) * width + col] = v;
     }
   }
 }
 
+// The filter taps t (rows i or columns j) whose window covers input coordinate `coord`:
+// coord + pad - t * dilation = o * stride with 0 <= o < out. f(t, o) for each.
+template <class I, class F>
+__device__ void taps_over(I coord, int64_t pad, int64_t dilation, int64_t stride, int64_t taps,
+                          I out, F f) {
+  const I from = coord + I(pad), by = I(stride);
+  // with unit dilation only every stride-th tap can land on an output position
+  const I first = dilation == 1 ? from % by : 0, step = dilation == 1 ? by : 1;
+  for (I t = first; int64_t(t) < taps && int64_t(t) * dilation <= int64_t(from); t += step) {
+    const I at = from - I(int64_t(t) * dilation);
+    if (dilation != 1 && at % by) continue;
+    const I o = at / by;
+    if (o < out) f(t, o);
+  }
+}
+
 // col2im, the adjoint of unfold: each element of dx (n, h, w, channel) gathers, in fp32,
-// the unfolded gradient's entries of every filter tap (i, j) whose window covered it (the
-// output positions p, q with p * stride_h + i * dilation_h - pad_h = h, likewise w), then
+// the unfolded gradient's entries of every filter tap (i, j) whose window covered it, then
 // dx = alpha * sum + beta * c. A gather, not a scatter: no atomics, the same order always.
-template <class T>
+// Positions advance by additions (Position), taps by the stride (taps_over).
+template <class T, class I>
 __global__ void fold(const T* cols, T* dx, const T* c, Im2col g, float alpha, float beta) {
-  const int64_t total = g.n * g.h * g.w * g.c, block = g.width / g.groups, cg = g.c / g.groups;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t ch = e % g.c, hw = e / g.c, w = hw % g.w, nh = hw / g.w, h = nh % g.h,
-                  n = nh / g.h;
-    const int64_t first = (ch / cg) * block + ch % cg;  // the channel's column at tap 0
+  const I C = I(g.c), W = I(g.w), HW = I(g.h * g.w), total = I(g.n * g.h * g.w * g.c);
+  const I block = I(g.width / g.groups), cg = I(g.c / g.groups), P = I(g.p), Q = I(g.q);
+  const I step = I(gridDim.x) * blockDim.x;
+  const Position<I> stride = position(step, HW, C);  // (n, h * W + w, channel)
+  I e = blockIdx.x * blockDim.x + threadIdx.x;
+  Position<I> at = position(e, HW, C);
+  for (; e < total; e += step, at.advance(stride, HW, C)) {
+    const I ch = at.b, h = at.a / W, w = at.a % W;
+    const I first = cg == C ? ch : (ch / cg) * block + ch % cg;  // the channel's tap-0 column
     float acc = 0.0f;
-    for (int64_t i = 0; i < g.r; ++i) {
-      const int64_t hp = h + g.pad_h - i * g.dilation_h;
-      if (hp < 0 || hp % g.stride_h || hp / g.stride_h >= g.p) continue;
-      for (int64_t j = 0; j < g.s; ++j) {
-        const int64_t wq = w + g.pad_w - j * g.dilation_w;
-        if (wq < 0 || wq % g.stride_w || wq / g.stride_w >= g.q) continue;
-        const int64_t row = (n * g.p + hp / g.stride_h) * g.q + wq / g.stride_w;
-        acc += to<float>(cols[row * g.width + first + (i * g.s + j) * cg]);
-      }
-    }
+    taps_over(h, g.pad_h, g.dilation_h, g.stride_h, g.r, P, [&](I i, I p) {
+      taps_over(w, g.pad_w, g.dilation_w, g.stride_w, g.s, Q, [&](I j, I q) {
+        const int64_t row = (int64_t(at.n) * P + p) * Q + q;
+        acc += to<float>(cols[row * g.width + first + (int64_t(i) * g.s + j) * cg]);
+      });
+    });
     float v = alpha * acc;
     if (c) v += beta * to<float>(c[e]);
     dx[e] = from<T>(v);
@@ -317,23 +362,42 @@ int launch_fold_typed(const void* cols, void* dx, const void* c, const Im2col& g
                       float beta, cudaStream_t stream) {
   const int64_t total = g.n * g.h * g.w * g.c;
   const unsigned grid = unsigned(std::min<int64_t>((total + 255) / 256, 8192));
-  fold<<<grid, 256, 0, stream>>>(static_cast<const T*>(cols), static_cast<T*>(dx),
-                                 static_cast<const T*>(c), g, alpha, beta);
+  auto* kernel = fits32(g) ? fold<T, uint32_t> : fold<T, uint64_t>;
+  kernel<<<grid, 256, 0, stream>>>(static_cast<const T*>(cols), static_cast<T*>(dx),
+                                   static_cast<const T*>(c), g, alpha, beta);
   return cuda_status(cudaGetLastError(), "col2im launch");
+}
+
+template <class T>
+void launch_unfold_typed(const void* x, void* cols, const Im2col& u, dim3 grid, dim3 block,
+                         cudaStream_t stream) {
+  auto* kernel = fits32(u) ? unfold<T, uint32_t> : unfold<T, uint64_t>;
+  kernel<<<grid, block, 0, stream>>>(x, cols, u);
 }
 
 }  // namespace
 
 int launch_unfold(const void* x, void* cols, int esize, const Im2col& u, cudaStream_t stream) {
-  // a block per 128 columns across, about a thousand blocks in all down the rows
-  const int64_t gx = std::min<int64_t>((u.width + 127) / 128, 64);
-  const dim3 grid(unsigned(gx),
-                  unsigned(std::min<int64_t>(u.n * u.p * u.q, std::max<int64_t>(1, 1024 / gx))));
-  auto* kernel = esize == 1   ? unfold<uint8_t>
-                 : esize == 2 ? unfold<uint16_t>
-                 : esize == 4 ? unfold<uint32_t>
-                              : unfold<uint64_t>;  // bits are copied: the element size decides
-  kernel<<<grid, 128, 0, stream>>>(x, cols, u);
+  // 256 threads a block: a warp-multiple across the columns (up to 128), the rest down the
+  // rows; about 4096 blocks in all (a few waves of every SM), each then striding
+  const int64_t across = std::min<int64_t>(128, std::max<int64_t>(32, (u.width + 31) / 32 * 32));
+  const dim3 block(unsigned(across), unsigned(256 / across));
+  const int64_t gx = std::min<int64_t>((u.width + across - 1) / across, 64);
+  const int64_t rows = u.n * u.p * u.q, gy = (rows + block.y - 1) / block.y;
+  const dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(gy, std::max<int64_t>(1, 4096 / gx))));
+  switch (esize) {  // bits are copied: the element size decides
+    case 1:
+      launch_unfold_typed<uint8_t>(x, cols, u, grid, block, stream);
+      break;
+    case 2:
+      launch_unfold_typed<uint16_t>(x, cols, u, grid, block, stream);
+      break;
+    case 4:
+      launch_unfold_typed<uint32_t>(x, cols, u, grid, block, stream);
+      break;
+    default:
+      launch_unfold_typed<uint64_t>(x, cols, u, grid, block, stream);
+  }
   return cuda_status(cudaGetLastError(), "im2col launch");
 }
 

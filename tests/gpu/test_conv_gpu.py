@@ -293,3 +293,38 @@ def test_float32_at_fp32_accuracy(op):
     except pcr.UnsupportedError as e:
         pytest.skip(f"no float32 GEMM kernel of this build takes it: {e}")
     assert (got.double() - ref).norm() / ref.norm() < 1e-5
+
+
+LAGGING = {  # (c, h, w, k, stride, op), 3x3 filters, padding 1: what the conv kernels run badly
+    "deep and small fprop": (256, 8, 8, 320, 1, "fprop"),  # 128 output rows: 3 tiles
+    "strided dgrad": (64, 14, 14, 96, 2, "dgrad"),
+}
+
+
+@pytest.mark.parametrize("case", LAGGING)
+@pytest.mark.parametrize("lagging", [True, False])
+def test_layers_the_conv_kernels_lag_on_run_as_gemms_on_unfolded_operands(
+    case, lagging, monkeypatch
+):
+    """A long reduction over too few output tiles, and a strided dgrad, run as a GEMM on
+    the unfolded operands (explain says so), torch's result; with the choice turned off
+    (the benchmark's A/B), on the convolution kernels, the same result."""
+    from pycutlass_rt import _conv
+
+    monkeypatch.setattr(_conv, "UNFOLD_LAGGING", lagging)
+    c, h, w_, k, stride, op = LAGGING[case]
+    x = nchw(2, c, h, w_, torch.float16, seed=16)
+    w = nchw(k, c, 3, 3, torch.float16, seed=17)
+    geo = dict(stride=stride, padding=1)
+    dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, torch.float16, seed=18)
+    try:
+        if op == "fprop":
+            told = pcr.conv2d(x, w, explain=True, **geo)
+        else:
+            told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True, **geo)
+        got, ref = pass_and_reference(op, x, w, dy, **geo)
+    except pcr.UnsupportedError as e:
+        pytest.skip(f"no float16 kernel of this build takes it: {e}")
+    unfolded = any("im2col" in note for note in told.notes)
+    assert unfolded == lagging, told
+    assert (got.double() - ref).norm() / ref.norm() < 1e-2
