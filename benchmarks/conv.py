@@ -298,8 +298,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-unfold-lagging",
         action="store_true",
-        help="run on the convolution kernels the layers they run badly (strided dgrad, too few "
-        "output tiles) instead of as GEMMs on unfolded operands: the A/B of that choice",
+        help="run on the convolution kernels the layers they run badly (too few output tiles "
+        "over a long reduction) instead of as GEMMs on unfolded operands: the A/B of that choice",
     )
     return p
 

@@ -225,7 +225,10 @@ def _few_channels(x) -> bool:
 #: --no-unfold-lagging compares): see :func:`_kernels_lag`
 UNFOLD_LAGGING = True
 #: the share of the SMs below which the convolution kernels' output tiles count as too few
-LAG_FILL = 0.5
+#: (chosen on the H200 by that A/B over the ResNet-50 and SD UNet layers: at 1/2 of the SMs
+#: the unfolding's extra pass lost more than the split reduction won; at 1/8, ten-tile
+#: layers won 12-30%)
+LAG_FILL = 0.125
 #: the least R*S*C (fprop) or R*S*K (dgrad) reduction worth spreading over the GPU
 LAG_REDUCTION = 1024
 
@@ -240,14 +243,12 @@ def _sm_count(device: int) -> int:
 
 def _kernels_lag(geo: Geometry, views, image) -> bool:
     """Whether the convolution kernels run this fprop or dgrad badly where a GEMM on the
-    unfolded operands need not: a dgrad at stride > 1 (the kernels' strided dgrad ran at
-    0.2-0.7x cuDNN on the H200), or an implicit GEMM whose 128 x 128 output tiles fill less
-    than LAG_FILL of the SMs over a long reduction (deep, small layers: the GEMM's split-K
-    and stream-K kernels spread the reduction over the GPU; a convolution kernel cannot)."""
+    unfolded operands need not: an implicit GEMM whose 128 x 128 output tiles fill less
+    than LAG_FILL of the SMs over a long reduction (deep layers at small images: the GEMM's
+    split-K and stream-K kernels spread the reduction over the GPU, the convolution kernels
+    cannot)."""
     if not UNFOLD_LAGGING or geo.op == Op.OP_WGRAD:
         return False
-    if geo.op == Op.OP_DGRAD and max(geo.stride) > 1:
-        return True
     k, r, s, ch = views[1].shape
     n, h, w, _ = views[3].shape  # the output: y (fprop), dx (dgrad)
     cols, depth = (k, r * s * ch) if geo.op == Op.OP_FPROP else (ch, r * s * k)
@@ -281,7 +282,7 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
     bytes, a dgrad both strided and dilated, float32 at fp32 accuracy (``math="ieee"``: the
     GEMM's 3xTF32 kernels), groups (not depthwise: one channel per group would make GEMMs
     of width one; a grouped fprop takes no bias this way), and where the kernels lag
-    (:func:`_kernels_lag`: strided dgrad, too few output tiles). GPU tensors on
+    (:func:`_kernels_lag`: too few output tiles over a long reduction). GPU tensors on
     the producer's stream (the unfolded matrices are its framework's memory, ordered by that
     stream); else None. Each group's unfolded columns and its flattened filters are padded
     with zeros to 16 bytes; wgrad computes a padded gradient that ``finish`` copies into dw

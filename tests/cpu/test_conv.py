@@ -462,3 +462,28 @@ def test_float32_at_fp32_accuracy_runs_as_a_gemm_on_the_unfolded_input(monkeypat
     with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
         passes[op]()  # TF32, cuDNN's default: the convolution kernels
     assert not calls
+
+
+@pytest.mark.parametrize(
+    "op, out, k, c, lags",
+    [
+        ("fprop", (2, 8, 8), 1280, 1280, True),  # 128 rows x 10 tiles of K, 11520 deep
+        ("fprop", (2, 16, 16), 1280, 1280, False),  # 4 x 10 = 40 tiles: enough
+        ("fprop", (2, 8, 8), 1280, 64, False),  # 576 deep: nothing to spread
+        ("dgrad", (2, 8, 8), 1280, 1280, True),  # dx: 128 rows x 10 tiles of C
+        ("dgrad", (2, 8, 8), 1280, 2560, False),  # 20 tiles of C
+        ("wgrad", (2, 8, 8), 1280, 1280, False),  # wgrad kernels split K themselves
+    ],
+)
+def test_too_few_output_tiles_over_a_long_reduction_is_where_the_kernels_lag(
+    monkeypatch, op, out, k, c, lags
+):
+    """The lagging rule on a 132-SM GPU: fewer 128 x 128 output tiles than 1/8 of the SMs
+    over a reduction of >= 1024; off with UNFOLD_LAGGING."""
+    monkeypatch.setattr(_conv, "_sm_count", lambda device: 132)
+    geo = _conv.Geometry(Op[f"OP_{op.upper()}"], (1, 1), (1, 1), (1, 1), 1)
+    image = nhwc(*out, c if op != "fprop" else k)
+    views = (None, nhwc(k, 3, 3, c), None, image)  # filters (K, R, S, C); the output
+    assert _conv._kernels_lag(geo, views, image) == lags
+    monkeypatch.setattr(_conv, "UNFOLD_LAGGING", False)
+    assert not _conv._kernels_lag(geo, views, image)
