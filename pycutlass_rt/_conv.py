@@ -108,8 +108,11 @@ def empty_like_producer(like, dims: tuple, dtype, name: str):
     torch = _torch(like)
     if torch is not None:
         n, h, w, c = dims
-        t = torch.empty((n, c, h, w), dtype=dtype, device=like.device)
-        t = t.contiguous(memory_format=torch.channels_last)
+        # made channels_last, not made NCHW and then converted: a conversion is a transposing
+        # copy as large as the tensor (for the GEMM routes' scratch, larger than the GEMM)
+        t = torch.empty(
+            (n, c, h, w), dtype=dtype, device=like.device, memory_format=torch.channels_last
+        )
         return t, t.permute(0, 2, 3, 1)
     module = sys.modules.get(type(like).__module__.split(".")[0])
     if module is not None and module.__name__ in ("cupy", "numpy"):

@@ -487,3 +487,18 @@ def test_too_few_output_tiles_over_a_long_reduction_is_where_the_kernels_lag(
     assert _conv._kernels_lag(geo, views, image) == lags
     monkeypatch.setattr(_conv, "UNFOLD_LAGGING", False)
     assert not _conv._kernels_lag(geo, views, image)
+
+
+def test_new_torch_outputs_and_scratch_are_made_channels_last_without_a_copy():
+    """Outputs (out=None) and the GEMM routes' scratch are allocated in their final layout:
+    no NCHW tensor converted afterwards, whose conversion would be a transposing copy as
+    large as the tensor on every call."""
+    torch = pytest.importorskip("torch")
+    like = torch.zeros(1, 2, 3, 4).contiguous(memory_format=torch.channels_last)
+    with torch.autograd.profiler.profile() as prof:
+        t, view = _conv.empty_like_producer(like, (2, 5, 6, 7), torch.float16, "out")
+        m = _conv._matrix(like, 30, 8)
+    assert not [e.name for e in prof.function_events if "copy" in e.name]
+    assert t.shape == (2, 7, 5, 6) and t.is_contiguous(memory_format=torch.channels_last)
+    assert view.shape == (2, 5, 6, 7) and view.is_contiguous()
+    assert m.shape == (30, 8) and m.is_contiguous()
