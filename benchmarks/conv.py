@@ -137,7 +137,7 @@ RESNEXT50 = [
 SETS = {"resnet50": RESNET50, "unet": UNET, "vit": VIT, "resnext50": RESNEXT50}
 FIELDS = (
     "set layer pass dtype n c h w k r s stride padding dilation groups gflop status reason "
-    "rel_err cudnn_rel_err ok backend kernel sets method pcr_us cudnn_us ratio notes"
+    "rel_err cudnn_rel_err ok backend kernel sets method pcr_us cudnn_us ratio notes launches"
 ).split()
 
 
@@ -208,7 +208,7 @@ def backend(torch, layer, x, w) -> str:
         return f"unknown ({type(e).__name__})"
 
 
-def run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes) -> dict:
+def run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes, profile=False) -> dict:
     """One layer, dtype and pass: the check, then both sides timed; a CSV row (raises on
     failures, which the caller records)."""
     torch = fw.torch
@@ -218,6 +218,8 @@ def run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes) -> dict:
     a, b, out = first
     row["backend"] = backend(torch, layer, *forward_xw(pass_, a, b, out))
     row["kernel"] = chosen(pcr, layer, pass_, a, b, out)
+    if profile:
+        row["launches"] = launches(torch, lambda: mine(a, b, out))
     fw.poison(out)
     mine(a, b, out)  # pycutlass_rt first: an UnsupportedError skips the layer
     got = peer(a, b, out)  # cudnn.benchmark autotunes here
@@ -249,6 +251,26 @@ def run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes) -> dict:
         if timing.comparable(mine_s.method, peer_s.method, graph=True):
             row["ratio"] = peer_s.median_us / mine_s.median_us
     return row
+
+
+def launches(torch, fn, calls: int = 3) -> str:
+    """The device kernels (and copies) ``fn()`` launches, from torch's profiler over
+    ``calls`` calls: "name µs; ..." per call, largest first, so that a route's time can be
+    told apart (the unfolding, the GEMM, a copy nobody asked for)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    per = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = e.device_time_total
+        per[e.name] = per.get(e.name, 0.0) + us / calls
+    top = sorted(per.items(), key=lambda kv: -kv[1])
+    return "; ".join(f"{name[:60]} {us:.1f}" for name, us in top)
 
 
 def summarize(rows) -> list:
@@ -296,6 +318,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="CSV to write (default bench-results/<gpu>-<date>/conv.csv)")
     p.add_argument("--quick", action="store_true", help="3 layers per set, fewer replays")
     p.add_argument(
+        "--profile",
+        action="store_true",
+        help="record in the CSV's 'launches' column the device kernels one call of ours "
+        "launches, with their µs (torch's profiler, outside the timed runs)",
+    )
+    p.add_argument(
         "--no-unfold-lagging",
         action="store_true",
         help="run on the convolution kernels the layers they run badly (too few output tiles "
@@ -304,12 +332,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def record(fw, pcr, name, layer, dtype, pass_, settings, l2_bytes) -> dict:
+def record(fw, pcr, name, layer, dtype, pass_, settings, l2_bytes, profile=False) -> dict:
     """The CSV row of one case; what fails (no kernel for the geometry, a peer) is recorded."""
     geo = layer._asdict()
     row = dict(set=name, layer=geo.pop("name"), gflop=layer.flops() / 1e9, status="ok", **geo)
     try:
-        row.update(run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes))
+        row.update(run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes, profile))
     except Exception as e:  # noqa: BLE001 - recorded; the run goes on
         status = "unsupported" if isinstance(e, pcr.UnsupportedError) else "error"
         row.update({"pass": pass_, "dtype": dtype, "status": status, "reason": _err(e)})
@@ -351,7 +379,7 @@ def main(argv=None) -> int:
             print(f"\n{name}\n{HEADER}")
             layers = SETS[name][:3] if args.quick else SETS[name]
             for layer, dtype, pass_ in itertools.product(layers, args.dtypes, args.passes):
-                row = record(fw, pcr, name, layer, dtype, pass_, settings, l2_bytes)
+                row = record(fw, pcr, name, layer, dtype, pass_, settings, l2_bytes, args.profile)
                 rows.append(row)
                 writer.writerow(row)
                 f.flush()  # a run cut short keeps its rows
