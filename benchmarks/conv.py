@@ -353,9 +353,9 @@ def main(argv=None) -> int:
     """Parses ``argv``, runs the selected layers; the exit status."""
     args = parser().parse_args(argv)
     import pycutlass_rt as pcr
-    from pycutlass_rt import _backends, _conv
+    from pycutlass_rt import _backends, _conv_gemm
 
-    _conv.UNFOLD_LAGGING = not args.no_unfold_lagging
+    _conv_gemm.UNFOLD_LAGGING = not args.no_unfold_lagging
     try:
         info = pcr.info()
         fw, why = _backends.load("torch") if info["devices"] else (None, "no usable GPU")

@@ -163,7 +163,7 @@ class Operands:
     sets: list  # [(a, b, c, d)]
     beta: float
     extras: dict = field(default_factory=dict)  # math, scale_a, scale_b for gemm()
-    conv: object = None  # a convolution's _conv.Geometry (its tensors packed NHWC)
+    conv: object = None  # a convolution's _conv_tensors.Geometry (its tensors packed NHWC)
 
     def call(self, kernel: str):
         from . import _conv, gemm
@@ -208,7 +208,7 @@ def make_operands(bk, spec: Spec) -> Operands:
 def conv_operands(bk, p) -> Operands:
     """Copies of a recorded convolution's packed tensors (NHWC activations, KRSC filters),
     in the roles of its pass, cycled like a GEMM's."""
-    from . import _conv
+    from ._conv_tensors import Geometry
 
     cv, op = p.conv, Op(p.op)
     act, out = (cv.n, cv.h, cv.w, cv.c), (cv.n, cv.p, cv.q, cv.k)
@@ -226,7 +226,7 @@ def conv_operands(bk, p) -> Operands:
         (tensor(dims[0], dt_in), tensor(dims[1], dt_in), None, tensor(dims[2], dt_out))
         for _ in range(copies)
     ]
-    geo = _conv.Geometry(
+    geo = Geometry(
         op,
         (cv.pad_h, cv.pad_w),
         (cv.stride_h, cv.stride_w),

@@ -5,16 +5,19 @@ import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _conv
+from pycutlass_rt import _conv_gemm, _conv_tensors
 from pycutlass_rt._abi import Op
 
 
 def test_output_extent_is_torchs():
     """P, Q as torch's conv2d computes them: a ResNet stem, a dilated 3x3, a patch embedding."""
-    geo = _conv.geometry(Op.OP_FPROP, 2, 3, 1, 1)
+    geo = _conv_tensors.geometry(Op.OP_FPROP, 2, 3, 1, 1)
     assert geo.out_extent((224, 224), (7, 7)) == (112, 112)
-    assert _conv.geometry(Op.OP_FPROP, 1, 2, 2, 1).out_extent((15, 13), (3, 3)) == (15, 13)
-    assert _conv.geometry(Op.OP_FPROP, 16, 0, 1, 1).out_extent((224, 224), (16, 16)) == (14, 14)
+    assert _conv_tensors.geometry(Op.OP_FPROP, 1, 2, 2, 1).out_extent((15, 13), (3, 3)) == (15, 13)
+    assert _conv_tensors.geometry(Op.OP_FPROP, 16, 0, 1, 1).out_extent((224, 224), (16, 16)) == (
+        14,
+        14,
+    )
     assert geo.fields() == (1, 3, 3, 2, 2, 1, 1, 1)
 
 
@@ -158,9 +161,9 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(monkeypatc
         unfolded.append((x.shape, (r, s), geo.stride, width, fill))
         return np.zeros((n * p * q, width), x.dtype)
 
-    monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
-    monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
-    monkeypatch.setattr(_conv, "_unfold", unfold)
+    monkeypatch.setattr(_conv_gemm, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_unfold", unfold)
     monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
     x, w, dy = nhwc(2, 9, 9, 3), nhwc(8, 3, 3, 3), nhwc(2, 5, 5, 8)
     if op == "fprop":
@@ -183,7 +186,7 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(monkeypatc
             pcr.conv2d_wgrad(dy, x, weight_size=(8, 3, 3, 3), stride=2, padding=1, beta=1.0, c=dw)
         assert not calls  # beta * c: the convolution kernels
     for where in ("_on_gpu", "_makes_matrices"):  # host arrays, or a framework (jax, numba)
-        monkeypatch.setattr(_conv, where, lambda t: False)  # whose scratch is not made here:
+        monkeypatch.setattr(_conv_gemm, where, lambda t: False)  # whose scratch is not made here:
         calls.clear()  # the convolution kernels
         with pytest.raises((pcr.NoDeviceError, pcr.UnsupportedError, pcr.NoKernelForArchError)):
             pcr.conv2d(x, w, stride=2, padding=1)
@@ -215,7 +218,7 @@ def test_im2col_checks_its_tensors(x, cols, r, match):
     from pycutlass_rt import _call, _lib
 
     lib = _lib.load()
-    geo = _conv.geometry(Op.OP_FPROP, 1, 1, 1, 1)
+    geo = _conv_tensors.geometry(Op.OP_FPROP, 1, 1, 1, 1)
     objs, handle, flags, keep = _call.operands((x, None, None, cols), None)
     with pytest.raises(pcr.Error, match=match):
         lib.check(lib.pcr_py_im2col(objs[0], objs[3], geo.fields(), r, r, flags, handle))
@@ -234,10 +237,10 @@ def test_dgrad_the_kernels_do_badly_runs_as_a_gemm_folded_back(
     def unfold(x, r, s, geo, width, fill):
         return np.zeros((x.shape[0], width), x.dtype)  # the filters only: one position each
 
-    monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
-    monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
-    monkeypatch.setattr(_conv, "_unfold", unfold)
-    monkeypatch.setattr(_conv, "_fold", lambda *args: folds.append(args))
+    monkeypatch.setattr(_conv_gemm, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_unfold", unfold)
+    monkeypatch.setattr(_conv_gemm, "_fold", lambda *args: folds.append(args))
     monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
     x_shape = (2, 9, 9, channels)
     p = (9 + 2 - dilation * 2 - 1) // stride + 1
@@ -274,7 +277,7 @@ def test_col2im_checks_its_tensors(dx, cols, c, match):
     from pycutlass_rt import _call, _lib
 
     lib = _lib.load()
-    geo = _conv.geometry(Op.OP_DGRAD, 1, 1, 1, 1)
+    geo = _conv_tensors.geometry(Op.OP_DGRAD, 1, 1, 1, 1)
     objs, handle, flags, keep = _call.operands((cols, None, c, dx), None)
     with pytest.raises(pcr.Error, match=match):
         lib.check(
@@ -407,10 +410,10 @@ def test_gemm_routes_compute_the_convolution(monkeypatch, case, op, framework):
     p = (h + 2 * padding - dilation * (r - 1) - 1) // stride + 1
     q = (w_ + 2 * padding - dilation * (s - 1) - 1) // stride + 1
     dy = rng.integers(-2, 3, (n, p, q, k)).astype(np.float16)
-    monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
-    monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
-    monkeypatch.setattr(_conv, "_unfold", any_unfold)
-    monkeypatch.setattr(_conv, "_fold", np_fold)
+    monkeypatch.setattr(_conv_gemm, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_unfold", any_unfold)
+    monkeypatch.setattr(_conv_gemm, "_fold", np_fold)
     monkeypatch.setattr(pcr, "gemm", np_gemm)
     geo = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     xs, ws, dys = x, w, dy
@@ -441,10 +444,10 @@ def test_float32_at_fp32_accuracy_runs_as_a_gemm_on_the_unfolded_input(monkeypat
         calls.append(kw["math"])
         np_gemm(*args)
 
-    monkeypatch.setattr(_conv, "_on_gpu", lambda t: True)
-    monkeypatch.setattr(_conv, "_makes_matrices", lambda t: True)
-    monkeypatch.setattr(_conv, "_unfold", any_unfold)
-    monkeypatch.setattr(_conv, "_fold", np_fold)
+    monkeypatch.setattr(_conv_gemm, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_unfold", any_unfold)
+    monkeypatch.setattr(_conv_gemm, "_fold", np_fold)
     monkeypatch.setattr(pcr, "gemm", gemm)
     rng = np.random.default_rng(1)
     x = rng.integers(-2, 3, (2, 7, 6, 16)).astype(np.float32)
@@ -480,13 +483,13 @@ def test_too_few_output_tiles_over_a_long_reduction_is_where_the_kernels_lag(
 ):
     """The lagging rule on a 132-SM GPU: fewer 128 x 128 output tiles than 1/8 of the SMs
     over a reduction of >= 1024; off with UNFOLD_LAGGING."""
-    monkeypatch.setattr(_conv, "_sm_count", lambda device: 132)
-    geo = _conv.Geometry(Op[f"OP_{op.upper()}"], (1, 1), (1, 1), (1, 1), 1)
+    monkeypatch.setattr(_conv_gemm, "_sm_count", lambda device: 132)
+    geo = _conv_tensors.Geometry(Op[f"OP_{op.upper()}"], (1, 1), (1, 1), (1, 1), 1)
     image = nhwc(*out, c if op != "fprop" else k)
     views = (None, nhwc(k, 3, 3, c), None, image)  # filters (K, R, S, C); the output
-    assert _conv._kernels_lag(geo, views, image) == lags
-    monkeypatch.setattr(_conv, "UNFOLD_LAGGING", False)
-    assert not _conv._kernels_lag(geo, views, image)
+    assert _conv_gemm._kernels_lag(geo, views, image) == lags
+    monkeypatch.setattr(_conv_gemm, "UNFOLD_LAGGING", False)
+    assert not _conv_gemm._kernels_lag(geo, views, image)
 
 
 def test_new_torch_outputs_and_scratch_are_made_channels_last_without_a_copy():
@@ -496,8 +499,8 @@ def test_new_torch_outputs_and_scratch_are_made_channels_last_without_a_copy():
     torch = pytest.importorskip("torch")
     like = torch.zeros(1, 2, 3, 4).contiguous(memory_format=torch.channels_last)
     with torch.autograd.profiler.profile() as prof:
-        t, view = _conv.empty_like_producer(like, (2, 5, 6, 7), torch.float16, "out")
-        m = _conv._matrix(like, 30, 8)
+        t, view = _conv_tensors.empty_like_producer(like, (2, 5, 6, 7), torch.float16, "out")
+        m = _conv_gemm._matrix(like, 30, 8)
     assert not [e.name for e in prof.function_events if "copy" in e.name]
     assert t.shape == (2, 7, 5, 6) and t.is_contiguous(memory_format=torch.channels_last)
     assert view.shape == (2, 5, 6, 7) and view.is_contiguous()

@@ -308,9 +308,9 @@ def test_layers_the_conv_kernels_lag_on_run_as_gemms_on_unfolded_operands(
 ):
     """A long reduction over too few output tiles runs as a GEMM on the unfolded operands (explain says so), torch's result; with the choice turned off
     (the benchmark's A/B), on the convolution kernels, the same result."""
-    from pycutlass_rt import _conv
+    from pycutlass_rt import _conv_gemm
 
-    monkeypatch.setattr(_conv, "UNFOLD_LAGGING", lagging)
+    monkeypatch.setattr(_conv_gemm, "UNFOLD_LAGGING", lagging)
     c, h, w_, k, stride, op = LAGGING[case]
     x = nchw(2, c, h, w_, torch.float16, seed=16)
     w = nchw(k, c, 3, 3, torch.float16, seed=17)
