@@ -545,7 +545,7 @@ class ConvSpy:
         return call
 
 
-#: geometries tests/gpu/test_conv.py runs on the library's kernels directly
+#: geometries tests/gpu/test_conv_gpu.py runs on the library's kernels directly
 GEOMETRIES = [
     dict(stride=1, padding=1),
     dict(stride=2, padding=1),
