@@ -308,9 +308,14 @@ int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matri
 
 bool is_quantized(int dtype) { return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2; }
 
-// A problem this large (multiply-adds) runs its misaligned operands through aligned
-// scratch: a pass over each costs far less than the any-alignment kernels' slowness.
+// A problem this large (multiply-adds), or with a K loop this long, runs its misaligned
+// operands through aligned scratch: a pass over each costs far less than the any-alignment
+// kernels' slowness. Their 2-byte loads cost ~0.7 us per 32-deep K step of a tile on the
+// H200: the held-out corpus sweep (heuristics/eval) timed them 4-20x slower than the
+// aligned kernels at every size, 19 us against 3 us at 1 x 3072 x 768 and 69 us against
+// 5 us at 1 x 64 x 3072, where a staged copy costs a launch of a few microseconds.
 constexpr double kStageMinMacs = double(1 << 27);
+constexpr int64_t kStageMinK = 512;
 
 // Whether the build holds a kernel that reads p's operands at any alignment (p's dtypes,
 // layouts and epilogue): a small misaligned problem runs there; where none does (the fp8
@@ -327,19 +332,19 @@ bool any_alignment_kernel(const pcr_problem& p) {
 }
 
 // Marks the operands a device problem copies into 16-byte-aligned scratch (odd leading
-// dimensions, offset views), so that the TMA / cp.async kernels can run it: a large one
-// always, a small one where no any-alignment kernel can take it. A C that D's kernel
-// cannot read in place is copied into D (or D's scratch) first.
-// Batched problems are not staged; the any-alignment kernels run them. Staging pads each
-// copy's contiguous extent, so a fused epilogue's problem is staged only where that
-// extent is K (zeros add nothing) or D's N with no vector along N (bias, column scales),
-// which would otherwise be read past its end.
+// dimensions, offset views), so that the TMA / cp.async kernels can run it: a large one or
+// one with a long K loop always, a small one where no any-alignment kernel can take it. A C that
+// D's kernel cannot read in place is copied into D (or D's scratch) first. Batched problems are not
+// staged; the any-alignment kernels run them. Staging pads each copy's contiguous extent, so a
+// fused epilogue's problem is staged only where that extent is K (zeros add nothing) or D's N with
+// no vector along N (bias, column scales), which would otherwise be read past its end.
 void stage_misaligned(pcr_problem* p) {
   if (p->host || p->k == 0 || p->batch > 1) return;
   const bool aligned = p->align_a >= 16 && p->align_b >= 16 && p->align_d >= 16 &&
                        (p->c_mode != PCR_C_READ || p->align_c >= 16);
   if (aligned) return;  // (before the registry walk below: the common case pays nothing)
-  if (double(p->m) * double(p->n) * double(p->k) < kStageMinMacs && any_alignment_kernel(*p))
+  if (double(p->m) * double(p->n) * double(p->k) < kStageMinMacs && p->k < kStageMinK &&
+      any_alignment_kernel(*p))
     return;
   if (p->epilogue != PCR_EPI_LINEAR &&
       ((p->align_a < 16 && p->layout_a != PCR_ROW_MAJOR) ||

@@ -827,12 +827,15 @@ def gpu_view(shape, strides, code, bits, data=0x10000000):
     return t
 
 
+@pytest.mark.parametrize("k", [202, 588])
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "bfloat16"])
-def test_small_misaligned_problems_stage_only_without_an_any_alignment_kernel(lib, dtype):
-    """181x1024x588 (a corpus shape: K = 588 leaves rows 4- or 8-byte aligned) is too small
-    to stage where an any-alignment kernel takes it, and staged where none does (no fp8
-    kernel reads misaligned rows): otherwise it could not run at all."""
-    tn = [k for k in pcr.kernels() if (k.dtype_a, k.dtype_d, k.layout) == (dtype, "bfloat16", "tn")]
+def test_small_misaligned_problems_stage_only_without_an_any_alignment_kernel(lib, dtype, k):
+    """181x1024x202 (rows of K elements 2- or 4-byte aligned) is too small to stage where an
+    any-alignment kernel takes it, and staged where none does (no fp8 kernel reads
+    misaligned rows): otherwise it could not run at all. 181x1024x588 (a corpus shape) is
+    staged either way: its K loop is long enough for the any-alignment kernels' slow
+    loads to cost more than a copy."""
+    tn = [x for x in pcr.kernels() if (x.dtype_a, x.dtype_d, x.layout) == (dtype, "bfloat16", "tn")]
     if not tn:
         pytest.skip(f"no {dtype} -> bfloat16 tn kernel in this build")
     code, bits = (
@@ -840,7 +843,7 @@ def test_small_misaligned_problems_stage_only_without_an_any_alignment_kernel(li
         if dtype == "float8_e4m3fn"
         else (DLDataTypeCode.Bfloat, 16)
     )
-    m, n, k = 181, 1024, 588
+    m, n = 181, 1024
     a = gpu_view((m, k), (k, 1), code, bits)
     b = gpu_view((k, n), (1, k), code, bits, data=0x20000000)  # column-major: tn
     d = gpu_view((m, n), (n, 1), DLDataTypeCode.Bfloat, 16, data=0x30000000)
@@ -848,6 +851,6 @@ def test_small_misaligned_problems_stage_only_without_an_any_alignment_kernel(li
     st = lib.pcr_describe(a, b, None, d, 1.0, 0.0, None, ctypes.byref(p), None, 0)
     assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
     assert (p.m, p.n, p.k, p.layout_a, p.layout_b) == (m, n, k, 0, 1)
-    a1 = any(k.align[0] == 1 and not k.grouped for k in tn)
+    a1 = any(x.align[0] == 1 and not x.grouped for x in tn)
     staged = Staged.STAGED_A | Staged.STAGED_B
-    assert p.staged == (0 if a1 else staged), (dtype, a1, p.staged)
+    assert p.staged == (0 if a1 and k < 512 else staged), (dtype, a1, p.staged)
