@@ -175,8 +175,10 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
     """A convolution as one GEMM on its input unfolded (im2col) or, for dgrad, a GEMM whose
     unfolded result is folded back (col2im): the :class:`GemmForm` of fprop (y = cols @
     w^T), wgrad (dw = dy^T @ cols) and dgrad (dx = col2im(dy @ w)), one GEMM per group in
-    a batch, where the convolution kernels do badly or not at all: channels short of 16
-    bytes, a dgrad both strided and dilated, float32 at fp32 accuracy (``math="ieee"``: the
+    a batch, where the convolution kernels do badly or not at all: input channels short of
+    16 bytes, or filters (fprop's and wgrad's: the GEMM stages the misaligned matrix around
+    a fast kernel where the convolution kernels would read it element by element), a dgrad
+    both strided and dilated, float32 at fp32 accuracy (``math="ieee"``: the
     GEMM's 3xTF32 kernels), groups (not depthwise: one channel per group would make GEMMs
     of width one; a grouped fprop takes no bias this way), and where the kernels lag
     (:func:`_kernels_lag`: too few output tiles over a long reduction). GPU tensors on
@@ -198,6 +200,7 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
             return None
     elif not (
         _few_channels(image)
+        or (op != Op.OP_DGRAD and _few_channels(views[3] if op == Op.OP_FPROP else views[0]))
         or (op == Op.OP_DGRAD and strided_dilated)
         or ieee
         or _kernels_lag(geo, views, image)
