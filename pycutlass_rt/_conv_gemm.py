@@ -176,8 +176,9 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
     unfolded result is folded back (col2im): the :class:`GemmForm` of fprop (y = cols @
     w^T), wgrad (dw = dy^T @ cols) and dgrad (dx = col2im(dy @ w)), one GEMM per group in
     a batch, where the convolution kernels do badly or not at all: input channels short of
-    16 bytes, or filters (fprop's and wgrad's: the GEMM stages the misaligned matrix around
-    a fast kernel where the convolution kernels would read it element by element), a dgrad
+    16 bytes, or filters (wgrad's, and fprop's without a bias: the GEMM stages the
+    misaligned matrix around a fast kernel where the convolution kernels would read it
+    element by element; a bias along it would keep the GEMM on those too), a dgrad
     both strided and dilated, float32 at fp32 accuracy (``math="ieee"``: the
     GEMM's 3xTF32 kernels), groups (not depthwise: one channel per group would make GEMMs
     of width one; a grouped fprop takes no bias this way), and where the kernels lag
@@ -200,7 +201,8 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
             return None
     elif not (
         _few_channels(image)
-        or (op != Op.OP_DGRAD and _few_channels(views[3] if op == Op.OP_FPROP else views[0]))
+        or (op == Op.OP_WGRAD and _few_channels(views[0]))
+        or (op == Op.OP_FPROP and bias is None and _few_channels(views[3]))
         or (op == Op.OP_DGRAD and strided_dilated)
         or ieee
         or _kernels_lag(geo, views, image)
