@@ -16,6 +16,8 @@
 # wheeltest  the GPU suite (not the sanitizer) against that installed wheel, run from
 #        outside the checkout so that the source tree's package cannot stand in for it
 # bench  python -m benchmarks $PCR_BENCH (default: --quick --no-cutlass), results in build/bench
+# conv   python -m benchmarks.conv $PCR_CONV (default: --profile, every set, both dtypes),
+#        into build/bench/conv.csv
 #
 # PCR_KERNELS is the kernel filter of the build. The machine has no network: the pinned
 # nvidia-cutlass wheel travels in .whl/ (pip download it there; .whl is git-ignored).
@@ -90,6 +92,12 @@ phase_bench() {
   timeout "${PCR_BENCH_TIMEOUT:-480}" python3 -m benchmarks ${PCR_BENCH:---quick --no-cutlass} \
     --out build/bench \
     2>&1 | tee "$OUT/bench.log" | tail -60
+}
+
+phase_conv() {
+  # shellcheck disable=SC2086
+  timeout "${PCR_CONV_TIMEOUT:-300}" python3 -m benchmarks.conv ${PCR_CONV:---profile} \
+    --out build/bench/conv.csv 2>&1 | tee "$OUT/conv.log" | tail -20
 }
 
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
