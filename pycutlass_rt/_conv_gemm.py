@@ -1,7 +1,7 @@
 """Convolutions as GEMMs: where the GEMM kernels (and their calibrated table) run a
 convolution pass better than the convolution kernels, or run one those cannot. A pointwise
-pass is a GEMM on its tensors' flat views (:func:`as_gemm`); a pass whose input has few
-channels, groups, fp32 accuracy or too few output tiles is a GEMM on its input unfolded
+pass is a GEMM on its tensors' flat views (:func:`as_gemm`); a pass with few channels or
+filters, groups, fp32 accuracy or too few output tiles is a GEMM on its input unfolded
 (im2col) or, for dgrad, a GEMM whose result is folded back (col2im) (:func:`as_unfolded`).
 :func:`routes` offers them best first; pycutlass_rt._conv.run takes the first a GEMM kernel
 of the build accepts.
