@@ -332,12 +332,14 @@ bool any_alignment_kernel(const pcr_problem& p) {
 }
 
 // Marks the operands a device problem copies into 16-byte-aligned scratch (odd leading
-// dimensions, offset views), so that the TMA / cp.async kernels can run it: a large one or
-// one with a long K loop always, a small one where no any-alignment kernel can take it. A C that
-// D's kernel cannot read in place is copied into D (or D's scratch) first. Batched problems are not
-// staged; the any-alignment kernels run them. Staging pads each copy's contiguous extent, so a
-// fused epilogue's problem is staged only where that extent is K (zeros add nothing) or D's N with
-// no vector along N (bias, column scales), which would otherwise be read past its end.
+// dimensions, offset views), so that the TMA / cp.async kernels can run it: a large one, or
+// one with a long K loop, always; a small one where no any-alignment kernel can take it. A C
+// that D's kernel cannot read in place is copied into D (or D's scratch) first.
+//
+// Batched problems are not staged; the any-alignment kernels run them. Staging pads each
+// copy's contiguous extent, so a fused epilogue's problem is staged only where that
+// extent is K (zeros add nothing) or D's N with no vector along N (bias, column scales),
+// which would otherwise be read past its end.
 void stage_misaligned(pcr_problem* p) {
   if (p->host || p->k == 0 || p->batch > 1) return;
   const bool aligned = p->align_a >= 16 && p->align_b >= 16 && p->align_d >= 16 &&
