@@ -108,6 +108,17 @@ def pass_and_reference(op, x, w, dy, math=None, **geo):
     return got, torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **geo)
 
 
+def explained_pass(op, x, w, dy, **geo):
+    """(explain()'s account of one pass, the library's result, torch's in float64)."""
+    if op == "fprop":
+        told = pcr.conv2d(x, w, explain=True, **geo)
+    elif op == "dgrad":
+        told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True, **geo)
+    else:
+        told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True, **geo)
+    return (told, *pass_and_reference(op, x, w, dy, **geo))
+
+
 def test_bias_activation_and_residual_fuse():
     """y = act(alpha * conv + beta * c + bias) in one call, as torch computes it."""
     need("fprop", epilogue="biasact")
@@ -306,8 +317,9 @@ LAGGING = {  # (c, h, w, k, stride, op), 3x3 filters, padding 1: too few output 
 def test_layers_the_conv_kernels_lag_on_run_as_gemms_on_unfolded_operands(
     case, lagging, monkeypatch
 ):
-    """A long reduction over too few output tiles runs as a GEMM on the unfolded operands (explain says so), torch's result; with the choice turned off
-    (the benchmark's A/B), on the convolution kernels, the same result."""
+    """A long reduction over too few output tiles runs as a GEMM on the unfolded operands
+    (explain says so), torch's result; with the choice turned off (the benchmark's A/B), on
+    the convolution kernels, the same result."""
     from pycutlass_rt import _conv_gemm
 
     monkeypatch.setattr(_conv_gemm, "UNFOLD_LAGGING", lagging)
@@ -317,11 +329,7 @@ def test_layers_the_conv_kernels_lag_on_run_as_gemms_on_unfolded_operands(
     geo = dict(stride=stride, padding=1)
     dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, torch.float16, seed=18)
     try:
-        if op == "fprop":
-            told = pcr.conv2d(x, w, explain=True, **geo)
-        else:
-            told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True, **geo)
-        got, ref = pass_and_reference(op, x, w, dy, **geo)
+        told, got, ref = explained_pass(op, x, w, dy, **geo)
     except pcr.UnsupportedError as e:
         pytest.skip(f"no float16 kernel of this build takes it: {e}")
     unfolded = any("im2col" in note for note in told.notes)
@@ -339,11 +347,7 @@ def test_few_filters_run_as_a_gemm_on_the_unfolded_input(op):
     geo = dict(stride=1, padding=1)
     dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, torch.float16, seed=21)
     try:
-        if op == "fprop":
-            told = pcr.conv2d(x, w, explain=True, **geo)
-        else:
-            told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True, **geo)
-        got, ref = pass_and_reference(op, x, w, dy, **geo)
+        told, got, ref = explained_pass(op, x, w, dy, **geo)
     except pcr.UnsupportedError as e:
         pytest.skip(f"no float16 GEMM kernel of this build takes it: {e}")
     assert any("im2col" in note for note in told.notes), told.notes
