@@ -108,8 +108,8 @@ class GemmForm(NamedTuple):
 
 
 def _few_channels(x) -> bool:
-    """Whether x's channels fall short of 16 bytes: where the implicit GEMM's few-channels
-    iterators crawl (a stem's 3 colours, a latent's 4)."""
+    """Whether x's channels (its last dimension) fall short of 16 bytes: where the implicit
+    GEMM's few-channels iterators crawl (a stem's 3 colours, a latent's 4, an output of 4)."""
     return (x.shape[3] * x.dtype.itemsize) % 16 != 0
 
 
@@ -117,15 +117,11 @@ def _few_channels(x) -> bool:
 #: run badly (False: only those the kernels cannot run well at all; benchmarks/conv.py
 #: --no-unfold-lagging compares): see :func:`_kernels_lag`
 UNFOLD_LAGGING = True
-
-
 #: the share of the SMs below which the convolution kernels' output tiles count as too few
 #: (chosen on the H200 by that A/B over the ResNet-50 and SD UNet layers: at 1/2 of the SMs
 #: the unfolding's extra pass lost more than the split reduction won; at 1/8, ten-tile
 #: layers won 12-30%)
 LAG_FILL = 0.125
-
-
 #: the least R*S*C (fprop) or R*S*K (dgrad) reduction worth spreading over the GPU
 LAG_REDUCTION = 1024
 

@@ -385,19 +385,11 @@ int launch_unfold(const void* x, void* cols, int esize, const Im2col& u, cudaStr
   const int64_t gx = std::min<int64_t>((u.width + across - 1) / across, 64);
   const int64_t rows = u.n * u.p * u.q, gy = (rows + block.y - 1) / block.y;
   const dim3 grid(unsigned(gx), unsigned(std::min<int64_t>(gy, std::max<int64_t>(1, 4096 / gx))));
-  switch (esize) {  // bits are copied: the element size decides
-    case 1:
-      launch_unfold_typed<uint8_t>(x, cols, u, grid, block, stream);
-      break;
-    case 2:
-      launch_unfold_typed<uint16_t>(x, cols, u, grid, block, stream);
-      break;
-    case 4:
-      launch_unfold_typed<uint32_t>(x, cols, u, grid, block, stream);
-      break;
-    default:
-      launch_unfold_typed<uint64_t>(x, cols, u, grid, block, stream);
-  }
+  auto* launch = esize == 1   ? launch_unfold_typed<uint8_t>
+                 : esize == 2 ? launch_unfold_typed<uint16_t>
+                 : esize == 4 ? launch_unfold_typed<uint32_t>
+                              : launch_unfold_typed<uint64_t>;  // bits are copied: size decides
+  launch(x, cols, u, grid, block, stream);
   return cuda_status(cudaGetLastError(), "im2col launch");
 }
 
