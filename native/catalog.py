@@ -292,16 +292,16 @@ LINEAR_OUTPUT = {"e4m3": "bf16", "e5m2": None}
 #: sm90a configurations: (tile, cluster, schedule, split, tier, fused). Large cooperative
 #: tiles for big problems; 64-row and 64-column ping-pong tiles for small M or N;
 #: stream-K (cooperative only, in CUTLASS) for problems with fewer tiles than SMs.
-#: `fused`: also built with the bias/activation epilogue (FUSED_TYPES, FUSED_TMA_LAYOUTS);
-#: a tier name instead of True: so built, in that tier (a fused variant not yet run on a GPU
-#: stays "extended" while its plain twin is in the default build).
+#: `fused`: also built with the bias/activation epilogue (FUSED_TYPES, FUSED_TMA_LAYOUTS),
+#: in the configuration's tier. The fused tiles were chosen by heuristics/tier.py on the
+#: fit part's sweep, plain timings standing in (heuristics/README.md).
 SM90_CONFIGS = [
     ((128, 256, 64), (2, 1, 1), "coop", "none", "core", True),
     ((128, 128, 64), (1, 2, 1), "coop", "none", "extended", True),
     ((256, 128, 64), (1, 2, 1), "coop", "none", "extended", True),
     ((64, 128, 64), (1, 1, 1), "pingpong", "none", "linear", True),
     ((128, 128, 64), (2, 1, 1), "pingpong", "none", "extended", True),
-    ((64, 256, 64), (1, 1, 1), "pingpong", "none", "linear", "extended"),
+    ((64, 256, 64), (1, 1, 1), "pingpong", "none", "linear", True),
     ((64, 64, 128), (1, 1, 1), "pingpong", "none", "extended", False),
     # decode (M <= 64, large N and K): narrow tiles put a CTA on every SM
     ((64, 32, 128), (1, 1, 1), "pingpong", "none", "extended", False),
@@ -322,8 +322,8 @@ SM90_SWAP_CONFIGS = [
     ((16, 128, 128), (1, 1, 1), "coop", "streamk", "extended", False),
     ((32, 128, 128), (1, 1, 1), "coop", "streamk", "extended", True),
     ((64, 128, 128), (1, 1, 1), "coop", "streamk", "extended", False),
-    ((16, 64, 128), (1, 1, 1), "pingpong", "none", "core", "extended"),
-    ((32, 64, 128), (1, 1, 1), "pingpong", "none", "linear", "extended"),
+    ((16, 64, 128), (1, 1, 1), "pingpong", "none", "core", True),
+    ((32, 64, 128), (1, 1, 1), "pingpong", "none", "linear", True),
 ]
 #: the layouts swap-AB kernels are built for: activations row-major, weights K-major
 #: (a torch Linear's weight.t())
@@ -615,16 +615,15 @@ def _more_types() -> list[Kernel]:
     return out
 
 
-def _epilogues(fused, a: str, d: str, layout: str, family: str, tier: str) -> list:
+def _epilogues(fused: bool, a: str, d: str, layout: str, family: str, tier: str) -> list:
     """(epilogue, tier) pairs a configuration of ``tier`` is built with for these dtypes and
-    layout (``fused``: False, True, or the fused variant's own tier)."""
+    layout."""
     fuse = (
-        bool(fused)
+        fused
         and (a, d) in FUSED_TYPES
         and (family not in TMA_FAMILIES or layout in FUSED_TMA_LAYOUTS)
     )
-    fused_tier = FUSED_TYPES.get((a, d)) or (fused if isinstance(fused, str) else tier)
-    return [("linear", tier)] + ([("biasact", fused_tier)] if fuse else [])
+    return [("linear", tier)] + ([("biasact", FUSED_TYPES.get((a, d)) or tier)] if fuse else [])
 
 
 def catalogue() -> list[Kernel]:
