@@ -169,15 +169,16 @@ def gemm(
         >>> sx = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")  # doctest: +SKIP
         >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw)  # doctest: +SKIP
     """
-    # The hot path: a few type checks here, everything else in one C call.
-    lib = _lib.load()
-    if type(alpha) is not float:
-        alpha = _call.scalar(alpha, "alpha")
-    if type(beta) is not float:
-        beta = _call.scalar(beta, "beta")
+    # The hottest path (torch tensors, a plain GEMM on the producer's stream or a stream
+    # handle, a problem seen before): a few type checks here, and C reads the tensors (and
+    # the producer's stream) itself. CUDA's use is noted on the way below: every process
+    # selects its first problem there.
+    lib = _lib.loaded or _lib.load()
     x = _dlpack.EXCHANGE_TYPES
     if (
-        type(a) in x
+        type(alpha) is float
+        and type(beta) is float
+        and type(a) in x
         and type(b) in x
         and type(d) in x
         and (c is None or type(c) in x)
@@ -186,42 +187,44 @@ def gemm(
         and scale_b is None
         and activation is None
         and math is None
-        and stream is None
+        and (stream is None or (type(stream) is int and stream >= 0))
         and kernel is None
-    ):
-        # The hottest path (torch, a plain GEMM on the producer's stream): C reads the
-        # tensors and the stream itself, with nothing prepared here.
-        objs, keep, extra, kidx = (a, b, c, d), None, None, PCR_KERNEL_SELECT
-        flags, handle = PCR_STREAM_FROM_PRODUCER, 0
-    else:
-        call = keep = _call.prepare(
+        and not lib.gemm(
             a,
             b,
             c,
             d,
             alpha,
             beta,
-            bias=bias,
-            activation=activation,
-            scale_a=scale_a,
-            scale_b=scale_b,
-            math=math,
-            stream=stream,
-            kernel=kernel,
+            None,
+            PCR_KERNEL_SELECT,
+            PCR_STREAM_FROM_PRODUCER if stream is None else 0,
+            stream or 0,
         )
-        objs, alpha, extra, kidx = call.objs, call.alpha, call.extra, call.kernel
-        flags, handle = call.flags, call.handle
-    oa, ob, oc, od = objs[:4]  # the extras' three tensors travel in `extra`
-    st = lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle)
+    ):
+        return d
+    # Anything else; and a hot call that returned a status (a problem seen for the first
+    # time, or an error to explain), made again here the general way.
+    call = _call.prepare(
+        a,
+        b,
+        c,
+        d,
+        alpha,
+        beta,
+        bias=bias,
+        activation=activation,
+        scale_a=scale_a,
+        scale_b=scale_b,
+        math=math,
+        stream=stream,
+        kernel=kernel,
+    )
+    args = call.gemm_args()
+    st = lib.gemm(*args)
     if st:
-        _call.settle(
-            lib,
-            st,
-            lambda: lib.gemm(oa, ob, oc, od, alpha, beta, extra, kidx, flags, handle),
-            lambda: _call.describe(lib, objs, alpha, beta, extra),
-        )
+        _call.settle(lib, st, lambda: lib.gemm(*args), lambda: call.describe(lib))
     _lib.note_cuda_used()
-    del keep
     return d
 
 

@@ -171,6 +171,11 @@ class Call:
     flags: int
     keep: object  # the call's temporary exports, alive until the call is dropped
 
+    def gemm_args(self) -> tuple:
+        """The arguments of the library's gemm builtin for this call."""
+        a, b, c, d = self.objs[:4]  # the extras' three tensors travel in `extra`
+        return (a, b, c, d, self.alpha, self.beta, self.extra, self.kernel, self.flags, self.handle)
+
     def describe(self, lib) -> Judged:
         """The call's problem and every kernel's verdict on it (one C call)."""
         return describe(lib, self.objs, self.alpha, self.beta, self.extra)

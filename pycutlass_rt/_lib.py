@@ -139,7 +139,8 @@ def candidate_paths() -> list[str]:
 
 
 _lock = threading.Lock()
-_lib: Library | None = None
+#: the library once load() has loaded it (the hot paths read this before calling load())
+loaded: Library | None = None
 
 
 def _refuse_without_gil() -> None:
@@ -160,26 +161,26 @@ _refuse_without_gil()
 
 def load() -> Library:
     """The library, loaded on first use (raises LibraryError with the paths tried)."""
-    global _lib
-    if _lib is not None:
-        return _lib
+    global loaded
+    if loaded is not None:
+        return loaded
     with _lock:
-        if _lib is None:
+        if loaded is None:
             tried = []
             for path in candidate_paths():
                 if not os.path.exists(path):
                     tried.append(f"{path} (missing)")
                     continue
                 try:
-                    _lib = Library(path)
+                    loaded = Library(path)
                     break
                 except OSError as e:
                     tried.append(f"{path} ({e})")
-            if _lib is None:
+            if loaded is None:
                 raise errors.LibraryError(
                     "cannot load libpycutlass_rt.so; tried: "
                     + "; ".join(tried)
                     + f". Build and install the package (pip install .), or set {LIBRARY_ENV} "
                     "to the library's path"
                 )
-    return _lib
+    return loaded

@@ -12,6 +12,8 @@ import pytest
 import pycutlass_rt as pcr
 from pycutlass_rt import _call, _dlpack, _lib, errors
 from pycutlass_rt._abi import (
+    PCR_KERNEL_SELECT,
+    PCR_STREAM_FROM_PRODUCER,
     Activation,
     BiasAxis,
     CMode,
@@ -20,6 +22,7 @@ from pycutlass_rt._abi import (
     Epilogue,
     ScaleKind,
     Staged,
+    Status,
 )
 
 F16 = np.float16
@@ -359,6 +362,43 @@ def test_stream_handles():
         _dlpack.stream_handle("default")
     with pytest.raises(pcr.InvalidArgumentError):
         _dlpack.stream_handle(-3)
+
+
+def test_hot_path_is_one_c_call_with_the_stream_decided(monkeypatch):
+    """A plain GEMM of exchange-API tensors goes to the library's builtin in one call: the
+    producer's stream without ``stream``, a handle as given (flags 0); a status sends the
+    call the general way, which refuses what the hot path did not check."""
+
+    class Tensor:  # stands in for a type with __dlpack_c_exchange_api__ (C reads it)
+        pass
+
+    class Library:
+        status = 0
+        calls: list = []
+
+        def gemm(self, *args):
+            self.calls.append(args)
+            return self.status
+
+        def error(self, status):
+            return errors.from_status(status, "refused")
+
+    lib = Library()
+    monkeypatch.setattr(_lib, "loaded", lib)
+    monkeypatch.setattr(_dlpack, "EXCHANGE_TYPES", {Tensor})
+    a, b, d = Tensor(), Tensor(), Tensor()
+    assert pcr.gemm(a, b, None, d) is d
+    assert pcr.gemm(a, b, d, d, 2.0, 1.0, stream=7) is d
+    (*ops, alpha, beta, extra, kernel, flags, stream), second = lib.calls
+    assert ops == [a, b, None, d] and (alpha, beta, extra) == (1.0, 0.0, None)
+    assert (kernel, flags, stream) == (PCR_KERNEL_SELECT, PCR_STREAM_FROM_PRODUCER, 0)
+    assert second[2:6] == (d, d, 2.0, 1.0) and second[-2:] == (0, 7)
+    with pytest.raises(pcr.InvalidArgumentError, match="negative"):
+        pcr.gemm(a, b, None, d, stream=-3)  # not an accepted handle: the general way
+    lib.status, lib.calls[:] = Status.ERR_INVALID_ARGUMENT, []
+    with pytest.raises(pcr.InvalidArgumentError):
+        pcr.gemm(a, b, None, d)
+    assert len(lib.calls) == 2  # the hot attempt, then the general one that raises
 
 
 def test_valid_call_without_gpu_raises_no_device(has_gpu):
