@@ -75,6 +75,11 @@ __all__ = [
 ]
 
 
+#: the scalar types gemm()'s hot path hands to C as they are (bool, an int, is left to the
+#: general path's refusal)
+_SCALARS = frozenset((float, int))
+
+
 def gemm(
     a,
     b,
@@ -176,8 +181,8 @@ def gemm(
     lib = _lib.loaded or _lib.load()
     x = _dlpack.EXCHANGE_TYPES
     if (
-        type(alpha) is float
-        and type(beta) is float
+        type(alpha) in _SCALARS
+        and type(beta) in _SCALARS
         and type(a) in x
         and type(b) in x
         and type(d) in x

@@ -388,11 +388,13 @@ def test_hot_path_is_one_c_call_with_the_stream_decided(monkeypatch):
     monkeypatch.setattr(_dlpack, "EXCHANGE_TYPES", {Tensor})
     a, b, d = Tensor(), Tensor(), Tensor()
     assert pcr.gemm(a, b, None, d) is d
-    assert pcr.gemm(a, b, d, d, 2.0, 1.0, stream=7) is d
+    assert pcr.gemm(a, b, d, d, 2, 1, stream=7) is d  # int scalars: C reads them as floats
     (*ops, alpha, beta, extra, kernel, flags, stream), second = lib.calls
     assert ops == [a, b, None, d] and (alpha, beta, extra) == (1.0, 0.0, None)
     assert (kernel, flags, stream) == (PCR_KERNEL_SELECT, PCR_STREAM_FROM_PRODUCER, 0)
-    assert second[2:6] == (d, d, 2.0, 1.0) and second[-2:] == (0, 7)
+    assert second[2:6] == (d, d, 2, 1) and second[-2:] == (0, 7)
+    with pytest.raises(pcr.DTypeError):
+        pcr.gemm(a, b, None, d, True)  # a bool is no scalar: refused the general way
     with pytest.raises(pcr.InvalidArgumentError, match="negative"):
         pcr.gemm(a, b, None, d, stream=-3)  # not an accepted handle: the general way
     lib.status, lib.calls[:] = Status.ERR_INVALID_ARGUMENT, []
