@@ -216,6 +216,9 @@ class Bench:
         rec["status"] = "ok"
         sets = None
         try:
+            # where the GPU's memory is before the case: a run that fails out of memory
+            # shows which earlier cases left it held, and by whom
+            rec["gpu_gib"] = self.fw.memory_gib()
             sets = self.operands(case)
             rec["operand_sets"] = len(sets)
             kind = GROUPS[case.group].kind

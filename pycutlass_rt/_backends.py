@@ -211,11 +211,32 @@ class Torch(_Adapter):
     def free_memory(self):
         self.torch.cuda.empty_cache()
 
+    def memory_gib(self) -> dict:
+        """GiB of the current GPU: free, reserved by torch's allocator, and held by
+        anything else (other libraries' pools, CUDA graphs' memory, contexts)."""
+        free, total = self.torch.cuda.mem_get_info()
+        return _memory_split(free, total, self.torch.cuda.memory_reserved())
+
     def free_bytes(self) -> int:
         return int(self.torch.cuda.mem_get_info()[0])
 
     def versions(self) -> dict:
         return {"torch": self.version, "torch_cuda": self.torch.version.cuda}
+
+
+def _memory_split(free: int, total: int, framework: int) -> dict:
+    """free / framework / other GiB of a device's ``total`` bytes.
+
+    >>> _memory_split(100 << 30, 140 << 30, 30 << 30)
+    {'free': 100.0, 'framework': 30.0, 'other': 10.0}
+    """
+    gib = 1 << 30
+    other = max(total - free - framework, 0)
+    return {
+        "free": round(free / gib, 2),
+        "framework": round(framework / gib, 2),
+        "other": round(other / gib, 2),
+    }
 
 
 @contextlib.contextmanager
@@ -366,6 +387,11 @@ class Cupy(_Adapter):
 
     def free_memory(self):
         self.cp.get_default_memory_pool().free_all_blocks()
+
+    def memory_gib(self) -> dict:
+        """GiB of the current GPU: free, held by cupy's pool, and held by anything else."""
+        free, total = self.cp.cuda.runtime.memGetInfo()
+        return _memory_split(free, total, self.cp.get_default_memory_pool().total_bytes())
 
     def free_bytes(self) -> int:
         pool = self.cp.get_default_memory_pool()  # cupy keeps freed blocks in its pool

@@ -584,6 +584,9 @@ class NumpyFw:
     def free_memory(self):
         pass
 
+    def memory_gib(self):
+        return {"free": 16.0, "framework": 0.0, "other": 0.0}
+
     def versions(self):
         return {"torch": "fake"}
 
@@ -662,6 +665,7 @@ def test_compare_case_records_times_ratios_and_check():
     b = bench(fake_pcr(), [peers.TorchBlas(), BrokenPeer()])
     r = b.run(shapes.Case("A", "bf16", 64, 48, 32, layout="nt"))
     assert r["status"] == "ok" and r["kernel"] == "k_best" and r["operand_sets"] == 3
+    assert r["gpu_gib"] == {"free": 16.0, "framework": 0.0, "other": 0.0}  # before the case
     assert r["check"]["ok"] and r["check"]["rel_err"] < 1e-6 and r["check"]["peer_rel_err"] < 1e-6
     assert set(r["device_us"]) == {"pycutlass_rt", "cublas"} and r["method"] == "graph"
     dev = r["device_us"]
