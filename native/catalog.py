@@ -495,9 +495,9 @@ SM80_F32_CONFIGS = [  # 3xTF32: three MMAs per product, warp tiles half as wide
     ((128, 64, 16), (2, 2, 1), 4, 4, "none", "core", ("linear", "biasact")),
     ((64, 64, 16), (2, 2, 1), 3, 1, "none", "core", ("linear",)),
 ]
-SM80_F64_CONFIGS = [
+SM80_F64_CONFIGS = [  # the fused epilogue computes in double (mma_gemm.cuh's ComputeOf)
     ((128, 128, 16), (4, 2, 1), 3, 1, "none", "core", ("linear",)),
-    ((64, 64, 16), (2, 2, 1), 4, 1, "none", "extended", ("linear",)),
+    ((64, 64, 16), (2, 2, 1), 4, 1, "none", "extended", ("linear", "biasact")),
 ]
 SM80_S8_CONFIGS = [
     ((128, 128, 64), (2, 2, 1), 3, 16, "none", "core", ("linear",)),

@@ -14,9 +14,10 @@
 
 namespace pcr {
 
-// Fast exp and division (ex2.approx, rcp.approx on the GPU): a few units in the last place
-// of float, far below the float16/bfloat16 rounding of the outputs they feed, and several
+// Fast exp and division for float (ex2.approx, rcp.approx on the GPU): a few units in the
+// last place, far below the float16/bfloat16 rounding of the outputs they feed, and several
 // times cheaper than expf and IEEE division, which made SiLU cost 60% of a large GEMM.
+// double (float64 GEMMs' epilogues) keeps exp and division exact.
 CUTLASS_HOST_DEVICE float fast_exp(float x) {
 #if defined(__CUDA_ARCH__)
   return __expf(x);
@@ -31,63 +32,86 @@ CUTLASS_HOST_DEVICE float fast_div(float x, float y) {
   return x / y;
 #endif
 }
+CUTLASS_HOST_DEVICE double fast_exp(double x) { return exp(x); }
+CUTLASS_HOST_DEVICE double fast_div(double x, double y) { return x / y; }
 
+// Each activation computes in T: float, or double for float64 outputs.
+template <class T>
 struct Relu {
-  CUTLASS_HOST_DEVICE float operator()(float x) const { return x > 0.0f || x != x ? x : 0.0f; }
+  CUTLASS_HOST_DEVICE T operator()(T x) const { return x > T(0) || x != x ? x : T(0); }
 };
+template <class T>
 struct Gelu {
-  CUTLASS_HOST_DEVICE float operator()(float x) const {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  CUTLASS_HOST_DEVICE T operator()(T x) const {
+    return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752)));
   }
 };
+template <class T>
 struct GeluTanh {  // tanh(y) = 1 - 2 / (1 + e^(2y)), exact at both tails
-  CUTLASS_HOST_DEVICE float operator()(float x) const {
-    float y = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (2.0f - fast_div(2.0f, 1.0f + fast_exp(2.0f * y)));
+  CUTLASS_HOST_DEVICE T operator()(T x) const {
+    T y = T(0.79788456080286536) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(2) - fast_div(T(2), T(1) + fast_exp(T(2) * y)));
   }
 };
+template <class T>
 struct Silu {
-  CUTLASS_HOST_DEVICE float operator()(float x) const { return fast_div(x, 1.0f + fast_exp(-x)); }
+  CUTLASS_HOST_DEVICE T operator()(T x) const { return fast_div(x, T(1) + fast_exp(-x)); }
 };
+template <class T>
 struct Sigmoid {
-  CUTLASS_HOST_DEVICE float operator()(float x) const {
-    return fast_div(1.0f, 1.0f + fast_exp(-x));
-  }
+  CUTLASS_HOST_DEVICE T operator()(T x) const { return fast_div(T(1), T(1) + fast_exp(-x)); }
 };
 // tanh: 1 - 2 / (1 + e^(2x)), exact at both tails; near 0, where that cancels, the odd
-// series to x^7 (its next term is below 4e-7 of tanh for |x| < 1/4)
+// series to x^7 (its next term is below 4e-7 of tanh for |x| < 1/4: float's precision;
+// double takes tanh itself)
+template <class T>
 struct Tanh {
-  CUTLASS_HOST_DEVICE float operator()(float x) const {
-    if (fabsf(x) < 0.25f) {
-      float x2 = x * x;
-      return x * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
+  CUTLASS_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_same_v<T, double>) {
+      return tanh(x);
+    } else {
+      if (fabsf(x) < 0.25f) {
+        float x2 = x * x;
+        return x * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
+      }
+      return 1.0f - fast_div(2.0f, 1.0f + fast_exp(2.0f * x));
     }
-    return 1.0f - fast_div(2.0f, 1.0f + fast_exp(2.0f * x));
   }
 };
+template <class T>
 struct Hardswish {
-  CUTLASS_HOST_DEVICE float operator()(float x) const {
-    return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) * (1.0f / 6.0f);
+  CUTLASS_HOST_DEVICE T operator()(T x) const {
+    return x * fmin(fmax(x + T(3), T(0)), T(6)) * (T(1) / T(6));
   }
 };
 
+template <class T>
 struct LeakyRelu {
-  float slope;
-  CUTLASS_HOST_DEVICE float operator()(float x) const {
-    return x >= 0.0f || x != x ? x : slope * x;
-  }
+  T slope;
+  CUTLASS_HOST_DEVICE T operator()(T x) const { return x >= T(0) || x != x ? x : slope * x; }
 };
+template <class T>
 struct Clamp {  // NaN stays NaN, as torch.clamp's
-  float lo, hi;
-  CUTLASS_HOST_DEVICE float operator()(float x) const {
+  T lo, hi;
+  CUTLASS_HOST_DEVICE T operator()(T x) const {
     return x != x ? x : (x < lo ? lo : (x > hi ? hi : x));
   }
 };
 
-// y[i] = f(x[i]) over a fragment (cutlass::Array) or a single float.
+// A fragment's element type (cutlass::Array), or a scalar's own.
+template <class Fragment, class = void>
+struct ElementOf {
+  using type = Fragment;
+};
+template <class Fragment>
+struct ElementOf<Fragment, std::void_t<typename Fragment::Element>> {
+  using type = typename Fragment::Element;
+};
+
+// y[i] = f(x[i]) over a fragment (cutlass::Array) or a single float or double.
 template <class Fragment, class F>
 CUTLASS_HOST_DEVICE Fragment map(Fragment const& x, F f) {
-  if constexpr (std::is_same_v<Fragment, float>) {
+  if constexpr (std::is_arithmetic_v<Fragment>) {
     return f(x);
   } else {
     Fragment y;
@@ -102,25 +126,26 @@ CUTLASS_HOST_DEVICE Fragment map(Fragment const& x, F f) {
 // and cost the epilogue more than the whole GEMM).
 template <class Fragment>
 CUTLASS_HOST_DEVICE Fragment activate(ActivationArgs const& a, Fragment const& x) {
+  using T = typename ElementOf<Fragment>::type;
   switch (a.kind) {
     case PCR_ACT_RELU:
-      return map(x, Relu{});
+      return map(x, Relu<T>{});
     case PCR_ACT_GELU:
-      return map(x, Gelu{});
+      return map(x, Gelu<T>{});
     case PCR_ACT_GELU_TANH:
-      return map(x, GeluTanh{});
+      return map(x, GeluTanh<T>{});
     case PCR_ACT_SILU:
-      return map(x, Silu{});
+      return map(x, Silu<T>{});
     case PCR_ACT_SIGMOID:
-      return map(x, Sigmoid{});
+      return map(x, Sigmoid<T>{});
     case PCR_ACT_TANH:
-      return map(x, Tanh{});
+      return map(x, Tanh<T>{});
     case PCR_ACT_HARDSWISH:
-      return map(x, Hardswish{});
+      return map(x, Hardswish<T>{});
     case PCR_ACT_LEAKY_RELU:
-      return map(x, LeakyRelu{a.alpha});
+      return map(x, LeakyRelu<T>{T(a.alpha)});
     case PCR_ACT_CLAMP:
-      return map(x, Clamp{a.alpha, a.beta});
+      return map(x, Clamp<T>{T(a.alpha), T(a.beta)});
     default:
       return x;
   }

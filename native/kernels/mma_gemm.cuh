@@ -68,6 +68,10 @@ struct OptionalAuxLoad : VisitorAuxLoad<ThreadMap, Element, StrideMNL> {
   }
 };
 
+// The arithmetic of an epilogue writing ElementD: float, or double for float64 outputs.
+template <class ElementD>
+using ComputeOf = cute::conditional_t<std::is_same_v<ElementD, double>, double, float>;
+
 // The activation node (pcr::activate, chosen per launch), converting to the output type.
 template <class ElementOutput>
 struct ActivationNode {
@@ -95,9 +99,10 @@ struct ActivationNode {
     CUTLASS_DEVICE cutlass::Array<ElementOutput, N> visit(
         int, int, int, int, cutlass::Array<ElementAcc, N> const&,
         cutlass::Array<ElementInput, N> const& x) {
-      cutlass::NumericArrayConverter<float, ElementInput, N, kRound> to_float;
-      cutlass::NumericArrayConverter<ElementOutput, float, N, kRound> to_output;
-      return to_output(activate(args, to_float(x)));
+      using Compute = ComputeOf<ElementOutput>;
+      cutlass::NumericArrayConverter<Compute, ElementInput, N, kRound> to_compute;
+      cutlass::NumericArrayConverter<ElementOutput, Compute, N, kRound> to_output;
+      return to_output(activate(args, to_compute(x)));
     }
   };
 
@@ -110,33 +115,35 @@ struct ActivationNode {
 // D = act(beta * C + (alpha * acc + bias_row[n]) + bias_col[m]); null biases read as 0.
 template <class ThreadMap, class ElementD>
 struct BiasActTree {
-  using Scalar = VisitorScalarBroadcast<float>;
+  using Compute = ComputeOf<ElementD>;
+  using Scalar = VisitorScalarBroadcast<Compute>;
   using StrideMat = Stride<int64_t, _1, int64_t>;
   using Row = VisitorRowBroadcast<ThreadMap, ElementD, Stride<_0, _1, int32_t>>;
   using Col = VisitorColBroadcast<ThreadMap, ElementD, Stride<_1, _0, int32_t>>;
+  template <template <class> class Op>
+  using Node = VisitorCompute<Op, Compute, Compute, kRound>;
   using AlphaAccRow =
-      Sm80EVT<VisitorCompute<cutlass::homogeneous_multiply_add, float, float, kRound>, Scalar,
-              VisitorAccFetch, Row>;
-  using PlusCol = Sm80EVT<VisitorCompute<cutlass::plus, float, float, kRound>, AlphaAccRow, Col>;
-  using BetaC = Sm80EVT<VisitorCompute<cutlass::homogeneous_multiply_add, float, float, kRound>,
-                        Scalar, OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
+      Sm80EVT<Node<cutlass::homogeneous_multiply_add>, Scalar, VisitorAccFetch, Row>;
+  using PlusCol = Sm80EVT<Node<cutlass::plus>, AlphaAccRow, Col>;
+  using BetaC = Sm80EVT<Node<cutlass::homogeneous_multiply_add>, Scalar,
+                        OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
   using Act = Sm80EVT<ActivationNode<ElementD>, BetaC>;
   using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, Act>;
 
   static typename Type::Arguments arguments(const GemmArgs& p) {
     auto* c = p.beta == 0.0 ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
-    return {
-        { // act(...)
-         {// beta*C + Z
-          {{float(p.beta)}},
-          {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
-          {// Z + col
-           {{{float(p.alpha)}}, {}, {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}}, {}},
-           {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
-           {}},
-          {}},
-         {p.activation}},
-        {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
+    const Compute alpha(p.alpha), beta(p.beta);
+    return {{ // act(...)
+             {// beta*C + Z
+              {{beta}},
+              {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
+              {// Z + col
+               {{{alpha}}, {}, {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}}, {}},
+               {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
+               {}},
+              {}},
+             {p.activation}},
+            {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
   }
 };
 // The dequantizing epilogue of quantized inputs (int8, fp8), as tma_gemm.cuh's:

@@ -101,7 +101,7 @@ __global__ void scale_copy(View src, View dst, int64_t batch, double scale_, Vie
           v[j] = inside ? scale * to<C>(s[l * src.sb + r * src.s0 + c * src.s1]) : C(0);
           if constexpr (kEpilogue) {
             if (v_bias && r < dst.rows) v[j] += to<C>(v_bias[r * bias.s0 + c * bias.s1]);
-            if (activation.kind != PCR_ACT_NONE) v[j] = C(activate(activation, float(v[j])));
+            if (activation.kind != PCR_ACT_NONE) v[j] = activate(activation, v[j]);
           }
         }
 #pragma unroll
