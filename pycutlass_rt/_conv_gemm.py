@@ -246,8 +246,9 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
 
 
 def routes(geo: Geometry, views, stream, alpha, beta, bias, math, explain):
-    """A convolution's GEMM forms (``math``: the call's, resolved), best first, each with the note explain() gives it (None
-    where the form does not apply); made lazily, so that a route taken ends the search."""
+    """A convolution's GEMM forms (``math``: the call's, resolved), best first, each with
+    the note explain() gives it (None where the form does not apply); made lazily, so that
+    a route taken ends the search."""
     mats = as_gemm(geo, views)
     note = "pointwise: run as a GEMM on the NHWC tensors' flat views"
     yield (None if mats is None else GemmForm(*mats, alpha, beta)), note
