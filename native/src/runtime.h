@@ -229,7 +229,9 @@ class Scratch {
  private:
   void release() noexcept;
   void* ptr_ = nullptr;
-  cudaStream_t stream_ = nullptr;  // set for owned memory, freed on it
+  bool owned_ = false;  // ptr_ is this call's own, freed on stream_ (which may be the
+                        // legacy default stream, handle 0: ownership is not the handle)
+  cudaStream_t stream_ = nullptr;
   std::unique_lock<std::mutex> lock_;
 };
 

@@ -150,7 +150,7 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
   }
   if (capturing || kind == ScratchKind::kHostCopy || bytes > kKeptMax) {
     st = stream_alloc(device, stream, bytes, zeroed, &ptr_);
-    if (st == PCR_OK) stream_ = stream;  // owned: freed on the stream by release()
+    if (st == PCR_OK) owned_ = true, stream_ = stream;  // freed on the stream by release()
     return st;
   }
   unsigned long long id = 0;
@@ -173,8 +173,9 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
 }
 
 void Scratch::release() noexcept {
-  if (ptr_ && stream_) cudaFreeAsync(ptr_, stream_);  // owned: after the work enqueued so far
+  if (ptr_ && owned_) cudaFreeAsync(ptr_, stream_);  // after the work enqueued so far
   ptr_ = nullptr;
+  owned_ = false;
   stream_ = nullptr;
   if (lock_.owns_lock()) lock_.unlock();
 }

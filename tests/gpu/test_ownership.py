@@ -154,11 +154,14 @@ def test_many_batch_sizes_captured_into_one_pool():
         assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
 
 
-def test_large_scratch_is_the_calls_own_not_kept_per_stream():
-    """Staged operands of ~75 MB on eight streams: kept buffers stop at 64 MiB, so larger
-    scratch goes back to the library's pool after each call and the next stream takes the
+@pytest.mark.parametrize("streams", ["pooled", "default"])
+def test_large_scratch_is_the_calls_own_not_kept_per_stream(streams):
+    """Staged operands of ~75 MB on eight streams (or eight calls on torch's default
+    stream, the legacy stream whose handle is 0): kept buffers stop at 64 MiB, so larger
+    scratch goes back to the library's pool after each call and the next call takes the
     same memory. Device memory grows by about one call's scratch, not eight (kept per
-    stream, a sweep of odd-N problems over torch's pooled streams filled the GPU)."""
+    stream, a sweep of odd-N problems over torch's pooled streams filled the GPU; never
+    freed on handle 0, a sweep on the default stream lost one staged output per call)."""
     m, n, k = 8191, 1000, 4097  # K odd: A's rows and B's columns not 16-byte aligned
     a, b = matrix(m, k, "t", BF16), matrix(k, n, "n", BF16)
     d = torch.empty(m, n, device="cuda", dtype=BF16)
@@ -168,7 +171,8 @@ def test_large_scratch_is_the_calls_own_not_kept_per_stream():
     torch.cuda.synchronize()
     free0 = torch.cuda.mem_get_info()[0]
     prev = torch.cuda.current_stream()
-    for s in [torch.cuda.Stream() for _ in range(8)]:
+    pooled = streams == "pooled"
+    for s in [torch.cuda.Stream() if pooled else prev for _ in range(8)]:
         s.wait_stream(prev)  # one after another: the same output
         with torch.cuda.stream(s):
             d.fill_(float("nan"))
