@@ -12,8 +12,8 @@ names, and FUNCTIONS holds every exported function's ctypes signature.
 from __future__ import annotations
 
 import enum
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int32,
-                    c_int64, c_size_t, c_uint16, c_uint32, c_uint64, c_uint8, c_void_p, py_object)
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32, c_int64,
+                    c_size_t, c_uint16, c_uint32, c_uint64, c_uint8, c_void_p, py_object)
 from typing import NamedTuple
 
 
@@ -50,7 +50,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 11
+PCR_ABI_VERSION = 12
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -276,7 +276,7 @@ class Extras(Structure):
 
     _fields_ = [("bias", POINTER(DLTensor)), ("scale_a", POINTER(DLTensor)),
                 ("scale_b", POINTER(DLTensor)), ("activation", c_int32), ("math", c_int32),
-                ("activation_alpha", c_float), ("activation_beta", c_float),
+                ("activation_alpha", c_double), ("activation_beta", c_double),
                 ("conv", POINTER(Conv))]
 
 

@@ -390,8 +390,8 @@ def gemm(
         has_c=np.int32(c is not None),
         has_bias=np.int32(bias is not None),
         activation=np.int32(act.code),
-        activation_alpha=np.float32(act.alpha),
-        activation_beta=np.float32(act.beta),
+        activation_alpha=np.float64(act.alpha),
+        activation_beta=np.float64(act.beta),
         rank=np.int32(len(shape)),
         kernels=kernels,
     )

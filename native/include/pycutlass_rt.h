@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 11
+#define PCR_ABI_VERSION 12
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -205,8 +205,9 @@ typedef struct {
                               (1, N)); quantized inputs only */
   int32_t activation;      /* pcr_activation */
   int32_t math;            /* pcr_math */
-  float activation_alpha;  /* the activation's parameters (see pcr_activation; finite, and */
-  float activation_beta;   /* alpha <= beta for CLAMP); 0 where it takes none */
+  double activation_alpha; /* the activation's parameters (see pcr_activation; finite, and */
+  double activation_beta;  /* alpha <= beta for CLAMP); 0 where it takes none. Double: a
+                              float64 epilogue applies them unrounded */
   const pcr_conv* conv;    /* NULL: a GEMM; else the convolution a, b, c, d describe */
 } pcr_extras;
 

@@ -37,7 +37,7 @@ struct GroupArrays {
 // (pcr_extras' activation_alpha and activation_beta).
 struct ActivationArgs {
   int kind = PCR_ACT_NONE;
-  float alpha = 0.0f, beta = 0.0f;
+  double alpha = 0.0, beta = 0.0;  // converted once per fragment to the epilogue's type
 };
 
 // A 2-D convolution run as an implicit GEMM (pcr_conv): its geometry as pcr_problem.conv

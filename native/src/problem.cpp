@@ -460,10 +460,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   if (!std::isfinite(x.activation_alpha) || !std::isfinite(x.activation_beta))
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "the activation's parameters must be finite numbers (got %g, %g)",
-                     double(x.activation_alpha), double(x.activation_beta));
+                     x.activation_alpha, x.activation_beta);
   if (activation == PCR_ACT_CLAMP && x.activation_alpha > x.activation_beta)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "clamp: min %g is above max %g",
-                     double(x.activation_alpha), double(x.activation_beta));
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "clamp: min %g is above max %g", x.activation_alpha,
+                     x.activation_beta);
   if (x.conv) return describe_conv(a, b, c, d, alpha, beta, x, p, bound);
   Matrix &A = bound->a, &B = bound->b, &C = bound->c, &D = bound->d, &V = bound->bias;
   int st;
@@ -735,8 +735,8 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
 
 ActivationArgs activation_of(const pcr_extras& x) {
   const bool slope = x.activation == PCR_ACT_LEAKY_RELU || x.activation == PCR_ACT_CLAMP;
-  return {x.activation, slope ? x.activation_alpha : 0.0f,
-          x.activation == PCR_ACT_CLAMP ? x.activation_beta : 0.0f};
+  return {x.activation, slope ? x.activation_alpha : 0.0,
+          x.activation == PCR_ACT_CLAMP ? x.activation_beta : 0.0};
 }
 
 Staging stage_layout(const pcr_problem& p, const Bound& bd, char* base) {

@@ -260,8 +260,8 @@ int read_extras(void* object, PyExtras* out) {
   }
   out->fields.activation = int32_t(activation);
   out->fields.math = int32_t(math);
-  out->fields.activation_alpha = float(act_alpha);
-  out->fields.activation_beta = float(act_beta);
+  out->fields.activation_alpha = act_alpha;
+  out->fields.activation_beta = act_beta;
   auto* conv = static_cast<PyObject*>(P.tuple_item(obj, 7));
   if (conv != P.none) {
     if (int st = read_conv(conv, &out->conv)) return st;

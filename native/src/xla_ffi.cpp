@@ -145,7 +145,7 @@ struct Attrs {
   double alpha, beta;
   bool transpose_a, transpose_b, has_c, has_bias;
   int32_t activation;
-  float activation_alpha, activation_beta;
+  double activation_alpha, activation_beta;
   int32_t rank;  // d's rank when traced: another rank means vmap added batch dimensions
   std::string_view kernels;
 };
@@ -259,8 +259,8 @@ ffi::ErrorCode error_code(int status) {
 
 ffi::Error handle(cudaStream_t stream, ffi::RemainingArgs args, ffi::Result<ffi::AnyBuffer> out,
                   double alpha, double beta, int32_t transpose_a, int32_t transpose_b,
-                  int32_t has_c, int32_t has_bias, int32_t activation, float activation_alpha,
-                  float activation_beta, int32_t rank, std::string_view kernels) {
+                  int32_t has_c, int32_t has_bias, int32_t activation, double activation_alpha,
+                  double activation_beta, int32_t rank, std::string_view kernels) {
   Attrs at{alpha,           beta,          transpose_a != 0, transpose_b != 0,
            has_c != 0,      has_bias != 0, activation,       activation_alpha,
            activation_beta, rank,          kernels};
@@ -281,8 +281,8 @@ XLA_FFI_DEFINE_HANDLER(kGemm, handle,
                            .Attr<int32_t>("has_c")
                            .Attr<int32_t>("has_bias")
                            .Attr<int32_t>("activation")
-                           .Attr<float>("activation_alpha")
-                           .Attr<float>("activation_beta")
+                           .Attr<double>("activation_alpha")
+                           .Attr<double>("activation_beta")
                            .Attr<int32_t>("rank")
                            .Attr<std::string_view>("kernels"));
 
