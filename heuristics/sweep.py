@@ -24,7 +24,8 @@ candidate's time on shapes no fit saw, so a selector's regret there is read off 
 same operand copies, timed the same way (``torch.mm(out=)``; ``torch._scaled_mm`` for
 fp8, with the per-tensor scale tensors ``--scales tensor`` gives both; ``torch._int_mm``
 for int8 -> int32). A shape the peer refuses (``_int_mm`` wants M > 16) gets no row. ``--append``
-resumes a sweep: shapes the file already holds are skipped.
+resumes a sweep: shapes the file already holds are skipped; with ``--kernels``, only the
+matching kernels the file has not timed on a shape are timed (new kernels join a sweep).
 """
 
 from __future__ import annotations
@@ -222,13 +223,19 @@ def main(argv=None) -> int:
 
     patterns = args.kernels.split(";") if args.kernels else ["*"]
     append = args.append and os.path.exists(args.out)
-    done = set()  # (dtype, layout, m, n, k) the file holds: an appended sweep resumes
+    # what the file holds: an appended sweep resumes where it stopped, and one of new
+    # kernels (--kernels) times them on the shapes the file already has
+    done, timed_before = set(), set()  # (dtype, layout, m, n, k); with the kernel's name
     if append:
         with open(args.out, newline="") as f:
             reader = csv.DictReader(f)
             if reader.fieldnames != COLUMNS:
                 raise SystemExit(f"{args.out}: not a sweep with columns {COLUMNS}")
-            done = {(r["dtype"], r["layout"], *(int(r[x]) for x in "mnk")) for r in reader}
+            for r in reader:
+                shape = (r["dtype"], r["layout"], *(int(r[x]) for x in "mnk"))
+                timed_before.add((shape, r["kernel"]))
+                if not args.kernels:
+                    done.add(shape)
     scales = (ScaleKind.SCALE_TENSOR,) * 2 if args.scales == "tensor" else None
     with open(args.out, "a" if append else "w", newline="") as f, bk.device(args.device):
         writer = csv.DictWriter(f, COLUMNS)
@@ -265,6 +272,8 @@ def main(argv=None) -> int:
                 timed = [t for t in timed if any(fnmatch.fnmatchcase(t[0], p) for p in patterns)]
                 if args.peer:
                     timed.append((PEER, -1))
+                shape = (dtype, layout, problem.m, problem.n, problem.k)
+                timed = [t for t in timed if (shape, t[0]) not in timed_before]
                 for name, rank in timed:
                     run = peer_call(bk, ops, spec) if rank < 0 else ops.call(name)
                     try:
