@@ -9,6 +9,11 @@
 //   stream-ordered (the old block freed on the stream, a larger one allocated on it: no
 //   synchronization), at least doubling, and a call holds it locked until its launches
 //   are enqueued, so threads sharing a stream never see it move under them.
+// - At most kKeptStreams streams per device keep buffers: a stream's buffers go only
+//   with the process (nothing says when a stream is destroyed, and a destroyed stream's
+//   last work may still be running), so an application that makes a new stream per call
+//   (cupy.cuda.Stream() in a loop) would otherwise hold buffers for every stream it ever
+//   used; later streams' scratch is the call's own (~1 us more per call).
 // - Kept buffers stop at kKeptMax. Larger scratch (staged operands of big problems: GBs)
 //   is the call's own, allocated and freed on its stream, so the pool hands the same
 //   memory to the next call on any stream: kept per stream, a sweep of odd-N problems over
@@ -29,6 +34,7 @@
 #include <climits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "runtime.h"
@@ -37,7 +43,8 @@ namespace pcr {
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr size_t kKeptMax = size_t(64) << 20;      // larger scratch is the call's own
+constexpr size_t kKeptMax = size_t(64) << 20;  // larger scratch is the call's own
+constexpr size_t kKeptStreams = 64;            // torch's pooled streams per device: 32 per priority
 constexpr uint64_t kPoolKeep = uint64_t(1) << 30;  // freed memory the pool holds on to
 std::mutex g_pool_mutex;
 cudaMemPool_t g_pools[kMaxDevices] = {};
@@ -108,13 +115,20 @@ struct Kept {
 };
 std::mutex g_kept_mutex;
 std::map<std::tuple<int, unsigned long long, int>, Kept> g_kept;  // (device, stream id, kind)
+std::map<int, std::set<unsigned long long>> g_keeping;  // device -> ids of streams keeping
 // The id of each stream handle seen outside capture (a capturing stream cannot be asked).
 std::map<std::pair<int, cudaStream_t>, unsigned long long> g_ids;
 
-// The kept buffer of an eager call on `stream` (whose id is `id`), made if new.
+// The kept buffer of an eager call on `stream` (whose id is `id`), made if new; nullptr
+// once kKeptStreams other streams of the device keep buffers.
 Kept* kept_for(int device, cudaStream_t stream, unsigned long long id, ScratchKind kind) {
   std::lock_guard<std::mutex> lock(g_kept_mutex);
-  g_ids[{device, stream}] = id;             // a handle reused by a new stream gets the new id
+  g_ids[{device, stream}] = id;  // a handle reused by a new stream gets the new id
+  std::set<unsigned long long>& keeping = g_keeping[device];
+  if (!keeping.count(id)) {
+    if (keeping.size() >= kKeptStreams) return nullptr;
+    keeping.insert(id);
+  }
   return &g_kept[{device, id, int(kind)}];  // std::map: entries never move
 }
 
@@ -148,14 +162,17 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
       lock_.unlock();
     }
   }
-  if (capturing || kind == ScratchKind::kHostCopy || bytes > kKeptMax) {
+  Kept* kept = nullptr;
+  if (!capturing && kind != ScratchKind::kHostCopy && bytes <= kKeptMax) {
+    unsigned long long id = 0;
+    if ((st = cuda_status(cudaStreamGetId(stream, &id), "cudaStreamGetId"))) return st;
+    kept = kept_for(device, stream, id, kind);
+  }
+  if (!kept) {
     st = stream_alloc(device, stream, bytes, zeroed, &ptr_);
     if (st == PCR_OK) owned_ = true, stream_ = stream;  // freed on the stream by release()
     return st;
   }
-  unsigned long long id = 0;
-  if ((st = cuda_status(cudaStreamGetId(stream, &id), "cudaStreamGetId"))) return st;
-  Kept* kept = kept_for(device, stream, id, kind);
   lock_ = std::unique_lock<std::mutex>(kept->mutex);
   if (kept->bytes < bytes) {
     // after the stream's uses so far; a block a graph may replay into is kept for good

@@ -186,6 +186,34 @@ def test_large_scratch_is_the_calls_own_not_kept_per_stream(streams):
     assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
 
 
+def test_a_new_stream_per_call_keeps_memory_bounded():
+    """Two hundred calls, each on a stream of its own that is then dropped (cupy's
+    ``Stream()`` in a loop), each needing ~42 MB of staged operands (under the 64 MiB a
+    stream may keep): at most 64 streams per device keep buffers, later ones' scratch goes
+    back to the pool after each call. Device memory grows by at most those 64 buffers and
+    what the pool holds on to (1 GiB), not one buffer per stream (8 GB)."""
+    cp = pytest.importorskip("cupy")
+    m, n, k = 4095, 1000, 4097  # K odd: staged
+    a, b = matrix(m, k, "t", BF16), matrix(k, n, "n", BF16)
+    d = torch.empty(m, n, device="cuda", dtype=BF16)
+    assert pcr.explain(a, b, None, d).problem["staged"], "not staged"
+    staged = (m * k + k * n) * 2
+    pcr.gemm(a, b, None, d)
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info()[0]
+    for _ in range(200):
+        s = cp.cuda.Stream(non_blocking=True)
+        pcr.gemm(a, b, None, d, stream=s)
+        s.synchronize()
+        del s
+    torch.cuda.synchronize()
+    grown = free0 - torch.cuda.mem_get_info()[0]
+    bound = 64 * staged * 1.1 + 1.1 * 2**30
+    assert grown <= bound, f"{grown / 2**30:.2f} GiB for 200 streams of {staged / 2**20:.0f} MiB"
+    r = reference(a, b)
+    assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
+
+
 def test_a_closed_plan_leaves_its_graph_whole():
     """A graph holds no pointer into the plan whose run it captured."""
     case = Case("staged")
