@@ -16,8 +16,10 @@ K-loop length, memory or compute bound, split fix-up, the small-problem floor, s
 fill) that predict log(measured / model time), by ridge regression weighted toward the
 fast kernels and shrunk toward the weights fitted over all configurations; and what those
 weights leave at each swept shape (``neighbours``), which the selector smooths over the
-swept shapes near a problem (``calibration`` in the table, which _table.py resolves
-and the library's pcr_rank applies). Fitting refuses sweeps of the shape
+swept shapes near a problem; and a second look, boosted trees that decide from the
+features of the two leading candidates whether the second is the faster, learnt from the
+calibration's out-of-fold rankings (``calibration`` in the table, which _table.py
+resolves and the library's pcr_rank applies). Fitting refuses sweeps of the shape
 corpus's held-out part: those only judge a table (``--check``).
 The calibration belongs to the device's preferred family (sm90 from H100/H200 sweeps) and
 covers kernels of every family that runs there: an H200 sweep of sm80 kernels competes
@@ -57,11 +59,13 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from pycutlass_rt import _model, _select, _table  # noqa: E402  (the model is the library's)
-from pycutlass_rt._abi import Epilogue, Schedule, Split  # noqa: E402
+from pycutlass_rt._abi import Epilogue, RankReason, Schedule, Split  # noqa: E402
 from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
-TABLE_FORMAT = 4  # what _table.TABLE_FORMATS reads (4: feature calibrations and neighbours)
+TABLE_FORMAT = (
+    5  # what _table.TABLE_FORMATS reads (5: feature calibrations, neighbours, second look)
+)
 PEER = "peer:cublas"  # sweep.py --peer's row: torch's cuBLAS call, not a kernel
 #: ridge strength toward the all-configuration weights (per-configuration fit) and toward
 #: zero (the all-configuration fit), in units of samples; a kernel's rows weigh
@@ -74,6 +78,19 @@ SHRINK, SHRINK_SHARED, FOCUS = 32.0, 1.0, 5.0
 #: chosen by the same cross-validation (bf16: 80.5% -> 84.5% within 5%, fp8: 90.4% -> 92.5%)
 NEAR_BANDWIDTH, NEAR_PRIOR, NEAR_MIN_WEIGHT = 0.25, 0.1, 0.05
 WITHIN = 1.05  # "close to the best" in --check
+#: the second look's trees (_table.py): boosting rounds, learning rate, leaves per tree,
+#: least samples per leaf, and thresholds per feature; out-of-fold rankings from this
+#: many folds of the fit part's model families teach them (chosen by 5-fold
+#: cross-validation over the fit part, 2026-12-04: bf16 87.6% -> 89.9% within 5%; trees
+#: of depth 3 88.4-88.8%, a logistic regression 88.6%)
+PAIR_ROUNDS, PAIR_RATE, PAIR_LEAVES, PAIR_MIN_LEAF, PAIR_BINS, PAIR_FOLDS = (
+    200,
+    0.05,
+    15,
+    20,
+    255,
+    5,
+)
 
 # the words of kernel names past the tile: KernelInfo holds them as they are
 _SCHEDULES = {s.token for s in Schedule}
@@ -268,11 +285,12 @@ def ridge(rows: list, lam: float, prior: np.ndarray) -> np.ndarray:
     return np.linalg.solve(x.T @ xw + lam * np.eye(x.shape[1]), xw.T @ y + lam * prior)
 
 
-def calibrate(samples: list[Sample]) -> dict:
+def calibrate(samples: list[Sample], second_look: bool = True) -> dict:
     """One family's calibration: {"features": names, "weights": {config: w},
-    "neighbours": ...}: per configuration, the weighted ridge fit of log(measured / model)
-    on the expanded features, shrunk (SHRINK) toward the fit over every configuration's
-    samples; then what that fit leaves, per swept shape, for the ranking to smooth."""
+    "neighbours": ..., "second_look": ...}: per configuration, the weighted ridge fit of
+    log(measured / model) on the expanded features, shrunk (SHRINK) toward the fit over
+    every configuration's samples; then what that fit leaves, per swept shape, for the
+    ranking to smooth; then the second look's trees (pair_trees)."""
     rows = collections.defaultdict(list)  # config -> [(expanded features, residual, weight)]
     for s in samples:
         for name, r in s.residuals.items():
@@ -284,9 +302,11 @@ def calibrate(samples: list[Sample]) -> dict:
         for config, per in sorted(rows.items())
     }
     cal = {"features": list(_model.FEATURES), "weights": weights}
+    cal["neighbours"] = neighbours(samples, cal)
+    if second_look and (trees := pair_trees(samples)):
+        cal["second_look"] = trees
     return {
         **cal,
-        "neighbours": neighbours(samples, cal),
         "samples": len(samples),
         "shapes": len({s.shape for s in samples}),
         "source": sorted({s.source for s in samples}),
@@ -324,6 +344,143 @@ def neighbours(samples: list[Sample], cal: dict) -> dict:
         "shapes": [list(shape) for shape in index],
         "configs": dict(sorted(configs.items())),
     }
+
+
+# ---- the second look ----------------------------------------------------------------
+
+
+def pair_features(s: Sample, a: KernelInfo, b: KernelInfo, us_a: float, us_b: float) -> list:
+    """_model.PAIR_FEATURES of the pair (a ranked first, b second) on ``s``'s problem, as
+    pcr_rank computes them."""
+    fa, fb = s.terms[a.name].features, s.terms[b.name].features
+    lg = lambda v: math.log(max(v, 1.0))  # noqa: E731
+    return [
+        math.log(us_b / us_a),
+        lg(s.m),
+        lg(s.n),
+        lg(s.k),
+        math.log(b.tile[0] / a.tile[0]),
+        math.log(b.tile[1] / a.tile[1]),
+        float(b.swap_ab) - float(a.swap_ab),
+        float(b.split != a.split),
+        *(y - x for x, y in zip(fa, fb)),
+        *fa,
+    ]
+
+
+def leading_pair(s: Sample, table: dict):
+    """(a, b, their calibrated us) where ``table``'s calibrated times rank two candidates
+    first on ``s``, as pcr_rank would ask the second look; else None."""
+    cands = [kernel_info(name, i) for i, name in enumerate(sorted(s.times))]
+    problem = types.SimpleNamespace(m=s.m, n=s.n, k=s.k, sm_count=s.sm_count, cc=s.cc)
+    order = _select.ranked(problem, cands, _select.families_for(s.cc), table)
+    calibrated = RankReason.RANK_CALIBRATED, RankReason.RANK_SECOND_LOOK
+    if len(order) < 2 or order[0][1] not in calibrated or order[1][1] not in calibrated:
+        return None
+    (a, _, us_a), (b, _, us_b) = order[:2]
+    return (b, a, us_b, us_a) if order[0][1] == RankReason.RANK_SECOND_LOOK else (a, b, us_a, us_b)
+
+
+def pair_trees(samples: list[Sample]) -> dict | None:
+    """The second look: trees that tell, from the pair's features, whether the second of
+    the two leading calibrated candidates is the faster, learnt from out-of-fold rankings
+    (the fit part's model families in PAIR_FOLDS folds: each fold ranked by a calibration
+    fitted without it, so the trees see the errors of shapes the calibration did not
+    see). Rows weigh |log(time a / time b)|: a wrong swap costs what the times differ."""
+    families = corpus_families()
+    groups = sorted({g for s in samples if (g := families.get(s.shape)) is not None})
+    if len(groups) < PAIR_FOLDS:
+        return None
+    random.Random(0).shuffle(groups)
+    x, y, w = [], [], []
+    for f in range(PAIR_FOLDS):
+        held = set(groups[f::PAIR_FOLDS])
+        train = [s for s in samples if families.get(s.shape) not in held]
+        table = {"families": {}, "calibration": {f"sm{samples[0].family}": calibrate(train, False)}}
+        for s in samples:
+            if families.get(s.shape) in held and (pair := leading_pair(s, table)):
+                a, b, us_a, us_b = pair
+                ta, tb = s.times[a.name], s.times[b.name]
+                x.append(pair_features(s, a, b, us_a, us_b))
+                y.append(float(tb < ta))
+                w.append(abs(math.log(ta / tb)))
+    if len(x) < 2 * PAIR_MIN_LEAF or not 0 < sum(y) < len(y):
+        return None
+    return {"features": list(_model.PAIR_FEATURES), **boost(np.array(x), np.array(y), np.array(w))}
+
+
+def boost(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict:
+    """Gradient-boosted regression trees for a logistic score of y (0/1) with row weights
+    w: PAIR_ROUNDS trees of up to PAIR_LEAVES leaves (grown best gain first, PAIR_MIN_LEAF
+    rows at least per leaf, thresholds between PAIR_BINS quantiles per feature), each
+    leaf's Newton step times PAIR_RATE. Returns {"base", "tree_start", "feature",
+    "threshold", "left", "right", "value"}: flat node arrays, children after parents,
+    as pcr_calibration's pair_* fields hold them."""
+    n, d = x.shape
+    cuts, codes = [], np.empty((n, d), np.int64)
+    for j in range(d):
+        values = np.unique(np.quantile(x[:, j], np.linspace(0, 1, PAIR_BINS + 1)))
+        cut = (values[:-1] + values[1:]) / 2
+        cuts.append(cut)
+        codes[:, j] = np.searchsorted(cut, x[:, j], side="left")  # code <= t: x <= cut[t]
+    p0 = float(np.clip(np.dot(w, y) / w.sum(), 1e-6, 1 - 1e-6))
+    base = math.log(p0 / (1 - p0))
+    raw = np.full(n, base)
+    out = {"base": base, "tree_start": [], "feature": [], "threshold": [], "left": [],
+           "right": [], "value": []}  # fmt: skip
+
+    def best_split(rows, g, h):
+        best = None
+        G, H = g[rows].sum(), h[rows].sum()
+        for j in range(d):
+            size = len(cuts[j]) + 1
+            c = codes[rows, j]
+            cg = np.cumsum(np.bincount(c, g[rows], size))[:-1]
+            ch = np.cumsum(np.bincount(c, h[rows], size))[:-1]
+            cn = np.cumsum(np.bincount(c, minlength=size))[:-1]
+            ok = (cn >= PAIR_MIN_LEAF) & (len(rows) - cn >= PAIR_MIN_LEAF) & (ch > 1e-3)
+            ok &= H - ch > 1e-3
+            if not ok.any():
+                continue
+            gain = np.where(ok, cg**2 / np.maximum(ch, 1e-12) + (G - cg) ** 2 /
+                            np.maximum(H - ch, 1e-12) - G**2 / H, -np.inf)  # fmt: skip
+            t = int(np.argmax(gain))
+            if gain[t] > 1e-12 and (best is None or gain[t] > best[0]):
+                best = (float(gain[t]), j, t)
+        return best
+
+    for _ in range(PAIR_ROUNDS):
+        p = 1 / (1 + np.exp(-raw))
+        g, h = w * (p - y), w * p * (1 - p)
+        start = len(out["feature"])
+        out["tree_start"].append(start)
+        leaves = {start: np.arange(n)}  # node -> its rows
+        for key in ("feature", "threshold", "left", "right", "value"):
+            out[key].append(-1 if key in ("feature", "left", "right") else 0.0)
+        splits = {start: best_split(leaves[start], g, h)}
+        while len(leaves) < PAIR_LEAVES:
+            node = max(
+                (nd for nd in leaves if splits[nd]), key=lambda nd: splits[nd][0], default=None
+            )
+            if node is None:
+                break
+            _, j, t = splits.pop(node)
+            rows = leaves.pop(node)
+            go_left = codes[rows, j] <= t
+            out["feature"][node], out["threshold"][node] = j, float(cuts[j][t])
+            for side, part in (("left", rows[go_left]), ("right", rows[~go_left])):
+                child = len(out["feature"])
+                out[side][node] = child
+                for key in ("feature", "threshold", "left", "right", "value"):
+                    out[key].append(-1 if key in ("feature", "left", "right") else 0.0)
+                leaves[child] = part
+                splits[child] = best_split(part, g, h)
+        for node, rows in leaves.items():
+            value = -PAIR_RATE * g[rows].sum() / max(h[rows].sum(), 1e-12)
+            out["value"][node] = round(value, 6)
+            raw[rows] += out["value"][node]
+    out["threshold"] = [round(v, 9) for v in out["threshold"]]
+    return out
 
 
 def by_family(samples: list[Sample]) -> dict:

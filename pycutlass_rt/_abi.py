@@ -56,6 +56,7 @@ PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
 PCR_MODEL_FEATURES = 11
 PCR_MODEL_WEIGHTS = 78
+PCR_PAIR_FEATURES = 30
 PCR_STREAM_FROM_PRODUCER = 1
 
 
@@ -227,6 +228,7 @@ class RankReason(AbiEnum):
     RANK_RULE = 0
     RANK_CALIBRATED = 1
     RANK_MODEL = 2
+    RANK_SECOND_LOOK = 3
 
 
 #: each enum's common member prefix, which ``AbiEnum.token`` drops
@@ -347,7 +349,11 @@ class Calibration(Structure):
                 ("weights", POINTER(c_double)), ("prior", c_double), ("bandwidth", c_double),
                 ("shapes", c_int32), ("shape", POINTER(c_double)), ("row_start", POINTER(c_int32)),
                 ("row_config", POINTER(c_int32)), ("row_weight", POINTER(c_double)),
-                ("row_leftover", POINTER(c_double))]
+                ("row_leftover", POINTER(c_double)), ("pair_trees", c_int32),
+                ("pair_nodes", c_int32), ("pair_tree_start", POINTER(c_int32)),
+                ("pair_feature", POINTER(c_int32)), ("pair_threshold", POINTER(c_double)),
+                ("pair_left", POINTER(c_int32)), ("pair_right", POINTER(c_int32)),
+                ("pair_value", POINTER(c_double)), ("pair_base", c_double)]
 
 
 class Table(Structure):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from ._abi import PCR_MODEL_FEATURES, PCR_MODEL_WEIGHTS, Model
+from ._abi import PCR_MODEL_FEATURES, PCR_MODEL_WEIGHTS, PCR_PAIR_FEATURES, Model
 from ._kernels import KernelInfo, desc_of
 from ._lib import load
 
@@ -62,6 +62,23 @@ WEIGHTS = PCR_MODEL_WEIGHTS
 assert (
     len(FEATURES) == PCR_MODEL_FEATURES and WEIGHTS == 1 + len(FEATURES) * (len(FEATURES) + 3) // 2
 )
+
+#: the second look's features of a pair of candidates, a (ranked first) and b (second),
+#: in the order pcr_rank computes them (pycutlass_rt.h, pcr_calibration): trees over these
+#: decide whether b runs first (heuristics/fit.py fits them)
+PAIR_FEATURES = (
+    "log_time_ratio",  # log(b's calibrated time / a's)
+    "log_m",
+    "log_n",
+    "log_k",
+    "log_tile_m_ratio",
+    "log_tile_n_ratio",
+    "swap_ab_diff",  # b's swap_ab - a's
+    "split_differs",
+    *(f"diff_{f}" for f in FEATURES),  # b's model features - a's
+    *(f"first_{f}" for f in FEATURES),  # a's
+)
+assert len(PAIR_FEATURES) == PCR_PAIR_FEATURES
 
 
 @dataclass(frozen=True)

@@ -103,13 +103,28 @@ def rank(
     The rule of the device's own family (``family_order[0]``) may name kernels of any
     family that runs here (on an H200 an sm80 stream-K kernel wins a few shapes): those
     come first, in the rule's order. If that family is calibrated, every other candidate
-    whose configuration a sweep timed follows, by calibrated time, whatever its family.
+    whose configuration a sweep timed follows, by calibrated time, whatever its family
+    (where those lead, the calibration's second look may put the second one first).
     The rest follow family by family, each ordered by its family's rule, then by the
     model; a convolution's by its own family first, unless another family's kernel is
     modelled 4x faster. ``problem`` needs m, n, k and sm_count (cc, batch and op are used
     when present); ``rules`` replaces the shipped table (heuristics/fit.py --check).
     Candidates of families not in ``family_order`` are left out.
     """
+    out, resolved = _ranked(problem, candidates, family_order, rules)
+    return Choice(ranked=[(candidates[r.candidate], _why(r, resolved)) for r in out])
+
+
+def ranked(
+    problem, candidates: list[KernelInfo], family_order: list[int], rules: dict | None = None
+) -> list[tuple[KernelInfo, int, float]]:
+    """:func:`rank`'s order as (kernel, RankReason, its time in us): what heuristics/fit.py
+    learns the second look from."""
+    out, _ = _ranked(problem, candidates, family_order, rules)
+    return [(candidates[r.candidate], r.reason, r.us) for r in out]
+
+
+def _ranked(problem, candidates, family_order, rules):
     lib = load()
     every = None if rules is not None else kernels()
     if every is not None and all(c.index < len(every) and every[c.index] is c for c in candidates):
@@ -133,7 +148,7 @@ def rank(
             ctypes.byref(count),
         )
     )
-    return Choice(ranked=[(candidates[r.candidate], _why(r, resolved)) for r in out[: count.value]])
+    return out[: count.value], resolved
 
 
 def _why(r: Ranked, resolved) -> str:
@@ -141,6 +156,8 @@ def _why(r: Ranked, resolved) -> str:
         return f"table rule {resolved.rules[r.rule]['prefer'][r.pattern]!r}"
     if r.reason == RankReason.RANK_CALIBRATED:
         return f"calibrated model (~{r.us:.3g} us)"
+    if r.reason == RankReason.RANK_SECOND_LOOK:
+        return f"calibrated model (~{r.us:.3g} us), moved first by the second look"
     return f"analytic model (~{r.us:.3g} us)"
 
 

@@ -20,10 +20,11 @@ import weakref
 
 from ._abi import Calibration, Rule, Table
 from ._lib import load
-from ._model import FEATURES, WEIGHTS
+from ._model import FEATURES, PAIR_FEATURES, WEIGHTS
+from .errors import InvalidArgumentError
 
 TABLE_FILE = "table_v1.json"
-TABLE_FORMATS = (4,)  # the "format" values of heuristics/*.json this module reads
+TABLE_FORMATS = (4, 5)  # the "format" values of heuristics/*.json this module reads
 
 
 # ---- the shipped table ----------------------------------------------------------------
@@ -71,6 +72,13 @@ def table() -> dict:
 # swept shape the fitted function alone decides (``neighbours`` in the table: bandwidth,
 # prior, shapes, and per configuration the shapes' indices "at", leftovers "r", weights
 # "w"). The library computes both (pcr_rank).
+#
+# Second look (format 5, ``second_look``): where the calibrated times of the two fastest
+# candidates lead the ranking, gradient-boosted trees over features of the pair
+# (_model.PAIR_FEATURES: their calibrated-time ratio, the problem's size, their tiles,
+# splits and model features) say whether the second is in fact the faster; it then runs
+# first. Fitted on the fit part's calibrated rankings out of fold, so the trees learn
+# where the calibration errs on shapes it did not see.
 
 _CONFIG = re.compile(
     r"^(sm\d+_(?:(?:fprop|dgrad|wgrad)_)?)[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_(?:[tn]{2}|nhwc)_"
@@ -148,7 +156,7 @@ def resolve(rules: dict, kernels) -> Resolved:
         index = {c: i for i, c in enumerate(cal["weights"])}
         config = _array(ctypes.c_int32, [index.get(config_of(b), -1) for b in bases])
         near = cal.get("neighbours") or {"bandwidth": 1.0, "prior": 1.0}
-        weights, shape, first, row_config, row_weight, row_leftover = arrays
+        weights, shape, first, row_config, row_weight, row_leftover, pair = arrays
         ccals.append(
             Calibration(
                 family,
@@ -163,6 +171,7 @@ def resolve(rules: dict, kernels) -> Resolved:
                 row_config,
                 row_weight,
                 row_leftover,
+                *pair,
             )
         )
     table = Table(
@@ -203,9 +212,31 @@ def _calibrations(rules: dict) -> list:
             _array(ctypes.c_int32, [r[0] for r in flat_rows]),
             _array(ctypes.c_double, [r[1] for r in flat_rows]),
             _array(ctypes.c_double, [r[2] for r in flat_rows]),
+            _second_look(cal.get("second_look")),
         )
         out.append((int(key[2:]), cal, arrays))
     if len(_CALIBRATIONS) >= 16:
         _CALIBRATIONS.clear()
     _CALIBRATIONS[id(rules)] = (rules, out)
     return out
+
+
+def _second_look(trees: dict | None) -> tuple:
+    """pcr_calibration's pair_* fields from a calibration's ``second_look`` (none: 0
+    trees; features of another version: none either)."""
+    if not trees or tuple(trees.get("features", ())) != PAIR_FEATURES:
+        return (0, 0, None, None, None, None, None, None, 0.0)
+    nodes = {len(trees[key]) for key in ("feature", "threshold", "left", "right", "value")}
+    if len(nodes) != 1:
+        raise InvalidArgumentError("the table's second look has node arrays of unequal lengths")
+    return (
+        len(trees["tree_start"]),
+        len(trees["feature"]),
+        _array(ctypes.c_int32, trees["tree_start"]),
+        _array(ctypes.c_int32, trees["feature"]),
+        _array(ctypes.c_double, trees["threshold"]),
+        _array(ctypes.c_int32, trees["left"]),
+        _array(ctypes.c_int32, trees["right"]),
+        _array(ctypes.c_double, trees["value"]),
+        float(trees["base"]),
+    )

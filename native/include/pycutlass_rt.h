@@ -455,7 +455,18 @@ typedef struct {
  * PCR_MODEL_WEIGHTS weights), then by what that left at swept shapes near the problem:
  * each shape's rows (row_start[s] to row_start[s + 1]) hold a configuration, a weight and
  * that weight times the leftover, averaged under a Gaussian of width `bandwidth` in
- * log(M), log(N), log(K) against a prior weight `prior` of no further correction. */
+ * log(M), log(N), log(K) against a prior weight `prior` of no further correction.
+ * A second look (pair_trees > 0) settles the order of the two fastest calibrated
+ * candidates when they lead the ranking: gradient-boosted trees over PCR_PAIR_FEATURES
+ * features of the pair (the first a, the second b; m is M times the batch):
+ *   0 log(calibrated b / calibrated a), 1-3 log M, log N, log K,
+ *   4-5 log(b's tile M / a's), log(b's tile N / a's), 6 b's swap_ab - a's,
+ *   7 1 where their splits differ, then b's model features minus a's, then a's.
+ * Tree t starts at node pair_tree_start[t]; a node with pair_feature >= 0 goes to
+ * pair_left when the feature is <= pair_threshold, else to pair_right (node indices);
+ * a leaf (pair_feature -1) adds pair_value. b runs first when pair_base plus the leaves
+ * is above 0 (a logistic score: b is the faster). */
+#define PCR_PAIR_FEATURES 30 /* 8 + 2 * PCR_MODEL_FEATURES */
 typedef struct {
   int32_t family;
   int32_t patterns;
@@ -474,6 +485,14 @@ typedef struct {
   const int32_t* row_config;
   const double* row_weight;
   const double* row_leftover; /* the row's weight times its leftover log(time / fitted) */
+  int32_t pair_trees, pair_nodes; /* the second look (0 trees: none) */
+  const int32_t* pair_tree_start;
+  const int32_t* pair_feature;
+  const double* pair_threshold;
+  const int32_t* pair_left;
+  const int32_t* pair_right;
+  const double* pair_value;
+  double pair_base;
 } pcr_calibration;
 typedef struct {
   int32_t kernels;
@@ -485,7 +504,8 @@ typedef struct {
 typedef enum {
   PCR_RANK_RULE = 0,       /* a table rule's pattern names it (`pattern`) */
   PCR_RANK_CALIBRATED = 1, /* the calibrated model's time (`us`) */
-  PCR_RANK_MODEL = 2       /* the analytic model's time (`us`) */
+  PCR_RANK_MODEL = 2,      /* the analytic model's time (`us`) */
+  PCR_RANK_SECOND_LOOK = 3 /* calibrated (`us`), moved ahead of the first by the second look */
 } pcr_rank_reason;
 typedef struct {
   int32_t candidate; /* index into pcr_rank's candidates */

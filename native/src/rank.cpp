@@ -35,6 +35,10 @@ struct Calibration {
   std::vector<int32_t> row_start, row_config;
   std::vector<double> row_weight, row_leftover;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int32_t>> cells;
+  // the second look's trees (pcr_calibration's pair_*)
+  std::vector<int32_t> tree_start, node_feature, node_left, node_right;
+  std::vector<double> node_threshold, node_value;
+  double pair_base = 0.0;
 
   std::tuple<int64_t, int64_t, int64_t> cell(const double* l) const {
     return {int64_t(std::floor(l[0] / width)), int64_t(std::floor(l[1] / width)),
@@ -306,6 +310,23 @@ std::shared_ptr<const Table> hold(const pcr_table& in) {
       for (int j = 0; j < 3; ++j) h.logs.push_back(std::log(std::max(c.shape[3 * s + j], 1.0)));
       h.cells[h.cell(&h.logs[3 * s])].push_back(s);
     }
+    const int32_t trees = std::max(c.pair_trees, 0), nodes = std::max(c.pair_nodes, 0);
+    h.tree_start = copy_of(c.pair_tree_start, trees, "second-look trees without roots");
+    h.node_feature = copy_of(c.pair_feature, nodes, "second-look nodes without features");
+    h.node_threshold = copy_of(c.pair_threshold, nodes, "second-look nodes without thresholds");
+    h.node_left = copy_of(c.pair_left, nodes, "second-look nodes without children");
+    h.node_right = copy_of(c.pair_right, nodes, "second-look nodes without children");
+    h.node_value = copy_of(c.pair_value, nodes, "second-look nodes without values");
+    h.pair_base = c.pair_base;
+    for (int32_t r : h.tree_start)
+      if (r < 0 || r >= nodes) throw std::invalid_argument("a second-look root out of range");
+    for (int32_t i = 0; i < nodes; ++i) {
+      const int32_t f = h.node_feature[i];
+      // children come after their parent: every walk ends
+      if (f >= PCR_PAIR_FEATURES || (f >= 0 && (h.node_left[i] <= i || h.node_left[i] >= nodes ||
+                                                h.node_right[i] <= i || h.node_right[i] >= nodes)))
+        throw std::invalid_argument("a second-look node out of range");
+    }
     t->calibrations.push_back(std::move(h));
   }
   for (const auto& c : t->calibrations) {
@@ -380,6 +401,38 @@ void neighbours(const Calibration& cal, int64_t m, int64_t n, int64_t k, std::ve
     if (seen[c]) (*out)[c] = num[c] / (den[c] + cal.prior);
 }
 
+// The second look's features of the pair (a first, b second): see pcr_calibration.
+std::array<double, PCR_PAIR_FEATURES> pair_features(int64_t m, int64_t n, int64_t k,
+                                                    const pcr_kernel_desc& a,
+                                                    const pcr_kernel_desc& b, const pcr_model& ta,
+                                                    const pcr_model& tb, double us_a, double us_b) {
+  auto lg = [](double v) { return std::log(std::max(v, 1.0)); };
+  std::array<double, PCR_PAIR_FEATURES> x{};
+  x[0] = std::log(us_b / us_a);
+  x[1] = lg(double(m)), x[2] = lg(double(n)), x[3] = lg(double(k));
+  x[4] = std::log(double(b.tile_m) / a.tile_m);
+  x[5] = std::log(double(b.tile_n) / a.tile_n);
+  x[6] = double(b.swap_ab - a.swap_ab);
+  x[7] = b.split != a.split ? 1.0 : 0.0;
+  for (int i = 0; i < PCR_MODEL_FEATURES; ++i) {
+    x[8 + i] = tb.features[i] - ta.features[i];
+    x[8 + PCR_MODEL_FEATURES + i] = ta.features[i];
+  }
+  return x;
+}
+
+// The second look's logistic score that b (second) is faster than a (first).
+double pair_score(const Calibration& cal, const std::array<double, PCR_PAIR_FEATURES>& x) {
+  double score = cal.pair_base;
+  for (int32_t node : cal.tree_start) {
+    while (cal.node_feature[node] >= 0)
+      node = x[cal.node_feature[node]] <= cal.node_threshold[node] ? cal.node_left[node]
+                                                                   : cal.node_right[node];
+    score += cal.node_value[node];
+  }
+  return score;
+}
+
 const Rule* matching_rule(const Table& t, int family, int64_t m, int64_t n, int64_t k) {
   for (const Rule& r : t.rules)
     if (r.family == family && (r.max_m < 0 || m <= r.max_m) && (r.max_n < 0 || n <= r.max_n) &&
@@ -440,7 +493,18 @@ class Ranker {
             tm.us * std::exp(correction(*cal, config(i), tm.features) + near[config(i)]);
       }
       order_by(measured, [&](size_t i) { return std::make_pair(int64_t(0), calibrated[i]); });
-      for (size_t i : measured) emit(i, PCR_RANK_CALIBRATED, -1, -1, calibrated[i]);
+      // the second look: when the two fastest calibrated candidates lead the ranking
+      bool second_first = false;
+      if (n_out_ == 0 && measured.size() >= 2 && !cal->tree_start.empty()) {
+        const size_t a = measured[0], b = measured[1];
+        second_first =
+            pair_score(*cal, pair_features(mb, p_.n, p_.k, *cands_[a].kd, *cands_[b].kd, terms(a),
+                                           terms(b), calibrated[a], calibrated[b])) > 0.0;
+        if (second_first) std::swap(measured[0], measured[1]);
+      }
+      for (size_t i : measured)
+        emit(i, second_first && n_out_ == 0 ? PCR_RANK_SECOND_LOOK : PCR_RANK_CALIBRATED, -1, -1,
+             calibrated[i]);
     }
     // 3. convolutions: no table knows them; the device's own family first, by the model,
     // unless another family's kernel is modelled kConvFar times faster

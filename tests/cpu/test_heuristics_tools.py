@@ -7,6 +7,7 @@ import os
 import sys
 import types
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -15,6 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "heuristics"))
 import fit  # noqa: E402
 import sweep  # noqa: E402
 
+import pycutlass_rt as pcr  # noqa: E402
 from pycutlass_rt import _model, _select, _table  # noqa: E402
 
 SMALL = "sm90_bf16_bf16_f32_bf16_tn_64x128x64_c1x1_pingpong_a8"
@@ -448,3 +450,107 @@ def test_cross_validation_judges_each_group_on_a_fit_without_it(tmp_path):
     ((in_sample,),) = [[r["table"]["within_5pct"] for r in fit.check(table, samples).values()]]
     ((gm, close, n),) = fit.cross_validate(samples, len(ms), lambda s: s.m).values()
     assert in_sample == 100.0 and n == len(ms) and close < 100.0 and gm < 1.0
+
+
+# ---- the second look ------------------------------------------------------------------
+
+SWAP = "sm90_bf16_bf16_f32_bf16_tn_16x64x128_c1x1_pingpong_swapab_a8"
+PAIRS = [((16, 8192, 4096), SWAP, SMALL), ((300, 3000, 4096), BIG, SK)]
+
+
+def plain_calibration(names):
+    """Zero weights for each kernel's configuration: calibrated time = model time."""
+    weights = {fit.config_of(n): [0.0] * _model.WEIGHTS for n in names}
+    return {"features": list(_model.FEATURES), "weights": weights}
+
+
+def one_split(feature, threshold, left, right):
+    """A second look of one tree: feature <= threshold adds `left`, else `right`."""
+    return {
+        "features": list(_model.PAIR_FEATURES),
+        "base": 0.0,
+        "tree_start": [0],
+        "feature": [feature, -1, -1],
+        "threshold": [threshold, 0.0, 0.0],
+        "left": [1, -1, -1],
+        "right": [2, -1, -1],
+        "value": [0.0, left, right],
+    }
+
+
+def sample_of(shape, names):
+    m, n, k = shape
+    s = fit.Sample(90, m, n, k, "x", 132, 90)
+    s.times = {name: 1.0 for name in names}
+    return s
+
+
+def first_of(s, cal):
+    table = {"families": {}, "calibration": {"sm90": cal}}
+    cands = [fit.kernel_info(name, i) for i, name in enumerate(sorted(s.times))]
+    problem = types.SimpleNamespace(m=s.m, n=s.n, k=s.k, sm_count=132, cc=90)
+    kern, reason, _ = _select.ranked(problem, cands, [90, 80, 75], table)[0]
+    return kern.name, reason
+
+
+@pytest.mark.parametrize("shape,x,y", PAIRS, ids=["swap-AB", "stream-K"])
+@pytest.mark.parametrize("feature", range(len(_model.PAIR_FEATURES)))
+def test_the_libraries_pair_features_are_the_fitters(shape, x, y, feature):
+    """A tree that splits on one feature exactly at the value fit.pair_features gives it
+    swaps the leading pair (<= goes left, +1) and, a hair below it, does not: pcr_rank
+    computes each feature as the fitter learns from it."""
+    s = sample_of(shape, (x, y))
+    base = plain_calibration((x, y))
+    a, b, us_a, us_b = fit.leading_pair(s, {"families": {}, "calibration": {"sm90": base}})
+    v = fit.pair_features(s, a, b, us_a, us_b)[feature]
+    below = v - 1e-9 * max(abs(v), 1.0)
+    assert first_of(s, {**base, "second_look": one_split(feature, v, 1.0, -1.0)}) == (
+        b.name,
+        _select.RankReason.RANK_SECOND_LOOK,
+    )
+    assert first_of(s, {**base, "second_look": one_split(feature, below, 1.0, -1.0)}) == (
+        a.name,
+        _select.RankReason.RANK_CALIBRATED,
+    )
+
+
+def test_a_second_look_of_another_version_is_ignored():
+    s = sample_of(PAIRS[0][0], PAIRS[0][1:])
+    base = plain_calibration(PAIRS[0][1:])
+    alien = {**one_split(0, 1e9, 1.0, 1.0), "features": ["something", "else"]}
+    assert first_of(s, {**base, "second_look": alien}) == first_of(s, base)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [{"tree_start": [3]}, {"left": [0, -1, -1]}, {"feature": [99, -1, -1]}, {"right": [2, -1]}],
+    ids=["root out of range", "child before parent", "unknown feature", "short arrays"],
+)
+def test_malformed_trees_are_refused(damage):
+    s = sample_of(PAIRS[0][0], PAIRS[0][1:])
+    trees = {**one_split(0, 0.0, 1.0, -1.0), **damage}
+    with pytest.raises(pcr.InvalidArgumentError):
+        first_of(s, {**plain_calibration(PAIRS[0][1:]), "second_look": trees})
+
+
+def test_boosting_learns_a_rule_and_keeps_children_after_parents():
+    """y = 1 where x0 > 0.3 and x1 < 0 (noise-free): the trees' score separates the rows,
+    and every node's children come after it (what pcr_ranker_create checks)."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (600, 3))
+    y = ((x[:, 0] > 0.3) & (x[:, 1] < 0)).astype(float)
+    trees = fit.boost(x, y, np.ones(len(y)))
+
+    def score(row):
+        total = trees["base"]
+        for node in trees["tree_start"]:
+            while trees["feature"][node] >= 0:
+                go_left = row[trees["feature"][node]] <= trees["threshold"][node]
+                node = trees["left"][node] if go_left else trees["right"][node]
+            total += trees["value"][node]
+        return total
+
+    assert np.mean([(score(r) > 0) == bool(t) for r, t in zip(x, y)]) > 0.98
+    for i, f in enumerate(trees["feature"]):
+        if f >= 0:
+            assert trees["left"][i] > i and trees["right"][i] > i
