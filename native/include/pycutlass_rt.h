@@ -484,7 +484,7 @@ typedef struct {
   const int32_t* row_start;
   const int32_t* row_config;
   const double* row_weight;
-  const double* row_leftover; /* the row's weight times its leftover log(time / fitted) */
+  const double* row_leftover;     /* the row's weight times its leftover log(time / fitted) */
   int32_t pair_trees, pair_nodes; /* the second look (0 trees: none) */
   const int32_t* pair_tree_start;
   const int32_t* pair_feature;
