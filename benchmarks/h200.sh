@@ -8,6 +8,9 @@
 #        leave it out to use a library carried in build/h200/libpycutlass_rt.so)
 # sweep  heuristics/sweep.py: bf16 decode and awkward shapes, fp8 e4m3 -> bf16 (all tn),
 #        into build/sweeps (or the sweeps PCR_SWEEPS names)
+# corpus the rest of the shape corpus's fit part in bf16 (every candidate of the build,
+#        appended to heuristics/sweeps/h200_bf16_tn_corpus_fit.csv where it stopped) for
+#        at most PCR_CORPUS_TIMEOUT seconds (400); the file comes back in results.tgz
 # fit    heuristics/fit.py on the shipped sweeps plus build/sweeps: the table, recalibrated
 # test   the GPU test suite (compute-sanitizer cases last)
 # wheel  the default build exactly as the README says (pip wheel . with no knobs: the
@@ -52,6 +55,16 @@ phase_sweep() {
     python3 heuristics/sweep.py --grid ${grids//,/ } --dtypes "$dtype" --layouts tn \
       --out "build/sweeps/h200_$name.csv" || return
   done
+}
+
+phase_corpus() {
+  local fit=heuristics/sweeps/h200_bf16_tn_corpus_fit.csv
+  timeout "${PCR_CORPUS_TIMEOUT:-400}" python3 heuristics/sweep.py --corpus-fit 2015 --seed 2 \
+    --append --reps 6 --layouts tn --dtypes bfloat16 --out "$fit" 2>"$OUT/corpus.log"
+  local rc=$?
+  cp "$fit" build/sweeps/
+  [ "$rc" -eq 124 ] && return 0 # out of time: resumed by the next call
+  return "$rc"
 }
 
 phase_fit() {
