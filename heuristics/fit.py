@@ -63,9 +63,8 @@ from pycutlass_rt._abi import Epilogue, RankReason, Schedule, Split  # noqa: E40
 from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
-TABLE_FORMAT = (
-    5  # what _table.TABLE_FORMATS reads (5: feature calibrations, neighbours, second look)
-)
+#: what _table.TABLE_FORMATS reads (5: feature calibrations, neighbours, second look)
+TABLE_FORMAT = 5
 PEER = "peer:cublas"  # sweep.py --peer's row: torch's cuBLAS call, not a kernel
 #: ridge strength toward the all-configuration weights (per-configuration fit) and toward
 #: zero (the all-configuration fit), in units of samples; a kernel's rows weigh
@@ -79,18 +78,12 @@ SHRINK, SHRINK_SHARED, FOCUS = 32.0, 1.0, 5.0
 NEAR_BANDWIDTH, NEAR_PRIOR, NEAR_MIN_WEIGHT = 0.25, 0.1, 0.05
 WITHIN = 1.05  # "close to the best" in --check
 #: the second look's trees (_table.py): boosting rounds, learning rate, leaves per tree,
-#: least samples per leaf, and thresholds per feature; out-of-fold rankings from this
-#: many folds of the fit part's model families teach them (chosen by 5-fold
-#: cross-validation over the fit part, 2026-12-04: bf16 87.6% -> 89.9% within 5%; trees
-#: of depth 3 88.4-88.8%, a logistic regression 88.6%)
-PAIR_ROUNDS, PAIR_RATE, PAIR_LEAVES, PAIR_MIN_LEAF, PAIR_BINS, PAIR_FOLDS = (
-    200,
-    0.05,
-    15,
-    20,
-    255,
-    5,
-)
+#: least rows per leaf, and thresholds per feature (at most); they learn from out-of-fold
+#: rankings over PAIR_FOLDS folds of the fit part's model families. Chosen by 5-fold
+#: cross-validation over the fit part (2026-12-04, bf16: 87.6% within 5% without the
+#: second look, 90.2% with; trees of depth 3 did 88.4-88.8%, a logistic regression 88.6%)
+PAIR_ROUNDS, PAIR_RATE, PAIR_LEAVES = 200, 0.05, 15
+PAIR_MIN_LEAF, PAIR_BINS, PAIR_FOLDS = 20, 255, 5
 
 # the words of kernel names past the tile: KernelInfo holds them as they are
 _SCHEDULES = {s.token for s in Schedule}
@@ -353,12 +346,9 @@ def pair_features(s: Sample, a: KernelInfo, b: KernelInfo, us_a: float, us_b: fl
     """_model.PAIR_FEATURES of the pair (a ranked first, b second) on ``s``'s problem, as
     pcr_rank computes them."""
     fa, fb = s.terms[a.name].features, s.terms[b.name].features
-    lg = lambda v: math.log(max(v, 1.0))  # noqa: E731
     return [
         math.log(us_b / us_a),
-        lg(s.m),
-        lg(s.n),
-        lg(s.k),
+        *(math.log(max(v, 1)) for v in s.shape),
         math.log(b.tile[0] / a.tile[0]),
         math.log(b.tile[1] / a.tile[1]),
         float(b.swap_ab) - float(a.swap_ab),
@@ -426,8 +416,13 @@ def boost(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict:
     p0 = float(np.clip(np.dot(w, y) / w.sum(), 1e-6, 1 - 1e-6))
     base = math.log(p0 / (1 - p0))
     raw = np.full(n, base)
-    out = {"base": base, "tree_start": [], "feature": [], "threshold": [], "left": [],
-           "right": [], "value": []}  # fmt: skip
+    leaf = {"feature": -1, "threshold": 0.0, "left": -1, "right": -1, "value": 0.0}
+    out = {"base": base, "tree_start": [], **{key: [] for key in leaf}}
+
+    def new_leaf() -> int:
+        for key, empty in leaf.items():
+            out[key].append(empty)
+        return len(out["feature"]) - 1
 
     def best_split(rows, g, h):
         best = None
@@ -452,12 +447,10 @@ def boost(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict:
     for _ in range(PAIR_ROUNDS):
         p = 1 / (1 + np.exp(-raw))
         g, h = w * (p - y), w * p * (1 - p)
-        start = len(out["feature"])
-        out["tree_start"].append(start)
-        leaves = {start: np.arange(n)}  # node -> its rows
-        for key in ("feature", "threshold", "left", "right", "value"):
-            out[key].append(-1 if key in ("feature", "left", "right") else 0.0)
-        splits = {start: best_split(leaves[start], g, h)}
+        root = new_leaf()
+        out["tree_start"].append(root)
+        leaves = {root: np.arange(n)}  # node -> its rows
+        splits = {root: best_split(leaves[root], g, h)}
         while len(leaves) < PAIR_LEAVES:
             node = max(
                 (nd for nd in leaves if splits[nd]), key=lambda nd: splits[nd][0], default=None
@@ -469,10 +462,7 @@ def boost(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict:
             go_left = codes[rows, j] <= t
             out["feature"][node], out["threshold"][node] = j, float(cuts[j][t])
             for side, part in (("left", rows[go_left]), ("right", rows[~go_left])):
-                child = len(out["feature"])
-                out[side][node] = child
-                for key in ("feature", "threshold", "left", "right", "value"):
-                    out[key].append(-1 if key in ("feature", "left", "right") else 0.0)
+                child = out[side][node] = new_leaf()
                 leaves[child] = part
                 splits[child] = best_split(part, g, h)
         for node, rows in leaves.items():
