@@ -358,12 +358,17 @@ def pair_features(s: Sample, a: KernelInfo, b: KernelInfo, us_a: float, us_b: fl
     ]
 
 
+def ranking(s: Sample, rules: dict) -> list:
+    """pcr_rank's order of ``s``'s swept kernels under ``rules``: (kernel, RankReason, us)."""
+    cands = [kernel_info(name, i) for i, name in enumerate(sorted(s.times))]
+    problem = types.SimpleNamespace(m=s.m, n=s.n, k=s.k, sm_count=s.sm_count, cc=s.cc)
+    return _select.ranked(problem, cands, _select.families_for(s.cc), rules)
+
+
 def leading_pair(s: Sample, table: dict):
     """(a, b, their calibrated us) where ``table``'s calibrated times rank two candidates
     first on ``s``, as pcr_rank would ask the second look; else None."""
-    cands = [kernel_info(name, i) for i, name in enumerate(sorted(s.times))]
-    problem = types.SimpleNamespace(m=s.m, n=s.n, k=s.k, sm_count=s.sm_count, cc=s.cc)
-    order = _select.ranked(problem, cands, _select.families_for(s.cc), table)
+    order = ranking(s, table)
     calibrated = RankReason.RANK_CALIBRATED, RankReason.RANK_SECOND_LOOK
     if len(order) < 2 or order[0][1] not in calibrated or order[1][1] not in calibrated:
         return None
@@ -519,10 +524,7 @@ def fit(samples: list[Sample], sources: list[dict], base: dict | None = None) ->
 
 
 def _model_choice(s: Sample, rules: dict) -> float:
-    cands = [kernel_info(name, i) for i, name in enumerate(sorted(s.times))]
-    problem = types.SimpleNamespace(m=s.m, n=s.n, k=s.k, sm_count=s.sm_count, cc=s.cc)
-    order = _select.families_for(s.cc)
-    return s.times[_select.rank(problem, cands, order, rules).ranked[0][0].name]
+    return s.times[ranking(s, rules)[0][0].name]
 
 
 SELECTORS = {

@@ -486,10 +486,7 @@ def sample_of(shape, names):
 
 
 def first_of(s, cal):
-    table = {"families": {}, "calibration": {"sm90": cal}}
-    cands = [fit.kernel_info(name, i) for i, name in enumerate(sorted(s.times))]
-    problem = types.SimpleNamespace(m=s.m, n=s.n, k=s.k, sm_count=132, cc=90)
-    kern, reason, _ = _select.ranked(problem, cands, [90, 80, 75], table)[0]
+    kern, reason, _ = fit.ranking(s, {"families": {}, "calibration": {"sm90": cal}})[0]
     return kern.name, reason
 
 
