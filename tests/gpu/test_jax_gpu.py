@@ -268,6 +268,6 @@ def test_handler_errors_carry_the_library_message():
     attrs = {"alpha": np.float64(1), "beta": np.float64(0), "kernels": ""}
     attrs.update({k: np.int32(0) for k in ("transpose_a", "transpose_b", "has_bias")})
     attrs.update(has_c=np.int32(1), activation=np.int32(0), rank=np.int32(2))  # c is missing
-    attrs.update(activation_alpha=np.float32(0), activation_beta=np.float32(0))
+    attrs.update(activation_alpha=np.float64(0), activation_beta=np.float64(0))
     with pytest.raises(Exception, match="pycutlass_rt: the handler got 2 operands"):
         call(rand(8, 4), rand(4, 3), **attrs).block_until_ready()
