@@ -22,7 +22,9 @@ SQUARE_SIZES = (1024, 2048, 4096, 8192)
 SQUARE = [(s, s, s) for s in SQUARE_SIZES]
 DECODE = [(m, n, k) for m in DECODE_M for n, k in NK_PAIRS]
 PREFILL = [(m, n, k) for m in PREFILL_M for n, k in NK_PAIRS]
-#: 127x1000x4097 (no 16-byte alignment anywhere), 8191^3, N = 1, K in {16, 64}, long K
+#: 127x1000x4097 (no 16-byte alignment anywhere), 8191^3, N = 1, K in {16, 64}, long K,
+#: and odd vocabularies' projections (Whisper's 51866 at decode, GPT-2's 50257 at prefill):
+#: an odd N stages D but must not copy B
 AWKWARD = [
     (127, 1000, 4097),
     (8191, 8191, 8191),
@@ -30,6 +32,8 @@ AWKWARD = [
     (4096, 4096, 16),
     (4096, 4096, 64),
     (256, 256, 65536),
+    (4, 51866, 1280),
+    (300, 50257, 768),
 ]
 EPILOGUE_SHAPES = [(4096, 4096, 4096)] + [(2048, n, k) for n, k in NK_PAIRS]
 HOST_SHAPES = [(64, 64, 64), (256, 4096, 4096)]

@@ -50,7 +50,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 12
+PCR_ABI_VERSION = 13
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -316,7 +316,8 @@ class Problem(Structure):
                 ("staged", c_int32), ("device", c_int32), ("cc", c_int32), ("sm_count", c_int32),
                 ("batch", c_int64), ("bias", c_int32), ("activation", c_int32),
                 ("align_bias", c_int32), ("epilogue", c_int32), ("grouped", c_int32),
-                ("scale_m", c_int32), ("scale_n", c_int32), ("op", c_int32), ("conv", ConvShape)]
+                ("scale_m", c_int32), ("scale_n", c_int32), ("op", c_int32), ("conv", ConvShape),
+                ("split_n", c_int64)]
 
 
 class Verdict(Structure):

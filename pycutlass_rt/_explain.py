@@ -172,6 +172,12 @@ def explanation(lib, call) -> Explanation:
             f"{', '.join(which)} not 16-byte aligned (leading dimension or address): "
             "copied through aligned scratch around the kernel, one extra pass each"
         )
+    if problem.split_n:
+        notes.append(
+            f"columns split at {problem.split_n}: those before read b in place, the last "
+            f"{problem.n - problem.split_n} (their few columns of b copied) run as a second "
+            "launch of the kernel; padding all of N would copy all of b"
+        )
     # a problem without GEMM work takes no kernel, whatever the build holds
     choice = (
         _select.choose(lib, problem, judged.verdicts, kernels()) if work else _select.Choice([])

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 12
+#define PCR_ABI_VERSION 13
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -271,6 +271,9 @@ typedef struct {
                          N*P*Q x K x R*S*C/groups, dgrad N*H*W x C x R*S*K, wgrad
                          K x R*S*C/groups x N*P*Q */
   pcr_conv_shape conv;
+  int64_t split_n; /* 0, or staged D with B read in place: columns [0, split_n) and the rest
+                      run as two launches of the kernel, so that only the last columns of
+                      B are copied (an odd N pads D, and a padded N would copy all of B) */
 } pcr_problem;
 
 /* A kernel's verdict on one problem: whether it runs it and, if not, why. */

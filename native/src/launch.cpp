@@ -10,9 +10,18 @@ int run_kernel(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream
 }
 
 // Copies the staged inputs into (zero-padded) scratch, runs the kernel's problem there,
-// and copies D back.
+// and copies D back; or, split at a column (pcr_problem.split_n), runs the two parts so.
 int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream,
                   pcr_plan* plan) {
+  if (p.split_n) {
+    pcr_problem part;
+    Bound part_bd;
+    column_part(p, bd, 0, p.split_n, &part, &part_bd);
+    int st = launch_device(part, part_bd, k, stream, plan);
+    if (st != PCR_OK) return st;
+    column_part(p, bd, p.split_n, p.n - p.split_n, &part, &part_bd);
+    return launch_device(part, part_bd, k, stream, nullptr);  // the plan's launch is the first
+  }
   Scratch scratch;  // held until the copy back is enqueued
   int st =
       scratch.allocate(p.device, stream, stage_layout(p, bd, nullptr).bytes, ScratchKind::kStaging);

@@ -340,13 +340,16 @@ bool any_alignment_kernel(const pcr_problem& p) {
 // copy's contiguous extent, so a fused epilogue's problem is staged only where that
 // extent is K (zeros add nothing) or D's N with no vector along N (bias, column scales),
 // which would otherwise be read past its end.
-void stage_misaligned(pcr_problem* p) {
+//
+// A split problem's part (column_part) runs the whole's kernel, which reads aligned
+// operands: its misaligned ones are staged whatever its size (`small_may_stay` false).
+void stage_misaligned(pcr_problem* p, bool small_may_stay) {
   if (p->host || p->k == 0 || p->batch > 1) return;
   const bool aligned = p->align_a >= 16 && p->align_b >= 16 && p->align_d >= 16 &&
                        (p->c_mode != PCR_C_READ || p->align_c >= 16);
   if (aligned) return;  // (before the registry walk below: the common case pays nothing)
-  if (double(p->m) * double(p->n) * double(p->k) < kStageMinMacs && p->k < kStageMinK &&
-      any_alignment_kernel(*p))
+  if (small_may_stay && double(p->m) * double(p->n) * double(p->k) < kStageMinMacs &&
+      p->k < kStageMinK && any_alignment_kernel(*p))
     return;
   if (p->epilogue != PCR_EPI_LINEAR &&
       ((p->align_a < 16 && p->layout_a != PCR_ROW_MAJOR) ||
@@ -361,7 +364,86 @@ void stage_misaligned(pcr_problem* p) {
   if (p->c_mode == PCR_C_COPIED) p->align_c = p->align_d;
 }
 
+void place(pcr_problem* p, Bound* bd, bool use_c, bool part);
+
+// Below this many bytes of B, a padded copy of B costs less than the split's two more
+// launches (~5 us in graph replays on the H200: at 8 x 2049 x 2048, 8.4 MB of B, the split
+// ran 18.5 us where copying B costs 5.9; even at 16.8 MB; 7 us faster at 33.5 MB).
+constexpr double kSplitMinBytes = double(16 << 20);
+
+// Where a staged problem's columns split (pcr_problem.split_n), or 0: where D's padded N is
+// all that stages B, B's columns contiguous along K. The copy is a pass over all of B (the
+// weights of an odd vocabulary's projection: 133 MB at 51866 x 1280, twice cuBLAS's whole
+// call at M = 4); columns up to a multiple of 16 bytes of D read B in place instead, and
+// the last few stage only their own columns, as a second launch of the same kernel.
+int64_t split_column(const pcr_problem& p, const Bound& bd) {
+  if (p.op != PCR_OP_GEMM || !(p.staged & PCR_STAGED_D) || (p.staged & PCR_STAGED_B) ||
+      p.layout_b != PCR_COL_MAJOR || double(p.k) * double(p.n) * bd.b.esize < kSplitMinBytes)
+    return 0;
+  const int64_t n0 = p.n / (16 / bd.d.esize) * (16 / bd.d.esize);
+  if (n0 == 0 || n0 == p.n || !(stage_layout(p, bd, nullptr).staged & PCR_STAGED_B)) return 0;
+  pcr_problem head;
+  Bound head_bd;
+  column_part(p, bd, 0, n0, &head, &head_bd);
+  return (stage_layout(head, head_bd, nullptr).staged & PCR_STAGED_B) ? 0 : n0;
+}
+
+// What the operands in bd allow: p's alignments, how the kernel reads C (use_c: beta != 0),
+// what staging copies and where it splits. describe's last step on a GEMM, and
+// column_part's on each part (`part`: every misaligned operand staged, no further split).
+void place(pcr_problem* p, Bound* bd, bool use_c, bool part) {
+  const Matrix &A = bd->a, &B = bd->b, &C = bd->c, &D = bd->d;
+  p->align_a = alignment_bytes(A, p->layout_a, bd->lda);
+  p->align_b = alignment_bytes(B, p->layout_b, bd->ldb);
+  p->align_d = alignment_bytes(D, PCR_ROW_MAJOR, bd->ldd);
+  if (p->bias) {  // the address only: the vector's length is D's extent, aligned as D is
+    uintptr_t v = reinterpret_cast<uintptr_t>(bd->bias.ptr);
+    for (p->align_bias = 16; p->align_bias > bd->bias.esize && v % p->align_bias;)
+      p->align_bias /= 2;
+  }
+  p->staged = 0;
+  p->c_mode = PCR_C_NONE;
+  p->align_c = 0;
+  if (use_c) {
+    const bool c_is_d =
+        C.ptr == D.ptr && C.s0 == D.s0 && C.s1 == D.s1 && C.sb == D.sb && C.dtype == D.dtype;
+    int lc;
+    int64_t ldc;
+    // C feeds the kernel's epilogue directly when it looks like D (row-major, D's dtype,
+    // 16-byte friendly); anything else (other layout or dtype, broadcast strides) is
+    // first copied into D, and the kernel then reads D as C.
+    if (c_is_d ||
+        (C.dtype == D.dtype && layout_of(C, &lc, &ldc) && lc == PCR_ROW_MAJOR && C.s0 > 0)) {
+      p->c_mode = PCR_C_READ;
+      bd->ldc = c_is_d ? bd->ldd : ldc;
+      p->align_c = alignment_bytes(C, PCR_ROW_MAJOR, bd->ldc);
+    } else {
+      p->c_mode = PCR_C_COPIED;
+      p->align_c = p->align_d;
+    }
+  } else {
+    bd->c = Matrix{};
+  }
+  stage_misaligned(p, !part);
+  p->split_n = part ? 0 : split_column(*p, *bd);
+}
+
 }  // namespace
+
+void column_part(const pcr_problem& p, const Bound& bd, int64_t n0, int64_t n, pcr_problem* part,
+                 Bound* pb) {
+  *part = p;
+  *pb = bd;
+  part->n = n;
+  // b, c, d and the vectors along N (bias, column scales) lose the other columns; a
+  // per-row bias (stride 0 along N) and one-value scales stay as they are
+  for (Matrix* m : {&pb->b, &pb->c, &pb->d, &pb->bias, &pb->scale_n}) {
+    if (!m->ptr || m->cols != p.n) continue;
+    m->ptr += n0 * m->s1 * m->esize;
+    m->cols = n;
+  }
+  place(part, pb, p.c_mode != PCR_C_NONE, true);
+}
 
 bool overlaps(const Matrix& x, const Matrix& y) {
   uintptr_t xl, xh, yl, yh;
@@ -597,9 +679,6 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      alpha, beta);
   p->layout_a = la;
   p->layout_b = lb;
-  p->align_a = alignment_bytes(A, la, lda);
-  p->align_b = alignment_bytes(B, lb, ldb);
-  p->align_d = alignment_bytes(D, PCR_ROW_MAJOR, ldd);
   p->host = host;
   p->batch = L;
   p->activation = activation;
@@ -613,38 +692,14 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                     ? PCR_EPI_SCALED
                 : fused ? PCR_EPI_BIASACT
                         : PCR_EPI_LINEAR;
-  if (bias) {  // the address only: the vector's length is D's extent, aligned as D is
-    uintptr_t v = reinterpret_cast<uintptr_t>(V.ptr);
-    for (p->align_bias = 16; p->align_bias > V.esize && v % p->align_bias;) p->align_bias /= 2;
-  }
   bound->lda = lda;
   bound->ldb = ldb;
   bound->ldd = ldd;
   bound->alpha = alpha;
   bound->beta = beta;
   bound->activation = activation_of(x);
-
-  if (use_c) {
-    p->dtype_c = C.dtype;
-    int lc;
-    int64_t ldc;
-    // C feeds the kernel's epilogue directly when it looks like D (row-major, D's dtype,
-    // 16-byte friendly); anything else (other layout or dtype, broadcast strides) is
-    // first copied into D, and the kernel then reads D as C.
-    if (c_is_d ||
-        (C.dtype == D.dtype && layout_of(C, &lc, &ldc) && lc == PCR_ROW_MAJOR && C.s0 > 0)) {
-      p->c_mode = PCR_C_READ;
-      bound->ldc = c_is_d ? ldd : ldc;
-      p->align_c = alignment_bytes(C, PCR_ROW_MAJOR, bound->ldc);
-    } else {
-      p->c_mode = PCR_C_COPIED;
-      p->align_c = p->align_d;
-    }
-  } else {
-    bound->c = Matrix{};
-  }
-
-  stage_misaligned(p);
+  if (use_c) p->dtype_c = C.dtype;
+  place(p, bound, use_c, false);
 
   return finish_problem(p, D, host);
 }

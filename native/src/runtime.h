@@ -175,6 +175,11 @@ struct Staging {
   int staged = 0;       // operands in scratch (bits 1 a, 2 b, 4 d): p.staged and more
 };
 Staging stage_layout(const pcr_problem& problem, const Bound& bound, char* base);
+// Columns [n0, n0 + n) of a described GEMM as describe() would give them for those columns
+// of b, c and d (and of a bias or scales along N): alignments and staging their own, every
+// misaligned operand staged (the part runs the whole problem's kernel).
+void column_part(const pcr_problem& problem, const Bound& bound, int64_t n0, int64_t n,
+                 pcr_problem* part, Bound* part_bound);
 const char* dtype_name(int dtype);
 
 // ---- grouped GEMMs (grouped.cu): the C entry points' work ----

@@ -48,6 +48,8 @@ def test_groups_follow_the_benchmark_readme():
         (4096, 4096, 16),
         (4096, 4096, 64),
         (256, 256, 65536),
+        (4, 51866, 1280),
+        (300, 50257, 768),
     ]
     e = g["E"].shapes
     assert [s.get("layout") for s in e[:4]] == ["nn", "nt", "tn", "tt"]

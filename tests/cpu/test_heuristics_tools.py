@@ -368,13 +368,13 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
     out = tmp_path / "sweeps" / "h200.csv"
     assert sweep.main(["--out", str(out), "--grid", "awkward", "--layouts", "tn"]) == 0
     rows = list(csv.DictReader(open(out)))
-    assert len(made) == 6 and len(rows) == 5 * 2 and {r["rank"] for r in rows} == {"0", "1"}
+    assert len(made) == 8 and len(rows) == 7 * 2 and {r["rank"] for r in rows} == {"0", "1"}
     assert rows[0]["cc"] == "90" and rows[0]["library"] == "b1"
     assert (rows[0]["m"], rows[0]["n"], rows[0]["k"]) == ("1000", "127", "4097")  # as computed
     err = capsys.readouterr().err
     assert "cudaErrorLaunchFailure" in err and "skipped, operands do not fit" in err
     samples, _, _ = fit.read_samples([str(out)])
-    assert len(samples) == 5 and all(s.order == [SMALL, BIG] for s in samples)
+    assert len(samples) == 7 and all(s.order == [SMALL, BIG] for s in samples)
 
 
 def test_fit_rejects_files_without_the_columns(tmp_path):

@@ -356,6 +356,62 @@ def test_large_misaligned_problems_are_staged(m, n, k, la, lb, ld, c_mode):
         close(d2, want, "staged plan")
 
 
+#: (M, N, K) of odd vocabularies' projections (Whisper's 51866 at decode, GPT-2's 50257 at
+#: a prefill's M)
+ODD_VOCAB = [(4, 51866, 1280), (300, 50257, 768)]
+
+
+@pytest.mark.parametrize("m,n,k", ODD_VOCAB)
+@pytest.mark.parametrize(
+    "form", ["plain", "c", "c_is_d", "row_bias_relu", "padded_d", "transposed", "plan", "graph"]
+)
+def test_an_odd_n_reads_the_weights_in_place(m, n, k, form):
+    """An odd N stages d; padding d's N would pad b's too and copy all of b (the weights)
+    on every call. Instead the columns up to a multiple of 8 read b in place and the last
+    few run as a second launch of the kernel, copying only their columns of b: explain
+    says where the columns split, and every form of the call (C, C that is d, a fused
+    per-row bias, d a column slice of a wider buffer, d column-major, a plan, a CUDA
+    graph) gets torch's result."""
+    dt = torch.bfloat16
+    require(dt, layout="tn", epilogue="biasact" if form == "row_bias_relu" else "linear")
+    x, w = mat(m, k, "t", dt), mat(n, k, "t", dt)  # activations, and weights as nn.Linear's
+    a, b = x, w.t()
+    d = torch.empty(m, n, device="cuda", dtype=dt)
+    c, beta, extras, bias = None, 0.0, {}, None
+    if form == "padded_d":  # a view whose rows are 16-byte aligned: only its extent is odd
+        d = torch.empty(m, n + 6, device="cuda", dtype=dt)[:, :n]
+    if form == "transposed":  # d = w x^T, column-major: computed as d^T = x w^T
+        a, b = w, x.t()
+        d = torch.empty(m, n, device="cuda", dtype=dt).t()
+    if form in ("c", "c_is_d"):
+        c = mat(m, n, "t", dt) if form == "c" else d.copy_(mat(m, n, "t", dt))
+        beta = 0.5
+    if form == "row_bias_relu":
+        bias = mat(m, 1, "t", dt)
+        extras = {"bias": bias, "activation": "relu"}
+    want = ref(a, b, c.clone() if c is not None else None, 1.25, beta)
+    if bias is not None:
+        want = torch.relu(want + bias.double())
+    e = pcr.explain(a, b, c, d, 1.25, beta, **extras)
+    assert e.problem["split_n"] == n // 8 * 8, e
+    assert any("columns split" in note for note in e.notes), e
+    if form == "plan":
+        plan = pcr.Gemm(a, b, c, d, 1.25, beta, **extras)
+        for _ in range(2):
+            d.fill_(float("nan"))
+            plan.run()
+    elif form == "graph":
+        pcr.gemm(a, b, c, d, 1.25, beta, **extras)  # chosen before capture
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            pcr.gemm(a, b, c, d, 1.25, beta, **extras)
+        d.fill_(float("nan"))
+        g.replay()
+    else:
+        pcr.gemm(a, b, c, d, 1.25, beta, **extras)
+    close(d, want, f"{m}x{n}x{k} {form}")
+
+
 def test_doctor_finds_no_problem_and_checks_a_gemm_per_framework():
     import json
     import subprocess
