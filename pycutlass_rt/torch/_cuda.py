@@ -149,8 +149,8 @@ def _linear_cuda(x, w, bias=None, activation=None):
                 _UNFUSED.add(key)
                 fused = False
         if not fused:
-            # No bias/activation kernel for this dtype (float32, float64): the bias comes
-            # in as C (still one pycutlass_rt GEMM) and the activation runs in place after.
+            # No bias/activation kernel for this dtype and layout in the build: the bias
+            # comes in as C (still one pycutlass_rt GEMM) and the activation runs after.
             c = None if bias is None else bias.expand(y.shape)
             _gemm(x2, wt, c, y, beta=0.0 if c is None else 1.0, math=math)
             if act is not None:
