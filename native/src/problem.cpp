@@ -364,11 +364,9 @@ void stage_misaligned(pcr_problem* p, bool small_may_stay) {
   if (p->c_mode == PCR_C_COPIED) p->align_c = p->align_d;
 }
 
-void place(pcr_problem* p, Bound* bd, bool use_c, bool part);
-
 // Below this many bytes of B, a padded copy of B costs less than the split's two more
-// launches (~5 us in graph replays on the H200: at 8 x 2049 x 2048, 8.4 MB of B, the split
-// ran 18.5 us where copying B costs 5.9; even at 16.8 MB; 7 us faster at 33.5 MB).
+// launches (graph replays on the H200: at 8 x 2049 x 2048, 8.4 MB of B, 18.5 us split
+// against 14.6 unsplit; even at 16.8 MB; the split 7 us faster at 33.5 MB).
 constexpr double kSplitMinBytes = double(16 << 20);
 
 // Where a staged problem's columns split (pcr_problem.split_n), or 0: where D's padded N is
