@@ -378,8 +378,10 @@ int64_t split_column(const pcr_problem& p, const Bound& bd) {
   if (p.op != PCR_OP_GEMM || !(p.staged & PCR_STAGED_D) || (p.staged & PCR_STAGED_B) ||
       p.layout_b != PCR_COL_MAJOR || double(p.k) * double(p.n) * bd.b.esize < kSplitMinBytes)
     return 0;
+  // an N that is not a multiple of 16 bytes of D is padded, and with it B's columns: the
+  // whole problem's staging copies B
   const int64_t n0 = p.n / (16 / bd.d.esize) * (16 / bd.d.esize);
-  if (n0 == 0 || n0 == p.n || !(stage_layout(p, bd, nullptr).staged & PCR_STAGED_B)) return 0;
+  if (n0 == 0 || n0 == p.n) return 0;
   pcr_problem head;
   Bound head_bd;
   column_part(p, bd, 0, n0, &head, &head_bd);
