@@ -84,6 +84,13 @@ class TorchBlas(_Framework):
             if beta:
                 raise Unsupported("batched with beta")
             return lambda a, b, c, d: t.bmm(a, b, out=d)
+        if act and case.dtype == "int8" and act == "relu" and not beta:
+
+            def int_mm_relu(a, b, c, d):  # exact in int32, as ours
+                t._int_mm(a, b, out=d)
+                d.add_(bias).relu_()
+
+            return int_mm_relu
         if act:
             if case.dtype not in ("bf16", "fp16") or beta:
                 raise Unsupported(f"{case.epilogue} with {case.dtype}, beta={beta}")

@@ -211,7 +211,7 @@ GROUPS = {
             "F",
             "epilogue",
             "compare",
-            ("bf16",),
+            ("bf16", "int8"),
             tuple(
                 _shapes(EPILOGUE_SHAPES, beta=0.0)
                 + _shapes(EPILOGUE_SHAPES, beta=1.0)
@@ -328,6 +328,8 @@ def cases(groups=None, dtypes=None, available=(), sample=None) -> list:
                     skip = f"not in this build (its kernels: {', '.join(available) or 'none'})"
                 elif case.epilogue not in SUPPORTED_EPILOGUES:
                     skip = f"unsupported: epilogue {case.epilogue}"
+                elif dtype == "int8" and bias_activation(case.epilogue) not in (None, "relu"):
+                    skip = f"unsupported: {case.epilogue} (int32 outputs take relu and clamp)"
                 out.append(dataclasses.replace(case, skip=skip))
     return out
 

@@ -503,8 +503,9 @@ SM80_F64_CONFIGS = [  # the fused epilogue computes in double (mma_gemm.cuh's Co
     # every layout ran on the H200 against float64 torch, every activation (2026-12-04)
     ((64, 64, 16), (2, 2, 1), 4, 1, "none", "core", ("biasact",)),
 ]
+#: int8 -> int32 with a bias or activation computes in int32, exactly (relu and clamp)
 SM80_S8_CONFIGS = [
-    ((128, 128, 64), (2, 2, 1), 3, 16, "none", "core", ("linear",)),
+    ((128, 128, 64), (2, 2, 1), 3, 16, "none", "core", ("linear", "biasact")),
     ((64, 64, 64), (2, 2, 1), 4, 16, "none", "extended", ("linear",)),
 ]
 #: the dequantizing epilogue on the sm80/sm89 families (A100/L40-class GPUs)
@@ -527,7 +528,7 @@ SM90_TF32_CONFIGS = [
     ((64, 128, 32), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
 ]
 SM90_S8_CONFIGS = [
-    ((128, 128, 128), (1, 1, 1), "coop", "none", "core", ("linear",)),
+    ((128, 128, 128), (1, 1, 1), "coop", "none", "core", ("linear", "biasact")),
     ((64, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
 ]
 SM90_S8_SCALED_CONFIGS = [((128, 128, 128), (1, 1, 1), "coop", "none", "core", ("scaled",))]

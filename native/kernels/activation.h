@@ -35,7 +35,15 @@ CUTLASS_HOST_DEVICE float fast_div(float x, float y) {
 CUTLASS_HOST_DEVICE double fast_exp(double x) { return exp(x); }
 CUTLASS_HOST_DEVICE double fast_div(double x, double y) { return x / y; }
 
-// Each activation computes in T: float, or double for float64 outputs.
+// The arithmetic of an epilogue writing ElementD: float; double for float64 outputs; int32
+// for int32 outputs (int8 inputs), which are exact: their alpha, beta, bias and clamp
+// bounds are integers (the host checks), and relu and clamp are the activations they take.
+template <class ElementD>
+using ComputeOf =
+    std::conditional_t<std::is_same_v<ElementD, double>, double,
+                       std::conditional_t<std::is_same_v<ElementD, int32_t>, int32_t, float>>;
+
+// Each activation computes in T: ComputeOf's type.
 template <class T>
 struct Relu {
   CUTLASS_HOST_DEVICE T operator()(T x) const { return x > T(0) || x != x ? x : T(0); }
@@ -127,31 +135,37 @@ CUTLASS_HOST_DEVICE Fragment map(Fragment const& x, F f) {
 template <class Fragment>
 CUTLASS_HOST_DEVICE Fragment activate(ActivationArgs const& a, Fragment const& x) {
   using T = typename ElementOf<Fragment>::type;
-  switch (a.kind) {
-    case PCR_ACT_RELU:
-      return map(x, Relu<T>{});
-    case PCR_ACT_GELU:
-      return map(x, Gelu<T>{});
-    case PCR_ACT_GELU_TANH:
-      return map(x, GeluTanh<T>{});
-    case PCR_ACT_SILU:
-      return map(x, Silu<T>{});
-    case PCR_ACT_SIGMOID:
-      return map(x, Sigmoid<T>{});
-    case PCR_ACT_TANH:
-      return map(x, Tanh<T>{});
-    case PCR_ACT_HARDSWISH:
-      return map(x, Hardswish<T>{});
-    case PCR_ACT_LEAKY_RELU:
-      return map(x, LeakyRelu<T>{T(a.alpha)});
-    case PCR_ACT_CLAMP:
-      return map(x, Clamp<T>{T(a.alpha), T(a.beta)});
-    default:
-      return x;
+  if constexpr (std::is_integral_v<T>) {  // the exact ones (ComputeOf)
+    if (a.kind == PCR_ACT_RELU) return map(x, Relu<T>{});
+    if (a.kind == PCR_ACT_CLAMP) return map(x, Clamp<T>{T(a.alpha), T(a.beta)});
+    return x;
+  } else {
+    switch (a.kind) {
+      case PCR_ACT_RELU:
+        return map(x, Relu<T>{});
+      case PCR_ACT_GELU:
+        return map(x, Gelu<T>{});
+      case PCR_ACT_GELU_TANH:
+        return map(x, GeluTanh<T>{});
+      case PCR_ACT_SILU:
+        return map(x, Silu<T>{});
+      case PCR_ACT_SIGMOID:
+        return map(x, Sigmoid<T>{});
+      case PCR_ACT_TANH:
+        return map(x, Tanh<T>{});
+      case PCR_ACT_HARDSWISH:
+        return map(x, Hardswish<T>{});
+      case PCR_ACT_LEAKY_RELU:
+        return map(x, LeakyRelu<T>{T(a.alpha)});
+      case PCR_ACT_CLAMP:
+        return map(x, Clamp<T>{T(a.alpha), T(a.beta)});
+      default:
+        return x;
+    }
   }
 }
 
-// A CUTLASS compute functor over a fragment (cutlass::Array<float, N>), with its
+// A CUTLASS compute functor over a fragment (cutlass::Array<ComputeOf, N>), with its
 // per-launch Arguments (shared by every fragment size, as EVT nodes require).
 template <class Fragment>
 struct Activation {

@@ -68,10 +68,6 @@ struct OptionalAuxLoad : VisitorAuxLoad<ThreadMap, Element, StrideMNL> {
   }
 };
 
-// The arithmetic of an epilogue writing ElementD: float, or double for float64 outputs.
-template <class ElementD>
-using ComputeOf = cute::conditional_t<std::is_same_v<ElementD, double>, double, float>;
-
 // The activation node (pcr::activate, chosen per launch), converting to the output type.
 template <class ElementOutput>
 struct ActivationNode {

@@ -37,24 +37,26 @@ using cute::_1;
 using cute::Stride;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-// D = act(beta * C + ((alpha * acc + row[n]) + col[m])), in the kernel's own M and N;
-// null biases read as 0, and C is not loaded when beta == 0.
+// D = act(beta * C + ((alpha * acc + row[n]) + col[m])), in the kernel's own M and N and
+// in ComputeOf<ElementD>; null biases read as 0, and C is not loaded when beta == 0.
 template <class TileShape, class ElementD>
 struct BiasActTree {
-  using Scalar = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>>;
-  using Row = Sm90RowBroadcast<0, TileShape, ElementD, float, Stride<_0, _1, int64_t>>;
-  using Col = Sm90ColBroadcast<0, TileShape, ElementD, float, Stride<_1, _0, int64_t>>;
-  using AlphaAccRow = Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, float, float, kRound>,
-                              Scalar, Sm90AccFetch, Row>;
-  using PlusCol = Sm90EVT<Sm90Compute<cutlass::plus, float, float, kRound>, AlphaAccRow, Col>;
-  using BetaC = Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, float, float, kRound>,
-                        Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
-  using Type = Sm90EVT<Sm90Compute<Activation, ElementD, float, kRound>, BetaC>;
+  using Compute = ComputeOf<ElementD>;
+  using Scalar = Sm90ScalarBroadcast<Compute, Stride<_0, _0, int64_t>>;
+  using Row = Sm90RowBroadcast<0, TileShape, ElementD, Compute, Stride<_0, _1, int64_t>>;
+  using Col = Sm90ColBroadcast<0, TileShape, ElementD, Compute, Stride<_1, _0, int64_t>>;
+  template <template <class> class Op>
+  using Node = Sm90Compute<Op, Compute, Compute, kRound>;
+  using AlphaAccRow = Sm90EVT<Node<cutlass::homogeneous_multiply_add>, Scalar, Sm90AccFetch, Row>;
+  using PlusCol = Sm90EVT<Node<cutlass::plus>, AlphaAccRow, Col>;
+  using BetaC =
+      Sm90EVT<Node<cutlass::homogeneous_multiply_add>, Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
+  using Type = Sm90EVT<Sm90Compute<Activation, ElementD, Compute, kRound>, BetaC>;
 
   static typename Type::Arguments arguments(const GemmArgs& p, const void* row, const void* col) {
-    return {{{{float(p.beta)}},
+    return {{{{Compute(p.beta)}},
              {},
-             {{{{float(p.alpha)}}, {}, {static_cast<const ElementD*>(row), ElementD(0), {}}, {}},
+             {{{{Compute(p.alpha)}}, {}, {static_cast<const ElementD*>(row), ElementD(0), {}}, {}},
               {static_cast<const ElementD*>(col), ElementD(0), {}},
               {}},
              {}},
@@ -341,7 +343,7 @@ struct Gemm
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using LayoutD =
       cute::conditional_t<SwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  using Compute = cute::conditional_t<cute::is_same_v<ElementD, int32_t>, int32_t, float>;
+  using Compute = ComputeOf<ElementD>;
   static_assert(!TensorScales || (Epilogue == PCR_EPI_LINEAR && sizeof(ElementA) == 1 &&
                                   !cute::is_same_v<ElementD, int32_t>),
                 "per-tensor scale tensors: a linear epilogue of quantized inputs, non-int32 D");

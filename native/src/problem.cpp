@@ -45,6 +45,16 @@ const char* dtype_name(int dtype) {
   }
 }
 
+namespace {
+// pcr_activation's names, as Python spells them (its enum tokens)
+const char* activation_name(int activation) {
+  static const char* const kNames[] = {"none",    "relu", "gelu",      "gelu_tanh",  "silu",
+                                       "sigmoid", "tanh", "hardswish", "leaky_relu", "clamp"};
+  static_assert(sizeof kNames / sizeof *kNames == PCR_ACT_CLAMP + 1, "one per pcr_activation");
+  return activation >= 0 && activation <= PCR_ACT_CLAMP ? kNames[activation] : "invalid";
+}
+}  // namespace
+
 int dtype_from_dl(DLDataType t) {
   if (t.lanes != 1) return PCR_DTYPE_INVALID;
   if (t.code == kDLFloat && t.bits == 16) return PCR_F16;
@@ -677,6 +687,18 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      "integers in int32's range (got %g, %g); for scaled results ask for a "
                      "float output",
                      alpha, beta);
+  if (D.dtype == PCR_S32 && activation != PCR_ACT_NONE && activation != PCR_ACT_RELU &&
+      activation != PCR_ACT_CLAMP)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "int32 outputs are computed exactly, in int32: their activations are relu "
+                     "and clamp (integer bounds), not %s; for others ask for a float output",
+                     activation_name(activation));
+  if (D.dtype == PCR_S32 && activation == PCR_ACT_CLAMP &&
+      (!int32_valued(x.activation_alpha) || !int32_valued(x.activation_beta)))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "int32 outputs are computed exactly, in int32: clamp's bounds must be "
+                     "integers in int32's range (got %g, %g)",
+                     x.activation_alpha, x.activation_beta);
   p->layout_a = la;
   p->layout_b = lb;
   p->host = host;

@@ -409,7 +409,7 @@ def test_bench_list_needs_no_gpu():
         assert row in r.stdout
         assert (f"{row}   [skipped: not in this build" in r.stdout) == (label not in built)
     assert "F epilogue bf16  2048x8192x28672 tn bias_silu\n" in r.stdout  # runnable now
-    assert r.stdout.strip().splitlines()[-1].startswith(f"{24 + 35} cases")
+    assert r.stdout.strip().splitlines()[-1].startswith(f"{24 + 2 * 35} cases")  # F: bf16, int8
 
 
 def test_script_runs_the_same_command_line():

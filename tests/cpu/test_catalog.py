@@ -271,12 +271,13 @@ def test_fused_epilogue_kernels_twin_plain_ones():
     names = {k.name for k in kernels}
     fused = [k for k in kernels if k.epilogue == "biasact"]
     assert fused and all(k.name.replace("_biasact", "") in names for k in fused)
-    # MORE_TYPES' configurations that fuse: fp32 (in the default build) and fp64 (not)
-    fp32, fp64 = {("tf32", "f32"), ("f32", "f32")}, {("f64", "f64")}
-    assert {(k.a, k.d) for k in fused} == set(catalog.FUSED_TYPES) | fp32 | fp64
-    assert {k.layout for k in fused if k.family == "sm90" and (k.a, k.d) not in fp32} == set(
+    # MORE_TYPES' configurations that fuse: fp32, fp64 and int8 -> int32 (computed in int32)
+    fp32, fp64, s8 = {("tf32", "f32"), ("f32", "f32")}, {("f64", "f64")}, {("s8", "s32")}
+    assert {(k.a, k.d) for k in fused} == set(catalog.FUSED_TYPES) | fp32 | fp64 | s8
+    assert {k.layout for k in fused if k.family == "sm90" and (k.a, k.d) not in fp32 | s8} == set(
         catalog.FUSED_TMA_LAYOUTS
     )
+    assert {k.layout for k in fused if (k.a, k.d) in s8} == {"tn"}  # int8's only layout
     assert {k.layout for k in fused if k.family == "sm80"} == set(catalog.AB_LAYOUTS)
     # the default build can run every same-dtype fused pair and layout on sm80-family GPUs,
     # any alignment; fp32 outputs of 16-bit inputs stay out of it (FUSED_TYPES' tier cap)

@@ -551,7 +551,10 @@ ACTIVATIONS = {
     "leaky_relu": lambda x: np.where(x >= 0, x, 0.01 * x),
     ("leaky_relu", 0.2): lambda x: np.where(x >= 0, x, 0.2 * x),
     ("clamp", -0.5, 0.75): lambda x: np.clip(x, -0.5, 0.75),
+    ("clamp", -3, 5): lambda x: np.clip(x, -3, 5),
 }
+#: the activations int32 outputs take (computed exactly, in int32): relu, clamp to integers
+INT32_ACTIVATIONS = (None, "none", "relu", ("clamp", -3, 5))
 BAD_ACTIVATIONS = ["softplus", "RELU", "", 1, b"relu", "gelu-tanh", object()]
 #: (a and b, d): float inputs and int8 ones (scale tensors: int8, fp8, float16, bfloat16)
 EPI_DTYPES = [(F16, F16), (F16, F32), (F32, F32), (I8, I32), (I8, F16), (I8, F32)]
@@ -710,6 +713,12 @@ def build_epilogue(case):
         vector = any(x.size > 1 for x in kinds)
         epi = "scaled" if vector or (kinds and fused) else "biasact" if fused else "linear"
         exc, msg = valid(dtype_name(din), dtype_name(dout), epi)
+        if int_out and act not in INT32_ACTIVATIONS:  # refused before the build is asked
+            exc, msg = (
+                (pcr.InvalidArgumentError, "clamp's bounds must be integers")
+                if isinstance(act, tuple) and act[0] == "clamp"
+                else (pcr.UnsupportedError, "their activations are relu and clamp")
+            )
     else:
         msg = msg.format(s=s, count=count)
     kw = {key: x for key, x in kw.items() if x is not None}

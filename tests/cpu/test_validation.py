@@ -65,7 +65,9 @@ def describe(
     scale_b=None,
     math=0,
 ):
-    """(status, problem) from the C describe step; NO_DEVICE still fills the problem."""
+    """(status, problem) from the C describe step; NO_DEVICE still fills the problem.
+    ``activation``: a pcr_activation code, or what pcr.gemm takes."""
+    act = _call.Act(activation) if isinstance(activation, int) else _call.activation_of(activation)
     objs, _, _, keep = _dlpack.prepare(
         (a, b, c, d, bias, scale_a, scale_b), _call.NAMES, None, None
     )
@@ -74,7 +76,7 @@ def describe(
         *objs[:4],
         alpha,
         beta,
-        _call.extras(objs, _call.Act(activation), math),
+        _call.extras(objs, act, math),
         ctypes.byref(p),
         None,
         0,
@@ -619,6 +621,46 @@ def test_bias_and_activation_errors():
             d32,
             bias=np.zeros(6, np.float32),
         )
+
+
+def test_int32_epilogues_stay_exact(lib):
+    """int8 -> int32 computes in int32: a bias (int32), relu and clamp to integer bounds
+    are valid; every other activation, and a clamp to fractions, is refused up front."""
+    a = np.ones((4, 8), np.int8)
+    b = np.ones((6, 8), np.int8).T  # K-major b: tn, the int8 kernels' layout
+    d = np.zeros((4, 6), np.int32)
+    bias = np.arange(6, dtype=np.int32)
+    for act in (None, "relu", ("clamp", -3, 5)):
+        expect_valid(lib, a, b, None, d, bias=bias, activation=act)
+    for act in ("gelu", "silu", "sigmoid", "tanh", "hardswish", ("leaky_relu", 0.5)):
+        name = act if isinstance(act, str) else act[0]
+        err(
+            pcr.UnsupportedError,
+            f"their activations are relu and clamp .*not {name}",
+            a,
+            b,
+            None,
+            d,
+            activation=act,
+        )
+    err(
+        pcr.InvalidArgumentError,
+        r"clamp's bounds must be integers .*\(got -0.5, 3\)",
+        a,
+        b,
+        None,
+        d,
+        activation=("clamp", -0.5, 3),
+    )
+    err(
+        pcr.UnsupportedError,
+        "bias is float32 but d is int32",
+        a,
+        b,
+        None,
+        d,
+        bias=np.zeros(6, np.float32),
+    )
 
 
 def test_batches_are_described(lib):

@@ -26,7 +26,11 @@ F = torch.nn.functional
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 #: None, then every name the library takes, then names with parameters
 ACTIVATIONS = (*torch_activations(), *parametrized_activations())
-FUSED = [k.name for k in runnable_kernels() if k.epilogue == "biasact"]
+FUSED = [k.name for k in runnable_kernels() if k.epilogue == "biasact" and k.dtype_d != "int32"]
+#: int8 -> int32: computed in int32, exactly (relu and clamp to integer bounds)
+FUSED_INT32 = [
+    k.name for k in runnable_kernels() if k.epilogue == "biasact" and k.dtype_d == "int32"
+]
 
 
 def check(d, ref, what, tol=None):
@@ -92,6 +96,45 @@ def test_fused_kernel(name):
             f"{name} {m}x{n}x{kk} act={act} bias={bias_kind} beta={beta}",
             tolerance(k, dt),
         )
+
+
+@pytest.mark.skipif(not FUSED_INT32, reason="no int8 -> int32 fused kernel of this build runs here")
+@pytest.mark.parametrize("name", FUSED_INT32)
+def test_int32_fused_kernel_is_exact(name):
+    """int8 -> int32 with a bias (per column, per row), relu or clamp, and beta * c: equal
+    to an int64 reference, with c and the bias near 2^28, where float epilogue arithmetic
+    would round the low bits off."""
+    k = pcr._kernels.by_name(name)
+    tm, tn, tk = k.tile
+    shapes = [(tm + 8, 2 * tn + 8, 3 * tk + 16), (5 * tm, 7 * tn, 2 * tk)]
+    big = 1 << 28
+    cases = [
+        (act, bias_kind, beta)
+        for act in (None, "relu", ("clamp", -(1 << 27), 1 << 27))
+        for bias_kind in ("col", "row", None)
+        for beta in (0, 1, -2)
+    ]
+    for i, (act, bias_kind, beta) in enumerate(cases):
+        if act is None and bias_kind is None:
+            continue  # the plain epilogue: test_kernels covers it
+        m, n, kk = shapes[i % 2]
+        a, b = matrix(m, kk, "t", torch.int8), matrix(kk, n, "n", torch.int8)
+        c = torch.randint(-big, big, (m, n), device="cuda", dtype=torch.int32)
+        shape = {"col": (n,), "row": (m, 1), None: None}[bias_kind]
+        bias = shape and torch.randint(-big, big, shape, device="cuda", dtype=torch.int32)
+        alpha = 1 if i % 3 else -3
+        d = torch.full((m, n), -123456789, device="cuda", dtype=torch.int32)
+        pcr.gemm(a, b, c if beta else None, d, alpha, beta, bias=bias, activation=act, kernel=name)
+        want = alpha * (a.cpu().long() @ b.cpu().long()) + beta * c.cpu().long()
+        if bias is not None:
+            want += bias.cpu().long()
+        if act == "relu":
+            want = want.clamp_min(0)
+        elif act is not None:
+            want = want.clamp(act[1], act[2])
+        what = f"{name} {m}x{n}x{kk} act={act} bias={bias_kind} beta={beta}"
+        wrong = (d.cpu().long() != want).sum().item()
+        assert wrong == 0, f"{what}: {wrong} elements differ"
 
 
 def test_fp32_gemm_with_relu_is_fused():
@@ -201,8 +244,9 @@ def test_misaligned_bias_takes_an_any_alignment_kernel():
 
 
 def test_combinations_without_a_fused_kernel_are_refused():
-    """A dtype whose kernels here have no fused epilogue (int8; float64 outside the
-    extended build): the error says so and lists what has one; nothing runs unfused."""
+    """A dtype whose kernels here have no fused epilogue (int8 or float64 in a build
+    filtered without theirs): the error says so and lists what has one; nothing runs
+    unfused."""
     fused = {k.dtype_a for k in pcr.kernels() if k.epilogue == "biasact"}
     plain = [
         k
