@@ -127,8 +127,14 @@ CONV_HEADERS = {"sm80": "conv_mma.cuh", "sm90": "conv_tma.cuh"}
 #: epilogue -> pcr_epilogue. "biasact": act(alpha * acc + beta * C + bias), with the bias
 #: (per row or per column) and the activation chosen per call, fused in the epilogue.
 #: "scaled" (quantized inputs): the same after scaling acc by per-tensor, per-row and
-#: per-column factors.
-EPILOGUES = {"linear": "PCR_EPI_LINEAR", "biasact": "PCR_EPI_BIASACT", "scaled": "PCR_EPI_SCALED"}
+#: per-column factors. "aux": "biasact" that also stores the activation's input (the
+#: pre-activation, what a backward pass needs) to a second, D-shaped output.
+EPILOGUES = {
+    "linear": "PCR_EPI_LINEAR",
+    "biasact": "PCR_EPI_BIASACT",
+    "scaled": "PCR_EPI_SCALED",
+    "aux": "PCR_EPI_AUX",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -556,6 +562,17 @@ SM100_FP8_CONFIGS = [  # tcgen05 accumulates fp8 products in fp32: no promotion 
     ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear", "scaled")),
 ]
 FP8 = ("e4m3", "e5m2")
+#: the pre-activation as a second output ("aux"), for a Linear's forward pass (tn), on the
+#: default fused tiles of each family. The sm90a ping-pong tile is for M <= ~1024, where the
+#: 128x256 one ran at 0.47x torch's F.linear + gelu (512x4096x4096, H200, 2026-12-04):
+#: compiled (HGMMA, TMA stores in its SASS), extended until run on a GPU
+AUX_CONFIGS = {
+    "sm90": [
+        ((128, 256, 64), (2, 1, 1), "coop", "none", "core", ("aux",)),
+        ((64, 128, 64), (1, 1, 1), "pingpong", "none", "extended", ("aux",)),
+    ],
+    "sm80": [((128, 128, 32), (2, 2, 1), 4, 8, "none", "core", ("aux",))],
+}
 #: per-row / per-column scale vectors (or scale tensors) on 16-bit inputs, a normalization's
 #: or a dequantized layer's factors folded into the GEMM: the dequantizing epilogue on one
 #: tile per family, tn, outside the default build
@@ -583,7 +600,8 @@ MORE_TYPES = [
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_SWAP_CONFIGS, "swap") for a in FP8],
     *[("sm100", a, ("bf16", "f16", "f32"), ("tn",), SM100_FP8_CONFIGS) for a in FP8],
     *[
-        (f, a, (a,), ("tn",), SCALED_16BIT_CONFIGS[f])
+        (f, a, (a,), ("tn",), configs[f])
+        for configs in (SCALED_16BIT_CONFIGS, AUX_CONFIGS)
         for f in ("sm90", "sm80")
         for a in ("f16", "bf16")
     ],

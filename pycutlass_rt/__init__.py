@@ -95,6 +95,7 @@ def gemm(
     math=None,
     stream=None,
     kernel=None,
+    aux=None,
 ):
     """Computes ``d = act(alpha * a @ b + beta * c + bias)`` in place and returns ``d``.
 
@@ -146,6 +147,11 @@ def gemm(
         stream: a CUDA stream (int handle, or an object with ``__cuda_stream__``,
             ``.cuda_stream`` or ``.ptr``). Default: the producer framework's current stream.
         kernel: force a kernel by name (see :func:`kernels`).
+        aux: None, or a tensor like ``d`` (its shape, dtype and layout, 16-byte aligned
+            as ``d`` must then be) that receives the activation's input, ``alpha * a @ b
+            + beta * c + bias``, from the same kernel (what a backward pass through the
+            activation needs). Kernels named ``_aux``: float16 and bfloat16, tn; others
+            raise UnsupportedError.
 
     Returns:
         ``d``.
@@ -194,6 +200,7 @@ def gemm(
         and math is None
         and (stream is None or (type(stream) is int and stream >= 0))
         and kernel is None
+        and aux is None
         and not lib.gemm(
             a,
             b,
@@ -224,6 +231,7 @@ def gemm(
         math=math,
         stream=stream,
         kernel=kernel,
+        aux=aux,
     )
     args = call.gemm_args()
     st = lib.gemm(*args)

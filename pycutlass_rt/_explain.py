@@ -78,6 +78,7 @@ def explain(
     scale_b=None,
     math=None,
     kernel=None,
+    aux=None,
 ) -> Explanation:
     """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
 
@@ -106,6 +107,7 @@ def explain(
         scale_b=scale_b,
         math=math,
         kernel=kernel,
+        aux=aux,
     )
     return explanation(lib, call)
 
@@ -147,6 +149,8 @@ def explanation(lib, call) -> Explanation:
     if problem.epilogue != Epilogue.EPI_LINEAR:
         words = _call.activation_words(act) if act.code else None
         what = [x for x in (_BIAS_WORDS[problem.bias], words) if x]
+        if problem.epilogue == Epilogue.EPI_AUX:
+            what.append("the pre-activation stored to aux")
         notes.append(
             f"fused epilogue ({', '.join(what)}): applied in the kernel's epilogue, no extra pass"
         )

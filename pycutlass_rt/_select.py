@@ -221,9 +221,26 @@ def static_match(kern: KernelInfo, problem) -> str | None:
         return "grouped kernel" if kern.grouped else "not a grouped kernel"
     # an epilogue computes every plainer one's result (see screen() for the preference)
     want = Epilogue(getattr(problem, "epilogue", Epilogue.EPI_LINEAR))
-    if Epilogue.from_token(kern.epilogue) < want:
+    if not epilogue_serves(Epilogue.from_token(kern.epilogue), want):
         return f"epilogue {kern.epilogue}, problem needs {want.token}"
     return None
+
+
+def epilogue_serves(kernel: Epilogue, problem: Epilogue) -> bool:
+    """Whether a kernel of epilogue ``kernel`` computes a problem needing ``problem``
+    (pcr_epilogue's rule, as the C side's epilogue_serves): its own, and those it extends
+    (every one extends LINEAR; SCALED and AUX extend BIASACT).
+
+    >>> epilogue_serves(Epilogue.EPI_AUX, Epilogue.EPI_BIASACT)
+    True
+    >>> epilogue_serves(Epilogue.EPI_AUX, Epilogue.EPI_SCALED)
+    False
+    """
+    return (
+        kernel == problem
+        or problem == Epilogue.EPI_LINEAR
+        or (problem == Epilogue.EPI_BIASACT and kernel != Epilogue.EPI_LINEAR)
+    )
 
 
 def screen(problem, verdicts, all_kernels: list[KernelInfo]) -> tuple[list, list]:

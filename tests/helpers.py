@@ -46,8 +46,6 @@ def runnable_kernels(kind=None, grouped=False, op="gemm"):
     return out
 
 
-#: the epilogues in the order in which each computes the ones before it
-EPILOGUE_ORDER = ("linear", "biasact", "scaled")
 FLIP = {"t": "n", "n": "t"}
 
 
@@ -71,13 +69,16 @@ def require(dtype, out=None, layout=None, epilogue="linear", any_alignment=False
     dtype, out = name(dtype), name(out or dtype)
     if layout is not None and (len(layout) != 2 or set(layout) - {"t", "n"}):
         raise ValueError(f"require: layout is two of 't'/'n', got {layout!r}")
-    need = EPILOGUE_ORDER.index(epilogue)
+    from pycutlass_rt._abi import Epilogue
+    from pycutlass_rt._select import epilogue_serves
+
+    need = Epilogue.from_token(epilogue)
     for k in runnable_kernels(op=op):
         if (
             k.dtype_a == dtype
             and k.dtype_d == out
             and (layout is None or k.layout == layout)
-            and EPILOGUE_ORDER.index(k.epilogue) >= need
+            and epilogue_serves(Epilogue.from_token(k.epilogue), need)
             and (not any_alignment or max(k.align) == 1)
         ):
             return

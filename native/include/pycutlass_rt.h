@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 13
+#define PCR_ABI_VERSION 14
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -127,8 +127,16 @@ typedef enum {
 /* Epilogues: LINEAR computes alpha * acc + beta * c; BIASACT adds an optional bias
  * (per row or per column) and applies a pcr_activation chosen per call; SCALED (quantized
  * inputs) also multiplies acc by scale_a (per tensor or per row) and scale_b (per tensor
- * or per column). Each one can compute the ones before it. */
-typedef enum { PCR_EPI_LINEAR = 0, PCR_EPI_BIASACT = 1, PCR_EPI_SCALED = 2 } pcr_epilogue;
+ * or per column); AUX is BIASACT that also writes the activation's input (the
+ * pre-activation alpha * acc + beta * c + bias) to pcr_extras.aux when given. A kernel
+ * serves problems of its own epilogue and of those it extends: every one extends LINEAR,
+ * SCALED and AUX extend BIASACT. */
+typedef enum {
+  PCR_EPI_LINEAR = 0,
+  PCR_EPI_BIASACT = 1,
+  PCR_EPI_SCALED = 2,
+  PCR_EPI_AUX = 3
+} pcr_epilogue;
 typedef enum {
   PCR_ACT_NONE = 0,
   PCR_ACT_RELU = 1,
@@ -209,6 +217,8 @@ typedef struct {
   double activation_beta;  /* alpha <= beta for CLAMP); 0 where it takes none. Double: a
                               float64 epilogue applies them unrounded */
   const pcr_conv* conv;    /* NULL: a GEMM; else the convolution a, b, c, d describe */
+  const DLTensor* aux;     /* NULL, or d's shape, dtype and layout (GEMMs, 16-byte aligned
+                              like d): receives the pre-activation (PCR_EPI_AUX) */
 } pcr_extras;
 
 /* Everything a kernel's name encodes. Names are stable identities across builds. */

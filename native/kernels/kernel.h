@@ -20,7 +20,8 @@ namespace pcr {
 // A and B are row- or column-major as the kernel's layouts say; C has D's layout and
 // dtype and is never null (it points at D when beta == 0, and is then never read).
 // `batch` > 1 repeats the GEMM over matrices `batch_*` elements apart (0: shared).
-// Bias and activation exist in PCR_EPI_BIASACT and PCR_EPI_SCALED kernels only, scales
+// Bias and activation exist in PCR_EPI_BIASACT, PCR_EPI_AUX (which also store the
+// pre-activation to `aux`, D's shape) and PCR_EPI_SCALED kernels only, scales
 // in PCR_EPI_SCALED ones and, per tensor, in the linear kernels whose descriptor sets
 // tensor_scales (tma_gemm.cuh, TensorScaledLinear). Grouped kernels read
 // `groups` problems from `group` (GPU arrays) instead of m, n, k and the operand fields.
@@ -75,6 +76,9 @@ struct GemmArgs {
   ConvArgs conv;
   int device;    // CUDA ordinal the launch goes to (already current)
   int sm_count;  // multiprocessors of that device
+  // PCR_EPI_AUX kernels: where the pre-activation goes (D's dtype and layout)
+  void* aux;
+  int64_t ldaux, batch_aux;
 };
 
 // Where a dequantizing (PCR_EPI_SCALED) epilogue reads its factors: the per-tensor scales

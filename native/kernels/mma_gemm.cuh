@@ -108,8 +108,32 @@ struct ActivationNode {
   }
 };
 
+// An AuxStore that writes nothing when its pointer is null (an aux kernel serving a call
+// without aux).
+template <class ThreadMap, class Element, class StrideMNL>
+struct OptionalAuxStore : VisitorAuxStore<ThreadMap, Element, kRound, StrideMNL> {
+  using Base = VisitorAuxStore<ThreadMap, Element, kRound, StrideMNL>;
+  using Base::Base;
+
+  template <class Impl>
+  struct Callbacks : Impl {
+    bool skip;
+    CUTLASS_DEVICE void end_step(int step_idx) {
+      if (!skip) Impl::end_step(step_idx);
+    }
+  };
+
+  template <class ProblemShape>
+  CUTLASS_DEVICE auto get_callbacks(cutlass::gemm::GemmCoord tile, int thread_idx,
+                                    ProblemShape problem_shape) {
+    auto impl = Base::get_callbacks(tile, thread_idx, problem_shape);
+    return Callbacks<decltype(impl)>{cute::move(impl), this->params_ptr->ptr_aux == nullptr};
+  }
+};
+
 // D = act(beta * C + (alpha * acc + bias_row[n]) + bias_col[m]); null biases read as 0.
-template <class ThreadMap, class ElementD>
+// Aux: the activation's input is also stored to GemmArgs::aux where not null (PCR_EPI_AUX).
+template <class ThreadMap, class ElementD, bool Aux = false>
 struct BiasActTree {
   using Compute = ComputeOf<ElementD>;
   using Scalar = VisitorScalarBroadcast<Compute>;
@@ -123,23 +147,30 @@ struct BiasActTree {
   using PlusCol = Sm80EVT<Node<cutlass::plus>, AlphaAccRow, Col>;
   using BetaC = Sm80EVT<Node<cutlass::homogeneous_multiply_add>, Scalar,
                         OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
-  using Act = Sm80EVT<ActivationNode<ElementD>, BetaC>;
-  using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, Act>;
+  using Store = VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>;
+  using AuxStore = OptionalAuxStore<ThreadMap, ElementD, StrideMat>;
+  using Stored = cute::conditional_t<Aux, Sm80EVT<AuxStore, BetaC>, BetaC>;
+  using Act = Sm80EVT<ActivationNode<ElementD>, Stored>;
+  using Type = Sm80EVT<Store, Act>;
 
   static typename Type::Arguments arguments(const GemmArgs& p) {
     auto* c = p.beta == 0.0 ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
     const Compute alpha(p.alpha), beta(p.beta);
-    return {{ // act(...)
-             {// beta*C + Z
-              {{beta}},
-              {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
-              {// Z + col
-               {{{alpha}}, {}, {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}}, {}},
-               {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
-               {}},
-              {}},
-             {p.activation}},
-            {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
+    typename BetaC::Arguments z{
+        // beta*C + Z
+        {{beta}},
+        {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
+        {// Z + col
+         {{{alpha}}, {}, {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}}, {}},
+         {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
+         {}},
+        {}};
+    typename Store::Arguments d{static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}};
+    if constexpr (Aux)
+      return {{{z, {static_cast<ElementD*>(p.aux), {p.ldaux, _1{}, p.batch_aux}}}, {p.activation}},
+              d};
+    else
+      return {{z, {p.activation}}, d};
   }
 };
 // The dequantizing epilogue of quantized inputs (int8, fp8), as tma_gemm.cuh's:
@@ -277,7 +308,7 @@ struct Gemm
       cutlass::epilogue::threadblock::OutputTileThreadLayout<TileShape, WarpShape, ElementD, AlignC,
                                                              /*epilogue stages*/ 1>;
   using Tree = cute::conditional_t<Epilogue == PCR_EPI_SCALED, evt::ScaledTree<ThreadMap, ElementD>,
-                                   evt::BiasActTree<ThreadMap, ElementD>>;
+                                   evt::BiasActTree<ThreadMap, ElementD, Epilogue == PCR_EPI_AUX>>;
   template <bool Fused, class = void>
   struct Select {
     using Device = cutlass::gemm::device::GemmUniversal<

@@ -39,7 +39,8 @@ constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
 // D = act(beta * C + ((alpha * acc + row[n]) + col[m])), in the kernel's own M and N and
 // in ComputeOf<ElementD>; null biases read as 0, and C is not loaded when beta == 0.
-template <class TileShape, class ElementD>
+// With an AuxStore node (PreActivationStore), the activation's input is also stored there.
+template <class TileShape, class ElementD, class AuxStore = void>
 struct BiasActTree {
   using Compute = ComputeOf<ElementD>;
   using Scalar = Sm90ScalarBroadcast<Compute, Stride<_0, _0, int64_t>>;
@@ -51,17 +52,60 @@ struct BiasActTree {
   using PlusCol = Sm90EVT<Node<cutlass::plus>, AlphaAccRow, Col>;
   using BetaC =
       Sm90EVT<Node<cutlass::homogeneous_multiply_add>, Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
-  using Type = Sm90EVT<Sm90Compute<Activation, ElementD, Compute, kRound>, BetaC>;
+  static constexpr bool kAux = !std::is_void_v<AuxStore>;
+  using Stored = cute::conditional_t<kAux, Sm90EVT<AuxStore, BetaC>, BetaC>;
+  using Type = Sm90EVT<Sm90Compute<Activation, ElementD, Compute, kRound>, Stored>;
 
   static typename Type::Arguments arguments(const GemmArgs& p, const void* row, const void* col) {
-    return {{{{Compute(p.beta)}},
-             {},
-             {{{{Compute(p.alpha)}}, {}, {static_cast<const ElementD*>(row), ElementD(0), {}}, {}},
-              {static_cast<const ElementD*>(col), ElementD(0), {}},
-              {}},
-             {}},
-            {p.activation}};
+    typename BetaC::Arguments z{
+        {{Compute(p.beta)}},
+        {},
+        {{{{Compute(p.alpha)}}, {}, {static_cast<const ElementD*>(row), ElementD(0), {}}, {}},
+         {static_cast<const ElementD*>(col), ElementD(0), {}},
+         {}},
+        {}};
+    if constexpr (kAux)
+      return {{z, {static_cast<ElementD*>(p.aux), {p.ldaux, _1{}, p.batch_aux}}}, {p.activation}};
+    else
+      return {z, {p.activation}};
   }
+};
+
+// The node storing the pre-activation of a bias/activation epilogue (PCR_EPI_AUX) into a
+// row-major D-shaped tensor through TMA, staged in shared memory as D is: CUTLASS's own
+// descriptors give the epilogue tile and copy atoms its collective builder picks for D.
+template <class TileShape, class ElementD, class EpilogueSchedule>
+struct PreActivationStore {
+  using Epi = cutlass::epilogue::collective::detail::EpilogueDescriptor<
+      TileShape, cutlass::epilogue::collective::EpilogueTileAuto, ElementD, ElementD,
+      EpilogueSchedule>;
+  using Desc =
+      cutlass::epilogue::collective::detail::AuxStoreDescriptor<Epi, cutlass::layout::RowMajor,
+                                                                ElementD>;
+  using Type =
+      Sm90AuxStore<Desc::Stages, typename Desc::EpilogueTile, ElementD, kRound,
+                   typename Desc::Stride, typename Desc::SmemLayoutAtom, typename Desc::CopyOpR2S>;
+};
+
+// The fusion of an epilogue kind (pcr_epilogue): `Tree` builds its arguments (void: the
+// linear combination, `Linear`).
+template <int Epilogue, class CtaTile, class TileShape, class ElementD, class EpilogueSchedule,
+          class Linear>
+struct FusionOf {
+  using Tree = void;
+  using Type = Linear;
+};
+template <class CtaTile, class TileShape, class ElementD, class EpilogueSchedule, class Linear>
+struct FusionOf<PCR_EPI_BIASACT, CtaTile, TileShape, ElementD, EpilogueSchedule, Linear> {
+  using Tree = BiasActTree<CtaTile, ElementD>;
+  using Type = typename Tree::Type;
+};
+template <class CtaTile, class TileShape, class ElementD, class EpilogueSchedule, class Linear>
+struct FusionOf<PCR_EPI_AUX, CtaTile, TileShape, ElementD, EpilogueSchedule, Linear> {
+  using Tree =
+      BiasActTree<CtaTile, ElementD,
+                  typename PreActivationStore<TileShape, ElementD, EpilogueSchedule>::Type>;
+  using Type = typename Tree::Type;
 };
 // A scalar broadcast that reads its scalars after the grid dependency wait. CUTLASS's
 // reads them when constructed, which consumer warps do before any wait: in a
@@ -145,6 +189,11 @@ struct ScaledTree {
              {}},
             {p.activation}};
   }
+};
+template <class CtaTile, class TileShape, class ElementD, class EpilogueSchedule, class Linear>
+struct FusionOf<PCR_EPI_SCALED, CtaTile, TileShape, ElementD, EpilogueSchedule, Linear> {
+  using Tree = ScaledTree<CtaTile, ElementD>;
+  using Type = typename Tree::Type;
 };
 }  // namespace evt
 
@@ -353,10 +402,10 @@ struct Gemm
   // The epilogue trees broadcast bias and scale vectors over one CTA's tile
   using CtaTile = decltype(cute::shape_div(
       TileShape{}, cute::Shape<cute::Int<Schedule::kSmsPerMma>, cute::_1, cute::_1>{}));
-  using Fusion = cute::conditional_t<
-      Epilogue == PCR_EPI_BIASACT, typename evt::BiasActTree<CtaTile, ElementD>::Type,
-      cute::conditional_t<Epilogue == PCR_EPI_SCALED,
-                          typename evt::ScaledTree<CtaTile, ElementD>::Type, Linear>>;
+  static_assert(Epilogue != PCR_EPI_AUX || !SwapAB, "aux is stored row-major: no swap-AB");
+  using FusionKind =
+      evt::FusionOf<Epilogue, CtaTile, TileShape, ElementD, typename Schedule::Epilogue, Linear>;
+  using Fusion = typename FusionKind::Type;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -384,11 +433,12 @@ struct Gemm
     const void* a = SwapAB ? p.b : p.a;
     const void* b = SwapAB ? p.a : p.b;
     typename CollectiveEpilogue::FusionCallbacks::Arguments thread;
-    if constexpr (Epilogue == PCR_EPI_BIASACT)  // kernel rows are problem columns if swapped
-      thread = evt::BiasActTree<CtaTile, ElementD>::arguments(p, SwapAB ? p.bias_m : p.bias_n,
-                                                              SwapAB ? p.bias_n : p.bias_m);
+    if constexpr (Epilogue == PCR_EPI_BIASACT || Epilogue == PCR_EPI_AUX)
+      // kernel rows are problem columns if swapped
+      thread = FusionKind::Tree::arguments(p, SwapAB ? p.bias_m : p.bias_n,
+                                           SwapAB ? p.bias_n : p.bias_m);
     else if constexpr (Epilogue == PCR_EPI_SCALED)
-      thread = evt::ScaledTree<CtaTile, ElementD>::arguments(p, SwapAB);
+      thread = FusionKind::Tree::arguments(p, SwapAB);
     else if constexpr (TensorScales)
       thread = evt::TensorScaledLinear<ElementD>::arguments(p);
     else

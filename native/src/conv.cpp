@@ -77,6 +77,9 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
   if (x.scale_a || x.scale_b)
     return set_error(PCR_ERR_UNSUPPORTED,
                      "scale_a and scale_b dequantize int8 and fp8 GEMMs; a convolution takes none");
+  if (x.aux)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "aux (the pre-activation) is written by GEMMs; a convolution takes none");
   const bool fprop = op == PCR_OP_FPROP;
   if (!fprop && (x.bias || x.activation != PCR_ACT_NONE))
     return set_error(PCR_ERR_UNSUPPORTED,
@@ -165,9 +168,9 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
     if ((st = load_place(t, "bias", k, &V))) return st;
   }
 
-  const Matrix* ops[] = {&A.flat, &B.flat, &D.flat, c ? &C.flat : nullptr, x.bias ? &V : nullptr,
-                         nullptr, nullptr};
-  const char* const place_names[] = {names[0], names[1], names[2], "c", "bias", "", ""};
+  const Matrix* ops[kPlaces] = {&A.flat, &B.flat, &D.flat, c ? &C.flat : nullptr,
+                                x.bias ? &V : nullptr};
+  const char* const place_names[kPlaces] = {names[0], names[1], names[2], "c", "bias"};
   bool host = false;
   if ((st = check_places(ops, place_names, &host))) return st;
   const bool c_is_d = use_c && C.flat.ptr == D.flat.ptr;

@@ -40,8 +40,9 @@ int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
 // Host operands: copy each one's byte span to the GPU, run, copy D back, synchronize.
 int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
   Bound dev = bd;
-  Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d, &dev.bias, &dev.scale_m, &dev.scale_n};
-  const Matrix* src[] = {&bd.a, &bd.b, &bd.c, &bd.d, &bd.bias, &bd.scale_m, &bd.scale_n};
+  Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d, &dev.bias, &dev.scale_m, &dev.scale_n, &dev.aux};
+  const Matrix* src[] = {&bd.a, &bd.b, &bd.c, &bd.d, &bd.bias, &bd.scale_m, &bd.scale_n, &bd.aux};
+  constexpr int kD = 3, kAux = 7;  // the outputs, copied back
   constexpr int kOps = sizeof ops / sizeof ops[0];
   Scratch buffers[kOps];  // freed on the stream, after the copy back
   int st = PCR_OK;
@@ -60,11 +61,12 @@ int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t strea
   }
   if (bd.c.ptr && bd.c.ptr == bd.d.ptr) dev.c.ptr = dev.d.ptr;
   if (st == PCR_OK) st = launch_device(p, dev, k, stream);
-  if (st == PCR_OK && buffers[3].get()) {
+  for (int i : {kD, kAux}) {
+    if (st != PCR_OK || !buffers[i].get()) continue;
     uintptr_t lo, hi;
-    bd.d.extent(&lo, &hi);
+    src[i]->extent(&lo, &hi);
     st = cuda_status(
-        cudaMemcpyAsync(bd.d.ptr, buffers[3].get(), hi - lo, cudaMemcpyDeviceToHost, stream),
+        cudaMemcpyAsync(src[i]->ptr, buffers[i].get(), hi - lo, cudaMemcpyDeviceToHost, stream),
         "cudaMemcpyAsync(device to host)");
   }
   // the host's d is complete, and the host's inputs may change, only after this
@@ -79,10 +81,16 @@ int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
   if (p.m == 0 || p.n == 0 || p.batch == 0) return PCR_OK;
   if (p.staged) return launch_staged(p, bd, k, stream, plan);
   int st;
-  if (p.k == 0) {  // the whole answer: d = act(beta * c + bias)
+  if (p.k == 0) {  // the whole answer: d = act(beta * c + bias), aux = beta * c + bias
     const bool has_c = p.c_mode != PCR_C_NONE;
-    return launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? bd.beta : 0.0, stream,
-                             p.bias != PCR_BIAS_NONE ? &bd.bias : nullptr, bd.activation);
+    const Matrix* bias = p.bias != PCR_BIAS_NONE ? &bd.bias : nullptr;
+    if (!bd.aux.ptr)
+      return launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? bd.beta : 0.0, stream, bias,
+                               bd.activation);
+    if ((st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.aux, has_c ? bd.beta : 0.0, stream,
+                                bias)))
+      return st;
+    return launch_scale_copy(&bd.aux, bd.d, 1.0, stream, nullptr, bd.activation);
   }
   if (p.c_mode == PCR_C_COPIED && (st = launch_scale_copy(&bd.c, bd.d, 1.0, stream)))
     return st;  // C in D's form for the kernel, which applies beta

@@ -55,6 +55,21 @@ const char* activation_name(int activation) {
 }
 }  // namespace
 
+const char* epilogue_words(int epilogue) {
+  switch (epilogue) {
+    case PCR_EPI_LINEAR:
+      return "plain";
+    case PCR_EPI_BIASACT:
+      return "fused bias/activation";
+    case PCR_EPI_SCALED:
+      return "dequantizing (scale_a/scale_b)";
+    case PCR_EPI_AUX:
+      return "fused bias/activation writing aux";
+    default:
+      return "invalid";
+  }
+}
+
 int dtype_from_dl(DLDataType t) {
   if (t.lanes != 1) return PCR_DTYPE_INVALID;
   if (t.code == kDLFloat && t.bits == 16) return PCR_F16;
@@ -335,7 +350,7 @@ bool any_alignment_kernel(const pcr_problem& p) {
     const pcr_kernel_desc& kd = kKernels[i]->info;
     if (kd.align_a == 1 && !kd.grouped && kd.dtype_a == p.dtype_a && kd.dtype_b == p.dtype_b &&
         kd.dtype_d == p.dtype_d && kd.layout_a == p.layout_a && kd.layout_b == p.layout_b &&
-        kd.epilogue >= p.epilogue)
+        epilogue_serves(kd.epilogue, p.epilogue))
       return true;
   }
   return false;
@@ -447,7 +462,7 @@ void column_part(const pcr_problem& p, const Bound& bd, int64_t n0, int64_t n, p
   part->n = n;
   // b, c, d and the vectors along N (bias, column scales) lose the other columns; a
   // per-row bias (stride 0 along N) and one-value scales stay as they are
-  for (Matrix* m : {&pb->b, &pb->c, &pb->d, &pb->bias, &pb->scale_n}) {
+  for (Matrix* m : {&pb->b, &pb->c, &pb->d, &pb->bias, &pb->scale_n, &pb->aux}) {
     if (!m->ptr || m->cols != p.n) continue;
     m->ptr += n0 * m->s1 * m->esize;
     m->cols = n;
@@ -502,11 +517,11 @@ void Matrix::extent(uintptr_t* lo, uintptr_t* hi) const {
   *hi = base + uintptr_t(((batch - 1) * sb + (rows - 1) * s0 + (cols - 1) * s1 + 1) * esize);
 }
 
-int check_places(const Matrix* const ops[7], const char* const names[7], bool* host) {
+int check_places(const Matrix* const ops[kPlaces], const char* const names[kPlaces], bool* host) {
   // Devices: all CUDA on one ordinal, or all on the host.
   const Matrix& D = *ops[2];
   *host = is_host(D.device_type);
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < kPlaces; ++i) {
     if (!ops[i]) continue;
     if (is_host(ops[i]->device_type) != *host)
       return set_error(PCR_ERR_DEVICE_MISMATCH,
@@ -527,6 +542,11 @@ int check_places(const Matrix* const ops[7], const char* const names[7], bool* h
                        "%s overlaps %s in memory; the output must not alias an input of the "
                        "product (pass a separate output)",
                        names[2], names[i]);
+  // the second output (aux) aliases nothing: every other operand is read or written
+  for (int i = 0; ops[7] && i < 7; ++i)
+    if (ops[i] && overlaps(*ops[7], *ops[i]))
+      return set_error(PCR_ERR_OVERLAP, "aux overlaps %s in memory; pass a separate buffer",
+                       names[i]);
   return PCR_OK;
 }
 
@@ -571,6 +591,18 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   int scale_a = PCR_SCALE_NONE, scale_b = PCR_SCALE_NONE;
   if (x.scale_a && (st = load_scale(x.scale_a, "scale_a", D.rows, 0, &SA, &scale_a))) return st;
   if (x.scale_b && (st = load_scale(x.scale_b, "scale_b", D.cols, 1, &SB, &scale_b))) return st;
+  Matrix& X = bound->aux;
+  if (x.aux) {
+    if ((st = load_matrix(x.aux, "aux", false, &X))) return st;
+    if (X.rows != D.rows || X.cols != D.cols || X.batch != D.batch)
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "aux is %" PRId64 "x%" PRId64 " (%" PRId64 " matrices) but d is %" PRId64
+                       "x%" PRId64 " (%" PRId64 "); aux takes d's shape",
+                       X.rows, X.cols, X.batch, D.rows, D.cols, D.batch);
+    if (X.dtype != D.dtype)
+      return set_error(PCR_ERR_UNSUPPORTED, "aux is %s but d is %s; pass aux in d's dtype",
+                       dtype_name(X.dtype), dtype_name(D.dtype));
+  }
 
   // Batch: d holds all L matrices; each input has L of them or one shared by all.
   const int64_t L = D.batch;
@@ -622,14 +654,15 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     return set_error(PCR_ERR_UNSUPPORTED, "a is %s but b is %s; a and b must share a dtype",
                      dtype_name(A.dtype), dtype_name(B.dtype));
 
-  const Matrix* ops[] = {&A,
-                         &B,
-                         &D,
-                         c ? &C : nullptr,
-                         bias ? &V : nullptr,
-                         scale_a ? &SA : nullptr,
-                         scale_b ? &SB : nullptr};
-  static const char* const kNames[] = {"a", "b", "d", "c", "bias", "scale_a", "scale_b"};
+  const Matrix* ops[kPlaces] = {&A,
+                                &B,
+                                &D,
+                                c ? &C : nullptr,
+                                bias ? &V : nullptr,
+                                scale_a ? &SA : nullptr,
+                                scale_b ? &SB : nullptr,
+                                x.aux ? &X : nullptr};
+  static const char* const kNames[] = {"a", "b", "d", "c", "bias", "scale_a", "scale_b", "aux"};
   bool host = false;
   if ((st = check_places(ops, kNames, &host))) return st;
   bool c_is_d =
@@ -656,8 +689,16 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
     std::swap(SA, SB);  // b^T's rows are b's columns
     SA.transpose(), SB.transpose();
     std::swap(scale_a, scale_b);
+    if (x.aux) X.transpose();
     layout_of(D, &ld_layout, &ldd);
   }
+  int64_t ldx = 0;
+  int aux_layout = PCR_ROW_MAJOR;
+  if (x.aux && (!layout_of(X, &aux_layout, &ldx) || aux_layout != PCR_ROW_MAJOR))
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "aux must have d's layout (%s-major, one dimension of stride 1); make it "
+                     "like d (torch.empty_like(d))",
+                     p->transposed ? "column" : "row");
   int la, lb;
   int64_t lda, ldb;
   if (!layout_of(A, &la, &lda)) return layout_error(A, p->transposed ? "b (as b^T)" : "a");
@@ -714,6 +755,14 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                     ? PCR_EPI_SCALED
                 : fused ? PCR_EPI_BIASACT
                         : PCR_EPI_LINEAR;
+  if (x.aux) {
+    if (scaled)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "aux with scale_a/scale_b: no kernel writes the pre-activation of a "
+                       "dequantizing epilogue (fold number scales into alpha)");
+    p->epilogue = PCR_EPI_AUX;
+    bound->ldaux = ldx;
+  }
   bound->lda = lda;
   bound->ldb = ldb;
   bound->ldd = ldd;
@@ -722,6 +771,13 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   bound->activation = activation_of(x);
   if (use_c) p->dtype_c = C.dtype;
   place(p, bound, use_c, false);
+  // aux is written where it is: the kernel's 16-byte stores need it aligned, and d too
+  // (a staged d would need aux staged beside it)
+  if (x.aux && !host && (alignment_bytes(X, PCR_ROW_MAJOR, ldx) < 16 || (p->staged & PCR_STAGED_D)))
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "aux needs d and aux 16-byte aligned (addresses, leading dimensions and "
+                     "rows of a multiple of 16 bytes); %s is not",
+                     alignment_bytes(X, PCR_ROW_MAJOR, ldx) < 16 ? "aux" : "d");
 
   return finish_problem(p, D, host);
 }
@@ -733,16 +789,18 @@ int finish_problem(pcr_problem* p, const Matrix& D, bool host) {
   for (int i = 0; i < kKernelCount && !known; ++i) {
     const pcr_kernel_desc& kd = kKernels[i]->info;
     known = kd.op == p->op && kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b &&
-            kd.dtype_d == p->dtype_d && kd.epilogue >= p->epilogue;
+            kd.dtype_d == p->dtype_d && epilogue_serves(kd.epilogue, p->epilogue);
   }
   if (!known) {
-    static const char* const kWith[] = {"",  // by pcr_epilogue: LINEAR, BIASACT, SCALED
+    static const char* const kWith[] = {"",  // by pcr_epilogue: LINEAR, BIASACT, SCALED, AUX
                                         " with a fused bias/activation epilogue",
-                                        " with scale_a/scale_b (a dequantizing epilogue)"};
+                                        " with scale_a/scale_b (a dequantizing epilogue)",
+                                        " with a fused bias/activation epilogue writing aux"};
+    static_assert(sizeof kWith / sizeof *kWith == PCR_EPI_AUX + 1, "one per pcr_epilogue");
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
       const pcr_kernel_desc& kd = kKernels[i]->info;
-      if (kd.op != p->op || kd.epilogue < p->epilogue) continue;
+      if (kd.op != p->op || !epilogue_serves(kd.epilogue, p->epilogue)) continue;
       std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " + dtype_name(kd.dtype_b) +
                           " -> " + dtype_name(kd.dtype_d);
       if (have.find(combo) == std::string::npos) have += (have.empty() ? "" : "; ") + combo;
@@ -800,6 +858,9 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   if (p.bias == PCR_BIAS_PER_COLUMN) g.bias_n = bd.bias.ptr;
   if (p.bias == PCR_BIAS_PER_ROW) g.bias_m = bd.bias.ptr;
   g.activation = bd.activation;
+  g.aux = bd.aux.ptr;
+  g.ldaux = bd.ldaux;
+  g.batch_aux = bd.aux.sb;
   g.scale_a = bd.scale_m.ptr;
   g.scale_b = bd.scale_n.ptr;
   g.scale_a_per_row = p.scale_m == PCR_SCALE_VECTOR;
@@ -891,11 +952,9 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
                      "%s reads no scale tensors; this call needs a dequantizing epilogue, or "
                      "scales given as numbers (folded into alpha)",
                      kd.name);
-  if (kd.epilogue < p.epilogue)
-    return set_error(
-        PCR_ERR_UNSUPPORTED, "%s has a %s epilogue; this call needs a %s one", kd.name,
-        kd.epilogue == PCR_EPI_LINEAR ? "plain" : "bias/activation",
-        p.epilogue == PCR_EPI_SCALED ? "dequantizing (scale_a/scale_b)" : "fused bias/activation");
+  if (!epilogue_serves(kd.epilogue, p.epilogue))
+    return set_error(PCR_ERR_UNSUPPORTED, "%s has a %s epilogue; this call needs a %s one", kd.name,
+                     epilogue_words(kd.epilogue), epilogue_words(p.epilogue));
   if (kd.layout_a != p.layout_a || kd.layout_b != p.layout_b) {
     auto L = [](int l) { return l == PCR_ROW_MAJOR ? 't' : 'n'; };
     return set_error(PCR_ERR_UNSUPPORTED,

@@ -105,7 +105,8 @@ struct Bound {
   Matrix scale_m, scale_n;
   double alpha = 1.0, beta = 0.0;
   ActivationArgs activation;  // the extras' activation (activation_of)
-  int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
+  Matrix aux;                 // the pre-activation's destination (PCR_EPI_AUX), or empty
+  int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0, ldaux = 0;
   ConvArgs conv{};  // a convolution's geometry (kind PCR_OP_GEMM for a GEMM)
 };
 
@@ -145,10 +146,12 @@ bool is_host(int device_type);    // host memory (numpy; pinned included)
 // contiguous extent, in bytes.
 int alignment_bytes(const Matrix& m, int layout, int64_t ld);
 const char* op_name(int op);  // "GEMM", "convolution fprop", ...
-// Where a problem's operands live: ops are a, b, d, c, bias, scale_a, scale_b (null where
-// absent), named as the call names them. All on one GPU or all on the host (*host), and d
-// overlaps none of a, b and the extras (d may be c exactly: the caller checks c).
-int check_places(const Matrix* const ops[7], const char* const names[7], bool* host);
+// Where a problem's operands live: ops are a, b, d, c, bias, scale_a, scale_b, aux (null
+// where absent), named as the call names them. All on one GPU or all on the host (*host), d
+// overlaps none of a, b and the extras (d may be c exactly: the caller checks c), and aux
+// overlaps nothing.
+constexpr int kPlaces = 8;
+int check_places(const Matrix* const ops[kPlaces], const char* const names[kPlaces], bool* host);
 // Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, an image for its GPU;
 // with `bound`, CUTLASS's can_implement on those operands too).
 int check_kernel(int k, const pcr_problem& problem, const Bound* bound);
@@ -243,6 +246,14 @@ class Scratch {
 // ---- kernel choice (select.cpp) ----
 // Whether a described problem runs a GEMM kernel at all (no empty extent, K > 0).
 inline bool has_gemm_work(const pcr_problem& p) { return p.m && p.n && p.k && p.batch; }
+// Whether a kernel of epilogue `kernel` computes a problem that needs `problem`
+// (pcr_epilogue's rule: its own, and those it extends).
+inline bool epilogue_serves(int kernel, int problem) {
+  return kernel == problem || problem == PCR_EPI_LINEAR ||
+         (problem == PCR_EPI_BIASACT && kernel != PCR_EPI_LINEAR);
+}
+// How messages name a pcr_epilogue ("plain", "fused bias/activation", ...).
+const char* epilogue_words(int epilogue);
 // A forced kernel (checked against the problem), the selected one, or -1 for a problem
 // without GEMM work (unless forced).
 int kernel_for(const pcr_problem& problem, const Bound& bound, int32_t forced, int* kernel);

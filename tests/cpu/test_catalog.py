@@ -15,7 +15,7 @@ NAME = re.compile(
     r"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?:(?P<op>fprop|dgrad|wgrad)_)?"
     rf"(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_(?P<d>{TYPES})_"
     r"(?P<layout>[tn]{2}|nhwc)_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm|ws)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact|scaled))?(?:_(?P<split>streamk|splitk))?"
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact|scaled|aux))?(?:_(?P<split>streamk|splitk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$"
 )
 

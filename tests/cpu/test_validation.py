@@ -64,12 +64,13 @@ def describe(
     scale_a=None,
     scale_b=None,
     math=0,
+    aux=None,
 ):
     """(status, problem) from the C describe step; NO_DEVICE still fills the problem.
     ``activation``: a pcr_activation code, or what pcr.gemm takes."""
     act = _call.Act(activation) if isinstance(activation, int) else _call.activation_of(activation)
     objs, _, _, keep = _dlpack.prepare(
-        (a, b, c, d, bias, scale_a, scale_b), _call.NAMES, None, None
+        (a, b, c, d, bias, scale_a, scale_b, aux), _call.NAMES, None, None
     )
     p = _lib.Problem()
     st = lib.pcr_py_describe(
@@ -663,6 +664,37 @@ def test_int32_epilogues_stay_exact(lib):
     )
 
 
+def test_aux_takes_ds_form_and_nothing_else(lib):
+    """aux (the pre-activation) is d's twin: its shape, dtype and layout, overlapping
+    nothing; a problem with it needs the aux epilogue, which no scale tensor joins."""
+    a, b = np.ones((4, 8), F16), np.ones((8, 6), F16)
+    d, aux = np.zeros((4, 6), F16), np.zeros((4, 6), F16)
+    bias = np.zeros(6, F16)
+    p = expect_valid(lib, a, b, None, d, bias=bias, activation="gelu", aux=aux)
+    assert p.epilogue == Epilogue.EPI_AUX
+    p = expect_valid(lib, a, b, None, d.T.copy().T, aux=aux.T.copy().T)  # both column-major
+    assert (p.epilogue, p.transposed) == (Epilogue.EPI_AUX, 1)
+    err(pcr.InvalidArgumentError, "aux takes d's shape", a, b, None, d, aux=np.zeros((4, 5), F16))
+    err(
+        pcr.UnsupportedError,
+        "pass aux in d's dtype",
+        a,
+        b,
+        None,
+        d,
+        aux=np.zeros((4, 6), np.float32),
+    )
+    err(pcr.UnsupportedError, "aux must have d's layout", a, b, None, d, aux=aux.T.copy().T)
+    err(pcr.OverlapError, "aux overlaps d", a, b, None, d, aux=d)
+    err(pcr.OverlapError, "aux overlaps a", a, b, None, d, aux=a[:, :6])
+    frozen = aux.copy()
+    frozen.flags.writeable = False
+    err(pcr.ReadOnlyError, "aux is read-only", a, b, None, d, aux=frozen)
+    x8, w8 = np.ones((4, 16), np.int8), np.ones((6, 16), np.int8).T
+    s = np.ones(4, np.float32)
+    err(pcr.UnsupportedError, "aux with scale_a/scale_b", x8, w8, None, d, scale_a=s, aux=aux)
+
+
 def test_batches_are_described(lib):
     rng = np.random.default_rng(1)
     a = rng.integers(-4, 5, (3, 4, 8)).astype(F16)
@@ -854,7 +886,7 @@ def test_cai_operands_streams_are_waited_for(streams, launch, waits):
     seen = []
     ops = [_CaiType(_Cai(x, stream=s)) for x, s in zip((a, b, d), streams)]
     _dlpack.prepare(
-        (ops[0], ops[1], None, ops[2], None, None, None),
+        (ops[0], ops[1], None, ops[2], None, None, None, None),
         _call.NAMES,
         launch,
         lambda ptr: 0,
