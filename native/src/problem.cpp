@@ -517,6 +517,32 @@ void Matrix::extent(uintptr_t* lo, uintptr_t* hi) const {
   *hi = base + uintptr_t(((batch - 1) * sb + (rows - 1) * s0 + (cols - 1) * s1 + 1) * esize);
 }
 
+namespace {
+
+// An output batch's matrices each own their memory. One batch stride: matrices i and i + j
+// sit as 0 and j do, so matrix 0 against each j whose bytes it meets decides; interleaved
+// ones (d.transpose(1, 0, 2) of a (rows, L, N) buffer, heads side by side) share no
+// element and pass.
+int check_own_matrices(const Matrix& out, const char* name) {
+  Matrix one = out;
+  one.batch = 1;
+  if (one.s1 != 1 && one.s0 == 1) one.transpose();  // sharing is the same either way
+  constexpr int64_t kMaxMet = int64_t(1) << 16;     // beyond: refused unexamined
+  for (int64_t j = 1; j < out.batch; ++j) {
+    Matrix other = one;
+    other.ptr = one.ptr + j * out.sb * out.esize;
+    if (!overlaps(one, other)) break;  // later matrices start later still
+    if (j > kMaxMet || share_elements(one, other))
+      return set_error(PCR_ERR_OVERLAP,
+                       "%s's matrices overlap (batch stride %" PRId64
+                       " elements); every output matrix needs its own memory",
+                       name, out.sb);
+  }
+  return PCR_OK;
+}
+
+}  // namespace
+
 int check_places(const Matrix* const ops[kPlaces], const char* const names[kPlaces], bool* host) {
   // Devices: all CUDA on one ordinal, or all on the host.
   const Matrix& D = *ops[2];
@@ -620,25 +646,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                        "; each of a, b, c holds L matrices or one (shared)",
                        in_names[i], in[i]->batch, L);
     }
-    if (L > 1) {
-      // One batch stride: matrices i and i + j sit as 0 and j do, so matrix 0 against each
-      // j whose bytes it meets decides; interleaved ones (d.transpose(1, 0, 2) of a
-      // (rows, L, N) buffer, heads side by side) share no element and pass.
-      Matrix one = D;
-      one.batch = 1;
-      if (one.s1 != 1 && one.s0 == 1) one.transpose();  // sharing is the same either way
-      constexpr int64_t kMaxMet = int64_t(1) << 16;     // beyond: refused unexamined
-      for (int64_t j = 1; j < L; ++j) {
-        Matrix other = one;
-        other.ptr = one.ptr + j * D.sb * D.esize;
-        if (!overlaps(one, other)) break;  // later matrices start later still
-        if (j > kMaxMet || share_elements(one, other))
-          return set_error(PCR_ERR_OVERLAP,
-                           "d's matrices overlap (batch stride %" PRId64
-                           " elements); every output matrix needs its own memory",
-                           D.sb);
-      }
-    }
+    for (const Matrix* out : {&D, x.aux ? &X : nullptr})
+      if (out && (st = check_own_matrices(*out, out == &D ? "d" : "aux"))) return st;
   }
 
   if (A.cols != B.rows || A.rows != D.rows || B.cols != D.cols)

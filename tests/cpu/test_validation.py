@@ -687,6 +687,9 @@ def test_aux_takes_ds_form_and_nothing_else(lib):
     err(pcr.UnsupportedError, "aux must have d's layout", a, b, None, d, aux=aux.T.copy().T)
     err(pcr.OverlapError, "aux overlaps d", a, b, None, d, aux=d)
     err(pcr.OverlapError, "aux overlaps a", a, b, None, d, aux=a[:, :6])
+    batch, shared = np.zeros((2, 4, 6), F16), np.zeros((1, 4, 6), F16)
+    one_for_all = np.lib.stride_tricks.as_strided(shared, batch.shape, (0, *shared.strides[1:]))
+    err(pcr.OverlapError, "aux's matrices overlap", a, b, None, batch, aux=one_for_all)
     frozen = aux.copy()
     frozen.flags.writeable = False
     err(pcr.ReadOnlyError, "aux is read-only", a, b, None, d, aux=frozen)
