@@ -179,6 +179,10 @@ def gemm(
         >>> y = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
         >>> sx = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")  # doctest: +SKIP
         >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw)  # doctest: +SKIP
+        >>> x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> w = torch.randn(32, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> y, z = x.new_empty(64, 32), x.new_empty(64, 32)  # doctest: +SKIP
+        >>> pcr.gemm(x, w.t(), None, y, activation="gelu", aux=z)  # z: gelu's input  # doctest: +SKIP
     """
     # The hottest path (torch tensors, a plain GEMM on the producer's stream or a stream
     # handle, a problem seen before): a few type checks here, and C reads the tensors (and
