@@ -11,7 +11,7 @@ import math
 
 from . import timing
 from .peers import Unsupported, dequant_scales
-from .shapes import DTYPES, GROUPS, bias_activation, expert_rows
+from .shapes import DTYPES, GROUPS, bias_activation, expert_rows, keeps_pre_activation
 from .timing import Contestant
 
 OURS = "pycutlass_rt"
@@ -29,7 +29,8 @@ def tolerance(dtype_label: str) -> float:
 
 
 def set_bytes(case) -> int:
-    """Bytes of one operand set (a, b, c when beta != 0, d), padding included."""
+    """Bytes of one operand set (a, b, c when beta != 0 or it holds the pre-activation,
+    d), padding included."""
     spec, p = DTYPES[case.dtype], case.pad
     if case.experts:  # x (T x K), w (E x K x N), out (T x N)
         return (
@@ -38,7 +39,7 @@ def set_bytes(case) -> int:
     ab = (case.m * (case.k + p) if case.layout[0] == "t" else case.k * (case.m + p)) + (
         case.k * (case.n + p) if case.layout[1] == "t" else case.n * (case.k + p)
     )
-    cd = case.m * (case.n + p) * (2 if case.beta else 1)
+    cd = case.m * (case.n + p) * (2 if case.beta or keeps_pre_activation(case.epilogue) else 1)
     return (ab * spec.bytes_a + cd * spec.bytes_d) * case.batch
 
 
@@ -130,7 +131,10 @@ class Bench:
         for _ in range(count):
             a = fw.operand(case.m, case.k, lay[0], spec.torch_a, pad)
             b = fw.operand(case.k, case.n, lay[1], spec.torch_a, pad)
-            c = fw.operand(case.m, case.n, "t", spec.torch_d, pad) if case.beta else None
+            if keeps_pre_activation(case.epilogue):  # an output: the pre-activation
+                c = fw.operand(case.m, case.n, "t", spec.torch_d, pad, fill=False)
+            else:
+                c = fw.operand(case.m, case.n, "t", spec.torch_d, pad) if case.beta else None
             d = fw.operand(case.m, case.n, "t", spec.torch_d, pad, fill=False)
             sets.append((a, b, c, d))
         return sets
@@ -151,7 +155,8 @@ class Bench:
     def check(self, case, fn, s) -> dict:
         """Runs ``fn(*s)`` once on a NaN-filled ``d`` and compares with an fp32 reference."""
         a, b, c, d = s
-        self.fw.poison(d)
+        for out in (d, c) if keeps_pre_activation(case.epilogue) else (d,):
+            self.fw.poison(out)
         fn(a, b, c, d)
         self.fw.sync()
         if case.experts:  # expert by expert: the worst one counts
@@ -166,6 +171,9 @@ class Bench:
                 a, b, c, 1.0, case.beta, self.bias, bias_activation(case.epilogue)
             )
             err = self.fw.rel_err(d, ref)
+            if keeps_pre_activation(case.epilogue):  # c holds the pre-activation
+                z = self.fw.reference(a, b, None, 1.0, 0.0, self.bias)
+                err = max(err, self.fw.rel_err(c, z))
         tol = tolerance(case.dtype)
         finite = self.fw.is_finite(d)
         return {
@@ -181,6 +189,11 @@ class Bench:
             return lambda x, w, offsets, out: moe(x, w, offsets, out, kernel=kernel)
         gemm, beta = self.pcr.gemm, case.beta
         act = bias_activation(case.epilogue)
+        if act and keeps_pre_activation(case.epilogue):
+            bias = self.bias
+            return lambda a, b, c, d: gemm(
+                a, b, None, d, 1.0, 0.0, bias=bias, activation=act, kernel=kernel, aux=c
+            )
         if act:
             bias = self.bias
             return lambda a, b, c, d: gemm(
@@ -272,9 +285,10 @@ class Bench:
     def _compare(self, case, sets, rec):
         a, b, c, d = sets[0]
         act = bias_activation(case.epilogue)
-        rec["kernel"] = self.pcr.explain(
-            a, b, c, d, 1.0, case.beta, bias=self.bias, activation=act, **self._dtype_kwargs(case)
-        ).kernel
+        kw = dict(bias=self.bias, activation=act, **self._dtype_kwargs(case))
+        if keeps_pre_activation(case.epilogue):
+            c, kw["aux"] = None, c
+        rec["kernel"] = self.pcr.explain(a, b, c, d, 1.0, case.beta, **kw).kernel
         self._compare_timed(case, sets, rec, self._ours(case))
 
     def _compare_timed(self, case, sets, rec, ours_fn):

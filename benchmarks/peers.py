@@ -28,7 +28,7 @@ import tempfile
 import time
 import types
 
-from .shapes import DTYPES, bias_activation, expert_rows
+from .shapes import DTYPES, bias_activation, expert_rows, keeps_pre_activation
 
 
 class Unsupported(Exception):
@@ -91,6 +91,20 @@ class TorchBlas(_Framework):
                 d.add_(bias).relu_()
 
             return int_mm_relu
+        if act and keeps_pre_activation(case.epilogue):
+            if case.dtype not in ("bf16", "fp16") or beta:
+                raise Unsupported(f"{case.epilogue} with {case.dtype}, beta={beta}")
+            act_out = {  # z into y, out of place: z is kept (what autograd saves)
+                "relu": lambda z, y: t.clamp_min(z, 0, out=y),
+                "gelu": lambda z, y: t.ops.aten.gelu.out(z, out=y),
+                "silu": lambda z, y: t.ops.aten.silu.out(z, out=y),
+            }[act]
+
+            def kept(a, b, c, d):
+                t.addmm(bias, a, b, out=c)
+                act_out(c, d)
+
+            return kept
         if act:
             if case.dtype not in ("bf16", "fp16") or beta:
                 raise Unsupported(f"{case.epilogue} with {case.dtype}, beta={beta}")

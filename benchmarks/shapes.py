@@ -220,6 +220,8 @@ GROUPS = {
                     for act in ACTIVATIONS
                     for s in _shapes(EPILOGUE_SHAPES, epilogue=f"bias_{act}")
                 ]
+                # a training forward: the pre-activation kept for backward (aux=)
+                + _shapes(EPILOGUE_SHAPES, epilogue="bias_gelu_aux")
             ),
         ),
         Group("G", "host", "host", ("bf16",), tuple(_shapes(HOST_SHAPES))),
@@ -270,13 +272,30 @@ def expert_rows(tokens: int, experts: int) -> list:
     return rows
 
 
-#: epilogues the library runs today; the others are listed and reported as unsupported
-SUPPORTED_EPILOGUES = ("linear",) + tuple(f"bias_{act}" for act in ACTIVATIONS)
+#: epilogues the library runs today; the others are listed and reported as unsupported.
+#: ``bias_<act>_aux`` also keeps the pre-activation (in the operand set's c, an output)
+SUPPORTED_EPILOGUES = (
+    ("linear",)
+    + tuple(f"bias_{act}" for act in ACTIVATIONS)
+    + tuple(f"bias_{act}_aux" for act in ACTIVATIONS)
+)
 
 
 def bias_activation(epilogue: str) -> str | None:
-    """The activation of a ``bias_<act>`` epilogue (None for ``linear``)."""
-    return epilogue[len("bias_") :] if epilogue.startswith("bias_") else None
+    """The activation of a ``bias_<act>`` or ``bias_<act>_aux`` epilogue (None for
+    ``linear``).
+
+    >>> bias_activation("bias_gelu_aux"), bias_activation("linear")
+    ('gelu', None)
+    """
+    if not epilogue.startswith("bias_"):
+        return None
+    return epilogue[len("bias_") :].removesuffix("_aux")
+
+
+def keeps_pre_activation(epilogue: str) -> bool:
+    """Whether a case also writes the pre-activation (``aux=``; c holds it)."""
+    return epilogue.endswith("_aux")
 
 
 def parse_dtype(name: str) -> str:

@@ -58,7 +58,13 @@ def test_groups_follow_the_benchmark_readme():
     f_shapes = [(4096, 4096, 4096)] + [(2048, n, k) for n, k in pairs]
     assert sorted({(c.m, c.n, c.k) for c in f}) == sorted(f_shapes)
     assert sorted(c.beta for c in f if c.epilogue == "linear") == [0.0] * 7 + [1.0] * 7
-    assert {c.epilogue for c in f} == {"linear", "bias_relu", "bias_gelu", "bias_silu"}
+    assert {c.epilogue for c in f} == {
+        "linear",
+        "bias_relu",
+        "bias_gelu",
+        "bias_silu",
+        "bias_gelu_aux",
+    }
     assert mnk("G") == [(64, 64, 64), (256, 4096, 4096)]
     assert mnk("H") == mnk("B") + mnk("C") + mnk("D")
     assert all(x.kind == "compare" for k, x in g.items() if k in "ABCDEF")
@@ -146,7 +152,7 @@ def test_cases_keep_rows_outside_the_build_with_a_reason():
     # the tensor-core kernels of fp32, tf32, fp8 and int8 (and torch's peers) take K-major B
     assert {c.layout for c in cs if c.dtype in ("tf32", "fp32", "fp8", "int8")} == {"tn"}
     f = shapes.cases(["F"], ["bf16"], ["bf16"])
-    assert all(c.skip is None for c in f) and len(f) == 14 + 3 * 7
+    assert all(c.skip is None for c in f) and len(f) == 14 + 4 * 7  # + the aux rows
     assert {shapes.bias_activation(c.epilogue) for c in f} == {None, "relu", "gelu", "silu"}
     assert shapes.cases(["F"], ["fp16"], ["fp16"]) == []  # F has no fp16 rows
     assert len(shapes.cases(available=["bf16"])) == sum(
@@ -409,7 +415,7 @@ def test_bench_list_needs_no_gpu():
         assert row in r.stdout
         assert (f"{row}   [skipped: not in this build" in r.stdout) == (label not in built)
     assert "F epilogue bf16  2048x8192x28672 tn bias_silu\n" in r.stdout  # runnable now
-    assert r.stdout.strip().splitlines()[-1].startswith(f"{24 + 2 * 35} cases")  # F: bf16, int8
+    assert r.stdout.strip().splitlines()[-1].startswith(f"{24 + 2 * 42} cases")  # F: bf16, int8
 
 
 def test_script_runs_the_same_command_line():
