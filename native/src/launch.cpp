@@ -37,7 +37,7 @@ int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
   return (s.staged & PCR_STAGED_D) ? launch_scale_copy(&s.bound.d, bd.d, 1.0, stream) : PCR_OK;
 }
 
-// Host operands: copy each one's byte span to the GPU, run, copy D back, synchronize.
+// Host operands: copy each one's byte span to the GPU, run, copy D (and aux) back, synchronize.
 int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
   Bound dev = bd;
   Matrix* ops[] = {&dev.a, &dev.b, &dev.c, &dev.d, &dev.bias, &dev.scale_m, &dev.scale_n, &dev.aux};
