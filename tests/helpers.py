@@ -102,23 +102,39 @@ def math_of(kernel):
     return "tf32" if kernel.dtype_a == "tfloat32" else None
 
 
-def tolerance(kernel, out):
-    """Relative error allowed on random inputs for ``kernel`` writing torch dtype ``out``:
-    the output's rounding, or the inputs' arithmetic where coarser (TF32's 10-bit
-    mantissas; fp8 MMAs, which accumulate with fewer bits than fp32)."""
+def output_tolerance(out):
+    """Relative error a torch dtype ``out``'s rounding allows on random inputs (0 for the
+    exact integer outputs)."""
     import torch
 
-    tol = {
+    return {
         torch.float16: 2e-3,
         torch.bfloat16: 1.6e-2,
         torch.float32: 1e-5,
         torch.float64: 1e-12,
     }.get(out, 0.0)
+
+
+def tolerance(kernel, out):
+    """Relative error allowed on random inputs for ``kernel`` writing torch dtype ``out``:
+    the output's rounding, or the inputs' arithmetic where coarser (TF32's 10-bit
+    mantissas; fp8 MMAs, which accumulate with fewer bits than fp32)."""
+    tol = output_tolerance(out)
     if kernel.dtype_a == "tfloat32":
         tol = max(tol, 2e-3)
     if kernel.dtype_a.startswith("float8"):
         tol = max(tol, 5e-4)
     return tol
+
+
+def check(d, ref, what, tol=None):
+    """``d`` was written everywhere (no NaN left of a NaN fill) and is within ``tol``
+    (default: ``output_tolerance`` of its dtype) of the float64 ``ref``, relatively."""
+    import torch
+
+    assert not torch.isnan(d).any(), f"{what}: unwritten (NaN) elements"
+    err = ((d.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert err <= (tol or output_tolerance(d.dtype)), f"{what}: relative error {err:.2e}"
 
 
 def matrix(rows, cols, layout="t", dtype=None, *, integer=False, pad=0, offset=0):

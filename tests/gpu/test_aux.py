@@ -7,23 +7,16 @@ the refusals (misaligned d, scales) are checked on the chosen kernel.
 """
 
 import pytest
-from helpers import matrix, reference, runnable_kernels, torch_dtype
+from helpers import check, matrix, reference, runnable_kernels, torch_dtype
 
 import pycutlass_rt as pcr
 
 torch = pytest.importorskip("torch")
 AUX = [k.name for k in runnable_kernels() if k.epilogue == "aux"]
-TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 needs_aux = pytest.mark.skipif(
     not any(k.dtype_d == "bfloat16" for k in map(pcr._kernels.by_name, AUX)),
     reason="no bf16 aux kernel of this build runs here",
 )
-
-
-def check(got, want, what):
-    assert not torch.isnan(got).any(), f"{what}: unwritten (NaN) elements"
-    err = ((got.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
-    assert err <= TOL[got.dtype], f"{what}: relative error {err:.2e}"
 
 
 def nan_like(d):

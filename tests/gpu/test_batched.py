@@ -7,13 +7,20 @@ class is forced by name, and the selected kernel is checked too.
 """
 
 import pytest
-from helpers import canonical_layout, math_of, require, runnable_kernels, tolerance, torch_dtype
+from helpers import (
+    canonical_layout,
+    check,
+    math_of,
+    require,
+    runnable_kernels,
+    tolerance,
+    torch_dtype,
+)
 
 import pycutlass_rt as pcr
 
 torch = pytest.importorskip("torch")
 
-TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
 
 # float outputs (int32 ones run the same batch mode; tests/gpu/test_kernels.py has them)
 KINDS = [
@@ -36,12 +43,6 @@ def batch(L, rows, cols, layout="t", dtype=torch.bfloat16, gap=0):
         flat = torch.randint(-4, 5, (L * size,), device="cuda").to(dtype)
     x = flat.as_strided((L, *inner), (size, inner[1], 1))
     return x if layout == "t" else x.transpose(1, 2)
-
-
-def check(d, ref, what, tol=None):
-    assert not torch.isnan(d).any(), f"{what}: unwritten (NaN) elements"
-    err = ((d.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err <= (tol or TOL[d.dtype]), f"{what}: relative error {err:.2e}"
 
 
 def nan_batch(L, m, n, dtype, layout="t", gap=0):

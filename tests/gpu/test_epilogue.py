@@ -8,6 +8,7 @@ K = 0 and the transposed (column-major d) orientation are checked on the chosen 
 import pytest
 from helpers import (
     canonical_layout,
+    check,
     math_of,
     matrix,
     parametrized_activations,
@@ -23,7 +24,6 @@ import pycutlass_rt as pcr
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
-TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 #: None, then every name the library takes, then names with parameters
 ACTIVATIONS = (*torch_activations(), *parametrized_activations())
 FUSED = [k.name for k in runnable_kernels() if k.epilogue == "biasact" and k.dtype_d != "int32"]
@@ -31,12 +31,6 @@ FUSED = [k.name for k in runnable_kernels() if k.epilogue == "biasact" and k.dty
 FUSED_INT32 = [
     k.name for k in runnable_kernels() if k.epilogue == "biasact" and k.dtype_d == "int32"
 ]
-
-
-def check(d, ref, what, tol=None):
-    assert not torch.isnan(d).any(), f"{what}: unwritten (NaN) elements"
-    err = ((d.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err <= (tol or TOL[d.dtype]), f"{what}: relative error {err:.2e}"
 
 
 def operands(m, n, k, layout, dtype, out=None):
