@@ -83,13 +83,11 @@ int launch_device(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
   int st;
   if (p.k == 0) {  // the whole answer: d = act(beta * c + bias), aux = beta * c + bias
     const bool has_c = p.c_mode != PCR_C_NONE;
+    const Matrix* c = has_c ? &bd.c : nullptr;
+    const double beta = has_c ? bd.beta : 0.0;
     const Matrix* bias = p.bias != PCR_BIAS_NONE ? &bd.bias : nullptr;
-    if (!bd.aux.ptr)
-      return launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? bd.beta : 0.0, stream, bias,
-                               bd.activation);
-    if ((st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.aux, has_c ? bd.beta : 0.0, stream,
-                                bias)))
-      return st;
+    if (!bd.aux.ptr) return launch_scale_copy(c, bd.d, beta, stream, bias, bd.activation);
+    if ((st = launch_scale_copy(c, bd.aux, beta, stream, bias))) return st;
     return launch_scale_copy(&bd.aux, bd.d, 1.0, stream, nullptr, bd.activation);
   }
   if (p.c_mode == PCR_C_COPIED && (st = launch_scale_copy(&bd.c, bd.d, 1.0, stream)))

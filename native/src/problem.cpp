@@ -782,11 +782,12 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   place(p, bound, use_c, false);
   // aux is written where it is: the kernel's 16-byte stores need it aligned, and d too
   // (a staged d would need aux staged beside it)
-  if (x.aux && !host && (alignment_bytes(X, PCR_ROW_MAJOR, ldx) < 16 || (p->staged & PCR_STAGED_D)))
+  const bool aux_aligned = x.aux && alignment_bytes(X, PCR_ROW_MAJOR, ldx) >= 16;
+  if (x.aux && !host && (!aux_aligned || (p->staged & PCR_STAGED_D)))
     return set_error(PCR_ERR_UNSUPPORTED,
                      "aux needs d and aux 16-byte aligned (addresses, leading dimensions and "
                      "rows of a multiple of 16 bytes); %s is not",
-                     alignment_bytes(X, PCR_ROW_MAJOR, ldx) < 16 ? "aux" : "d");
+                     aux_aligned ? "d" : "aux");
 
   return finish_problem(p, D, host);
 }
