@@ -96,6 +96,7 @@ def gemm(
     stream=None,
     kernel=None,
     aux=None,
+    amax=None,
 ):
     """Computes ``d = act(alpha * a @ b + beta * c + bias)`` in place and returns ``d``.
 
@@ -152,6 +153,11 @@ def gemm(
             + beta * c + bias``, from the same kernel (what a backward pass through the
             activation needs). Kernels named ``_aux``: float16 and bfloat16, tn; others
             raise UnsupportedError.
+        amax: None, or a float32 tensor of one element where ``d`` is, which receives
+            ``max |d|`` over every element of ``d`` (all matrices of a batch), reduced by
+            the same kernel as it writes ``d`` (an fp8 recipe's next scale; 0 for an empty
+            ``d``, NaN when ``d`` holds a NaN). The ``_aux`` kernels, with or without
+            ``aux``.
 
     Returns:
         ``d``.
@@ -183,6 +189,8 @@ def gemm(
         >>> w = torch.randn(32, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
         >>> y, z = x.new_empty(64, 32), x.new_empty(64, 32)  # doctest: +SKIP
         >>> pcr.gemm(x, w.t(), None, y, activation="gelu", aux=z)  # z: gelu's input  # doctest: +SKIP
+        >>> amax = torch.empty((), device="cuda")  # doctest: +SKIP
+        >>> pcr.gemm(x, w.t(), None, y, amax=amax)  # amax = y.abs().max()  # doctest: +SKIP
     """
     # The hottest path (torch tensors, a plain GEMM on the producer's stream or a stream
     # handle, a problem seen before): a few type checks here, and C reads the tensors (and
@@ -205,6 +213,7 @@ def gemm(
         and (stream is None or (type(stream) is int and stream >= 0))
         and kernel is None
         and aux is None
+        and amax is None
         and not lib.gemm(
             a,
             b,
@@ -236,6 +245,7 @@ def gemm(
         stream=stream,
         kernel=kernel,
         aux=aux,
+        amax=amax,
     )
     args = call.gemm_args()
     st = lib.gemm(*args)

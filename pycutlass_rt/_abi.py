@@ -50,7 +50,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 14
+PCR_ABI_VERSION = 15
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -280,7 +280,7 @@ class Extras(Structure):
     _fields_ = [("bias", POINTER(DLTensor)), ("scale_a", POINTER(DLTensor)),
                 ("scale_b", POINTER(DLTensor)), ("activation", c_int32), ("math", c_int32),
                 ("activation_alpha", c_double), ("activation_beta", c_double),
-                ("conv", POINTER(Conv)), ("aux", POINTER(DLTensor))]
+                ("conv", POINTER(Conv)), ("aux", POINTER(DLTensor)), ("amax", POINTER(DLTensor))]
 
 
 class KernelDesc(Structure):

@@ -79,6 +79,7 @@ def explain(
     math=None,
     kernel=None,
     aux=None,
+    amax=None,
 ) -> Explanation:
     """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
 
@@ -108,6 +109,7 @@ def explain(
         math=math,
         kernel=kernel,
         aux=aux,
+        amax=amax,
     )
     return explanation(lib, call)
 
@@ -149,8 +151,10 @@ def explanation(lib, call) -> Explanation:
     if problem.epilogue != Epilogue.EPI_LINEAR:
         words = _call.activation_words(act) if act.code else None
         what = [x for x in (_BIAS_WORDS[problem.bias], words) if x]
-        if problem.epilogue == Epilogue.EPI_AUX:
+        if call.objs[7] is not None:
             what.append("the pre-activation stored to aux")
+        if call.objs[8] is not None:
+            what.append("max |d| reduced into amax")
         notes.append(
             f"fused epilogue ({', '.join(what)}): applied in the kernel's epilogue, no extra pass"
         )

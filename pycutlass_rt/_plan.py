@@ -24,7 +24,7 @@ class Gemm:
       scratch (stream-K workspace, staged operands) gets it per run as
       :func:`pycutlass_rt.gemm` does (the stream's kept buffer; the graph's own under
       capture), so runs capture into CUDA graphs anywhere;
-    * ``plan(a, b, c, d, bias=..., scale_a=..., scale_b=..., aux=...)`` runs on other
+    * ``plan(a, b, c, d, bias=..., scale_a=..., scale_b=..., aux=..., amax=...)`` runs on other
       tensors that
       describe the same problem
       (shape, dtypes, layouts, alignment, device); the launch parameters are rebuilt only
@@ -35,7 +35,7 @@ class Gemm:
     scratch moved rebuilds the launch parameters the plan keeps).
 
     Args:
-        a, b, c, d, alpha, beta, bias, activation, scale_a, scale_b, math, aux: as for
+        a, b, c, d, alpha, beta, bias, activation, scale_a, scale_b, math, aux, amax: as for
             :func:`pycutlass_rt.gemm`; GPU tensors only.
         kernel: force a kernel by name instead of the selection.
 
@@ -69,6 +69,7 @@ class Gemm:
         math=None,
         kernel=None,
         aux=None,
+        amax=None,
     ):
         if d is None:
             raise InvalidArgumentError("Gemm needs d, the output tensor")
@@ -87,6 +88,7 @@ class Gemm:
             math=math,
             kernel=kernel,
             aux=aux,
+            amax=amax,
         )
         # Python-number scales are folded into alpha here, and so in every run
         self.alpha, self.beta, self._act, self._math = (
@@ -114,7 +116,7 @@ class Gemm:
         # Freed when the plan is collected, not at close(): a run in another thread may
         # hold the handle between its check and its C call (a plan is host memory only).
         weakref.finalize(self, lib.pcr_plan_destroy, self._handle)
-        self._keep = (a, b, c, d, bias, scale_a, scale_b, aux, objs, keep)  # addresses in use
+        self._keep = (a, b, c, d, bias, scale_a, scale_b, aux, amax, objs, keep)  # in use
         # Producers without the exchange API (cupy, numba) are asked for their current
         # stream in Python at each run; with it (torch), C asks the producer itself.
         self._stream_of = None if flags else (lambda: _dlpack._framework_stream(d) or 0)
@@ -148,7 +150,9 @@ class Gemm:
         if st:
             raise self._lib.error(st)
 
-    def __call__(self, a, b, c, d, *, bias=None, scale_a=None, scale_b=None, aux=None, stream=None):
+    def __call__(
+        self, a, b, c, d, *, bias=None, scale_a=None, scale_b=None, aux=None, amax=None, stream=None
+    ):
         """Runs the plan on other tensors of the same problem; returns ``d``.
 
         Tensor scales may change from run to run (same kinds: one value or a vector);
@@ -158,7 +162,7 @@ class Gemm:
         if plan is None:
             raise InvalidArgumentError("this plan was closed")
         objs, handle, flags, keep = _call.operands(
-            (a, b, c, d), stream, bias, scale_a, scale_b, aux
+            (a, b, c, d), stream, bias, scale_a, scale_b, aux, amax
         )
         extra = _call.extras(objs, self._act, self._math)
         st = self._lib.plan_run(plan, *objs[:4], extra, flags, handle)

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 14
+#define PCR_ABI_VERSION 15
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -128,7 +128,8 @@ typedef enum {
  * (per row or per column) and applies a pcr_activation chosen per call; SCALED (quantized
  * inputs) also multiplies acc by scale_a (per tensor or per row) and scale_b (per tensor
  * or per column); AUX is BIASACT that also writes the activation's input (the
- * pre-activation alpha * acc + beta * c + bias) to pcr_extras.aux when given. A kernel
+ * pre-activation alpha * acc + beta * c + bias) to pcr_extras.aux and the maximum of |d|
+ * to pcr_extras.amax, each when given. A kernel
  * serves problems of its own epilogue and of those it extends: every one extends LINEAR,
  * SCALED and AUX extend BIASACT. */
 typedef enum {
@@ -219,6 +220,9 @@ typedef struct {
   const pcr_conv* conv;    /* NULL: a GEMM; else the convolution a, b, c, d describe */
   const DLTensor* aux;     /* NULL, or d's shape, dtype and layout (GEMMs, 16-byte aligned
                               like d): receives the pre-activation (PCR_EPI_AUX) */
+  const DLTensor* amax;    /* NULL, or one float32 element where d's are (GEMMs): receives
+                              max |d| over every element of d, batches included (0 when d
+                              is empty, NaN when d holds one; PCR_EPI_AUX) */
 } pcr_extras;
 
 /* Everything a kernel's name encodes. Names are stable identities across builds. */

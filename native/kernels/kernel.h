@@ -21,8 +21,8 @@ namespace pcr {
 // dtype and is never null (it points at D when beta == 0, and is then never read).
 // `batch` > 1 repeats the GEMM over matrices `batch_*` elements apart (0: shared).
 // Bias and activation exist in PCR_EPI_BIASACT, PCR_EPI_AUX (which also store the
-// pre-activation to `aux`, D's shape) and PCR_EPI_SCALED kernels only, scales
-// in PCR_EPI_SCALED ones and, per tensor, in the linear kernels whose descriptor sets
+// pre-activation to `aux`, D's shape, and max |D| to `amax`) and PCR_EPI_SCALED kernels only,
+// scales in PCR_EPI_SCALED ones and, per tensor, in the linear kernels whose descriptor sets
 // tensor_scales (tma_gemm.cuh, TensorScaledLinear). Grouped kernels read
 // `groups` problems from `group` (GPU arrays) instead of m, n, k and the operand fields.
 struct GroupArrays {
@@ -76,9 +76,11 @@ struct GemmArgs {
   ConvArgs conv;
   int device;    // CUDA ordinal the launch goes to (already current)
   int sm_count;  // multiprocessors of that device
-  // PCR_EPI_AUX kernels: where the pre-activation goes (D's dtype and layout)
+  // PCR_EPI_AUX kernels: where the pre-activation goes (D's dtype and layout), and where
+  // max |D| goes (one float holding +0 before the launch); each may be null
   void* aux;
   int64_t ldaux, batch_aux;
+  float* amax;
 };
 
 // Where a dequantizing (PCR_EPI_SCALED) epilogue reads its factors: the per-tensor scales

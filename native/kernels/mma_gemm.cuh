@@ -31,6 +31,7 @@
 #include <new>
 
 #include "activation.h"
+#include "amax.h"
 #include "kernel.h"
 
 namespace pcr::mma {
@@ -131,8 +132,67 @@ struct OptionalAuxStore : VisitorAuxStore<ThreadMap, Element, kRound, StrideMNL>
   }
 };
 
+// max |d| into GemmArgs::amax where not null (amax.h), passing its input on: CUTLASS's
+// scalar reduction visitor with an address per launch and bits reduced as amax.h says.
+template <class ThreadMap>
+struct AmaxReduction {
+  struct Arguments {
+    float* amax = nullptr;
+  };
+  using Params = Arguments;
+  struct SharedStorage {};
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args,
+                                                  void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+
+  CUTLASS_HOST_DEVICE AmaxReduction() {}
+  CUTLASS_HOST_DEVICE AmaxReduction(Params const& params, SharedStorage const&)
+      : amax(params.amax) {}
+  float* amax;
+
+  template <class CTensor, class ProblemShape>
+  struct Callbacks : EmptyCallbacks {
+    CTensor tC_cD;  // each fragment's (m, n) coordinate
+    ProblemShape problem_shape;
+    float* amax;
+    uint32_t bits;
+
+    template <class ElementAcc, class ElementInput, int N>
+    CUTLASS_DEVICE auto visit(int iter_idx, int row_idx, int column_idx, int,
+                              cutlass::Array<ElementAcc, N> const&,
+                              cutlass::Array<ElementInput, N> const& x) {
+      if (amax && cute::elem_less(tC_cD(column_idx, row_idx, iter_idx), problem_shape)) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i) bits = amax_bits(bits, float(x[i]));
+      }
+      return x;
+    }
+    CUTLASS_DEVICE void end_epilogue() {
+      if (amax) commit_amax(amax, bits);
+    }
+  };
+
+  template <class ProblemShape>
+  CUTLASS_DEVICE auto get_callbacks(cutlass::gemm::GemmCoord tile, int thread_idx,
+                                    ProblemShape problem_shape) {
+    auto cD = cute::make_identity_tensor(problem_shape);
+    // (FRAGMENT_COL, FRAGMENT_ROW, ITERATIONS): coordinates as VisitorScalarReduction's
+    auto tC_cD = cute::group_modes<2, 5>(ThreadMap::partition(cD, thread_idx, tile)(
+        _0{}, cute::_, cute::_, cute::_, cute::_, cute::_));
+    return Callbacks<decltype(tC_cD), ProblemShape>{{}, tC_cD, problem_shape, amax, 0u};
+  }
+};
+
 // D = act(beta * C + (alpha * acc + bias_row[n]) + bias_col[m]); null biases read as 0.
-// Aux: the activation's input is also stored to GemmArgs::aux where not null (PCR_EPI_AUX).
+// Aux (PCR_EPI_AUX): the activation's input is also stored to GemmArgs::aux, and max |D|
+// reduced into GemmArgs::amax, each where not null.
 template <class ThreadMap, class ElementD, bool Aux = false>
 struct BiasActTree {
   using Compute = ComputeOf<ElementD>;
@@ -151,7 +211,8 @@ struct BiasActTree {
   using AuxStore = OptionalAuxStore<ThreadMap, ElementD, StrideMat>;
   using Stored = cute::conditional_t<Aux, Sm80EVT<AuxStore, BetaC>, BetaC>;
   using Act = Sm80EVT<ActivationNode<ElementD>, Stored>;
-  using Type = Sm80EVT<Store, Act>;
+  using Checked = cute::conditional_t<Aux, Sm80EVT<AmaxReduction<ThreadMap>, Act>, Act>;
+  using Type = Sm80EVT<Store, Checked>;
 
   static typename Type::Arguments arguments(const GemmArgs& p) {
     auto* c = p.beta == 0.0 ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
@@ -167,7 +228,8 @@ struct BiasActTree {
         {}};
     typename Store::Arguments d{static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}};
     if constexpr (Aux)
-      return {{{z, {static_cast<ElementD*>(p.aux), {p.ldaux, _1{}, p.batch_aux}}}, {p.activation}},
+      return {{{{z, {static_cast<ElementD*>(p.aux), {p.ldaux, _1{}, p.batch_aux}}}, {p.activation}},
+               {p.amax}},
               d};
     else
       return {{z, {p.activation}}, d};

@@ -25,6 +25,7 @@
 #include <new>
 
 #include "activation.h"
+#include "amax.h"
 #include "fp8_mainloop.cuh"
 #include "kernel.h"
 
@@ -37,9 +38,56 @@ using cute::_1;
 using cute::Stride;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
+// max |d| into GemmArgs::amax where not null (amax.h), passing its input on: CUTLASS's
+// scalar reduction node with one atomic per warp and tile rather than one per thread.
+struct AmaxReduction : Sm90ScalarReduction<cutlass::maximum_absolute_value_reduction,
+                                           cutlass::atomic_maximum, float, float, kRound> {
+  using Base = Sm90ScalarReduction<cutlass::maximum_absolute_value_reduction,
+                                   cutlass::atomic_maximum, float, float, kRound>;
+  using Base::Base;
+
+  // The runtime zeroes amax on the stream before the launch (CUTLASS's own fill would call
+  // the driver API, which the library does not link).
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*,
+                                              cudaStream_t, cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  template <class CTensor, class ThrResidue>
+  struct Callbacks : EmptyConsumerStoreCallbacks {
+    CTensor tCcD;  // each element's (m, n) coordinate
+    ThrResidue residue;
+    float* amax;
+    uint32_t bits;
+
+    template <class ElementAcc, class ElementInput, int N>
+    CUTLASS_DEVICE auto visit(cutlass::Array<ElementAcc, N> const&, int epi_v, int epi_m, int epi_n,
+                              cutlass::Array<ElementInput, N> const& x) {
+      if (amax) {
+        auto c = tCcD(cute::_, cute::_, cute::_, epi_m, epi_n);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i)
+          if (cute::elem_less(c(epi_v * N + i), residue)) bits = amax_bits(bits, float(x[i]));
+      }
+      return x;
+    }
+    CUTLASS_DEVICE void end() {
+      if (amax) commit_amax(amax, bits);
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(ConsumerStoreArgs<Args...> const& args) {
+    return Callbacks<decltype(args.tCcD), decltype(args.residue_tCcD)>{
+        {}, args.tCcD, args.residue_tCcD, this->params.ptr_scalar, 0u};
+  }
+};
+
 // D = act(beta * C + ((alpha * acc + row[n]) + col[m])), in the kernel's own M and N and
 // in ComputeOf<ElementD>; null biases read as 0, and C is not loaded when beta == 0.
-// With an AuxStore node (PreActivationStore), the activation's input is also stored there.
+// With an AuxStore node (PreActivationStore: PCR_EPI_AUX), the activation's input is also
+// stored there, and max |D| reduced into GemmArgs::amax.
 template <class TileShape, class ElementD, class AuxStore = void>
 struct BiasActTree {
   using Compute = ComputeOf<ElementD>;
@@ -54,7 +102,8 @@ struct BiasActTree {
       Sm90EVT<Node<cutlass::homogeneous_multiply_add>, Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
   static constexpr bool kAux = !std::is_void_v<AuxStore>;
   using Stored = cute::conditional_t<kAux, Sm90EVT<AuxStore, BetaC>, BetaC>;
-  using Type = Sm90EVT<Sm90Compute<Activation, ElementD, Compute, kRound>, Stored>;
+  using Activated = Sm90EVT<Sm90Compute<Activation, ElementD, Compute, kRound>, Stored>;
+  using Type = cute::conditional_t<kAux, Sm90EVT<AmaxReduction, Activated>, Activated>;
 
   static typename Type::Arguments arguments(const GemmArgs& p, const void* row, const void* col) {
     typename BetaC::Arguments z{
@@ -65,7 +114,8 @@ struct BiasActTree {
          {}},
         {}};
     if constexpr (kAux)
-      return {{z, {static_cast<ElementD*>(p.aux), {p.ldaux, _1{}, p.batch_aux}}}, {p.activation}};
+      return {{{z, {static_cast<ElementD*>(p.aux), {p.ldaux, _1{}, p.batch_aux}}}, {p.activation}},
+              {p.amax}};
     else
       return {z, {p.activation}};
   }

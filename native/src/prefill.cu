@@ -1,8 +1,9 @@
 // d = act(scale * src + bias) for strided (batches of) matrices with dtype conversion:
 // the whole answer when K == 0, C brought into D's form (layout, dtype, broadcast
 // strides) before a kernel reads it, and operands staged into (or out of) aligned scratch;
-// and a convolution's input unfolded into the matrix a GEMM takes (im2col), and back
-// (col2im: a dgrad's unfolded gradient summed into dx).
+// max |d| where no kernel's epilogue reduced it; and a convolution's input unfolded into
+// the matrix a GEMM takes (im2col), and back (col2im: a dgrad's unfolded gradient summed
+// into dx).
 #include <algorithm>
 #include <type_traits>
 
@@ -11,6 +12,7 @@
 #include <cuda_fp8.h>
 
 #include "activation.h"
+#include "amax.h"
 #include "runtime.h"
 
 namespace pcr {
@@ -113,6 +115,17 @@ __global__ void scale_copy(View src, View dst, int64_t batch, double scale_, Vie
   }
 }
 
+// The grid of an elementwise pass over d (after its columns are the unit-stride dimension):
+// about a thousand blocks, each thread taking kRows rows per step in scale_copy, so that
+// enough loads are in flight for DRAM, without a block per row (up to 16384 short-lived
+// blocks).
+dim3 elementwise_grid(const View& d, int64_t batch) {
+  const int64_t gx = std::min<int64_t>((d.cols + 255) / 256, 64);
+  const int64_t gy = std::min<int64_t>(d.rows, std::max<int64_t>(1, 1024 / gx));
+  const int64_t gz = std::min<int64_t>(batch, std::max<int64_t>(1, 1024 / (gx * gy)));
+  return dim3(unsigned(gx), unsigned(gy), unsigned(std::min<int64_t>(gz, 65535)));
+}
+
 template <class Src, class Dst>
 int launch_typed(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
                  const Matrix* bias, ActivationArgs activation) {
@@ -123,16 +136,24 @@ int launch_typed(const Matrix* src, const Matrix& dst, double scale, cudaStream_
       std::swap(x->s0, x->s1);
     }
   }
-  // About a thousand blocks, each thread copying kRows rows per step: enough loads in
-  // flight for DRAM, without a block per row (up to 16384 short-lived blocks).
-  const int64_t gx = std::min<int64_t>((d.cols + 255) / 256, 64);
-  const int64_t gy = std::min<int64_t>(d.rows, std::max<int64_t>(1, 1024 / gx));
-  const int64_t gz = std::min<int64_t>(dst.batch, std::max<int64_t>(1, 1024 / (gx * gy)));
-  dim3 grid(unsigned(gx), unsigned(gy), unsigned(std::min<int64_t>(gz, 65535)));
+  const dim3 grid = elementwise_grid(d, dst.batch);
   auto* kernel = bias || activation.kind != PCR_ACT_NONE ? scale_copy<Src, Dst, true>
                                                          : scale_copy<Src, Dst, false>;
   kernel<<<grid, 256, 0, stream>>>(s, d, dst.batch, scale, v, activation);
   return cuda_status(cudaGetLastError(), "scale_copy launch");
+}
+
+// max |d| into amax (amax.h): a grid-stride pass, columns on threads as above.
+template <class T>
+__global__ void reduce_amax(View d, int64_t batch, float* amax) {
+  const auto* x = static_cast<const T*>(d.ptr);
+  uint32_t bits = 0;
+  for (int64_t l = blockIdx.z; l < batch; l += gridDim.z)
+    for (int64_t r = blockIdx.y; r < d.rows; r += gridDim.y)
+      for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < d.cols;
+           c += int64_t(gridDim.x) * blockDim.x)
+        bits = amax_bits(bits, float(to<double>(x[l * d.sb + r * d.s0 + c * d.s1])));
+  commit_amax(amax, bits);  // every thread of the block gets here
 }
 
 // Staging of inputs into aligned scratch (same dtype, rows contiguous on both sides): each
@@ -251,6 +272,19 @@ int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaSt
     return set_error(PCR_ERR_UNSUPPORTED, "cannot convert %s to %s", dtype_name(src_dtype),
                      dtype_name(dst.dtype));
   return st;
+}
+
+int launch_amax(const Matrix& d, const Matrix& amax, cudaStream_t stream) {
+  if (!amax.ptr || d.rows == 0 || d.cols == 0 || d.batch == 0) return PCR_OK;
+  View v = view_of(&d);
+  if (v.s0 == 1 && v.s1 != 1) std::swap(v.rows, v.cols), std::swap(v.s0, v.s1);  // columns
+  const dim3 grid = elementwise_grid(v, d.batch);
+  auto* out = reinterpret_cast<float*>(amax.ptr);
+  if (!with_type(d.dtype, [&](auto t) {
+        reduce_amax<decltype(t)><<<grid, 256, 0, stream>>>(v, d.batch, out);
+      }))
+    return set_error(PCR_ERR_UNSUPPORTED, "amax of %s", dtype_name(d.dtype));
+  return cuda_status(cudaGetLastError(), "amax launch");
 }
 
 namespace {

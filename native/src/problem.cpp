@@ -64,7 +64,7 @@ const char* epilogue_words(int epilogue) {
     case PCR_EPI_SCALED:
       return "dequantizing (scale_a/scale_b)";
     case PCR_EPI_AUX:
-      return "fused bias/activation writing aux";
+      return "fused bias/activation writing aux or amax";
     default:
       return "invalid";
   }
@@ -331,6 +331,24 @@ int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matri
   return PCR_OK;
 }
 
+// amax (pcr_extras.amax): one float32 element of any shape, kept as a 1x1 matrix.
+int load_amax(const DLTensor* t, Matrix* m) {
+  int64_t count = 1;
+  for (int i = 0; i < t->ndim; ++i) count *= t->shape[i];
+  if (dtype_from_dl(t->dtype) != PCR_F32 || count != 1)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "amax receives one float32 value; got shape %s of %s (pass "
+                     "torch.empty((), dtype=torch.float32, device=d.device))",
+                     shape_text(t->shape, t->ndim).c_str(),
+                     dtype_from_dl(t->dtype) == PCR_DTYPE_INVALID
+                         ? "an unknown dtype"
+                         : dtype_name(dtype_from_dl(t->dtype)));
+  m->dtype = PCR_F32;
+  m->esize = 4;
+  m->rows = m->cols = m->batch = 1;
+  return load_place(t, "amax", 1, m);
+}
+
 bool is_quantized(int dtype) { return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2; }
 
 // A problem this large (multiply-adds), or with a K loop this long, runs its misaligned
@@ -568,11 +586,12 @@ int check_places(const Matrix* const ops[kPlaces], const char* const names[kPlac
                        "%s overlaps %s in memory; the output must not alias an input of the "
                        "product (pass a separate output)",
                        names[2], names[i]);
-  // the second output (aux) aliases nothing: every other operand is read or written
-  for (int i = 0; ops[7] && i < 7; ++i)
-    if (ops[i] && overlaps(*ops[7], *ops[i]))
-      return set_error(PCR_ERR_OVERLAP, "aux overlaps %s in memory; pass a separate buffer",
-                       names[i]);
+  // the second outputs (aux, amax) alias nothing: every other operand is read or written
+  for (int out : {7, 8})
+    for (int i = 0; ops[out] && i < out; ++i)
+      if (ops[i] && overlaps(*ops[out], *ops[i]))
+        return set_error(PCR_ERR_OVERLAP, "%s overlaps %s in memory; pass a separate buffer",
+                         names[out], names[i]);
   return PCR_OK;
 }
 
@@ -629,6 +648,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
       return set_error(PCR_ERR_UNSUPPORTED, "aux is %s but d is %s; pass aux in d's dtype",
                        dtype_name(X.dtype), dtype_name(D.dtype));
   }
+  if (x.amax && (st = load_amax(x.amax, &bound->amax))) return st;
 
   // Batch: d holds all L matrices; each input has L of them or one shared by all.
   const int64_t L = D.batch;
@@ -670,8 +690,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                                 bias ? &V : nullptr,
                                 scale_a ? &SA : nullptr,
                                 scale_b ? &SB : nullptr,
-                                x.aux ? &X : nullptr};
-  static const char* const kNames[] = {"a", "b", "d", "c", "bias", "scale_a", "scale_b", "aux"};
+                                x.aux ? &X : nullptr,
+                                x.amax ? &bound->amax : nullptr};
+  static const char* const kNames[] = {"a",       "b",       "d",   "c",   "bias",
+                                       "scale_a", "scale_b", "aux", "amax"};
   bool host = false;
   if ((st = check_places(ops, kNames, &host))) return st;
   bool c_is_d =
@@ -764,11 +786,12 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                     ? PCR_EPI_SCALED
                 : fused ? PCR_EPI_BIASACT
                         : PCR_EPI_LINEAR;
-  if (x.aux) {
+  if (x.aux || x.amax) {
     if (scaled)
       return set_error(PCR_ERR_UNSUPPORTED,
-                       "aux with scale_a/scale_b: no kernel writes the pre-activation of a "
-                       "dequantizing epilogue (fold number scales into alpha)");
+                       "%s with scale_a/scale_b: no kernel writes the %s of a dequantizing "
+                       "epilogue (fold number scales into alpha)",
+                       x.aux ? "aux" : "amax", x.aux ? "pre-activation" : "amax");
     p->epilogue = PCR_EPI_AUX;
     bound->ldaux = ldx;
   }
@@ -802,10 +825,10 @@ int finish_problem(pcr_problem* p, const Matrix& D, bool host) {
             kd.dtype_d == p->dtype_d && epilogue_serves(kd.epilogue, p->epilogue);
   }
   if (!known) {
-    static const char* const kWith[] = {"",  // by pcr_epilogue: LINEAR, BIASACT, SCALED, AUX
-                                        " with a fused bias/activation epilogue",
-                                        " with scale_a/scale_b (a dequantizing epilogue)",
-                                        " with a fused bias/activation epilogue writing aux"};
+    static const char* const kWith[] = {
+        "",  // by pcr_epilogue: LINEAR, BIASACT, SCALED, AUX
+        " with a fused bias/activation epilogue", " with scale_a/scale_b (a dequantizing epilogue)",
+        " with a fused bias/activation epilogue writing aux or amax"};
     static_assert(sizeof kWith / sizeof *kWith == PCR_EPI_AUX + 1, "one per pcr_epilogue");
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
@@ -871,6 +894,7 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   g.aux = bd.aux.ptr;
   g.ldaux = bd.ldaux;
   g.batch_aux = bd.aux.sb;
+  g.amax = reinterpret_cast<float*>(bd.amax.ptr);
   g.scale_a = bd.scale_m.ptr;
   g.scale_b = bd.scale_n.ptr;
   g.scale_a_per_row = p.scale_m == PCR_SCALE_VECTOR;

@@ -201,15 +201,15 @@ int ingest(void* object, const char* name, Operand* out) {
   return PCR_OK;
 }
 
-// The operands of one call: a, b, c, d, then the extras' bias, scale_a, scale_b, aux (c and
-// the extras optional).
-constexpr int kOperands = 8;
+// The operands of one call: a, b, c, d, then the extras' bias, scale_a, scale_b, aux, amax
+// (c and the extras optional).
+constexpr int kOperands = 9;
 
 // The extras tuple (bias, scale_a, scale_b, activation, math, activation_alpha,
-// activation_beta, conv, aux), or None / NULL; conv is None or the tuple of pcr_conv's 8
-// ints.
+// activation_beta, conv, aux, amax), or None / NULL; conv is None or the tuple of
+// pcr_conv's 8 ints.
 struct PyExtras {
-  void* tensors[4] = {};  // bias, scale_a, scale_b, aux
+  void* tensors[5] = {};  // bias, scale_a, scale_b, aux, amax
   pcr_extras fields{};
   pcr_conv conv{};
   bool present = false;
@@ -239,14 +239,15 @@ int read_extras(void* object, PyExtras* out) {
   auto* obj = static_cast<PyObject*>(object);
   if (!obj || obj == P.none) return PCR_OK;
   long n = P.tuple_size(obj);
-  if (n != 9) {
+  if (n != 10) {
     P.err_clear();
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "extras must be the tuple (bias, scale_a, scale_b, activation, math, "
-                     "activation_alpha, activation_beta, conv, aux)");
+                     "activation_alpha, activation_beta, conv, aux, amax)");
   }
   for (int i = 0; i < 3; ++i) out->tensors[i] = P.tuple_item(obj, i);
   out->tensors[3] = P.tuple_item(obj, 8);
+  out->tensors[4] = P.tuple_item(obj, 9);
   const long activation = P.long_value(P.tuple_item(obj, 3));
   const long math = P.long_value(P.tuple_item(obj, 4));
   if ((activation == -1 || math == -1) && P.err_occurred()) {  // not ints, or past a long
@@ -282,6 +283,7 @@ const pcr_extras* extras_of(PyExtras& x, const Operand ops[kOperands]) {
   x.fields.scale_a = dl_or_null(ops[5]);
   x.fields.scale_b = dl_or_null(ops[6]);
   x.fields.aux = dl_or_null(ops[7]);
+  x.fields.amax = dl_or_null(ops[8]);
   return &x.fields;
 }
 
@@ -295,16 +297,18 @@ int ingest_all(void* a, void* b, void* c, void* d, const PyExtras& x, Operand op
       (st = ingest(x.tensors[0], "bias", &ops[4])) ||
       (st = ingest(x.tensors[1], "scale_a", &ops[5])) ||
       (st = ingest(x.tensors[2], "scale_b", &ops[6])) ||
-      (st = ingest(x.tensors[3], "aux", &ops[7])))
+      (st = ingest(x.tensors[3], "aux", &ops[7])) || (st = ingest(x.tensors[4], "amax", &ops[8])))
     return st;
   if (!ops[0].present || !ops[1].present || !ops[3].present)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
-  for (int i : {3, 7})  // the outputs
+  for (int i : {3, 7, 8})  // the outputs
     if (ops[i].read_only)
       return set_error(PCR_ERR_READ_ONLY,
                        "%s is read-only (its producer exported it so, e.g. a numpy array with "
                        "writeable=False); pass a writable output",
-                       i == 3 ? "d" : "aux");
+                       i == 3   ? "d"
+                       : i == 7 ? "aux"
+                                : "amax");
   return PCR_OK;
 }
 

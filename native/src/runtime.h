@@ -106,6 +106,7 @@ struct Bound {
   double alpha = 1.0, beta = 0.0;
   ActivationArgs activation;  // the extras' activation (activation_of)
   Matrix aux;                 // the pre-activation's destination (PCR_EPI_AUX), or empty
+  Matrix amax;                // max |d|'s destination (PCR_EPI_AUX; one float32), or empty
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0, ldaux = 0;
   ConvArgs conv{};  // a convolution's geometry (kind PCR_OP_GEMM for a GEMM)
 };
@@ -146,11 +147,11 @@ bool is_host(int device_type);    // host memory (numpy; pinned included)
 // contiguous extent, in bytes.
 int alignment_bytes(const Matrix& m, int layout, int64_t ld);
 const char* op_name(int op);  // "GEMM", "convolution fprop", ...
-// Where a problem's operands live: ops are a, b, d, c, bias, scale_a, scale_b, aux (null
-// where absent), named as the call names them. All on one GPU or all on the host (*host), d
-// overlaps none of a, b and the extras (d may be c exactly: the caller checks c), and aux
-// overlaps nothing.
-constexpr int kPlaces = 8;
+// Where a problem's operands live: ops are a, b, d, c, bias, scale_a, scale_b, aux, amax
+// (null where absent), named as the call names them. All on one GPU or all on the host
+// (*host), d overlaps none of a, b and the extras (d may be c exactly: the caller checks
+// c), and aux and amax overlap nothing.
+constexpr int kPlaces = 9;
 int check_places(const Matrix* const ops[kPlaces], const char* const names[kPlaces], bool* host);
 // Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, an image for its GPU;
 // with `bound`, CUTLASS's can_implement on those operands too).
@@ -304,6 +305,9 @@ int gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor
 // converting dtypes. `bias` (d's dtype, or nullptr) is a broadcast view as in Bound.
 int launch_scale_copy(const Matrix* src, const Matrix& dst, double scale, cudaStream_t stream,
                       const Matrix* bias = nullptr, ActivationArgs activation = {});
+// max(*amax, max |d|) into amax (float32, one element; nothing when amax is empty): where
+// no kernel's epilogue saw d's final values (K = 0, a staged d).
+int launch_amax(const Matrix& d, const Matrix& amax, cudaStream_t stream);
 // A convolution's input and its unfolding for a GEMM (pcr_im2col, pcr_col2im): the image
 // (n, h, w, c) packed NHWC; cols (n * p * q) x width, row-major and contiguous, in `groups`
 // blocks of width / groups columns, block g holding channels [g c', (g + 1) c') (c' = c /

@@ -390,16 +390,20 @@ def test_unusable_exchange_apis_are_dtype_errors(lib, exchange, entry, kind):
 @pytest.mark.parametrize(
     "extras,match",
     [
-        ((None, None, None, "relu", 0, 0.0, 0.0, None, None), "activation and math"),
-        ((None, None, None, 0, 2.5, 0.0, 0.0, None, None), "activation and math"),
-        ((None, None, None, 2**70, 0, 0.0, 0.0, None, None), "activation and math"),
-        ((None, None, None, 8, 0, "0.2", 0.0, None, None), "parameters must be floats"),
+        ((None, None, None, "relu", 0, 0.0, 0.0, None, None, None), "activation and math"),
+        ((None, None, None, 0, 2.5, 0.0, 0.0, None, None, None), "activation and math"),
+        ((None, None, None, 2**70, 0, 0.0, 0.0, None, None, None), "activation and math"),
+        ((None, None, None, 8, 0, "0.2", 0.0, None, None, None), "parameters must be floats"),
         (
-            (None, None, None, 0, 0, 0.0, 0.0, (1, 0, 0, 1, 1, 1), None),
+            (None, None, None, 0, 0, 0.0, 0.0, (1, 0, 0, 1, 1, 1), None, None),
             "conv must be None or 8 ints",
         ),
-        ((None, None, None, 0, 0, 0.0, 0.0, (1, 0, 0, 1, 1, 1, 1, "1"), None), "conv must be None"),
+        (
+            (None, None, None, 0, 0, 0.0, 0.0, (1, 0, 0, 1, 1, 1, 1, "1"), None, None),
+            "conv must be None",
+        ),
         ((None, None, None, 0, 0), "extras must be the tuple"),
+        ((None, None, None, 0, 0, 0.0, 0.0, None, None), "extras must be the tuple"),
     ],
 )
 def test_extras_of_the_wrong_type(lib, extras, match):

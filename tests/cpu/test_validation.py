@@ -65,12 +65,13 @@ def describe(
     scale_b=None,
     math=0,
     aux=None,
+    amax=None,
 ):
     """(status, problem) from the C describe step; NO_DEVICE still fills the problem.
     ``activation``: a pcr_activation code, or what pcr.gemm takes."""
     act = _call.Act(activation) if isinstance(activation, int) else _call.activation_of(activation)
     objs, _, _, keep = _dlpack.prepare(
-        (a, b, c, d, bias, scale_a, scale_b, aux), _call.NAMES, None, None
+        (a, b, c, d, bias, scale_a, scale_b, aux, amax), _call.NAMES, None, None
     )
     p = _lib.Problem()
     st = lib.pcr_py_describe(
@@ -712,6 +713,53 @@ def test_aux_takes_ds_form_and_nothing_else(lib):
     err(pcr.UnsupportedError, "aux with scale_a/scale_b", x8, w8, None, d, scale_a=s, aux=aux)
 
 
+def test_amax_is_one_float32_value_overlapping_nothing(lib):
+    """amax (max |d|) is one float32 element of any shape; it asks for the aux epilogue
+    (with or without aux, bias or activation), and like aux it aliases no operand."""
+    a, b = np.ones((4, 8), F16), np.ones((8, 6), F16)
+    d, aux = np.zeros((4, 6), F16), np.zeros((4, 6), F16)
+    f16 = ("float16", "float16")
+    for amax in (np.zeros((), np.float32), np.zeros(1, np.float32), np.zeros((1, 1), np.float32)):
+        p = expect_valid_if_built(lib, f16, "aux", a, b, None, d, amax=amax)
+        assert p is None or p.epilogue == Epilogue.EPI_AUX
+    p = expect_valid_if_built(
+        lib, f16, "aux", a, b, None, d, activation="relu", aux=aux, amax=np.zeros((), np.float32)
+    )
+    assert p is None or p.epilogue == Epilogue.EPI_AUX
+    for bad in (np.zeros(2, np.float32), np.zeros((), np.float16), np.zeros((0,), np.float32)):
+        err(pcr.InvalidArgumentError, "amax receives one float32 value", a, b, None, d, amax=bad)
+    whole = np.zeros(32, np.float32)
+    d32 = whole[:24].reshape(4, 6)
+    a32, b32 = np.ones((4, 8), np.float32), np.ones((8, 6), np.float32)
+    err(pcr.OverlapError, "amax overlaps d", a32, b32, None, d32, amax=whole[3:4])
+    err(pcr.OverlapError, "amax overlaps a", a, b, None, d, amax=a.view(np.float32)[0, :1])
+    frozen = np.zeros((), np.float32)
+    frozen.flags.writeable = False
+    err(pcr.ReadOnlyError, "amax is read-only", a, b, None, d, amax=frozen)
+    x8, w8 = np.ones((4, 16), np.int8), np.ones((6, 16), np.int8).T
+    s = np.ones(4, np.float32)
+    err(
+        pcr.UnsupportedError,
+        "amax with scale_a/scale_b",
+        x8,
+        w8,
+        None,
+        d,
+        scale_a=s,
+        amax=np.zeros((), np.float32),
+    )
+    # no aux epilogue for float32: the error says which dtypes have one
+    err(
+        pcr.UnsupportedError,
+        "float32 -> float32 with a fused bias/activation epilogue writing aux or amax",
+        a32,
+        b32,
+        None,
+        np.zeros((4, 6), np.float32),
+        amax=np.zeros((), np.float32),
+    )
+
+
 def test_batches_are_described(lib):
     rng = np.random.default_rng(1)
     a = rng.integers(-4, 5, (3, 4, 8)).astype(F16)
@@ -903,7 +951,7 @@ def test_cai_operands_streams_are_waited_for(streams, launch, waits):
     seen = []
     ops = [_CaiType(_Cai(x, stream=s)) for x, s in zip((a, b, d), streams)]
     _dlpack.prepare(
-        (ops[0], ops[1], None, ops[2], None, None, None, None),
+        (ops[0], ops[1], None, ops[2]) + (None,) * (len(_call.NAMES) - 4),  # no extras
         _call.NAMES,
         launch,
         lambda ptr: 0,

@@ -1,9 +1,11 @@
-"""The pre-activation as a second output: ``aux = alpha * a @ b + beta * c + bias`` and
-``d = act(aux)`` from one kernel (the ``_aux_`` kernels), against a float64 reference.
+"""The second outputs of the ``_aux_`` kernels: the pre-activation ``aux = alpha * a @ b +
+beta * c + bias`` beside ``d = act(aux)``, and ``amax = max |d|``, from one kernel, against
+a float64 reference (aux, d) and d itself (amax: exactly the largest |d| it holds).
 
 Every aux kernel of the build that runs here is forced by name through activations, each
-bias axis and beta in {0, nonzero}; selection, batches, plans, graph capture, K = 0 and
-the refusals (misaligned d, scales) are checked on the chosen kernel.
+bias axis and beta in {0, nonzero}; selection, batches, plans, graph capture, K = 0,
+staged and split outputs, host arrays and the refusals (misaligned d, scales) are
+checked on the chosen kernel.
 """
 
 import pytest
@@ -135,3 +137,99 @@ def test_what_aux_cannot_take_is_refused():
     with pytest.raises(pcr.UnsupportedError, match="aux must have d's layout"):
         pcr.gemm(x, wt, None, d, activation="gelu", aux=aux.t().contiguous().t())
     assert torch.isnan(aux).all()  # nothing ran
+
+
+def scalar_like(d):
+    """An amax destination on d's device, holding garbage the call must overwrite."""
+    return torch.full((), 12345.0, device=d.device)
+
+
+def assert_amax(amax, d, what):
+    """amax is exactly max |d| (d's own values: the kernel reduces what it stores)."""
+    want = d.float().abs().max().item() if d.numel() else 0.0
+    assert amax.item() == want, f"{what}: amax {amax.item()} != max |d| {want}"
+
+
+@pytest.mark.skipif(not AUX, reason="no aux kernel of this build runs here")
+@pytest.mark.parametrize("name", AUX)
+def test_aux_kernel_reduces_amax(name):
+    """Partial tiles, a batch (one maximum over all), with and without aux, each bias
+    axis; the largest |d| is sometimes negative."""
+    k = pcr._kernels.by_name(name)
+    dt = torch_dtype(k.dtype_d)
+    tm, tn, tk = k.tile
+    for i, (act, keep_aux, batch) in enumerate(
+        [("gelu", True, None), (None, False, None), ("silu", False, 2), ("tanh", True, 3)]
+    ):
+        m, n, kk = (tm + 8, 2 * tn + 8, 3 * tk + 8) if i % 2 else (5 * tm, 3 * tn, 2 * tk)
+        x, wt, d, aux = linear_operands(m, n, kk, dt, batch)
+        x[..., 0, :] *= -3  # the first row's outputs the largest, of either sign
+        bias = (torch.rand(n, device="cuda") - 0.5).to(dt) if i % 3 else None
+        amax = scalar_like(d)
+        z = aux if keep_aux else None
+        pcr.gemm(x, wt, None, d, bias=bias, activation=act, kernel=name, aux=z, amax=amax)
+        what = f"{name} {m}x{n}x{kk} batch={batch} act={act} aux={keep_aux}"
+        check(d, reference(x, wt, None, 1.0, 0.0, bias, act), f"{what}: d")
+        assert_amax(amax, d, what)
+
+
+@needs_aux
+def test_amax_on_every_path():
+    """Selection (explain says so), plans, a graph replayed on new inputs (amax starts over
+    each time), K = 0 and an empty d (no kernel), a staged d (its padding columns, where
+    sigmoid(0) = 0.5, must not count), a split one, host arrays, and NaN."""
+    x, wt, d, _ = linear_operands(300, 1024, 512)
+    amax = scalar_like(d)
+    pcr.gemm(x, wt, None, d, activation="gelu", amax=amax)
+    check(d, reference(x, wt, None, 1.0, 0.0, None, "gelu"), "selected: d")
+    assert_amax(amax, d, "selected")
+    ex = pcr.explain(x, wt, None, d, activation="gelu", amax=amax)
+    assert "_aux_" in ex.kernel, ex.kernel
+    assert any("max |d| reduced into amax" in note for note in ex.notes), ex.notes
+
+    plan = pcr.Gemm(x, wt, None, d, amax=amax)
+    amax.fill_(-1.0)
+    plan.run()
+    assert_amax(amax, d, "plan.run")
+    d2, amax2 = nan_like(d), scalar_like(d)
+    plan(x * 2, wt, None, d2, amax=amax2)
+    assert_amax(amax2, d2, "plan(new tensors)")
+
+    pcr.gemm(x, wt, None, d, activation="relu", amax=amax)  # selected before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        pcr.gemm(x, wt, None, d, activation="relu", amax=amax)
+    for scale in (4.0, 0.25):  # the second replay's maximum is smaller
+        x.copy_(matrix(300, 512, "t") * scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(d, reference(x, wt, None, 1.0, 0.0, None, "relu"), f"replay x{scale}: d")
+        assert_amax(amax, d, f"replay x{scale}")
+
+    x0, wt0, d0, _ = linear_operands(64, 128, 0)
+    c = matrix(64, 128, "t")
+    pcr.gemm(x0, wt0, c, d0, 1.0, -3.0, activation="tanh", amax=amax)
+    assert_amax(amax, d0, "K = 0")
+    xe, wte, de, _ = linear_operands(0, 128, 64)
+    pcr.gemm(xe, wte, None, de, amax=amax)
+    assert amax.item() == 0.0, "empty d: amax 0"
+
+    for m, n, k in [(50, 1001, 256), (8, 8201, 1024)]:  # staged; then split (B >= 16 MB)
+        x = torch.ones(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(n, k, device="cuda", dtype=torch.bfloat16)
+        d = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        pcr.gemm(x, w.t(), None, d, -1.0 / k, activation="sigmoid", amax=amax)
+        check(d, torch.full((m, n), 1 / (1 + 2.718281828459045), device="cuda").double(), "odd N")
+        assert_amax(amax, d, f"{m}x{n}x{k} (odd N)")
+
+    np = pytest.importorskip("numpy")
+    a, b = np.full((4, 8), -1.5, np.float16), np.ones((16, 8), np.float16).T  # tn
+    dh, ah = np.zeros((4, 16), np.float16), np.zeros((), np.float32)
+    if any(kk.epilogue == "aux" and kk.dtype_d == "float16" for kk in runnable_kernels()):
+        pcr.gemm(a, b, None, dh, amax=ah)
+        assert ah == 12.0, f"host arrays: amax {ah}"
+
+    x, wt, d, _ = linear_operands(128, 256, 128)
+    x[5, 7] = float("nan")
+    pcr.gemm(x, wt, None, d, amax=amax)
+    assert torch.isnan(amax).item(), "a NaN in d makes amax NaN"
