@@ -69,11 +69,12 @@ struct OptionalAuxLoad : VisitorAuxLoad<ThreadMap, Element, StrideMNL> {
   }
 };
 
-// The activation node (pcr::activate, chosen per launch), converting to the output type.
-template <class ElementOutput>
-struct ActivationNode {
-  using Arguments = ActivationArgs;
-  using Params = Arguments;
+// What CUTLASS's visitor interface asks of a node whose parameters are its per-launch
+// arguments as given (no workspace, no shared memory).
+template <class Args>
+struct ArgumentsOnlyNode {
+  using Arguments = Args;
+  using Params = Args;
   struct SharedStorage {};
 
   template <class ProblemShape>
@@ -85,7 +86,11 @@ struct ActivationNode {
   static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
     return 0;
   }
+};
 
+// The activation node (pcr::activate, chosen per launch), converting to the output type.
+template <class ElementOutput>
+struct ActivationNode : ArgumentsOnlyNode<ActivationArgs> {
   CUTLASS_HOST_DEVICE ActivationNode() {}
   CUTLASS_HOST_DEVICE ActivationNode(Params const& params, SharedStorage const&) : args(params) {}
   ActivationArgs args;
@@ -134,24 +139,11 @@ struct OptionalAuxStore : VisitorAuxStore<ThreadMap, Element, kRound, StrideMNL>
 
 // max |d| into GemmArgs::amax where not null (amax.h), passing its input on: CUTLASS's
 // scalar reduction visitor with an address per launch and bits reduced as amax.h says.
+struct AmaxArgs {
+  float* amax = nullptr;
+};
 template <class ThreadMap>
-struct AmaxReduction {
-  struct Arguments {
-    float* amax = nullptr;
-  };
-  using Params = Arguments;
-  struct SharedStorage {};
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args,
-                                                  void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-
+struct AmaxReduction : ArgumentsOnlyNode<AmaxArgs> {
   CUTLASS_HOST_DEVICE AmaxReduction() {}
   CUTLASS_HOST_DEVICE AmaxReduction(Params const& params, SharedStorage const&)
       : amax(params.amax) {}
