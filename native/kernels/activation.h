@@ -48,6 +48,10 @@ template <class T>
 struct Relu {
   CUTLASS_HOST_DEVICE T operator()(T x) const { return x > T(0) || x != x ? x : T(0); }
 };
+// GELU keeps libdevice's erff, which is branch-free already: a kernel of one GELU per
+// thread compiles to 41 SASS instructions on sm_90a with it (one MUFU) and to 40 with
+// Numerical Recipes' erfc form (two MUFUs), which would keep the tail below x ~ -5.5 that
+// 1 + erf(x) rounds to 0 (as torch's float GELU does) but costs as much.
 template <class T>
 struct Gelu {
   CUTLASS_HOST_DEVICE T operator()(T x) const {
