@@ -39,9 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         type=parse_group,
         default=[],
-        help="shape group A-M (or its name: square, decode, prefill, awkward, layouts, "
+        help="shape group A-N (or its name: square, decode, prefill, awkward, layouts, "
         "epilogue, host, regret, batched, grouped, heldout, heldout-regret, "
-        "heldout-epilogue); repeat or comma-separate; default all",
+        "heldout-epilogue, heldout-epilogue-regret); repeat or comma-separate; default all",
     )
     p.add_argument(
         "--dtype",

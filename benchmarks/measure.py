@@ -187,22 +187,23 @@ class Bench:
         if case.experts:
             moe = self.pcr.moe_gemm
             return lambda x, w, offsets, out: moe(x, w, offsets, out, kernel=kernel)
-        gemm, beta = self.pcr.gemm, case.beta
-        act = bias_activation(case.epilogue)
-        if act and keeps_pre_activation(case.epilogue):
-            bias = self.bias
-            return lambda a, b, c, d: gemm(
-                a, b, None, d, 1.0, 0.0, bias=bias, activation=act, kernel=kernel, aux=c
-            )
-        if act:
-            bias = self.bias
-            return lambda a, b, c, d: gemm(
-                a, b, c, d, 1.0, beta, bias=bias, activation=act, kernel=kernel
-            )
-        kw = self._dtype_kwargs(case)
+        gemm = self.pcr.gemm
+        c_is_aux, beta, kw = self._arguments(case)
+        if c_is_aux:
+            return lambda a, b, c, d: gemm(a, b, None, d, 1.0, 0.0, kernel=kernel, aux=c, **kw)
         if kernel is None and not kw:
             return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta)
         return lambda a, b, c, d: gemm(a, b, c, d, 1.0, beta, kernel=kernel, **kw)
+
+    def _arguments(self, case) -> tuple:
+        """How an operand set (a, b, c, d) of a case becomes pycutlass_rt.gemm's call (or
+        explain's): whether c is the pre-activation output ``aux`` rather than C, beta, and
+        the keyword arguments besides ``kernel``."""
+        act = bias_activation(case.epilogue)
+        if act:
+            aux = keeps_pre_activation(case.epilogue)
+            return aux, 0.0 if aux else case.beta, {"bias": self.bias, "activation": act}
+        return False, case.beta, self._dtype_kwargs(case)
 
     def _dtype_kwargs(self, case) -> dict:
         """The arguments of pycutlass_rt.gemm a case's dtype needs: math=, the scales (GPU
@@ -396,9 +397,14 @@ class Bench:
         }
 
     def _regret(self, case, sets, rec):
-        """Group H: every kernel that accepts the problem, forced, against the chosen one."""
+        """Groups H, L, N: every kernel that accepts the problem, forced, against the chosen
+        one."""
         a, b, c, d = sets[0]
-        ex = self.pcr.explain(a, b, c, d, 1.0, case.beta, **self._dtype_kwargs(case))
+        c_is_aux, beta, kw = self._arguments(case)
+        if c_is_aux:
+            ex = self.pcr.explain(a, b, None, d, 1.0, 0.0, aux=c, **kw)
+        else:
+            ex = self.pcr.explain(a, b, c, d, 1.0, beta, **kw)
         names = [name for name, _ in ex.ranked]
         rec.update(chosen=ex.kernel, candidates=names)
         if not names:

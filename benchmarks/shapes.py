@@ -184,6 +184,11 @@ def _shapes(mnks, **extra) -> list:
     return [dict(m=m, n=n, k=k, **extra) for m, n, k in mnks]
 
 
+#: groups M and N: each of HELDOUT_EPILOGUE with a bias and each of ACTIVATIONS
+HELDOUT_FUSED = tuple(
+    s for act in ACTIVATIONS for s in _shapes(HELDOUT_EPILOGUE, epilogue=f"bias_{act}")
+)
+
 GROUPS = {
     g.key: g
     for g in (
@@ -255,9 +260,15 @@ GROUPS = {
             "heldout-epilogue",
             "compare",
             ("bf16", "fp16"),
-            tuple(
-                s for act in ACTIVATIONS for s in _shapes(HELDOUT_EPILOGUE, epilogue=f"bias_{act}")
-            ),
+            HELDOUT_FUSED,
+        ),
+        # the kernel choice for those fused calls: H's measurement over M's cases
+        Group(
+            "N",
+            "heldout-epilogue-regret",
+            "regret",
+            ("bf16", "fp16"),
+            HELDOUT_FUSED,
         ),
     )
 }

@@ -29,7 +29,7 @@ def mnk(group):
 
 def test_groups_follow_the_benchmark_readme():
     g = shapes.GROUPS
-    assert list(g) == list("ABCDEFGHIJKLM")  # I and J: issue 5's batched and grouped measures
+    assert list(g) == list("ABCDEFGHIJKLMN")  # I and J: issue 5's batched and grouped measures
     assert mnk("A") == [(s, s, s) for s in (1024, 2048, 4096, 8192)]
     # fp32: issue 4's accurate mode, reported against torch in IEEE mode
     assert g["A"].dtypes == ("bf16", "fp16", "tf32", "fp32", "fp8", "int8")
@@ -358,7 +358,7 @@ def parse(*argv):
 
 def test_cli_arguments():
     groups, dtypes = cli.selection(parse())
-    assert groups == list("ABCDEFGHIJKLM") and dtypes is None
+    assert groups == list("ABCDEFGHIJKLMN") and dtypes is None
     args = parse(
         "--group",
         "b",
@@ -572,7 +572,11 @@ class NumpyFw:
 
     def reference(self, a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
         ref = alpha * (a.astype(np.float64) @ b.astype(np.float64))
-        return ref + beta * c if c is not None and beta else ref
+        if c is not None and beta:
+            ref = ref + beta * c
+        if bias is not None:
+            ref = ref + bias
+        return np.maximum(ref, 0) if activation == "relu" else ref  # the tests' one activation
 
     def rel_err(self, got, ref):
         return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
@@ -803,6 +807,34 @@ def test_regret_case_finds_the_best_kernel():
     assert r["status"] == "ok" and r["chosen"] == "k_chosen" and r["best"] == "k_fast"
     assert 0 < r["best_over_chosen"] < 1 and set(r["kernels"]) == {"k_chosen", "k_fast"}
     assert all(c["ok"] for c in r["kernel_checks"].values())
+
+
+def test_group_n_judges_the_fused_choice_with_the_timed_calls_arguments():
+    """N: M's fused cases measured as H. explain() and every forced kernel see the bias and
+    activation of the timed call, so the candidates are the fused kernels."""
+    assert (
+        shapes.GROUPS["N"].kind == "regret"
+        and shapes.GROUPS["N"].shapes == shapes.GROUPS["M"].shapes
+    )
+    seen = []
+    mod = fake_pcr(kernels=("k_chosen", "k_fast"), slow=("k_chosen",))
+    gemm, explain = mod.gemm, mod.explain
+
+    def fused_gemm(a, b, c, d, alpha=1.0, beta=0.0, *, bias=None, activation=None, **kw):
+        seen.append(("gemm", activation, bias is not None))
+        gemm(a, b, c, d, alpha, beta, **kw)
+        np.maximum(d + bias, 0, out=d)  # bias_relu
+        return d
+
+    def fused_explain(*args, **kw):
+        seen.append(("explain", kw.get("activation"), kw.get("bias") is not None))
+        return explain(*args, **kw)
+
+    mod.gemm, mod.explain = fused_gemm, fused_explain
+    r = bench(mod).run(shapes.Case("N", "bf16", 32, 48, 64, epilogue="bias_relu"))
+    assert r["status"] == "ok" and (r["chosen"], r["best"]) == ("k_chosen", "k_fast"), r
+    assert all(c["ok"] for c in r["kernel_checks"].values()), r["kernel_checks"]
+    assert set(seen) == {("explain", "relu", True), ("gemm", "relu", True)}
 
 
 def test_quantized_cases_give_both_sides_the_same_scales():
