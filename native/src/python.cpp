@@ -202,8 +202,10 @@ int ingest(void* object, const char* name, Operand* out) {
 }
 
 // The operands of one call: a, b, c, d, then the extras' bias, scale_a, scale_b, aux, amax
-// (c and the extras optional).
+// (c and the extras optional), named as the call names them.
 constexpr int kOperands = 9;
+constexpr const char* kOperandNames[kOperands] = {"a",       "b",       "c",   "d",   "bias",
+                                                  "scale_a", "scale_b", "aux", "amax"};
 
 // The extras tuple (bias, scale_a, scale_b, activation, math, activation_alpha,
 // activation_beta, conv, aux, amax), or None / NULL; conv is None or the tuple of
@@ -291,24 +293,18 @@ int ingest_all(void* a, void* b, void* c, void* d, const PyExtras& x, Operand op
   if (!py().ok)
     return set_error(PCR_ERR_INTERNAL,
                      "the Python-object entry points need a CPython process; use pcr_gemm");
-  int st;
-  if ((st = ingest(a, "a", &ops[0])) || (st = ingest(b, "b", &ops[1])) ||
-      (st = ingest(c, "c", &ops[2])) || (st = ingest(d, "d", &ops[3])) ||
-      (st = ingest(x.tensors[0], "bias", &ops[4])) ||
-      (st = ingest(x.tensors[1], "scale_a", &ops[5])) ||
-      (st = ingest(x.tensors[2], "scale_b", &ops[6])) ||
-      (st = ingest(x.tensors[3], "aux", &ops[7])) || (st = ingest(x.tensors[4], "amax", &ops[8])))
-    return st;
+  void* const objects[kOperands] = {
+      a, b, c, d, x.tensors[0], x.tensors[1], x.tensors[2], x.tensors[3], x.tensors[4]};
+  for (int i = 0; i < kOperands; ++i)
+    if (int st = ingest(objects[i], kOperandNames[i], &ops[i])) return st;
   if (!ops[0].present || !ops[1].present || !ops[3].present)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
-  for (int i : {3, 7, 8})  // the outputs
+  for (int i : {3, 7, 8})  // the outputs: d, aux, amax
     if (ops[i].read_only)
       return set_error(PCR_ERR_READ_ONLY,
                        "%s is read-only (its producer exported it so, e.g. a numpy array with "
                        "writeable=False); pass a writable output",
-                       i == 3   ? "d"
-                       : i == 7 ? "aux"
-                                : "amax");
+                       kOperandNames[i]);
   return PCR_OK;
 }
 
