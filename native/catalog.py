@@ -4,7 +4,9 @@
 Every kernel the library can contain is one ``Kernel`` record below. Its procedural
 ``name`` encodes every parameter and is its identity everywhere (build filter, registry,
 selection tables, tests, logs). The generator turns the selected records into one
-``.cu`` file per kernel, the registry table and a CMake fragment::
+``.cu`` file per kernel, the translation units that compile them several at a time (they
+share the headers' parsing and most instantiations: ``units``), the registry table and a
+CMake fragment::
 
     python native/catalog.py --list --archs all            # every kernel name, no compiling
     python native/catalog.py --list --kernels 'sm90_bf16*'
@@ -18,6 +20,8 @@ unset (``auto``): ``native`` where nvidia-smi lists a GPU, else ``default``.
 Kernel filter (``PYCUTLASS_RT_KERNELS``): ``default`` (the core tier; what ``--emit``
 builds), ``all`` (what ``--list`` prints), or ``;``/``,``-separated wildcards on names
 (``!pat`` excludes).
+Kernels per translation unit (``PYCUTLASS_RT_UNIT_SIZE``): a number, or ``auto`` (unset):
+three units per core, at most eight (``unit_size``).
 """
 
 from __future__ import annotations
@@ -904,32 +908,116 @@ def _sass_covers(tokens: list[str], token: str) -> bool:
 #: sm90a kernel.
 COMPILE_SECONDS = {"unit": 8.0, "target": 4.0, "arch_specific": 40.0}
 
+#: Kernels compiled as one translation unit share the parsing of their headers and most
+#: template instantiations, which is where their time goes (nvcc --time: the front ends,
+#: not SASS generation). On a 2-core machine, two compiles at once, CUDA 13.0: eight sm90a
+#: bf16 kernels in one unit 97 s and 5.9 GB at peak, against 334 s one by one (each 37-46 s,
+#: 3.4 GB); four 67 s, 4.9 GB; eight sm80 ones 35-38 s against 117 s. Their SASS is the
+#: same either way (cuobjdump). So a unit's kernels after its first cost FOLLOWER_SHARE of
+#: their own time, a unit holds at most MAX_UNIT (its memory), and ``auto`` sizing leaves
+#: UNITS_PER_CORE units per core, so that many cores still share the work evenly.
+FOLLOWER_SHARE = 0.22
+MAX_UNIT = 8
+UNITS_PER_CORE = 3
+#: an sm90a unit's peak memory in GB: its first kernel, and each further one
+UNIT_PEAK_GB = (3.4, 0.35)
 
-def compile_seconds(kernels: list[Kernel], per_family: dict[str, list[str]]) -> float:
-    """Core-seconds that compiling ``kernels`` for ``per_family``'s SASS targets takes."""
+
+def kernel_seconds(k: Kernel, per_family: dict[str, list[str]]) -> float:
+    """Core-seconds that compiling ``k`` alone for ``per_family``'s SASS targets takes."""
     c = COMPILE_SECONDS
+    targets = len(per_family.get(k.family, []))
+    if k.family in TMA_FAMILIES:
+        return c["arch_specific"] * max(targets, 1)
+    return c["unit"] + c["target"] * targets
+
+
+def compile_seconds(
+    kernels: list[Kernel], per_family: dict[str, list[str]], size: int = 1
+) -> float:
+    """Core-seconds that compiling ``kernels`` for ``per_family``'s SASS targets takes,
+    ``size`` kernels per translation unit."""
     seconds = 0.0
-    for k in kernels:
-        targets = len(per_family.get(k.family, []))
-        if k.family in ("sm90", "sm100"):
-            seconds += c["arch_specific"] * max(targets, 1)
-        else:
-            seconds += c["unit"] + c["target"] * targets
+    for _, members, _ in units(kernels, per_family, size):
+        costs = sorted((kernel_seconds(k, per_family) for k in members), reverse=True)
+        seconds += costs[0] + FOLLOWER_SHARE * sum(costs[1:])
     return seconds
 
 
-def estimate_minutes(kernels: list[Kernel], per_family: dict[str, list[str]], cores: int):
-    """(core-minutes, wall minutes on ``cores``) that compiling ``kernels`` takes.
+def unit_size(spec: str | None, kernels: int, cores: int) -> int:
+    """Kernels per translation unit: ``spec`` (``PYCUTLASS_RT_UNIT_SIZE``) a number, or
+    ``auto`` (unset): as many as leave UNITS_PER_CORE units per core, 1 to MAX_UNIT.
+
+    >>> [unit_size("auto", 234, 2), unit_size("auto", 234, 16), unit_size(None, 5, 2)]
+    [8, 4, 1]
+    >>> unit_size("1", 234, 2)
+    1
+    """
+    spec = (spec or "auto").strip()
+    if spec == "auto":
+        return max(1, min(MAX_UNIT, kernels // (UNITS_PER_CORE * max(cores, 1))))
+    if not spec.isdigit() or int(spec) < 1:
+        raise SystemExit(f"PYCUTLASS_RT_UNIT_SIZE={spec}: expected auto or a whole number >= 1")
+    return int(spec)
+
+
+def unit_jobs(size: int, cores: int, memory_gb: float) -> int:
+    """How many units compile at once: one per core, fewer where their peak memory would
+    pass three quarters of ``memory_gb``.
+
+    >>> [unit_jobs(8, 2, 23), unit_jobs(8, 16, 64), unit_jobs(1, 16, 256)]
+    [2, 8, 16]
+    """
+    first, further = UNIT_PEAK_GB
+    fits = int(0.75 * memory_gb // (first + further * (size - 1)))
+    return max(1, min(cores, fits))
+
+
+def units(
+    kernels: list[Kernel], per_family: dict[str, list[str]], size: int
+) -> list[tuple[str, list[Kernel], list[str]]]:
+    """The translation units that compile ``kernels``: (name, kernels, gencode flags).
+
+    A unit's kernels share a header and gencode flags, and are neighbours in name order
+    (same family, dtypes and layout first), so that they share the most instantiations. A
+    one-kernel unit is named after its kernel.
+
+    >>> ks = [k for k in catalogue() if k.name.startswith("sm90_bf16_bf16_f32_bf16_tn_128")]
+    >>> [(n, len(m)) for n, m, _ in units(ks[:5], {"sm90": ["90a"]}, 2)][:2]
+    [('sm90_tma_gemm_000', 2), ('sm90_tma_gemm_001', 2)]
+    >>> units(ks[:1], {"sm90": ["90a"]}, 2)[0][0] == ks[0].name
+    True
+    """
+    groups: dict[tuple, list[Kernel]] = {}
+    for k in sorted(kernels, key=lambda k: k.name):
+        flags = gencode_flags(FAMILIES[k.family], per_family.get(k.family, []))
+        groups.setdefault((k.family, _header(k), tuple(flags)), []).append(k)
+    out = []
+    for (family, header, flags), members in groups.items():
+        stem = f"{family}_{header.split('.')[0]}"
+        for i in range(0, len(members), size):
+            chunk = members[i : i + size]
+            name = chunk[0].name if len(chunk) == 1 else f"{stem}_{i // size:03d}"
+            out.append((name, chunk, list(flags)))
+    return out
+
+
+def estimate_minutes(
+    kernels: list[Kernel], per_family: dict[str, list[str]], cores: int, size: int = 1
+):
+    """(core-minutes, wall minutes on ``cores``) that compiling ``kernels`` takes, ``size``
+    kernels per translation unit.
 
     An sm90a/sm100a (CUTLASS 3.x) kernel costs ``arch_specific`` seconds; a CUTLASS 2.x
-    kernel a ``unit`` plus a ``target`` per SASS target of its family. Rough (+-20%): it
-    is printed before the build so that nobody waits blind.
+    kernel a ``unit`` plus a ``target`` per SASS target of its family; in a unit, each
+    kernel after the first FOLLOWER_SHARE of that. Rough (+-20%): it is printed before the
+    build so that nobody waits blind.
 
     >>> ks = [k for k in catalogue() if k.name == "sm80_f16_f16_f32_f16_tn_128x128x32_w2x2_s4_a8"]
     >>> estimate_minutes(ks, {"sm80": ["80", "86"]}, cores=1)
     (0.27, 0.27)
     """
-    core_minutes = round(compile_seconds(kernels, per_family) / 60, 2)
+    core_minutes = round(compile_seconds(kernels, per_family, size) / 60, 2)
     return core_minutes, round(core_minutes / max(cores, 1), 2)
 
 
@@ -1074,8 +1162,12 @@ def kernel_info(k: Kernel) -> str:
     return "{" + ", ".join(map(str, fields)) + "}"
 
 
+def _header(k: Kernel) -> str:
+    return CONV_HEADERS[k.family] if k.conv else FAMILIES[k.family].header
+
+
 def kernel_source(k: Kernel) -> str:
-    header = CONV_HEADERS[k.family] if k.conv else FAMILIES[k.family].header
+    header = _header(k)
     split = f'#include "{SPLIT_K_HEADERS[header]}"\n' if k.split == "splitk" and not k.conv else ""
     return (
         BANNER + f'#include "{header}"\n{split}\n'
@@ -1111,18 +1203,46 @@ def _write_if_changed(path: str, text: str) -> None:
         f.write(text)
 
 
-def emit(outdir: str, kernels: list[Kernel], per_family: dict[str, list[str]], build: dict) -> None:
-    os.makedirs(os.path.join(outdir, "kernels"), exist_ok=True)
-    cmake = [f"# {BANNER[3:]}set(PCR_KERNEL_SOURCES)"]
+def unit_source(members: list[Kernel]) -> str:
+    """A translation unit of several kernels: their own sources, included."""
+    return BANNER + "".join(f'#include "../kernels/{k.name}.cu"\n' for k in members)
+
+
+def emit(
+    outdir: str,
+    kernels: list[Kernel],
+    per_family: dict[str, list[str]],
+    build: dict,
+    size: int = 1,
+    jobs: int = 1,
+) -> None:
+    """Write a source per kernel, the units compiling them ``size`` at a time (at most
+    ``jobs`` at once), the registry and kernels.cmake."""
+    for sub in ("kernels", "units"):
+        os.makedirs(os.path.join(outdir, sub), exist_ok=True)
     for k in kernels:
-        path = os.path.join(outdir, "kernels", k.name + ".cu")
-        _write_if_changed(path, kernel_source(k))
-        flags = ";".join(gencode_flags(FAMILIES[k.family], per_family[k.family]))
+        _write_if_changed(os.path.join(outdir, "kernels", k.name + ".cu"), kernel_source(k))
+    cmake = [f"# {BANNER[3:]}set(PCR_KERNEL_SOURCES)", f"set(PCR_UNIT_JOBS {jobs})"]
+    for name, members, flags in units(kernels, per_family, size):
+        if len(members) == 1:
+            path = os.path.join(outdir, "kernels", name + ".cu")
+        else:
+            path = os.path.join(outdir, "units", name + ".cu")
+            _write_if_changed(path, unit_source(members))
         cmake.append(f'list(APPEND PCR_KERNEL_SOURCES "{path}")')
-        cmake.append(f'set_source_files_properties("{path}" PROPERTIES COMPILE_OPTIONS "{flags}")')
+        cmake.append(
+            f'set_source_files_properties("{path}" PROPERTIES COMPILE_OPTIONS "{";".join(flags)}")'
+        )
     cmake.append(f'set(PCR_RUNTIME_GENCODE "{";".join(runtime_gencode(per_family))}")')
     _write_if_changed(os.path.join(outdir, "registry.cpp"), registry_source(kernels, build))
     _write_if_changed(os.path.join(outdir, "kernels.cmake"), "\n".join(cmake) + "\n")
+
+
+def _memory_gb() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return 16.0
 
 
 def toolkit(nvcc: str | None):
@@ -1154,6 +1274,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the selected records as JSON")
     ap.add_argument("--emit", metavar="DIR", help="write sources, registry and kernels.cmake")
     ap.add_argument("--nvcc", help="nvcc to ask which archs it can build")
+    ap.add_argument(
+        "--unit-size",
+        default=os.environ.get("PYCUTLASS_RT_UNIT_SIZE"),
+        help="kernels per translation unit: auto (default) or a number",
+    )
     args = ap.parse_args(argv)
 
     if not args.kernels:
@@ -1179,15 +1304,18 @@ def main(argv=None) -> int:
             "kernel_filter": args.kernels,
             "cuda": "{}.{}".format(*cuda) if cuda else None,
         }
-        emit(args.emit, kernels, per_family, build)
         cores = int(os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or os.cpu_count() or 1)
-        _, minutes = estimate_minutes(kernels, per_family, cores)
+        size = unit_size(args.unit_size, len(kernels), cores)
+        jobs = unit_jobs(size, cores, _memory_gb())
+        emit(args.emit, kernels, per_family, build, size, jobs)
+        count = len(units(kernels, per_family, size))
+        _, minutes = estimate_minutes(kernels, per_family, min(cores, jobs), size)
         took = f"{minutes:.0f} min" if minutes >= 2 else f"{minutes * 60:.0f} s"
         print(
             f"pycutlass_rt: {len(kernels)} kernels for "
             + ", ".join(f"{f} ({' '.join(t)})" for f, t in per_family.items())
-            + f"; about {took} on {cores} cores (progress: ninja's [n/N], "
-            "which pip shows with -v)",
+            + f" in {count} translation units of up to {size}, {jobs} at once; about {took} "
+            f"on {cores} cores (progress: ninja's [n/N], which pip shows with -v)",
             file=sys.stderr,
         )
     return 0

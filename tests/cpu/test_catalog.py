@@ -1,5 +1,6 @@
 """The declarative catalogue, the build filter and the arch plan (no compiler needed)."""
 
+import doctest
 import os
 import re
 import subprocess
@@ -241,6 +242,63 @@ def test_emit(tmp_path):
     assert all(f"&pcr_kernel_{k.ident}" in reg for k in ks)
     cm = (tmp_path / "kernels.cmake").read_text()
     assert "code=[sm_80,sm_90,compute_80]" in cm and "code=[sm_90a]" in cm
+
+
+def test_emit_units(tmp_path):
+    # several kernels to a translation unit: each kernel in exactly one unit, a unit's
+    # kernels sharing their gencode flags; a lone kernel compiles from its own source
+    ks = catalog.select_kernels(catalog.catalogue(), "sm90_bf16_bf16_f32_bf16_tn_*,sm80_f16_*_nt_*")
+    per_family = {"sm80": ["80", "90"], "sm90": ["90a"]}
+    catalog.emit(str(tmp_path), ks, per_family, {"x": 1}, size=3, jobs=2)
+    cm = (tmp_path / "kernels.cmake").read_text()
+    assert "set(PCR_UNIT_JOBS 2)" in cm
+    sources = re.findall(r'list\(APPEND PCR_KERNEL_SOURCES "([^"]+)"\)', cm)
+    compiled = []
+    for src in sources:
+        flags = re.search(re.escape(src) + r'" PROPERTIES COMPILE_OPTIONS "([^"]+)"', cm)[1]
+        text = open(src).read()
+        if "/units/" in src:
+            members = re.findall(r'#include "\.\./kernels/(\w+)\.cu"', text)
+            assert 2 <= len(members) <= 3
+        else:
+            members = [os.path.basename(src)[: -len(".cu")]]
+        families = {catalog.FAMILIES[m.split("_")[0]] for m in members}
+        assert len(families) == 1
+        assert flags.split(";") == catalog.gencode_flags(families.pop(), per_family[members[0][:4]])
+        compiled += members
+    assert sorted(compiled) == sorted(k.name for k in ks)
+    assert any("/units/" in s for s in sources) and any("/kernels/" in s for s in sources)
+    # the estimate counts a unit's followers at a share of their own cost
+    alone = catalog.compile_seconds(ks, per_family)
+    assert catalog.compile_seconds(ks, per_family, 3) < 0.6 * alone
+
+
+def test_unit_size_knob_is_checked():
+    with pytest.raises(SystemExit, match="PYCUTLASS_RT_UNIT_SIZE=0"):
+        catalog.unit_size("0", 100, 2)
+
+
+def test_pip_install_with_no_knobs_builds_for_this_machines_gpus(monkeypatch):
+    # pip passes pyproject's defaults as CMake defines: unset archs must mean what CMake's
+    # unset means (this machine's GPUs, else the portable set), not the portable set always
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = os.path.dirname(os.path.dirname(catalog.__file__))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        defines = tomllib.load(f)["tool"]["scikit-build"]["cmake"]["define"]
+    archs = defines["PYCUTLASS_RT_ARCHS"]["default"]
+    monkeypatch.setattr(catalog, "native_tokens", lambda: ["90", "90a"])
+    assert catalog.parse_archs(archs) == ["90", "90a"]
+
+    def no_gpu():
+        raise SystemExit("no GPU")
+
+    monkeypatch.setattr(catalog, "native_tokens", no_gpu)
+    assert catalog.parse_archs(archs) == catalog.parse_archs("default")
+    assert catalog.unit_size(defines["PYCUTLASS_RT_UNIT_SIZE"]["default"], 234, 2) == 8
+
+
+def test_generator_doctests():
+    assert doctest.testmod(catalog).failed == 0
 
 
 def test_list_cli_all_archs():
