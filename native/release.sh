@@ -8,10 +8,14 @@
 #
 #   native/release.sh [OUTDIR]        # default: dist/
 #   PYCUTLASS_RT_KERNELS='sm80_f16_*_a1' native/release.sh /tmp/try   # the flow, few kernels
+#   PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/wheels native/release.sh  # offline: every Python
+#     package (build, auditwheel, scikit-build-core, nvidia-cutlass, ...) from a folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-dist}
-if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  echo "release.sh: not a git checkout (an unpacked sdist or a copy): building the tree as it is"
+elif [ -n "$(git status --porcelain --untracked-files=no)" ]; then
   echo "release.sh: the checkout has uncommitted changes; release from a clean one" >&2
   exit 1
 fi
