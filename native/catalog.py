@@ -1238,6 +1238,10 @@ def emit(
     _write_if_changed(os.path.join(outdir, "kernels.cmake"), "\n".join(cmake) + "\n")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _memory_gb() -> float:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -1305,16 +1309,17 @@ def main(argv=None) -> int:
             "cuda": "{}.{}".format(*cuda) if cuda else None,
         }
         cores = int(os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or os.cpu_count() or 1)
-        size = unit_size(args.unit_size, len(kernels), cores)
+        size = build["unit_size"] = unit_size(args.unit_size, len(kernels), cores)
         jobs = unit_jobs(size, cores, _memory_gb())
         emit(args.emit, kernels, per_family, build, size, jobs)
         count = len(units(kernels, per_family, size))
         _, minutes = estimate_minutes(kernels, per_family, min(cores, jobs), size)
         took = f"{minutes:.0f} min" if minutes >= 2 else f"{minutes * 60:.0f} s"
         print(
-            f"pycutlass_rt: {len(kernels)} kernels for "
+            f"pycutlass_rt: {_count(len(kernels), 'kernel')} for "
             + ", ".join(f"{f} ({' '.join(t)})" for f, t in per_family.items())
-            + f" in {count} translation units of up to {size}, {jobs} at once; about {took} "
+            + f" in {_count(count, 'translation unit')} of up to {size}, {jobs} at once; "
+            f"about {took} "
             f"on {cores} cores (progress: ninja's [n/N], which pip shows with -v)",
             file=sys.stderr,
         )
