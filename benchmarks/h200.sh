@@ -98,7 +98,9 @@ phase_wheel() {
 }
 
 phase_release() {
-  PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+  # CUTLASS from the carried wheel (build's isolated environment hides PYTHONPATH)
+  CUTLASS_DIR=/tmp/site/cutlass_library/source \
+    PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     timeout "${PCR_RELEASE_TIMEOUT:-570}" native/release.sh build/release >"$OUT/release.log" 2>&1 ||
     return
   local wheel
