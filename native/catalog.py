@@ -1215,15 +1215,16 @@ def emit(
     build: dict,
     size: int = 1,
     jobs: int = 1,
-) -> None:
+) -> list:
     """Write a source per kernel, the units compiling them ``size`` at a time (at most
-    ``jobs`` at once), the registry and kernels.cmake."""
+    ``jobs`` at once), the registry and kernels.cmake; returns the units."""
     for sub in ("kernels", "units"):
         os.makedirs(os.path.join(outdir, sub), exist_ok=True)
     for k in kernels:
         _write_if_changed(os.path.join(outdir, "kernels", k.name + ".cu"), kernel_source(k))
     cmake = [f"# {BANNER[3:]}set(PCR_KERNEL_SOURCES)", f"set(PCR_UNIT_JOBS {jobs})"]
-    for name, members, flags in units(kernels, per_family, size):
+    compiled = units(kernels, per_family, size)
+    for name, members, flags in compiled:
         if len(members) == 1:
             path = os.path.join(outdir, "kernels", name + ".cu")
         else:
@@ -1236,6 +1237,7 @@ def emit(
     cmake.append(f'set(PCR_RUNTIME_GENCODE "{";".join(runtime_gencode(per_family))}")')
     _write_if_changed(os.path.join(outdir, "registry.cpp"), registry_source(kernels, build))
     _write_if_changed(os.path.join(outdir, "kernels.cmake"), "\n".join(cmake) + "\n")
+    return compiled
 
 
 def _count(n: int, noun: str) -> str:
@@ -1311,8 +1313,7 @@ def main(argv=None) -> int:
         cores = int(os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or os.cpu_count() or 1)
         size = build["unit_size"] = unit_size(args.unit_size, len(kernels), cores)
         jobs = unit_jobs(size, cores, _memory_gb())
-        emit(args.emit, kernels, per_family, build, size, jobs)
-        count = len(units(kernels, per_family, size))
+        count = len(emit(args.emit, kernels, per_family, build, size, jobs))
         _, minutes = estimate_minutes(kernels, per_family, min(cores, jobs), size)
         took = f"{minutes:.0f} min" if minutes >= 2 else f"{minutes * 60:.0f} s"
         print(
