@@ -253,10 +253,11 @@ def run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes, profile=False) ->
     return row
 
 
-def launches(torch, fn, calls: int = 3) -> str:
+def launches(torch, fn, calls: int = 3, width: int | None = 60) -> str:
     """The device kernels (and copies) ``fn()`` launches, from torch's profiler over
     ``calls`` calls: "name µs; ..." per call, largest first, so that a route's time can be
-    told apart (the unfolding, the GEMM, a copy nobody asked for)."""
+    told apart (the unfolding, the GEMM, a copy nobody asked for); names cut to ``width``
+    characters (None: whole)."""
     fn()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -270,7 +271,7 @@ def launches(torch, fn, calls: int = 3) -> str:
         us = e.device_time_total
         per[e.name] = per.get(e.name, 0.0) + us / calls
     top = sorted(per.items(), key=lambda kv: -kv[1])
-    return "; ".join(f"{name[:60]} {us:.1f}" for name, us in top)
+    return "; ".join(f"{name[:width]} {us:.1f}" for name, us in top)
 
 
 def summarize(rows) -> list:

@@ -551,3 +551,34 @@ def test_boosting_learns_a_rule_and_keeps_children_after_parents():
     for i, f in enumerate(trees["feature"]):
         if f >= 0:
             assert trees["left"][i] > i and trees["right"][i] > i
+
+
+def test_peer_kernels_picks_the_shapes_the_peer_leads(tmp_path):
+    """heuristics/peer_kernels.py profiles cuBLAS where even the sweep's best kernel trails
+    it: picked from the sweep's peer rows, slowest first; a sweep without such a shape is
+    refused before anything needs a GPU."""
+    import doctest
+
+    from heuristics import peer_kernels
+
+    assert doctest.testmod(peer_kernels).failed == 0
+    kernels = {
+        (8, 4096, 4096): {SMALL: 10.0, BIG: 12.0},
+        (300, 4096, 4096): {SMALL: 20.0, BIG: 16.0},
+        (4096, 4096, 4096): {BIG: 100.0},
+        (64, 64, 64): {SMALL: 5.0},  # no peer row
+    }
+    peers = {  # in a file of their own, as sweep.py --peer --kernels none writes them
+        (8, 4096, 4096): {sweep.PEER: 9.0},  # 0.9x
+        (300, 4096, 4096): {sweep.PEER: 12.0},  # 0.75x
+        (4096, 4096, 4096): {sweep.PEER: 104.0},  # ahead
+    }
+    paths = [write_sweep(tmp_path / "k.csv", kernels), write_sweep(tmp_path / "p.csv", peers)]
+    rows = [r for p in paths for r in csv.DictReader(open(p, newline=""))]
+    picked = peer_kernels.lagging(rows, 0.95)
+    assert [(r["m"], r["best"], r["ratio"]) for r in picked] == [
+        ("300", BIG, 0.75),
+        ("8", SMALL, 0.9),
+    ]
+    with pytest.raises(SystemExit, match="no shape with a peer row below 0.5x"):
+        peer_kernels.main([*paths, "--below", "0.5", "--out", str(tmp_path / "o.csv")])
