@@ -87,14 +87,18 @@ phase_test() {
     2>&1 | tee "$OUT/gpu-sanitizer.log" | tail -5
 }
 
+# a built wheel, installed where wheeltest imports it from
+install_pcr() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pcr "$@"
+}
+
 phase_wheel() {
   mkdir -p "$OUT/wheel"
   env -u PYCUTLASS_RT_LIBRARY -u PYCUTLASS_RT_ARCHS -u PYCUTLASS_RT_KERNELS \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" timeout "${PCR_WHEEL_TIMEOUT:-540}" \
     python3 -m pip wheel . -v --no-build-isolation --no-deps -w "$OUT/wheel" \
     >"$OUT/wheel-build.log" 2>&1 &&
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pcr \
-      "$OUT"/wheel/*.whl
+    install_pcr "$OUT"/wheel/*.whl
 }
 
 phase_release() {
@@ -106,7 +110,7 @@ phase_release() {
   local wheel
   wheel=$(ls build/release/*manylinux*.whl) || return
   split -b 15M "$wheel" "$OUT/$(basename "$wheel").part."
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pcr "$wheel"
+  install_pcr "$wheel"
 }
 
 phase_carried() {
@@ -114,8 +118,7 @@ phase_carried() {
   parts=$(ls build/wheel/*.whl.part.* | head -1) || return
   name=$(basename "${parts%.part.*}")
   cat build/wheel/"$name".part.* >"/tmp/$name" &&
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/pcr \
-      "/tmp/$name"
+    install_pcr "/tmp/$name"
 }
 
 phase_wheeltest() {
