@@ -134,9 +134,15 @@ def diagnose() -> dict:
         driver=info["driver_version"],
         runtime=info["runtime_version"],
         devices=info["devices"],
+        jax_handler=info["build"].get("jax_handler", {"built": False}),
     )
     if not info["devices"]:
         problems.append(f"no usable GPU: {info['device_error']}")
+    if not report["jax_handler"]["built"] and framework_versions()["jax"]:
+        problems.append(
+            "jax is installed but this build has no JAX handler (configured with "
+            "PYCUTLASS_RT_XLA_FFI_INCLUDE=OFF): pycutlass_rt.jax raises UnsupportedError"
+        )
     if info["driver_version"] and _version_tuple(info["driver_version"]) < _version_tuple(
         info["runtime_version"]
     ):
@@ -183,6 +189,12 @@ def print_report(report: dict) -> None:
     if "library" in report:
         print(f"library:   {report['library']} (ABI {report['abi']})")
         print(f"driver:    CUDA {report['driver'] or 'none found'}; runtime {report['runtime']}")
+        handler = report["jax_handler"]
+        print(
+            f"JAX:       handler built (XLA FFI API {handler.get('xla_ffi_api')}; pycutlass_rt.jax)"
+            if handler["built"]
+            else "JAX:       no handler in this build (PYCUTLASS_RT_XLA_FFI_INCLUDE=OFF)"
+        )
         for dev in report["devices"]:
             print(
                 f"GPU {dev['index']}:     {dev['name']}, compute {dev['cc']}, "

@@ -13,10 +13,10 @@ Kernels are chosen while tracing (tuned cache, shipped table, model, as for
 :func:`pycutlass_rt.gemm`), for the problem as traced and for its vmapped form; the
 names travel in the call's attributes, so a trace belongs to the process's GPU and build.
 
-Only builds made where jaxlib's FFI headers were found hold the handler
-(:func:`available`): install jax into the Python that builds pycutlass_rt and rebuild
-without build isolation (``pip install . --no-build-isolation``). This module imports jax
-on first use only; ``import pycutlass_rt`` never does.
+Every build holds the handler (:func:`available`), compiled against the XLA FFI headers
+the project vendors, so no jax is needed to build; only a build configured with
+``PYCUTLASS_RT_XLA_FFI_INCLUDE=OFF`` leaves it out. This module imports jax on first use
+only; ``import pycutlass_rt`` never does.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = ["gemm", "linear", "available", "TARGET", "SYMBOL"]
 
 #: the XLA custom-call target the handler is registered under (platform CUDA)
 TARGET = "pycutlass_rt_gemm"
-#: the library's handler symbol (builds with jaxlib's FFI headers only)
+#: the library's handler symbol (every build but one configured without it)
 SYMBOL = "pcr_xla_gemm"
 
 #: dtype name -> (DLPack type code, bits): what the handler maps XLA's element types to
@@ -75,12 +75,13 @@ def _handler(path: str, symbol: str):
 
 
 def available() -> bool:
-    """Whether the loaded library holds the JAX handler (it was built with jaxlib's XLA FFI
-    headers). Needs no GPU and does not import jax.
+    """Whether the loaded library holds the JAX handler (every build does, unless it was
+    configured with ``PYCUTLASS_RT_XLA_FFI_INCLUDE=OFF``). Needs no GPU and does not import
+    jax.
 
     Example:
         >>> import pycutlass_rt.jax as pcr_jax
-        >>> pcr_jax.available() in (True, False)
+        >>> pcr_jax.available()
         True
     """
     return _handler(_lib.load().path, SYMBOL) is not None
@@ -90,7 +91,7 @@ def _register() -> None:
     """Registers the handler with XLA once per process.
 
     Raises:
-        UnsupportedError: the library was built without jaxlib's FFI headers.
+        UnsupportedError: the library was built without the handler.
     """
     global _registered
     if _registered:
@@ -102,12 +103,9 @@ def _register() -> None:
         fn = _handler(lib.path, SYMBOL)
         if fn is None:
             raise UnsupportedError(
-                f"{lib.path} was built without jaxlib's XLA FFI headers, so it has no JAX "
-                f"handler ({SYMBOL}). Install jax in the Python environment that builds "
-                "pycutlass_rt (pip install 'jax[cuda12]', or jax[cuda13]) and rebuild there "
-                "without build isolation: pip install . --no-build-isolation (CMake then "
-                "finds the headers through jax.ffi.include_dir(), or set "
-                "PYCUTLASS_RT_XLA_FFI_INCLUDE to that directory); the build says 'JAX "
+                f"{lib.path} was built without the JAX handler ({SYMBOL}): it was configured "
+                "with PYCUTLASS_RT_XLA_FFI_INCLUDE=OFF. Rebuild with that variable unset (the "
+                "vendored XLA FFI headers; no jax needed to build): the build says 'JAX "
                 "handler built' when it configures"
             )
         import jax

@@ -614,11 +614,12 @@ PCR_API int pcr_py_col2im(pcr_py_object* cols, pcr_py_object* dx, pcr_py_object*
  *        tensors, e.g. torch) */
 PCR_API const void* pcr_py_builtins(void);
 
-/* ---- XLA FFI handler (some builds) -----------------------------------------------
- * A build that found jaxlib's XLA FFI headers (CMake says so when it configures) also
- * exports pcr_xla_gemm, an XLA FFI handler (XLA_FFI_Error* (XLA_FFI_CallFrame*), see
- * xla/ffi/api/c_api.h) that pycutlass_rt.jax registers with jax.ffi.register_ffi_target.
- * It is not declared here: other builds lack it, and its types are XLA's. */
+/* ---- XLA FFI handler -------------------------------------------------------------
+ * Every build (but one configured with PYCUTLASS_RT_XLA_FFI_INCLUDE=OFF) also exports
+ * pcr_xla_gemm, an XLA FFI handler (XLA_FFI_Error* (XLA_FFI_CallFrame*), see
+ * xla/ffi/api/c_api.h) that pycutlass_rt.jax registers with jax.ffi.register_ffi_target;
+ * pcr_build_info's "jax_handler" says whether this build has it. It is not declared here:
+ * its types are XLA's. */
 
 #ifdef __cplusplus
 }

@@ -274,8 +274,8 @@ PCR_API const void* pcr_py_builtins(void) {
 
 #ifdef PCR_XLA_FFI
 // pycutlass_rt.jax's handler: XLA_FFI_Error* (XLA_FFI_CallFrame*), registered with XLA by
-// jax.ffi.register_ffi_target. Outside the public header: only builds that found jaxlib's
-// FFI headers have it, and Python looks it up by name.
+// jax.ffi.register_ffi_target. Outside the public header: its types are XLA's, and Python
+// looks it up by name.
 PCR_API void* pcr_xla_gemm(void* call_frame) { return xla_gemm(call_frame); }
 #endif
 

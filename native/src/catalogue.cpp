@@ -12,11 +12,16 @@ namespace pcr {
 
 const char* build_info() {
   static const std::string info = [] {
+#ifdef PCR_XLA_FFI
+    const std::string jax_handler = xla_handler_info();
+#else
+    const std::string jax_handler = "{\"built\": false}";
+#endif
     std::string s =
         "{\"abi\": " + std::to_string(PCR_ABI_VERSION) +
         ", \"cuda_runtime\": " + std::to_string(CUDART_VERSION) +
         ", \"cutlass\": \"" PCR_CUTLASS_VERSION "\", \"kernels\": " + std::to_string(kKernelCount) +
-        ", \"catalog\": " + kBuildJson + "}";
+        ", \"jax_handler\": " + jax_handler + ", \"catalog\": " + kBuildJson + "}";
     return s;
   }();
   return info.c_str();

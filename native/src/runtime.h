@@ -375,4 +375,6 @@ const void* py_builtins();
 // XLA_FFI_Error* (nullptr: success). Runs behind its own guard: failures, exceptions
 // included, become XLA FFI errors carrying the thread's message.
 void* xla_gemm(void* call_frame) noexcept;
+// build_info's "jax_handler" object: built, and the XLA FFI API version compiled against.
+const char* xla_handler_info();
 }  // namespace pcr

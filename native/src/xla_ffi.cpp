@@ -1,7 +1,8 @@
 // The XLA FFI handler of pycutlass_rt.jax: XLA's buffers as DLTensor views, run through
 // pcr_gemm's own path (describe, kernel choice, launch) on the stream XLA gives.
 //
-// Built only where CMake finds jaxlib's FFI headers (PCR_XLA_FFI); abi.cpp exports it as
+// Built against the XLA FFI headers vendored in native/third_party/xla (PCR_XLA_FFI: every
+// build but one configured with PYCUTLASS_RT_XLA_FFI_INCLUDE=OFF); abi.cpp exports it as
 // pcr_xla_gemm. Operands: a, b, then c (attribute has_c) and bias (has_bias); one result,
 // d. Every operand has d's leading (batch) dimensions, each of d's extent or 1 (shared):
 // pycutlass_rt/jax.py passes them so, and vmap (vmap_method="expand_dims") adds one per
@@ -297,6 +298,15 @@ void* xla_gemm(void* call_frame) noexcept {
   XLA_FFI_Error_Create_Args args{XLA_FFI_Error_Create_Args_STRUCT_SIZE, nullptr, last_error(),
                                  XLA_FFI_Error_Code_INTERNAL};
   return frame->api->XLA_FFI_Error_Create(&args);
+}
+
+const char* xla_handler_info() {
+#define PCR_STR2(x) #x
+#define PCR_STR(x) PCR_STR2(x)
+  return "{\"built\": true, \"xla_ffi_api\": \"" PCR_STR(XLA_FFI_API_MAJOR) "." PCR_STR(
+      XLA_FFI_API_MINOR) "\"}";
+#undef PCR_STR
+#undef PCR_STR2
 }
 
 }  // namespace pcr
