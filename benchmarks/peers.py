@@ -128,13 +128,21 @@ class TorchBlas(_Framework):
         if case.dtype in ("tf32", "fp32"):  # torch's TF32 switch, on or off for the call
             tf32 = case.dtype == "tf32"
 
+            # torch >= 2.9's fp32_precision where present: once a program sets it, the
+            # legacy allow_tf32 raises when read
+            matmul = t.backends.cuda.matmul
+            new_api = hasattr(matmul, "fp32_precision")
+            name, value = (
+                ("fp32_precision", "tf32" if tf32 else "ieee") if new_api else ("allow_tf32", tf32)
+            )
+
             def mm32(a, b, c, d):
-                old = t.backends.cuda.matmul.allow_tf32
-                t.backends.cuda.matmul.allow_tf32 = tf32
+                old = getattr(matmul, name)
+                setattr(matmul, name, value)
                 try:
                     t.mm(a, b, out=d)
                 finally:
-                    t.backends.cuda.matmul.allow_tf32 = old
+                    setattr(matmul, name, old)
 
             return mm32
         if case.dtype == "fp8":

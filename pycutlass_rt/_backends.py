@@ -11,8 +11,6 @@ importing this module costs nothing.
 
 from __future__ import annotations
 
-import contextlib
-
 from . import errors
 
 
@@ -159,10 +157,10 @@ class Torch(_Adapter):
         return int(self.torch.cuda.current_stream().cuda_stream)
 
     def reference(self, a, b, c=None, alpha=1.0, beta=0.0, bias=None, activation=None):
-        """``act(alpha * a @ b + beta * c + bias)`` in fp32 (no TF32)."""
+        """``act(alpha * a @ b + beta * c + bias)`` in fp32, the product computed in float64
+        (never on TF32, whatever torch's settings, which the library does not touch)."""
         t = self.torch
-        with _no_tf32(t):
-            ref = t.matmul(a.float(), b.float())
+        ref = t.matmul(a.double(), b.double()).float()
         if alpha != 1.0:
             ref *= alpha
         if c is not None and beta:
@@ -237,16 +235,6 @@ def _memory_split(free: int, total: int, framework: int) -> dict:
         "framework": round(framework / gib, 2),
         "other": round(other / gib, 2),
     }
-
-
-@contextlib.contextmanager
-def _no_tf32(torch):
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
 
 
 class Cupy(_Adapter):

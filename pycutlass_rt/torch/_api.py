@@ -38,7 +38,9 @@ def mm(a, b, *, out=None):
 
     Returns:
         The (M, N) product (``out`` where given). float32 runs at fp32 accuracy, or on
-        TF32 tensor cores where ``torch.backends.cuda.matmul.allow_tf32`` is set.
+        TF32 tensor cores where torch allows them for matmuls
+        (``torch.backends.cuda.matmul.fp32_precision = "tf32"``, or the legacy
+        ``allow_tf32``).
 
     Raises:
         RuntimeError: shapes, dtypes or devices that do not fit.
@@ -154,8 +156,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     that are not ``channels_last`` are copied to it first; the output is ``channels_last``
     (keep a network in that format to save the copies). Gradients of x and weight are the
     library's dgrad and wgrad convolutions; the bias's is a sum. Where the build has no
-    kernel for the problem (``groups > 1``, float64, float32 with
-    ``torch.backends.cudnn.allow_tf32`` off, or channel counts no kernel's alignment takes),
+    kernel for the problem (``groups > 1``, float64, float32 with TF32 off for cuDNN
+    convolutions, or channel counts no kernel's alignment takes),
     torch's own convolution (cuDNN) runs it instead, the activation after
     (``pycutlass_rt.torch._cuda._TORCH_CONV`` lists those problems). float32 runs on
     TF32 tensor cores, as torch's convolutions do by default. As :func:`linear`, with a

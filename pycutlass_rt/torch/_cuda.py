@@ -36,6 +36,7 @@ from ._checks import (
     _scaled_out_dtype,
     _with_strides_of,
 )
+from ._precision import tf32_conv, tf32_matmul
 from ._schema import _LIB
 
 
@@ -65,8 +66,8 @@ def _vec(t):
 
 def _math(dtype):
     """pycutlass_rt.gemm's math= for torch's float32 matmul setting: TF32 tensor cores where
-    torch allows them (torch.backends.cuda.matmul.allow_tf32), else fp32 accuracy."""
-    if dtype is torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+    torch allows them (_precision.tf32_matmul), else fp32 accuracy."""
+    if dtype is torch.float32 and tf32_matmul():
         return "tf32"
     return None
 
@@ -191,10 +192,10 @@ def _nhwc(t):
 
 def _conv_math(dtype):
     """The conv functions' math= for torch's float32 convolution setting: TF32 tensor cores
-    where torch allows them (torch.backends.cudnn.allow_tf32, on by default), else "ieee",
+    where torch allows them (_precision.tf32_conv: cuDNN's, on by default), else "ieee",
     for which the build has no kernel: torch's convolution then (see _TORCH_CONV)."""
     if dtype is torch.float32:
-        return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+        return "tf32" if tf32_conv() else "ieee"
     return None
 
 

@@ -1087,6 +1087,58 @@ def test_cuda_conv2d_on_an_emulated_library(monkeypatch, case, dtype):
         assert lib.calls == [(p, math) for p in passes] and not pt._cuda._TORCH_CONV
 
 
+# torch >= 2.9: once a program sets an fp32_precision, reading the legacy allow_tf32 raises,
+# and that state lasts for the process: each case runs in a fresh interpreter
+_PRECISION_CASE = """
+import torch, pycutlass_rt.torch as pt
+{setting}
+def settings():
+    b = torch.backends
+    if hasattr(b, "fp32_precision"):
+        return (b.fp32_precision, b.cuda.matmul.fp32_precision, b.cudnn.fp32_precision,
+                b.cudnn.conv.fp32_precision)
+    return (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
+before = settings()
+seen = []
+def gemm(a, b, c, d, *args, math=None, **kwargs):
+    seen.append(math)
+    return d.copy_(a.double() @ b.double())
+pt._cuda._gemm = gemm
+pt._cuda._mm_cuda(torch.randn(4, 8), torch.randn(8, 3))
+conv = pt._cuda._conv_math(torch.float32)
+assert settings() == before, "a torch setting was written"
+print(seen[0], conv)
+"""
+
+
+@pytest.mark.parametrize(
+    "setting, want",
+    [
+        ("", "None tf32"),  # torch's defaults: fp32 matmuls, TF32 convolutions
+        ("torch.backends.cuda.matmul.allow_tf32 = True", "tf32 tf32"),
+        ("torch.backends.cudnn.allow_tf32 = False", "None ieee"),
+        ('torch.backends.fp32_precision = "tf32"', "tf32 tf32"),
+        ('torch.backends.cuda.matmul.fp32_precision = "tf32"', "tf32 tf32"),
+        (
+            'torch.backends.fp32_precision = "tf32"; '
+            'torch.backends.cuda.matmul.fp32_precision = "ieee"',
+            "None tf32",
+        ),
+        ('torch.backends.cudnn.conv.fp32_precision = "ieee"', "None ieee"),
+        ('torch.set_float32_matmul_precision("high")', "tf32 tf32"),
+    ],
+)
+def test_float32_math_reads_torchs_setting_old_or_new(setting, want):
+    """The float32 ops' math= follows torch's TF32 settings, set the legacy way or torch 2.9's
+    (after which reading allow_tf32 raises), and writes none of them."""
+    if "fp32_precision" in setting and not hasattr(torch.backends, "fp32_precision"):
+        pytest.skip(f"torch {torch.__version__} has no fp32_precision (2.9 and later)")
+    code = _PRECISION_CASE.format(setting=setting)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == want.split()
+
+
 def test_cuda_conv2d_float32_ieee_runs_torchs(monkeypatch):
     """float32 with torch.backends.cudnn.allow_tf32 off asks for math="ieee" (no kernel):
     torch's convolution runs it, remembered; tf32 problems keep the library."""

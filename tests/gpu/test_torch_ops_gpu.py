@@ -83,15 +83,19 @@ def test_mm_strided_operands_are_copied():
     close(pt.mm(a, b), reference(a, b), TOL[BF16])
 
 
-def test_mm_tf32_follows_torchs_setting():
+@pytest.mark.parametrize("how", ["legacy", "fp32_precision"])
+def test_mm_tf32_follows_torchs_setting(how, monkeypatch):
+    # torch >= 2.9's fp32_precision, once set, makes reading allow_tf32 raise: the op must
+    # read the setting that way (it crashed on every float32 call before)
     requires("tfloat32", "tt", out=F32)
     a, b = matrix(256, 512, "t", F32), matrix(512, 384, "t", F32)
-    before = torch.backends.cuda.matmul.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        close(pt.mm(a, b), reference(a, b), 2e-3)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
+    if how == "fp32_precision":
+        if not hasattr(torch.backends, "fp32_precision"):
+            pytest.skip(f"torch {torch.__version__} has no fp32_precision (2.9 and later)")
+        monkeypatch.setattr(torch.backends, "fp32_precision", "tf32")
+    else:
+        monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    close(pt.mm(a, b), reference(a, b), 2e-3)
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16])
