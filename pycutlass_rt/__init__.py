@@ -26,6 +26,7 @@ from ._grouped import grouped_gemm, moe_gemm
 from ._kernels import KernelInfo, kernels
 from ._plan import Gemm
 from ._tune import Tuned, TuneResult, tune
+from ._version import __version__
 from .errors import (
     CudaError,
     DeviceMismatchError,
@@ -42,7 +43,6 @@ from .errors import (
     UnsupportedError,
 )
 
-__version__ = "0.1.0"
 __all__ = [
     "gemm",
     "Gemm",

@@ -1,13 +1,15 @@
-"""Command line: ``python -m pycutlass_rt info [--json] | demo | tune MxNxK ...``."""
+"""Command line: ``python -m pycutlass_rt [--version] info | doctor | demo | kernels |
+explain MxNxK | tune MxNxK ...`` (``info``, ``doctor``, ``kernels``, ``explain`` and
+``tune`` take ``--json``)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _tune
 
 
 def _info_or_none(cmd: str):
@@ -60,6 +62,37 @@ def cmd_demo(args) -> int:
     return _demo.main(args.size)
 
 
+def _dtype_args(p) -> None:
+    """--dtype, --out-dtype and --layout, as tune and explain take them."""
+    p.add_argument(
+        "--dtype",
+        default="bfloat16",
+        type=_dtype_name,
+        help="A's and B's dtype: float16, bfloat16, float32, tfloat32 (float32 tensors with "
+        "math='tf32'), float64, int8, float8_e4m3fn, float8_e5m2 (short: f16, bf16, e4m3...)",
+    )
+    p.add_argument(
+        "--out-dtype",
+        type=_dtype_name,
+        help="D's dtype (default: the first the input takes, e.g. "
+        "int32 for int8, bfloat16 for fp8)",
+    )
+    p.add_argument("--layout", default="tn", help="A then B: t row-major, n column-major")
+
+
+def _dtype_name(text: str) -> str:
+    """A dtype as torch spells it, from that spelling or a kernel name's word ("bf16")."""
+    from ._kernels import DTYPE_TOKENS
+
+    name = DTYPE_TOKENS.get(text, text)
+    if name not in DTYPE_TOKENS.values():
+        raise argparse.ArgumentTypeError(
+            f"dtype {text!r}: one of {', '.join(DTYPE_TOKENS.values())} "
+            f"(or {', '.join(DTYPE_TOKENS)})"
+        )
+    return name
+
+
 def _shape(text: str) -> tuple:
     try:
         m, n, k = (int(x) for x in text.lower().split("x"))
@@ -68,6 +101,46 @@ def _shape(text: str) -> tuple:
             f"shape {text!r}: write MxNxK, e.g. 16x4096x4096"
         ) from None
     return m, n, k
+
+
+def cmd_kernels(args) -> int:
+    """The build's kernels, optionally filtered by wildcards on their names."""
+    import fnmatch
+
+    try:
+        every = pcr.kernels()
+    except pcr.LibraryError as e:
+        print(f"kernels: {e}", file=sys.stderr)
+        return 1
+    picked = [k for k in every if not args.filter or fnmatch.fnmatchcase(k.name, args.filter)]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(k) for k in picked], indent=1))
+    else:
+        print("\n".join(k.name for k in picked))
+        print(f"{len(picked)} of {len(every)} kernels", file=sys.stderr)
+    return 0
+
+
+def cmd_explain(args) -> int:
+    """Which kernel gemm() takes for an MxNxK problem of these dtypes on this GPU, and why:
+    the operands are made with torch or cupy (as tune() makes them), nothing is launched."""
+    from . import _tune
+
+    try:
+        spec = _tune.spec_of(args.shape, args.dtype, args.out_dtype, args.layout)
+        bk = _tune.backend()
+        a = bk.operand(spec.m, spec.k, spec.layout[0], spec.tensor_dtype, fill=False)
+        b = bk.operand(spec.k, spec.n, spec.layout[1], spec.tensor_dtype, fill=False)
+        d = bk.operand(spec.m, spec.n, "t", spec.out_dtype, fill=False)
+        e = pcr.explain(a, b, None, d, math=spec.math)
+    except pcr.Error as err:
+        print(f"explain: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(e.as_dict(), indent=2, default=str))
+    else:
+        print(e)
+    return 0
 
 
 def cmd_tune(args) -> int:
@@ -89,12 +162,21 @@ def cmd_tune(args) -> int:
             device=args.device,
             cache=not args.no_cache,
             strict=args.strict,
+            progress=None if args.json else _progress,
         )
     except pcr.Error as e:
         print(f"tune: {e}", file=sys.stderr)
         return 1
-    print(result)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2, default=str))
+    else:
+        print(result)
     return 0
+
+
+def _progress(done: int, total: int, what: str) -> None:
+    """tune's progress, one line per problem on stderr."""
+    print(f"tune: [{done}/{total}] {what}", file=sys.stderr, flush=True)
 
 
 def cmd_doctor(args) -> int:
@@ -124,6 +206,7 @@ def main(argv=None) -> int:
         print(BENCH_MOVED, file=sys.stderr)
         return 2
     ap = argparse.ArgumentParser(prog="python -m pycutlass_rt", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"pycutlass_rt {pcr.__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("info", help="driver, runtime, devices and the kernels of this build")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -138,25 +221,27 @@ def main(argv=None) -> int:
     p = sub.add_parser("demo", help="run GEMMs on the GPU, check them, time them next to cuBLAS")
     p.add_argument("--size", type=int, default=4096, help="square size for torch/cupy runs")
     p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("kernels", help="the kernels of this build (names are identities)")
+    p.add_argument("filter", nargs="?", help="wildcards on names, e.g. 'sm90_e4m3*'")
+    p.add_argument("--json", action="store_true", help="every field of each kernel")
+    p.set_defaults(fn=cmd_kernels)
+    p = sub.add_parser(
+        "explain",
+        help="which kernel gemm() takes for MxNxK on this GPU, why, and why not the others",
+    )
+    p.add_argument("shape", type=_shape, metavar="MxNxK")
+    _dtype_args(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(fn=cmd_explain)
     p = sub.add_parser(
         "tune",
         help="time every candidate kernel for shapes on this GPU and "
         "cache the fastest (pycutlass_rt.tune)",
     )
     p.add_argument("shapes", nargs="+", type=_shape, metavar="MxNxK")
-    p.add_argument(
-        "--dtype",
-        default="bfloat16",
-        choices=list(_tune.OUTPUTS),
-        help="A's and B's dtype (tfloat32: float32 tensors with math='tf32')",
-    )
-    p.add_argument(
-        "--out-dtype",
-        help="D's dtype (default: the first the input takes, e.g. "
-        "int32 for int8, bfloat16 for fp8)",
-    )
-    p.add_argument("--layout", default="tn", help="A then B: t row-major, n column-major")
+    _dtype_args(p)
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="machine-readable output, no progress")
     p.add_argument("--strict", action="store_true", help="pin the kernels (see tune())")
     p.add_argument("--no-cache", action="store_true", help="measure only, write nothing")
     p.set_defaults(fn=cmd_tune)

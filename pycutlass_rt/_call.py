@@ -7,7 +7,7 @@ import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import _dlpack, _kernels, _lib, _select
+from . import _dlpack, _kernels, _lib, _log, _select
 from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math, Status, Verdict
 from .errors import DTypeError, Error, InvalidArgumentError, NoKernelForArchError, UnsupportedError
 
@@ -276,6 +276,7 @@ def remember_problem(lib, judged: Judged) -> None:
     choice = _select.choose(lib, problem, judged.verdicts, _kernels.kernels())
     if not choice.ranked:
         raise no_candidates(problem, choice)
+    _log.choice(problem, choice.ranked)
     ids = [k.index for k, _ in choice.ranked[:8]]
     lib.check(
         lib.pcr_select_put(ctypes.byref(problem), (ctypes.c_int32 * len(ids))(*ids), len(ids))

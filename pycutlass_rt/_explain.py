@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from . import _call, _kernels, _lib, _select
 from ._abi import PCR_KERNEL_SELECT, BiasAxis, CMode, Epilogue, Op, ScaleKind, Staged
@@ -21,6 +21,10 @@ class Explanation:
     ranked: list = field(default_factory=list)  # [(name, why)]
     rejected: list = field(default_factory=list)  # [(name, reason)]
     notes: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """Every field as plain data (``python -m pycutlass_rt explain --json``)."""
+        return asdict(self)
 
     def __str__(self) -> str:
         p = self.problem

@@ -23,7 +23,7 @@ import functools
 import os
 from dataclasses import dataclass, field
 
-from . import _cache, _table
+from . import _cache, _log, _table
 from ._abi import Epilogue, Grouped, Op, Ranked, RankReason, Status
 from ._kernels import DTYPE_NAMES, KernelInfo, desc_of, kernels, layout_word
 from ._lib import KernelDesc, Problem, load
@@ -168,9 +168,10 @@ NATIVE_ENV = "PYCUTLASS_RT_NATIVE_SELECT"
 def hand_over(lib, device: int) -> None:
     """Lets the library rank problems first seen on ``device`` itself (the same pcr_rank,
     microseconds instead of a trip through Python), unless the tuned cache has a say there
-    or ``PYCUTLASS_RT_NATIVE_SELECT=0``. pcr_select_clear (tune(), _cache.reset) takes it
+    or ``PYCUTLASS_RT_NATIVE_SELECT=0``, or choices are being logged (``_log``): the
+    library's ranking would pass the logger by. pcr_select_clear (tune(), _cache.reset) takes it
     back until the next selection here."""
-    if os.environ.get(NATIVE_ENV, "").strip() == "0":
+    if os.environ.get(NATIVE_ENV, "").strip() == "0" or _log.choices_logged():
         return
     if _cache.has_say(lib, device, [k.name for k in kernels()]):
         return
@@ -178,8 +179,9 @@ def hand_over(lib, device: int) -> None:
     lib.check(lib.pcr_selector_enable(device, 1))
 
 
-def apply_tuned(choice: Choice, hit: _cache.Hit | None) -> Choice:
-    """Puts the tuned kernel first; a pinned entry leaves it alone or raises."""
+def apply_tuned(choice: Choice, hit: _cache.Hit | None, problem=None) -> Choice:
+    """Puts the tuned kernel first; a pinned entry leaves it alone or raises. ``problem``
+    (for the log): the problem the entry is for."""
     if hit is None:
         return choice
     name, where = hit.entry["kernel"], f"cache file {hit.path}"
@@ -195,6 +197,9 @@ def apply_tuned(choice: Choice, hit: _cache.Hit | None) -> Choice:
                 f"cannot run it: {reason}. Re-run pycutlass_rt.tune(..., strict=True) with "
                 f"this build and device, or remove the entry from the cache file"
             )
+        if problem is not None:
+            why = next((w for c, w in choice.rejected if c.name == name), "not in this build")
+            _log.cache_unused(problem, f"{name} ({where}) cannot run it here: {why}")
         return choice  # a stale suggestion: the table and model decide
     why = ("pinned by tune(strict=True)" if hit.pinned else "tuned") + f" on this device ({where})"
     rest = [] if hit.pinned else [(c, w) for c, w in choice.ranked if c is not tuned]
@@ -288,4 +293,4 @@ def choose(
     choice.rejected = rejected
     if not use_cache:
         return choice
-    return apply_tuned(choice, _cache.lookup(lib, problem, [k.name for k in all_kernels]))
+    return apply_tuned(choice, _cache.lookup(lib, problem, [k.name for k in all_kernels]), problem)

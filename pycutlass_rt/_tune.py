@@ -9,6 +9,7 @@ an adapter of ``_backends``, shared with the benchmark.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import itertools
 import math
@@ -307,6 +308,14 @@ class TuneResult:
     problems: list  # [Tuned]
     cache_files: list = field(default_factory=list)
 
+    def as_dict(self) -> dict:
+        """Every problem's measurement and the cache files, as plain data (``python -m
+        pycutlass_rt tune --json``)."""
+        return {
+            "problems": [dict(dataclasses.asdict(t), gain=t.gain) for t in self.problems],
+            "cache_files": list(self.cache_files),
+        }
+
     def __iter__(self):
         return iter(self.problems)
 
@@ -460,6 +469,7 @@ def tune(
     repeats: int = DEFAULT_REPEATS,
     cache: bool = True,
     strict: bool = False,
+    progress=None,
 ) -> TuneResult:
     """Times every candidate kernel on this GPU and remembers the fastest per problem.
 
@@ -501,6 +511,8 @@ def tune(
         repeats: timed graph replays per kernel (the median is kept).
         cache: write the results to the device's cache (False: only measure).
         strict: pin the written entries (see strict mode above).
+        progress: None, or a callable ``progress(done, total, problem)`` called before each
+            problem is timed (the command line prints it).
 
     Returns:
         TuneResult: per problem (iterate it), the best kernel and its time, the table's
@@ -527,7 +539,10 @@ def tune(
     bk = backend()
     names = [k.name for k in _kernels.kernels()]
     results, per_device = [], {}
-    for spec, recorded in items:
+    for done, (spec, recorded) in enumerate(items):
+        if progress is not None:
+            what = f"{spec.m}x{spec.n}x{spec.k} {spec.dtype} -> {spec.out_dtype} {spec.layout}"
+            progress(done, len(items), what)
         with bk.device(recorded.device if recorded is not None else device):
             tuned, problem = tune_one(lib, bk, spec, recorded, repeats=repeats, pin=strict)
         results.append(tuned)

@@ -121,5 +121,69 @@ def test_doctor_without_gpu_exits_1_with_the_reason(has_gpu, monkeypatch):
     assert report["environment"]["PYCUTLASS_RT_PDL"] == "0"
     assert report["frameworks"]["numpy"]["dlpack"].startswith("__dlpack__")
     assert report["tune_cache"]["directory"]
+    assert report["jax_handler"]["built"] is True  # every build has it
     text = run("doctor")
     assert text.returncode == 1 and "PROBLEM: no usable GPU" in text.stdout
+
+
+def test_version():
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"pycutlass_rt {pcr.__version__}"
+    try:  # an installed package's metadata carries the same version (one source)
+        installed = importlib.metadata.version("pycutlass_rt")
+    except importlib.metadata.PackageNotFoundError:
+        return  # a source tree run without installing
+    assert installed == pcr.__version__
+
+
+def test_kernels_lists_the_build_and_filters_by_name():
+    every = [k.name for k in pcr.kernels()]
+    r = run("kernels")
+    assert r.returncode == 0 and r.stdout.split() == every
+    assert f"{len(every)} of {len(every)} kernels" in r.stderr
+    pattern = every[0].split("_")[0] + "_*"
+    picked = json.loads(run("kernels", pattern, "--json").stdout)
+    assert picked and all(k["name"].startswith(pattern[:-1]) for k in picked)
+    assert {"name", "family", "dtype_a", "tile", "epilogue", "index"} <= set(picked[0])
+    assert [k["name"] for k in picked] == [n for n in every if n.startswith(pattern[:-1])]
+
+
+def test_explain_takes_a_shape_and_dtype_names_either_way(has_gpu):
+    if has_gpu:
+        pytest.skip("GPU present: explain runs for real (tests/gpu)")
+    r = run("explain", "16x4096x4096", "--dtype", "bf16")
+    assert r.returncode == 1 and r.stderr.startswith("explain: "), r.stderr
+    bad = run("explain", "16x4096x4096", "--dtype", "bfloat17")
+    assert bad.returncode == 2 and "one of float16" in bad.stderr
+
+
+def test_tune_json_without_gpu_fails_cleanly(has_gpu):
+    if has_gpu:
+        pytest.skip("GPU present: tune runs for real (tests/gpu)")
+    r = run("tune", "16x4096x4096", "--dtype", "e4m3", "--json")
+    assert r.returncode == 1 and "needs an NVIDIA GPU" in r.stderr and r.stdout == ""
+
+
+def test_the_log_switch_names_each_new_problems_kernel(monkeypatch):
+    """PYCUTLASS_RT_LOG=info: each problem reaching selection logs its kernel and why; the
+    library's own ranking is not handed the device meanwhile (it would pass the log by)."""
+    from pycutlass_rt import _abi, _log, _select
+
+    monkeypatch.setattr(_log.LOGGER, "level", _log.LOGGER.level)
+    _log.configure("info")
+    try:
+        assert _log.choices_logged()
+        handed = []
+        monkeypatch.setattr(_select, "build_table", lambda: handed.append(1))
+        _select.hand_over(None, 0)
+        assert handed == []  # not handed over while logging
+        kern = pcr.kernels()[0]
+        p = _abi.Problem(m=7, n=8, k=9, dtype_a=1, dtype_d=1, device=0)
+        records = []
+        monkeypatch.setattr(_log.LOGGER, "info", lambda fmt, *a: records.append(fmt % a))
+        _log.choice(p, [(kern, "table rule 'x'")])
+        assert records and records[0].startswith("7x8x9 float16 -> float16")
+        assert kern.name in records[0] and "table rule 'x'" in records[0]
+    finally:
+        _log.configure("0")
+    assert not _log.choices_logged()

@@ -250,17 +250,27 @@ def test_a_python_without_its_gil_is_refused_at_import_with_a_message():
 
 
 def test_wheel_metadata_ships_the_licenses_and_a_cpython_tag():
-    """What pip builds: a CPython-only (abi3) wheel carrying our license and the notices
-    of what the library links in (CUTLASS, the CUDA runtime, DLPack)."""
+    """What pip builds: a CPython-only (abi3) wheel whose metadata (PEP 639) names our
+    license and carries its text, the notices of what the library links in (CUTLASS, the
+    CUDA runtime, DLPack, XLA's FFI headers) and the vendored XLA headers' license."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-        wheel = tomllib.load(f)["tool"]["scikit-build"]["wheel"]
+        doc = tomllib.load(f)
+    wheel, project = doc["tool"]["scikit-build"]["wheel"], doc["project"]
     assert wheel["py-api"].startswith("cp3")  # abi3: PyPy and GraalPy do not install it
-    assert set(wheel["license-files"]) == {"LICENSE", "THIRD_PARTY_NOTICES.md"}
+    assert project["license"] == "BSD-3-Clause"  # an SPDX expression, PEP 639
+    assert project["license-files"] == [
+        "LICENSE",
+        "THIRD_PARTY_NOTICES.md",
+        "native/third_party/xla/LICENSE",
+    ]
+    assert all(os.path.isfile(os.path.join(root, f)) for f in project["license-files"])
+    assert not any(c.startswith("License ::") for c in project["classifiers"])  # PEP 639
     with open(os.path.join(root, "THIRD_PARTY_NOTICES.md")) as f:
         notices = f.read()
     assert "BSD-3-Clause" in notices and "NVIDIA CORPORATION" in notices  # CUTLASS's text
     assert "cudart_static" in notices and "Apache License" in notices
+    assert "native/third_party/xla" in notices
     with open(os.path.join(root, "LICENSE")) as f:
         assert "BSD 3-Clause" in f.read()
