@@ -140,6 +140,10 @@ EPILOGUES = {
     "scaled": "PCR_EPI_SCALED",
     "aux": "PCR_EPI_AUX",
 }
+#: a block-scaled fp8 mainloop's scale kind per operand, the letters of its name word
+#: ("blkgb": a's scales per row, b's per 128x128 block): letter -> (pcr_scale_kind, rows or
+#: columns per scale). Every kind is per 128 of K.
+BLOCK_SCALES = {"g": ("PCR_SCALE_GROUPS", 1), "b": ("PCR_SCALE_BLOCKS", 128)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +228,9 @@ class Kernel:
     #: "gemm", or a convolution's implicit GEMM (OPS): its layout is "nhwc" (packed NHWC
     #: activations, KRSC filters) and its name carries the op after the family
     op: str = "gemm"
+    #: a block-scaled fp8 mainloop: a's then b's scale kind (BLOCK_SCALES letters, problem
+    #: terms: "gb" is DeepSeek-V3's per-token a, 128x128-block b); "" for none
+    block: str = ""
 
     @property
     def default(self) -> bool:
@@ -241,6 +248,8 @@ class Kernel:
             parts += ["c{}x{}".format(*self.cluster[:2]), self.schedule]
         else:
             parts += ["w{}x{}".format(*self.warps[:2]), f"s{self.stages}"]
+        if self.block:
+            parts.append(f"blk{self.block}")
         if self.epilogue != "linear":
             parts.append(self.epilogue)
         if self.split != "none":
@@ -267,9 +276,26 @@ class Kernel:
             self.family in TMA_FAMILIES
             and self.epilogue == "linear"
             and not self.grouped
+            and not self.block
             and DTYPES[self.a][2] == 1
             and self.d != "s32"
         )  # quantized inputs
+
+    @property
+    def out_scale(self) -> bool:
+        """The epilogue of quantized inputs (or scaled 16-bit ones) also reduces max |D|
+        into amax and multiplies D by scale_d (tma_gemm.cuh, QuantizedOutput)."""
+        return self.family in TMA_FAMILIES and (
+            self.tensor_scales or self.epilogue == "scaled" or bool(self.block)
+        )
+
+    def block_granularity(self) -> tuple[int, int]:
+        """A block-scaled kernel's rows and columns per scale along the CUTLASS kernel's M
+        and N (swapped for swap-AB kernels), (0, 0) for others."""
+        if not self.block:
+            return 0, 0
+        m, n = (BLOCK_SCALES[x][1] for x in self.block)
+        return (n, m) if self.swap else (m, n)
 
     @property
     def align_c(self) -> int:
@@ -562,10 +588,37 @@ SM90_FP8_SWAP_CONFIGS = [
     (tile, cluster, schedule, split, tier, ("linear", "scaled"))
     for tile, cluster, schedule, split, tier, _ in SM90_SWAP_CONFIGS
 ]
+#: fp8 outputs (an fp8 recipe's next layer's input: d = saturate(scale_d * result), amax
+#: of the result): e4m3 -> e4m3 in the default build, the rest outside it
+SM90_FP8_OUT_CONFIGS = [
+    ((128, 128, 128), (2, 1, 1), "coop", "none", "core", ("linear",)),
+    ((64, 128, 128), (1, 1, 1), "pingpong", "none", "core", ("linear",)),
+]
 SM100_FP8_CONFIGS = [  # tcgen05 accumulates fp8 products in fp32: no promotion needed
     ((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", ("linear", "scaled")),
     ((256, 128, 128), (2, 1, 1), "2sm", "none", "extended", ("linear", "scaled")),
 ]
+#: block-scaled fp8 (scale grids applied per 128 of K in the mainloop,
+#: kernels/block_scaled_mainloop.cuh): "gb", DeepSeek-V3's and Qwen3-FP8's linear layers (a's
+#: per-token scales, the weights' per 128x128 block); "gg" (both per row / column) and "bg"
+#: (a column-major d's, transposed) outside the default build. A tile's side takes whole
+#: blocks of 128 where its scales are per block (swap-AB: the weights' N on the MMA's 128
+#: rows, decode's few tokens on its narrow N side).
+SM90_BLOCK_CONFIGS = [
+    ((128, 128, 128), (1, 1, 1), "coop", "none", "linear", ("linear", "biasact")),
+    ((128, 128, 128), (2, 1, 1), "coop", "none", "extended", ("linear",)),
+    ((64, 128, 128), (1, 1, 1), "pingpong", "none", "linear", ("linear", "biasact")),
+]
+SM90_BLOCK_SWAP_CONFIGS = [
+    ((16, 128, 128), (1, 1, 1), "pingpong", "none", "linear", ("linear", "biasact")),
+    ((32, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
+    ((64, 128, 128), (1, 1, 1), "coop", "none", "linear", ("linear", "biasact")),
+]
+#: sm100a (compiled, SASS checked; no sm100 hardware here): CUTLASS's block-scaled tcgen05
+#: mainloop
+SM100_BLOCK_CONFIGS = [((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", ("linear",))]
+#: block kinds -> the tier they may have at most (None: the configuration's)
+BLOCK_KINDS = {"gb": None, "gg": "extended", "bg": "extended"}
 FP8 = ("e4m3", "e5m2")
 #: the second outputs ("aux": the pre-activation, amax), for a Linear's forward pass (tn),
 #: on the default fused tiles of each family. The sm90a ping-pong tile serves M <= ~1024:
@@ -603,6 +656,11 @@ MORE_TYPES = [
     ("sm90", "s8", ("bf16", "f16", "s8"), ("tn",), SM90_S8_SCALED_CONFIGS),
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_CONFIGS) for a in FP8],
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_SWAP_CONFIGS, "swap") for a in FP8],
+    ("sm90", "e4m3", ("e4m3",), ("tn",), SM90_FP8_OUT_CONFIGS),
+    *[
+        ("sm90", a, (d,), ("tn",), [c[:4] + ("extended",) + c[5:] for c in SM90_FP8_OUT_CONFIGS])
+        for a, d in (("e4m3", "e5m2"), ("e5m2", "e4m3"), ("e5m2", "e5m2"))
+    ],
     *[("sm100", a, ("bf16", "f16", "f32"), ("tn",), SM100_FP8_CONFIGS) for a in FP8],
     *[
         (f, a, (a,), ("tn",), configs[f])
@@ -645,6 +703,41 @@ def _more_types() -> list[Kernel]:
                         **extra,
                     )
                 )
+    return out
+
+
+def _block_scaled() -> list[Kernel]:
+    """The block-scaled fp8 kernels: e4m3 (weights and activations) to 16-bit or fp32 D."""
+    out = []
+    families = [
+        ("sm90", SM90_BLOCK_CONFIGS, False),
+        ("sm90", SM90_BLOCK_SWAP_CONFIGS, True),
+        ("sm100", SM100_BLOCK_CONFIGS, False),
+    ]
+    for (family, configs, swap), (block, most), d in itertools.product(
+        families, BLOCK_KINDS.items(), ("bf16", "f16", "f32")
+    ):
+        for tile, cluster, schedule, split, tier, epilogues in configs:
+            k = Kernel(
+                family,
+                "e4m3",
+                "e4m3",
+                d,
+                "tn",
+                tile,
+                schedule,
+                cluster=cluster,
+                align=16,
+                split=split,
+                swap=swap,
+                tier=most or tier,
+                block=block,
+            )
+            gm, gn = k.block_granularity()
+            kernel_tile = (tile[1], tile[0]) if swap else tile[:2]
+            if kernel_tile[0] % gm or kernel_tile[1] % gn:
+                continue  # a tile side across part of a scale block
+            out += [dataclasses.replace(k, epilogue=epi) for epi in epilogues]
     return out
 
 
@@ -741,6 +834,7 @@ def catalogue() -> list[Kernel]:
                     )
                 )
     out += _more_types()
+    out += _block_scaled()
     out += _conv_kernels()
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
@@ -1103,11 +1197,12 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
             ea, eb = eb, ea
             tile = (k.tile[1], k.tile[0], k.tile[2])
             cluster = (k.cluster[1], k.cluster[0], k.cluster[2])
+        block = ", {}, {}".format(*k.block_granularity()) if k.block else ""
         return (
             f"pcr::tma::Gemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
             f"{_cute_shape(cluster)}, pcr::tma::{TMA_SCHEDULES[k.schedule]}, {k.align}, "
             f"{SPLITS[k.split][1]}, {_cpp_bool(k.swap)}, {EPILOGUES[k.epilogue]}, "
-            f"{DTYPES[k.acc][0]}, {_cpp_bool(k.tensor_scales)}>"
+            f"{DTYPES[k.acc][0]}, {_cpp_bool(k.tensor_scales)}{block}>"
         )
     tile, warp = _gemm_shape(k.tile), _gemm_shape(_warp_tile(k))
     math = MATH_OPERATORS.get(k.a, "cutlass::arch::OpMultiplyAdd")
@@ -1158,6 +1253,9 @@ def kernel_info(k: Kernel) -> str:
         int(k.grouped),
         int(k.tensor_scales),
         OPS[k.op],
+        *(BLOCK_SCALES[x][0] for x in k.block or ()),
+        *(("PCR_SCALE_NONE",) * 2 if not k.block else ()),
+        int(k.out_scale),
     ]
     return "{" + ", ".join(map(str, fields)) + "}"
 

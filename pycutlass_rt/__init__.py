@@ -25,6 +25,7 @@ from ._explain import Explanation, explain
 from ._grouped import grouped_gemm, moe_gemm
 from ._kernels import KernelInfo, kernels
 from ._plan import Gemm
+from ._quantize import quantize
 from ._tune import Tuned, TuneResult, tune
 from ._version import __version__
 from .errors import (
@@ -48,6 +49,7 @@ __all__ = [
     "Gemm",
     "grouped_gemm",
     "moe_gemm",
+    "quantize",
     "conv2d",
     "conv2d_dgrad",
     "conv2d_wgrad",
@@ -97,6 +99,7 @@ def gemm(
     kernel=None,
     aux=None,
     amax=None,
+    scale_d=None,
 ):
     """Computes ``d = act(alpha * a @ b + beta * c + bias)`` in place and returns ``d``.
 
@@ -142,6 +145,14 @@ def gemm(
             with a bias or activation, int8 with a float or int8 output, and any scale
             tensor on older families or on 16-bit inputs run the dequantizing epilogue
             (kernels named ``_scaled``; for 16-bit inputs outside the default build).
+            fp8 block scales (DeepSeek-V3, Qwen3-FP8; torch._scaled_mm's BlockWise1x128 and
+            BlockWise128x128) are float32 grids shaped as the operand cut into blocks,
+            rounded up, any strides: scale_a ``(M, ceil(K/128))`` (per token and 128 of
+            K) or ``(ceil(M/128), ceil(K/128))``; scale_b ``(ceil(K/128), ceil(N/128))``
+            (a checkpoint's ``weight_scale_inv`` of an (N, K) weight, transposed:
+            ``weight_scale_inv.t()``) or ``(ceil(K/128), N)``. Each 128 of K's partial
+            product is scaled by its block's two scales before it is accumulated, in
+            float32 (kernels named ``_blk``, e.g. ``_blkgb``: per-token a, per-block b).
         math: for float32 inputs: None or "ieee" (default: fp32 accuracy, 3xTF32 tensor
             cores) or "tf32" (TF32 tensor cores: 10-bit mantissas, faster, like torch's
             ``allow_tf32``). Ignored for other dtypes.
@@ -157,7 +168,13 @@ def gemm(
             ``max |d|`` over every element of ``d`` (all matrices of a batch), reduced by
             the same kernel as it writes ``d`` (an fp8 recipe's next scale; 0 for an empty
             ``d``, NaN when ``d`` holds a NaN). The ``_aux`` kernels, with or without
-            ``aux``.
+            ``aux``; with int8 or fp8 inputs (or scale tensors), the quantized epilogues
+            of sm90a and sm100a kernels (``KernelInfo.out_scale``), which take it before
+            ``scale_d``.
+        scale_d: None, or a float32 tensor of one element on ``d``'s GPU: with int8 or
+            fp8 inputs (or scale tensors) ``d = saturate(scale_d * result)``, an fp8
+            output's scale (1 / its dequantizing scale; e4m3 saturates at +-448). Kernels
+            with ``out_scale``.
 
     Returns:
         ``d``.
@@ -185,6 +202,12 @@ def gemm(
         >>> y = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
         >>> sx = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")  # doctest: +SKIP
         >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw)  # doctest: +SKIP
+        >>> x8 = torch.randn(64, 512, device="cuda").to(torch.float8_e4m3fn)  # doctest: +SKIP
+        >>> w8 = torch.randn(256, 512, device="cuda").to(torch.float8_e4m3fn)  # doctest: +SKIP
+        >>> y = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
+        >>> sx = torch.rand(64, 4, device="cuda")  # per token and 128 of K  # doctest: +SKIP
+        >>> sw = torch.rand(2, 4, device="cuda")  # per 128x128 block of w  # doctest: +SKIP
+        >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw.t())  # doctest: +SKIP
         >>> x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
         >>> w = torch.randn(32, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
         >>> y, z = x.new_empty(64, 32), x.new_empty(64, 32)  # doctest: +SKIP
@@ -214,6 +237,7 @@ def gemm(
         and kernel is None
         and aux is None
         and amax is None
+        and scale_d is None
         and not lib.gemm(
             a,
             b,
@@ -246,6 +270,7 @@ def gemm(
         kernel=kernel,
         aux=aux,
         amax=amax,
+        scale_d=scale_d,
     )
     args = call.gemm_args()
     st = lib.gemm(*args)

@@ -50,7 +50,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 15
+PCR_ABI_VERSION = 16
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -204,6 +204,8 @@ class ScaleKind(AbiEnum):
     SCALE_NONE = 0
     SCALE_TENSOR = 1
     SCALE_VECTOR = 2
+    SCALE_GROUPS = 3
+    SCALE_BLOCKS = 4
 
 
 class Grouped(AbiEnum):
@@ -223,6 +225,15 @@ class Op(AbiEnum):
     OP_WGRAD = 3
 
 
+class Quant(AbiEnum):
+    """The header's pcr_quant."""
+
+    QUANT_TENSOR = 0
+    QUANT_TOKEN = 1
+    QUANT_GROUP = 2
+    QUANT_BLOCK = 3
+
+
 class RankReason(AbiEnum):
     """The header's pcr_rank_reason."""
 
@@ -237,7 +248,7 @@ _TOKEN_PREFIXES = {"DLDeviceType": "", "DLDataTypeCode": "", "Status": "", "Dtyp
                    "Layout": "", "Schedule": "SCHED_", "Epilogue": "EPI_", "Activation": "ACT_",
                    "Split": "SPLIT_", "Math": "MATH_", "CMode": "C_", "Staged": "STAGED_",
                    "BiasAxis": "BIAS_", "ScaleKind": "SCALE_", "Grouped": "GROUPED_", "Op": "OP_",
-                   "RankReason": "RANK_"}
+                   "Quant": "QUANT_", "RankReason": "RANK_"}
 
 
 class DLPackVersion(Structure):
@@ -280,7 +291,8 @@ class Extras(Structure):
     _fields_ = [("bias", POINTER(DLTensor)), ("scale_a", POINTER(DLTensor)),
                 ("scale_b", POINTER(DLTensor)), ("activation", c_int32), ("math", c_int32),
                 ("activation_alpha", c_double), ("activation_beta", c_double),
-                ("conv", POINTER(Conv)), ("aux", POINTER(DLTensor)), ("amax", POINTER(DLTensor))]
+                ("conv", POINTER(Conv)), ("aux", POINTER(DLTensor)), ("amax", POINTER(DLTensor)),
+                ("scale_d", POINTER(DLTensor))]
 
 
 class KernelDesc(Structure):
@@ -294,7 +306,8 @@ class KernelDesc(Structure):
                 ("warps_k", c_int32), ("stages", c_int32), ("schedule", c_int32),
                 ("epilogue", c_int32), ("split", c_int32), ("align_a", c_int32),
                 ("align_b", c_int32), ("align_c", c_int32), ("swap_ab", c_int32),
-                ("grouped", c_int32), ("tensor_scales", c_int32), ("op", c_int32)]
+                ("grouped", c_int32), ("tensor_scales", c_int32), ("op", c_int32),
+                ("scale_m", c_int32), ("scale_n", c_int32), ("out_scale", c_int32)]
 
 
 class ConvShape(Structure):
@@ -318,7 +331,7 @@ class Problem(Structure):
                 ("batch", c_int64), ("bias", c_int32), ("activation", c_int32),
                 ("align_bias", c_int32), ("epilogue", c_int32), ("grouped", c_int32),
                 ("scale_m", c_int32), ("scale_n", c_int32), ("op", c_int32), ("conv", ConvShape),
-                ("split_n", c_int64)]
+                ("split_n", c_int64), ("out_scale", c_int32), ("reserved", c_int32)]
 
 
 class Verdict(Structure):
@@ -425,6 +438,10 @@ FUNCTIONS = {
     "pcr_col2im": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(DLTensor),
                                    POINTER(Conv), c_int32, c_int32, c_double, c_double,
                                    c_void_p), False),
+    # int pcr_quantize(const DLTensor* x, const DLTensor* q, const DLTensor* scale,
+    #     int32_t granularity, int32_t dynamic, void* stream)
+    "pcr_quantize": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(DLTensor),
+                                     c_int32, c_int32, c_void_p), False),
     # int pcr_plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c,
     #     const DLTensor* d, double alpha, double beta, const pcr_extras* extras, int32_t kernel,
     #     pcr_problem* problem, pcr_plan** plan)
@@ -507,6 +524,10 @@ FUNCTIONS = {
     #     pcr_problem* problem)
     "pcr_py_moe_gemm": Function(c_int, (py_object, py_object, py_object, py_object, c_double,
                                         c_int32, c_int32, c_void_p, POINTER(Problem)), True),
+    # int pcr_py_quantize(pcr_py_object* x, pcr_py_object* q, pcr_py_object* scale,
+    #     int32_t granularity, int32_t dynamic, int32_t flags, void* stream)
+    "pcr_py_quantize": Function(c_int, (py_object, py_object, py_object, c_int32, c_int32, c_int32,
+                                        c_void_p), True),
     # int pcr_py_im2col(pcr_py_object* x, pcr_py_object* cols, pcr_py_object* conv, int32_t r,
     #     int32_t s, int32_t flags, void* stream)
     "pcr_py_im2col": Function(c_int, (py_object, py_object, py_object, c_int32, c_int32, c_int32,

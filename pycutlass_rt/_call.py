@@ -11,7 +11,7 @@ from . import _dlpack, _kernels, _lib, _log, _select
 from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math, Status, Verdict
 from .errors import DTypeError, Error, InvalidArgumentError, NoKernelForArchError, UnsupportedError
 
-NAMES = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "aux", "amax")
+NAMES = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "aux", "amax", "scale_d")
 #: activation name -> pcr_activation: the constants' tokens ("gelu_tanh" is ACT_GELU_TANH)
 ACTIVATIONS = {act.token: act for act in Activation}
 #: math name -> pcr_math: float32 inputs at fp32 accuracy ("ieee"), or on TF32 tensor cores
@@ -131,17 +131,24 @@ def stream_wait(consumer: int, producer: int) -> None:
     lib.check(lib.pcr_stream_wait(consumer, producer))
 
 
-def operands(tensors, stream, bias=None, scale_a=None, scale_b=None, aux=None, amax=None):
+def operands(
+    tensors, stream, bias=None, scale_a=None, scale_b=None, aux=None, amax=None, scale_d=None
+):
     """(objects for the C call, stream handle, flags, keep-alive) for (a, b, c, d) and
-    the extras' tensors: nine objects, a, b, c, d, bias, scale_a, scale_b, aux, amax."""
+    the extras' tensors: ten objects, a, b, c, d, bias, scale_a, scale_b, aux, amax,
+    scale_d."""
     return _dlpack.prepare(
-        (*tensors, bias, scale_a, scale_b, aux, amax), NAMES, stream, pointer_device, stream_wait
+        (*tensors, bias, scale_a, scale_b, aux, amax, scale_d),
+        NAMES,
+        stream,
+        pointer_device,
+        stream_wait,
     )
 
 
 def extras(objs, act: Act, math: int, conv: tuple | None = None):
     """The extras argument of the pcr_py_* calls: None, or (bias, scale_a, scale_b,
-    activation, math, activation_alpha, activation_beta, conv, aux, amax), conv None or
+    activation, math, activation_alpha, activation_beta, conv, aux, amax, scale_d), conv None or
     pcr_conv's fields as a tuple (op, pad_h, pad_w, stride_h, stride_w, dilation_h,
     dilation_w, groups)."""
     if (
@@ -150,11 +157,12 @@ def extras(objs, act: Act, math: int, conv: tuple | None = None):
         and objs[6] is None
         and objs[7] is None
         and objs[8] is None
+        and objs[9] is None
         and not (act.code or math)
         and conv is None
     ):
         return None  # indexed, not sliced: the hot path
-    return (objs[4], objs[5], objs[6], act.code, math, act.alpha, act.beta, conv, *objs[7:9])
+    return (objs[4], objs[5], objs[6], act.code, math, act.alpha, act.beta, conv, *objs[7:10])
 
 
 @dataclass
@@ -162,7 +170,7 @@ class Call:
     """One GEMM call's arguments, checked and converted once, in the form the C entry points
     take: ``gemm`` (off its hottest path), ``explain`` and ``Gemm`` build it alike."""
 
-    objs: tuple  # a, b, c, d, bias, scale_a, scale_b, aux, amax as the C calls take them
+    objs: tuple  # a, b, c, d, bias, scale_a, scale_b, aux, amax, scale_d as C takes them
     alpha: float  # Python-number scales folded in
     beta: float
     activation: Act
@@ -201,6 +209,7 @@ def prepare(
     conv=None,
     aux=None,
     amax=None,
+    scale_d=None,
 ) -> Call:
     """The :class:`Call` of a GEMM entry point's arguments (those of pycutlass_rt.gemm);
     ``conv``: a convolution's pcr_conv tuple (see :func:`extras`), its tensors in a, b, c, d.
@@ -213,7 +222,9 @@ def prepare(
     act, mth = activation_of(activation), math_code(math)
     alpha, scale_a, scale_b = host_scales(alpha, scale_a, scale_b)
     kidx = kernel_index(kernel)
-    objs, handle, flags, keep = operands((a, b, c, d), stream, bias, scale_a, scale_b, aux, amax)
+    objs, handle, flags, keep = operands(
+        (a, b, c, d), stream, bias, scale_a, scale_b, aux, amax, scale_d
+    )
     extra = extras(objs, act, mth, conv)
     return Call(objs, alpha, beta, act, mth, extra, kidx, handle, flags, keep)
 

@@ -201,13 +201,13 @@ IMMUTABLE = ("jax", "jaxlib")
 def prepare(operands, names, stream, device_of, wait=None):
     """Objects for the C call, the stream handle and flags, and values to keep alive.
 
-    ``operands`` are (a, b, c, d, bias, scale_a, scale_b, aux, amax); c and the last five may
+    ``operands`` are (a, b, c, d, bias, scale_a, scale_b, aux, amax, scale_d); c and the last six may
     be None. ``device_of(ptr)`` is the CUDA ordinal of a device pointer; ``wait(consumer,
     producer)`` makes the call's stream wait for the stream a __cuda_array_interface__
     operand names (None: not asked). Raises DTypeError for non-tensors.
     """
     x = EXCHANGE_TYPES
-    a, b, c, d, bias, scale_a, scale_b, aux, amax = operands  # named, not looped: the hot path
+    a, b, c, d, bias, scale_a, scale_b, aux, amax, scale_d = operands  # named: the hot path
     if (
         type(a) in x
         and type(b) in x
@@ -218,6 +218,7 @@ def prepare(operands, names, stream, device_of, wait=None):
         and (scale_b is None or type(scale_b) in x)
         and (aux is None or type(aux) in x)
         and (amax is None or type(amax) in x)
+        and (scale_d is None or type(scale_d) in x)
     ):
         # The hot path (torch): C reads the tensors and the producer's stream itself.
         if stream is None:

@@ -60,6 +60,8 @@ _SCALE_WORDS = {
     ScaleKind.SCALE_NONE: "none",
     ScaleKind.SCALE_TENSOR: "one value",
     ScaleKind.SCALE_VECTOR: "a vector",
+    ScaleKind.SCALE_GROUPS: "per row or column and 128 of K",
+    ScaleKind.SCALE_BLOCKS: "per 128x128 block",
 }
 _BIAS_WORDS = {
     BiasAxis.BIAS_NONE: None,
@@ -84,6 +86,7 @@ def explain(
     kernel=None,
     aux=None,
     amax=None,
+    scale_d=None,
 ) -> Explanation:
     """Says which kernel :func:`gemm` picks for these operands, why, and why not the others.
 
@@ -114,6 +117,7 @@ def explain(
         kernel=kernel,
         aux=aux,
         amax=amax,
+        scale_d=scale_d,
     )
     return explanation(lib, call)
 
@@ -138,7 +142,13 @@ def explanation(lib, call) -> Explanation:
             f"{cv.stride_w}), padding ({cv.pad_h}, {cv.pad_w}), dilation ({cv.dilation_h}, "
             f"{cv.dilation_w}), groups {cv.groups}"
         )
-    if problem.scale_m != ScaleKind.SCALE_NONE or problem.scale_n != ScaleKind.SCALE_NONE:
+    if problem.scale_m in (ScaleKind.SCALE_GROUPS, ScaleKind.SCALE_BLOCKS):
+        notes.append(
+            f"fp8 block scales in the mainloop: row (a) scale {_SCALE_WORDS[problem.scale_m]}, "
+            f"column (b) scale {_SCALE_WORDS[problem.scale_n]}; each 128 of K's partial product "
+            "is scaled before it is accumulated, in float32"
+        )
+    elif problem.scale_m != ScaleKind.SCALE_NONE or problem.scale_n != ScaleKind.SCALE_NONE:
         where = (
             "the dequantizing epilogue"
             if problem.epilogue == Epilogue.EPI_SCALED
@@ -147,6 +157,16 @@ def explanation(lib, call) -> Explanation:
         notes.append(
             f"scales in {where}: row scale {_SCALE_WORDS[problem.scale_m]}, "
             f"column scale {_SCALE_WORDS[problem.scale_n]}, read on the GPU"
+        )
+    if problem.out_scale:
+        what = [
+            w
+            for w, obj in (("max |d| reduced into amax", 8), ("d scaled by scale_d", 9))
+            if call.objs[obj] is not None
+        ]
+        notes.append(
+            f"quantized output ({', '.join(what)}): in the kernel's epilogue, amax before "
+            f"the output scale, {pdict['dtype_d']} saturating"
         )
     if pdict["dtype_a"] == "tfloat32":
         notes.append("math='tf32': float32 tensors multiplied on TF32 tensor cores")

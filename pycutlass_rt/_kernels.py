@@ -7,7 +7,7 @@ import dataclasses
 import functools
 
 from . import errors
-from ._abi import Dtype, Epilogue, Layout, Op, Schedule, Split
+from ._abi import Dtype, Epilogue, Layout, Op, ScaleKind, Schedule, Split
 from ._lib import KernelDesc, load
 
 #: pcr_dtype -> the dtype's name, as torch spells it ("tfloat32": float32 tensors on TF32
@@ -76,6 +76,12 @@ class KernelInfo:
     tensor_scales: bool = False
     #: "gemm", or the convolution pass it runs: "fprop", "dgrad", "wgrad" (Op's tokens)
     op: str = "gemm"
+    #: a block-scaled fp8 mainloop's scale kinds of a's rows and b's columns ("groups": per
+    #: row / column, "blocks": per 128; each per 128 of K), "none" for other kernels
+    scale_m: str = "none"
+    scale_n: str = "none"
+    #: a quantized inputs' epilogue that also reduces amax and applies scale_d
+    out_scale: bool = False
 
     @property
     def base_name(self) -> str:
@@ -120,6 +126,9 @@ def desc_of(kern: KernelInfo) -> KernelDesc:
         int(kern.grouped),
         int(kern.tensor_scales),
         Op.from_token(kern.op),
+        ScaleKind.from_token(kern.scale_m),
+        ScaleKind.from_token(kern.scale_n),
+        int(kern.out_scale),
     )
 
 
@@ -152,6 +161,9 @@ def _all() -> tuple:
                 grouped=bool(desc.grouped),
                 tensor_scales=bool(desc.tensor_scales),
                 op=Op(desc.op).token,
+                scale_m=ScaleKind(desc.scale_m).token,
+                scale_n=ScaleKind(desc.scale_n).token,
+                out_scale=bool(desc.out_scale),
             )
         )
     return tuple(out)

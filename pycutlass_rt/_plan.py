@@ -35,7 +35,7 @@ class Gemm:
     scratch moved rebuilds the launch parameters the plan keeps).
 
     Args:
-        a, b, c, d, alpha, beta, bias, activation, scale_a, scale_b, math, aux, amax: as for
+        a, b, c, d, alpha, beta, bias, activation, scale_a, scale_b, math, aux, amax, scale_d: as for
             :func:`pycutlass_rt.gemm`; GPU tensors only.
         kernel: force a kernel by name instead of the selection.
 
@@ -70,6 +70,7 @@ class Gemm:
         kernel=None,
         aux=None,
         amax=None,
+        scale_d=None,
     ):
         if d is None:
             raise InvalidArgumentError("Gemm needs d, the output tensor")
@@ -89,6 +90,7 @@ class Gemm:
             kernel=kernel,
             aux=aux,
             amax=amax,
+            scale_d=scale_d,
         )
         # Python-number scales are folded into alpha here, and so in every run
         self.alpha, self.beta, self._act, self._math = (
@@ -116,7 +118,7 @@ class Gemm:
         # Freed when the plan is collected, not at close(): a run in another thread may
         # hold the handle between its check and its C call (a plan is host memory only).
         weakref.finalize(self, lib.pcr_plan_destroy, self._handle)
-        self._keep = (a, b, c, d, bias, scale_a, scale_b, aux, amax, objs, keep)  # in use
+        self._keep = (a, b, c, d, bias, scale_a, scale_b, aux, amax, scale_d, objs, keep)
         # Producers without the exchange API (cupy, numba) are asked for their current
         # stream in Python at each run; with it (torch), C asks the producer itself.
         self._stream_of = None if flags else (lambda: _dlpack._framework_stream(d) or 0)
@@ -151,7 +153,19 @@ class Gemm:
             raise self._lib.error(st)
 
     def __call__(
-        self, a, b, c, d, *, bias=None, scale_a=None, scale_b=None, aux=None, amax=None, stream=None
+        self,
+        a,
+        b,
+        c,
+        d,
+        *,
+        bias=None,
+        scale_a=None,
+        scale_b=None,
+        aux=None,
+        amax=None,
+        scale_d=None,
+        stream=None,
     ):
         """Runs the plan on other tensors of the same problem; returns ``d``.
 
@@ -162,7 +176,7 @@ class Gemm:
         if plan is None:
             raise InvalidArgumentError("this plan was closed")
         objs, handle, flags, keep = _call.operands(
-            (a, b, c, d), stream, bias, scale_a, scale_b, aux, amax
+            (a, b, c, d), stream, bias, scale_a, scale_b, aux, amax, scale_d
         )
         extra = _call.extras(objs, self._act, self._math)
         st = self._lib.plan_run(plan, *objs[:4], extra, flags, handle)

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import _cache, _log, _table
-from ._abi import Epilogue, Grouped, Op, Ranked, RankReason, Status
+from ._abi import Epilogue, Grouped, Op, Ranked, RankReason, ScaleKind, Status
 from ._kernels import DTYPE_NAMES, KernelInfo, desc_of, kernels, layout_word
 from ._lib import KernelDesc, Problem, load
 from .errors import UnsupportedError
@@ -224,11 +224,35 @@ def static_match(kern: KernelInfo, problem) -> str | None:
     grouped = getattr(problem, "grouped", Grouped.GROUPED_NONE) != Grouped.GROUPED_NONE
     if kern.grouped != grouped:
         return "grouped kernel" if kern.grouped else "not a grouped kernel"
+    if getattr(problem, "out_scale", 0) and not kern.out_scale:
+        return "reduces no amax and applies no scale_d (out_scale)"
+    blocks = block_scales(problem)
+    if (kern.scale_m, kern.scale_n) != blocks:
+        if blocks == ("none", "none"):
+            return "a block-scaled kernel"
+        return f"block scales {kern.scale_m}/{kern.scale_n}, problem has {'/'.join(blocks)}"
     # an epilogue computes every plainer one's result (see screen() for the preference)
     want = Epilogue(getattr(problem, "epilogue", Epilogue.EPI_LINEAR))
     if not epilogue_serves(Epilogue.from_token(kern.epilogue), want):
         return f"epilogue {kern.epilogue}, problem needs {want.token}"
     return None
+
+
+def block_scales(problem) -> tuple[str, str]:
+    """A problem's fp8 block-scale kinds (scale_m, scale_n tokens: "groups", "blocks"), as a
+    block-scaled kernel's must be; ("none", "none") without block scales.
+
+    >>> from pycutlass_rt._abi import Problem, ScaleKind
+    >>> block_scales(Problem(scale_m=ScaleKind.SCALE_GROUPS, scale_n=ScaleKind.SCALE_BLOCKS))
+    ('groups', 'blocks')
+    >>> block_scales(Problem(scale_m=ScaleKind.SCALE_VECTOR, scale_n=ScaleKind.SCALE_TENSOR))
+    ('none', 'none')
+    """
+    grid = (ScaleKind.SCALE_GROUPS, ScaleKind.SCALE_BLOCKS)
+    kinds = (getattr(problem, "scale_m", 0), getattr(problem, "scale_n", 0))
+    if kinds[0] not in grid:
+        return "none", "none"
+    return ScaleKind(kinds[0]).token, ScaleKind(kinds[1]).token
 
 
 def epilogue_serves(kernel: Epilogue, problem: Epilogue) -> bool:

@@ -30,8 +30,8 @@ OUTPUTS = {
     "tfloat32": ("float32",),
     "float64": ("float64",),
     "int8": ("int32", "int8", "float16", "bfloat16"),
-    "float8_e4m3fn": ("bfloat16", "float16", "float32"),
-    "float8_e5m2": ("bfloat16", "float16", "float32"),
+    "float8_e4m3fn": ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2"),
+    "float8_e5m2": ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2"),
 }
 INPUT_DTYPES = tuple(OUTPUTS)
 LAYOUTS = ("tn", "nn", "nt", "tt")
@@ -197,13 +197,30 @@ def make_operands(bk, spec: Spec) -> Operands:
         d = bk.operand(spec.m, spec.n, "t", spec.out_dtype, offset=od)
         sets.append((a, b, c, d))
     extras = {"math": spec.math} if spec.math else {}
+    kb = -(-spec.k // 128)
     for name, kind, shape in (
-        ("scale_a", spec.scales[0], (spec.m, 1)),
-        ("scale_b", spec.scales[1], (1, spec.n)),
+        ("scale_a", spec.scales[0], scale_shapes(spec.m, kb, "a")),
+        ("scale_b", spec.scales[1], scale_shapes(spec.n, kb, "b")),
     ):
-        if kind != ScaleKind.SCALE_NONE:  # ones: the epilogue's cost ignores the values
-            extras[name] = bk.ones(*(shape if kind == ScaleKind.SCALE_VECTOR else (1, 1)))
+        if kind != ScaleKind.SCALE_NONE:  # ones: the kernel's cost ignores the values
+            extras[name] = bk.ones(*shape[kind])
     return Operands(sets, 1.0 if spec.c_dtype else 0.0, extras)
+
+
+def scale_shapes(extent: int, kblocks: int, operand: str) -> dict:
+    """ScaleKind -> the shape of a's (operand "a", ``extent`` M) or b's ("b", N) scales.
+
+    >>> scale_shapes(300, 4, "b")[ScaleKind.SCALE_BLOCKS], scale_shapes(300, 4, "a")[ScaleKind.SCALE_GROUPS]
+    ((4, 3), (300, 4))
+    """
+    blocks = -(-extent // 128)
+    a = operand == "a"
+    return {
+        ScaleKind.SCALE_TENSOR: (1, 1),
+        ScaleKind.SCALE_VECTOR: (extent, 1) if a else (1, extent),
+        ScaleKind.SCALE_GROUPS: (extent, kblocks) if a else (kblocks, extent),
+        ScaleKind.SCALE_BLOCKS: (blocks, kblocks) if a else (kblocks, blocks),
+    }
 
 
 def conv_operands(bk, p) -> Operands:

@@ -10,7 +10,10 @@
  *    (M x K), b (K x N), c and d (M x N), any strides with one unit-stride dimension each;
  *    the optional extras (pcr_extras) broadcast against d like numpy: a bias of shape (N,)
  *    or (1, N) adds one value per column, (M, 1) one per row; scale_a scales a's rows (one
- *    value, or M), scale_b b's columns (one value, or N). Batched: a, b, c, d may be 3-D
+ *    value, or M), scale_b b's columns (one value, or N). Block-scaled fp8 (scale grids,
+ *    see pcr_scale_kind): each 128 of K's partial product is scaled by that K-block's
+ *    scale_a (per row or per 128 rows) and scale_b (per column or per 128 columns) before
+ *    it is accumulated. Batched: a, b, c, d may be 3-D
  *    (L, rows, cols), broadcasting a batch of 1 (or batch stride 0) over L; d must hold all
  *    L. Launches are asynchronous on `stream` and capture-safe (no allocation, no
  *    synchronization).
@@ -29,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 15
+#define PCR_ABI_VERSION 16
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -174,11 +177,19 @@ typedef enum {
   PCR_BIAS_PER_COLUMN = 1, /* one value per column: shape (N,) or (1, N) */
   PCR_BIAS_PER_ROW = 2     /* one value per row: shape (M, 1) */
 } pcr_bias_axis;
-/* scale_m, scale_n: the dequantizing scale of canonical d's rows and columns. */
+/* scale_m, scale_n: the dequantizing scale of canonical d's rows and columns. GROUPS and
+ * BLOCKS are block scales of fp8 inputs, applied per 128 of K in the mainloop (DeepSeek-V3's
+ * recipe; torch._scaled_mm's BlockWise1x128 and BlockWise128x128). Their grids are shaped
+ * as the operand divided into blocks, rounded up (a partial last block has a scale of its
+ * own), any strides: a (M x K) takes (M, ceil(K/128)) for GROUPS (per token and group of
+ * 128) or (ceil(M/128), ceil(K/128)) for BLOCKS; b (K x N) takes (ceil(K/128), N) or
+ * (ceil(K/128), ceil(N/128)) (a checkpoint's (N, K) weight_scale_inv, transposed). */
 typedef enum {
   PCR_SCALE_NONE = 0,
   PCR_SCALE_TENSOR = 1, /* one value for the whole tensor */
-  PCR_SCALE_VECTOR = 2  /* one value per row (scale_m) or per column (scale_n) */
+  PCR_SCALE_VECTOR = 2, /* one value per row (scale_m) or per column (scale_n) */
+  PCR_SCALE_GROUPS = 3, /* one value per row (column) and per 128 of K */
+  PCR_SCALE_BLOCKS = 4  /* one value per 128 rows (columns) and per 128 of K */
 } pcr_scale_kind;
 /* grouped: which entry point's problem this is. */
 typedef enum {
@@ -209,9 +220,10 @@ typedef struct {
 typedef struct {
   const DLTensor* bias;    /* NULL, or d's dtype: (N,) / (1, N) per column, (M, 1) per row */
   const DLTensor* scale_a; /* NULL, or float32 on d's GPU: 1 element (per tensor) or M
-                              (per row of a: (M,) or (M, 1)); quantized inputs only */
+                              (per row of a: (M,) or (M, 1)); quantized inputs only; or,
+                              for fp8, a block-scale grid (see pcr_scale_kind) */
   const DLTensor* scale_b; /* NULL, or float32: 1 element or N (per column of b: (N,) or
-                              (1, N)); quantized inputs only */
+                              (1, N)); quantized inputs only; or a block-scale grid */
   int32_t activation;      /* pcr_activation */
   int32_t math;            /* pcr_math */
   double activation_alpha; /* the activation's parameters (see pcr_activation; finite, and */
@@ -222,7 +234,12 @@ typedef struct {
                               like d): receives the pre-activation (PCR_EPI_AUX) */
   const DLTensor* amax;    /* NULL, or one float32 element where d's are (GEMMs): receives
                               max |d| over every element of d, batches included (0 when d
-                              is empty, NaN when d holds one; PCR_EPI_AUX) */
+                              is empty, NaN when d holds one; PCR_EPI_AUX, or with quantized
+                              inputs a kernel with out_scale, where it is taken before
+                              scale_d) */
+  const DLTensor* scale_d; /* NULL, or one float32 element on d's GPU (quantized inputs, a
+                              kernel with out_scale): d = saturate(scale_d * result), the
+                              output scale of an fp8 d (1 / its dequantizing scale) */
 } pcr_extras;
 
 /* Everything a kernel's name encodes. Names are stable identities across builds. */
@@ -239,13 +256,20 @@ typedef struct {
   int32_t epilogue;                  /* pcr_epilogue */
   int32_t split;                     /* pcr_split */
   int32_t align_a, align_b, align_c; /* required alignment, in elements */
-  int32_t swap_ab;       /* 1: runs as D^T = B^T A^T (small M on the MMA's N side); the fields
-                            above describe the problem the caller sees, not the swapped one */
-  int32_t grouped;       /* 1: a grouped kernel (pcr_grouped_gemm, pcr_moe_gemm) */
-  int32_t tensor_scales; /* 1: a LINEAR epilogue that also multiplies by per-tensor
-                            scale_a/scale_b tensors (quantized inputs, non-int32 D, sm90a
-                            and sm100a); other LINEAR kernels take scales only as numbers */
-  int32_t op;            /* pcr_op: a GEMM kernel, or a convolution's (layouts PCR_NHWC) */
+  int32_t swap_ab;          /* 1: runs as D^T = B^T A^T (small M on the MMA's N side); the fields
+                               above describe the problem the caller sees, not the swapped one */
+  int32_t grouped;          /* 1: a grouped kernel (pcr_grouped_gemm, pcr_moe_gemm) */
+  int32_t tensor_scales;    /* 1: a LINEAR epilogue that also multiplies by per-tensor
+                               scale_a/scale_b tensors (quantized inputs, non-int32 D, sm90a
+                               and sm100a); other LINEAR kernels take scales only as numbers */
+  int32_t op;               /* pcr_op: a GEMM kernel, or a convolution's (layouts PCR_NHWC) */
+  int32_t scale_m, scale_n; /* a block-scaled mainloop's pcr_scale_kind of the rows (a's
+                               scales) and columns (b's), PCR_SCALE_GROUPS or
+                               PCR_SCALE_BLOCKS, in the caller's problem terms (swap-AB
+                               kernels too); PCR_SCALE_NONE for every other kernel */
+  int32_t out_scale;        /* 1: a quantized inputs' epilogue that also reduces max |d|
+                               into pcr_extras.amax and multiplies d by pcr_extras.scale_d,
+                               each when given */
 } pcr_kernel_desc;
 
 /* A convolution problem's geometry (pcr_problem.conv; zeros for a GEMM). */
@@ -279,15 +303,19 @@ typedef struct {
   int32_t grouped;    /* pcr_grouped: one GEMM (or a batch), a grouped GEMM of `batch`
                          groups, or the same from row offsets (MoE); m, n, k are then the
                          largest extents */
-  int32_t scale_m;    /* pcr_scale_kind of canonical d's rows: none, one value, one per row */
-  int32_t scale_n;    /* pcr_scale_kind of its columns: none, one value, one per column */
+  int32_t scale_m;    /* pcr_scale_kind of canonical d's rows: none, one value, one per row,
+                         or an fp8 block-scale grid (GROUPS, BLOCKS) */
+  int32_t scale_n;    /* pcr_scale_kind of its columns: likewise */
   int32_t op;         /* pcr_op; a convolution's m, n, k are its implicit GEMM's: fprop
                          N*P*Q x K x R*S*C/groups, dgrad N*H*W x C x R*S*K, wgrad
                          K x R*S*C/groups x N*P*Q */
   pcr_conv_shape conv;
-  int64_t split_n; /* 0, or staged D with B read in place: columns [0, split_n) and the rest
-                      run as two launches of the kernel, so that only the last columns of
-                      B are copied (an odd N pads D, and a padded N would copy all of B) */
+  int64_t split_n;   /* 0, or staged D with B read in place: columns [0, split_n) and the rest
+                        run as two launches of the kernel, so that only the last columns of
+                        B are copied (an odd N pads D, and a padded N would copy all of B) */
+  int32_t out_scale; /* 1: quantized inputs with amax or scale_d, taken by a kernel whose
+                        descriptor sets out_scale */
+  int32_t reserved;
 } pcr_problem;
 
 /* A kernel's verdict on one problem: whether it runs it and, if not, why. */
@@ -377,6 +405,25 @@ PCR_API int pcr_im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* 
 PCR_API int pcr_col2im(const DLTensor* cols, const DLTensor* dx, const DLTensor* c,
                        const pcr_conv* conv, int32_t r, int32_t s, double alpha, double beta,
                        void* stream);
+
+/* ---- quantization ---------------------------------------------------------------
+ * x (rows x K, K contiguous; float16, bfloat16 or float32, on a GPU) into q (x's shape,
+ * K contiguous; float8_e4m3fn or int8) and float32 scales with x ~= q * scale, rounding to
+ * nearest and saturating (e4m3 to +-448, int8 to [-128, 127]). `scale` is the grid a
+ * block-scaled GEMM reads, any strides (pcr_scale_kind): one element (PCR_QUANT_TENSOR),
+ * rows elements as (rows,) or (rows, 1) (PCR_QUANT_TOKEN), (rows, ceil(K/128))
+ * (PCR_QUANT_GROUP, per row and 128 of K) or (ceil(rows/128), ceil(K/128))
+ * (PCR_QUANT_BLOCK, a weight's 128 x 128 blocks). dynamic 1: each scale is computed from
+ * its elements' largest |x| (max(|x|, 1e-10) / 448 for e4m3, / 127 for int8) in the same
+ * pass and written; 0: read from `scale`. Asynchronous on `stream`, capture-safe. */
+typedef enum {
+  PCR_QUANT_TENSOR = 0,
+  PCR_QUANT_TOKEN = 1,
+  PCR_QUANT_GROUP = 2,
+  PCR_QUANT_BLOCK = 3
+} pcr_quant;
+PCR_API int pcr_quantize(const DLTensor* x, const DLTensor* q, const DLTensor* scale,
+                         int32_t granularity, int32_t dynamic, void* stream);
 
 /* ---- bound plans ----------------------------------------------------------------
  * A plan is one problem with its kernel chosen and its launch parameters built: running
@@ -569,9 +616,9 @@ PCR_API int pcr_selector_enable(int32_t device, int32_t enabled);
  * left unconsumed), or an object whose type exposes __dlpack_c_exchange_api__. With
  * PCR_STREAM_FROM_PRODUCER the stream is the producer's current work stream when an
  * operand's exchange API offers one, else `stream`. `extras` is NULL, None, or the tuple
- * (bias, scale_a, scale_b, activation, math, activation_alpha, activation_beta, conv) of
- * pcr_extras' fields: tensors or None, ints, floats, and conv None or pcr_conv's 8 ints in
- * their order.
+ * (bias, scale_a, scale_b, activation, math, activation_alpha, activation_beta, conv, aux,
+ * amax, scale_d) of pcr_extras' fields: tensors or None, ints, floats, and conv None or
+ * pcr_conv's 8 ints in their order.
  * pcr_py_object* marks those PyObject* arguments (plain void* to the compiler); other
  * pointers, the stream included, are not Python objects.
  * Errors: when a producer fails (its exchange API's dltensor_from_py_object_no_sync or
@@ -594,6 +641,9 @@ PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_obj
 PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
                             pcr_py_object* out, double alpha, int32_t kernel, int32_t flags,
                             void* stream, pcr_problem* problem);
+/* pcr_quantize on Python objects (the stream as pcr_py_im2col's). */
+PCR_API int pcr_py_quantize(pcr_py_object* x, pcr_py_object* q, pcr_py_object* scale,
+                            int32_t granularity, int32_t dynamic, int32_t flags, void* stream);
 /* pcr_im2col on Python objects; `conv` is pcr_conv's 8 ints as a tuple. */
 PCR_API int pcr_py_im2col(pcr_py_object* x, pcr_py_object* cols, pcr_py_object* conv, int32_t r,
                           int32_t s, int32_t flags, void* stream);

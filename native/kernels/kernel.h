@@ -68,9 +68,15 @@ struct GemmArgs {
   ActivationArgs activation;
   // PCR_EPI_SCALED kernels: float32 factors of acc, on the GPU (null: 1). scale_a applies
   // to rows (m values, or one for all when !scale_a_per_row), scale_b to columns.
+  // Block-scaled kernels (pcr_kernel_desc scale_m / scale_n): scale_a and scale_b are the
+  // float32 grids of a's and b's block scales, scale_a's one value per group of rows (1 or
+  // 128) and K-block (128 of K), scale_b's per group of columns and K-block, with these
+  // element strides between groups and between K-blocks.
   const void* scale_a;
   const void* scale_b;
   bool scale_a_per_row, scale_b_per_col;
+  int64_t scale_a_group_stride, scale_a_kblock_stride;
+  int64_t scale_b_group_stride, scale_b_kblock_stride;
   int groups;
   GroupArrays group;
   ConvArgs conv;
@@ -81,6 +87,10 @@ struct GemmArgs {
   void* aux;
   int64_t ldaux, batch_aux;
   float* amax;
+  // Kernels whose descriptor sets out_scale (quantized inputs' epilogues): max |D| before
+  // the output scale into amax (when given), then D multiplied by *scale_d (null: 1),
+  // saturating for fp8 D.
+  const float* scale_d;
 };
 
 // Where a dequantizing (PCR_EPI_SCALED) epilogue reads its factors: the per-tensor scales

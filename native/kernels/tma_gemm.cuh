@@ -6,7 +6,8 @@
 // (StreamK below, CUTLASS's; cooperative and sm100 schedules only), whose
 // heuristic decomposition spreads the K loop of too few output tiles over every SM
 // (stream-K or split-K) with a deterministic fp32 fix-up in the workspace.
-// fp8 without fast accumulation runs fp8_mainloop.cuh's overlapped promotion.
+// fp8 without fast accumulation runs fp8_mainloop.cuh's overlapped promotion; block-scaled
+// fp8 (scale grids per 128 of K) block_scaled_mainloop.cuh's.
 // The epilogue is CUTLASS's linear combination, or an epilogue visitor tree: BiasAct
 // computes act(alpha * acc + beta * C + row bias + column bias), Scaled (quantized
 // inputs) scales acc by per-tensor, per-row and per-column factors first.
@@ -26,6 +27,7 @@
 
 #include "activation.h"
 #include "amax.h"
+#include "block_scaled_mainloop.cuh"
 #include "fp8_mainloop.cuh"
 #include "kernel.h"
 
@@ -176,31 +178,53 @@ struct ScalarsAfterWait : WaitForPrimary, Sm90ScalarBroadcast<Element, StrideMNL
       : WaitForPrimary(), Base(params, storage) {}
 };
 
+// The tail of a quantized inputs' epilogue (the catalogue's out_scale): max |x| reduced
+// into GemmArgs::amax where given, then x times the output scale GemmArgs::scale_d (null:
+// 1), converted to D (saturating for fp8). An fp8 recipe's next scale is the amax before
+// this layer's output scale.
+template <class ElementD, class Node>
+struct QuantizedOutput {
+  using ScaleD = ScalarsAfterWait<float, Stride<_0, _0, int64_t>, 1>;
+  using Type = Sm90EVT<Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, ScaleD,
+                       Sm90EVT<AmaxReduction, Node>>;
+
+  static typename Type::Arguments arguments(const GemmArgs& p,
+                                            typename Node::Arguments const& node) {
+    return {{{1.0f}, {p.scale_d}}, {node, {p.amax}}, {}};
+  }
+};
+
 // The linear epilogue of quantized inputs with float outputs: D = beta * C + (alpha * sa *
 // sb) * acc, sa and sb per-tensor scales read from the GPU after the grid dependency wait
-// (null: 1). CUTLASS's LinearCombination with two more scalars, so a call with per-tensor
-// scale tensors runs at the plain kernel's speed; C is not loaded when beta == 0.
+// (null: 1): CUTLASS's LinearCombination with two more scalars, so a call with per-tensor
+// scale tensors runs at the plain kernel's speed; C is not loaded when beta == 0. Then the
+// quantized output's tail. `dequant` false: no per-tensor scales (block-scaled kernels,
+// whose scales apply in the mainloop).
 template <class ElementD>
 struct TensorScaledLinear {
   using Scalars = ScalarsAfterWait<float, Stride<_0, _0, int64_t>, 3>;  // alpha, sa, sb
   using Scalar = Sm90ScalarBroadcast<float, Stride<_0, _0, int64_t>>;
   using ScaledAcc =
       Sm90EVT<Sm90Compute<cutlass::multiplies, float, float, kRound>, Scalars, Sm90AccFetch>;
-  using Type = Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>,
-                       Scalar, Sm90SrcFetch<ElementD>, ScaledAcc>;
+  using Linear = Sm90EVT<Sm90Compute<cutlass::homogeneous_multiply_add, float, float, kRound>,
+                         Scalar, Sm90SrcFetch<ElementD>, ScaledAcc>;
+  using Output = QuantizedOutput<ElementD, Linear>;
+  using Type = typename Output::Type;
 
-  static typename Type::Arguments arguments(const GemmArgs& p) {
-    const Dequant q = dequant_of(p);
+  static typename Type::Arguments arguments(const GemmArgs& p, bool dequant = true) {
+    const Dequant q = dequant ? dequant_of(p) : Dequant{};
     typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
                                         {nullptr, q.scale_a, q.scale_b}};
-    return {{{float(p.beta)}}, {}, {scalars, {}, {}}, {}};
+    return Output::arguments(p, {{{float(p.beta)}}, {}, {scalars, {}, {}}, {}});
   }
 };
 
 // The dequantizing epilogue of quantized inputs (fp8, int8), in the kernel's M and N:
 //   D = act(beta * C + (sa_m[m] * (sb_n[n] * (alpha * sa * sb * acc)) + bias_n[n]) + bias_m[m])
 // sa and sb are per-tensor scales read from the GPU (null: 1), sa_m and sb_n per-row and
-// per-column float vectors (null: 1), biases in D's dtype (null: 0).
+// per-column float vectors (null: 1), biases in D's dtype (null: 0); then the quantized
+// output's tail (amax, scale_d). Block-scaled kernels take it for their bias/activation
+// epilogue with every factor unset (`dequant` false).
 template <class TileShape, class ElementD>
 struct ScaledTree {
   using Scalars = ScalarsAfterWait<float, Stride<_0, _0, int64_t>, 3>;  // alpha, sa, sb
@@ -217,27 +241,29 @@ struct ScaledTree {
   using PlusCol =
       Sm90EVT<Sm90Compute<cutlass::plus, float, float, kRound>, ColScaledPlusRow, ColBias>;
   using BetaC = Sm90EVT<Fma, Scalar, Sm90SrcFetch<ElementD>, PlusCol>;
-  using Type = Sm90EVT<Sm90Compute<Activation, ElementD, float, kRound>, BetaC>;
+  using Activated = Sm90EVT<Sm90Compute<Activation, float, float, kRound>, BetaC>;
+  using Output = QuantizedOutput<ElementD, Activated>;
+  using Type = typename Output::Type;
 
   // swap: the kernel's rows are the problem's columns (swap-AB kernels)
-  static typename Type::Arguments arguments(const GemmArgs& p, bool swap) {
-    const Dequant q = dequant_of(p);
+  static typename Type::Arguments arguments(const GemmArgs& p, bool swap, bool dequant = true) {
+    const Dequant q = dequant ? dequant_of(p) : Dequant{};
     const float* per_m = swap ? q.col_scales : q.row_scales;  // along the kernel's M and N
     const float* per_n = swap ? q.row_scales : q.col_scales;
     const void* bias_m = swap ? p.bias_n : p.bias_m;
     const void* bias_n = swap ? p.bias_m : p.bias_n;
     typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
                                         {nullptr, q.scale_a, q.scale_b}};
-    return {{{{float(p.beta)}},
-             {},
-             {{{per_m, 1.0f, {}},
-               {{per_n, 1.0f, {}}, {scalars, {}, {}}, {}},
-               {static_cast<const ElementD*>(bias_n), ElementD(0), {}},
-               {}},
-              {static_cast<const ElementD*>(bias_m), ElementD(0), {}},
-              {}},
-             {}},
-            {p.activation}};
+    return Output::arguments(p, {{{{float(p.beta)}},
+                                  {},
+                                  {{{per_m, 1.0f, {}},
+                                    {{per_n, 1.0f, {}}, {scalars, {}, {}}, {}},
+                                    {static_cast<const ElementD*>(bias_n), ElementD(0), {}},
+                                    {}},
+                                   {static_cast<const ElementD*>(bias_m), ElementD(0), {}},
+                                   {}},
+                                  {}},
+                                 {p.activation}});
   }
 };
 template <class CtaTile, class TileShape, class ElementD, class EpilogueSchedule, class Linear>
@@ -265,16 +291,20 @@ struct StreamKScheduler
 };
 
 // kSmsPerMma: how many SMs (CTAs) one MMA tile spans along M; the epilogue works per CTA.
+// BlockScaledMainloop: the schedule of a block-scaled fp8 mainloop (scale grids per 128 of
+// K read beside A and B).
 struct Sm90Cooperative {
   static constexpr int kSmsPerMma = 1;
   using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using BlockScaledMainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
   using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 struct Sm90Pingpong {
   static constexpr int kSmsPerMma = 1;
   using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using BlockScaledMainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 // Grouped (pointer-array) schedules: per-group TMA descriptors are rewritten on the GPU
@@ -292,13 +322,45 @@ struct Sm100OneSm {
   static constexpr int kSmsPerMma = 1;
   using Arch = cutlass::arch::Sm100;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecialized1SmSm100;
+  using BlockScaledMainloop = cutlass::gemm::KernelTmaWarpSpecializedBlockwise1SmSm100;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized1Sm;
 };
 struct Sm100TwoSm {  // a CTA pair shares each MMA: tile M spans both SMs, cluster M even
   static constexpr int kSmsPerMma = 2;
   using Arch = cutlass::arch::Sm100;
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecialized2SmSm100;
+  using BlockScaledMainloop = cutlass::gemm::KernelTmaWarpSpecializedBlockwise2SmSm100;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized2Sm;
+};
+
+// The mainloop collective CUTLASS's builder makes for a schedule, with the library's
+// consumer where it has one (sm90a: fp8's overlapped promotion, block-scaled fp8's
+// overlapped scaling). ScaleM, ScaleN: a block-scaled mainloop's rows (columns) per scale
+// along the kernel's M (N), 1 or 128, each per 128 of K; 0: not block-scaled.
+template <class Schedule, class ElementA, class LayoutA, class ElementB, class LayoutB, int AlignAB,
+          class ElementAcc, class TileShape, class ClusterShape, int Carveout, int ScaleM,
+          int ScaleN, bool kBlockScaled = (ScaleM != 0)>
+struct MainloopOf {
+  using Type = WithOverlappedPromotion<typename cutlass::gemm::collective::CollectiveBuilder<
+      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, AlignAB, ElementB,
+      LayoutB, AlignAB, ElementAcc, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<Carveout>,
+      typename Schedule::Mainloop>::CollectiveOp>;
+};
+template <class Schedule, class ElementA, class LayoutA, class ElementB, class LayoutB, int AlignAB,
+          class ElementAcc, class TileShape, class ClusterShape, int Carveout, int ScaleM,
+          int ScaleN>
+struct MainloopOf<Schedule, ElementA, LayoutA, ElementB, LayoutB, AlignAB, ElementAcc, TileShape,
+                  ClusterShape, Carveout, ScaleM, ScaleN, true> {
+  static_assert(ScaleN != 0 && sizeof(ElementA) == 1, "block scales: fp8, both operands");
+  using Built = typename cutlass::gemm::collective::CollectiveBuilder<
+      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, ElementA,
+      cute::tuple<LayoutA, ScaleLayout<ScaleM>>, AlignAB, ElementB,
+      cute::tuple<LayoutB, ScaleLayout<ScaleN>>, AlignAB, ElementAcc, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<Carveout>,
+      typename Schedule::BlockScaledMainloop>::CollectiveOp;
+  using Type = cute::conditional_t<cute::is_same_v<typename Schedule::Arch, cutlass::arch::Sm90>,
+                                   OverlappedBlockScaling<Built>, Built>;
 };
 
 // The persistent tile schedulers' swizzle: when A and B overflow L2 (Hopper's is 50 MB),
@@ -421,13 +483,16 @@ struct Kernel3x {
 // Epilogue is a pcr_epilogue; ElementAcc is float, or int32_t for int8 inputs (whose
 // int32 outputs are then scaled in int32 arithmetic, exactly). TensorScales: the linear
 // epilogue also multiplies by per-tensor scale tensors (the catalogue's tensor_scales).
+// ScaleM, ScaleN: a block-scaled fp8 mainloop's rows and columns per scale along the
+// kernel's M and N (MainloopOf; the generator swaps them for swap-AB kernels), 0: none.
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
           class TileShape, class ClusterShape, class Schedule, int AlignAB,
           class TileScheduler = void, bool SwapAB = false, int Epilogue = PCR_EPI_LINEAR,
-          class ElementAcc = float, bool TensorScales = false>
-struct Gemm
-    : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
-                    Schedule, AlignAB, TileScheduler, SwapAB, Epilogue, ElementAcc, TensorScales>> {
+          class ElementAcc = float, bool TensorScales = false, int ScaleM = 0, int ScaleN = 0>
+struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
+                            Schedule, AlignAB, TileScheduler, SwapAB, Epilogue, ElementAcc,
+                            TensorScales, ScaleM, ScaleN>> {
+  static constexpr bool kBlockScaled = ScaleM != 0;
   using Cluster = ClusterShape;
   // sm90a kernels wait at griddepcontrol.wait before their first global load and hint
   // the next launch at their last tile (CUTLASS_ENABLE_GDC_FOR_SM90), so they may launch
@@ -447,14 +512,17 @@ struct Gemm
                                   !cute::is_same_v<ElementD, int32_t>),
                 "per-tensor scale tensors: a linear epilogue of quantized inputs, non-int32 D");
   using Linear = cute::conditional_t<
-      TensorScales, typename evt::TensorScaledLinear<ElementD>::Type,
+      TensorScales || kBlockScaled, typename evt::TensorScaledLinear<ElementD>::Type,
       cutlass::epilogue::fusion::LinearCombination<ElementD, Compute, ElementD, Compute>>;
+  // a block-scaled kernel's bias/activation epilogue: the dequantizing tree, factors unset
+  static constexpr int kTree =
+      kBlockScaled && Epilogue == PCR_EPI_BIASACT ? int(PCR_EPI_SCALED) : Epilogue;
   // The epilogue trees broadcast bias and scale vectors over one CTA's tile
   using CtaTile = decltype(cute::shape_div(
       TileShape{}, cute::Shape<cute::Int<Schedule::kSmsPerMma>, cute::_1, cute::_1>{}));
   static_assert(Epilogue != PCR_EPI_AUX || !SwapAB, "aux is stored row-major: no swap-AB");
   using FusionKind =
-      evt::FusionOf<Epilogue, CtaTile, TileShape, ElementD, typename Schedule::Epilogue, Linear>;
+      evt::FusionOf<kTree, CtaTile, TileShape, ElementD, typename Schedule::Epilogue, Linear>;
   using Fusion = typename FusionKind::Type;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -462,13 +530,11 @@ struct Gemm
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc, ElementD, LayoutD,
       kAlignD, ElementD, LayoutD, kAlignD, typename Schedule::Epilogue, Fusion>::CollectiveOp;
 
-  using CollectiveMainloop =
-      WithOverlappedPromotion<typename cutlass::gemm::collective::CollectiveBuilder<
-          typename Schedule::Arch, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, AlignAB,
-          ElementB, LayoutB, AlignAB, ElementAcc, TileShape, ClusterShape,
-          cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-              sizeof(typename CollectiveEpilogue::SharedStorage))>,
-          typename Schedule::Mainloop>::CollectiveOp>;
+  static_assert(!kBlockScaled || (Epilogue == PCR_EPI_LINEAR || Epilogue == PCR_EPI_BIASACT),
+                "block-scaled kernels: plain or bias/activation epilogues");
+  using CollectiveMainloop = typename MainloopOf<
+      Schedule, ElementA, LayoutA, ElementB, LayoutB, AlignAB, ElementAcc, TileShape, ClusterShape,
+      static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)), ScaleM, ScaleN>::Type;
 
   using GemmKernel =
       cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
@@ -483,24 +549,29 @@ struct Gemm
     const void* a = SwapAB ? p.b : p.a;
     const void* b = SwapAB ? p.a : p.b;
     typename CollectiveEpilogue::FusionCallbacks::Arguments thread;
-    if constexpr (Epilogue == PCR_EPI_BIASACT || Epilogue == PCR_EPI_AUX)
+    if constexpr (kTree == PCR_EPI_BIASACT || kTree == PCR_EPI_AUX)
       // kernel rows are problem columns if swapped
       thread = FusionKind::Tree::arguments(p, SwapAB ? p.bias_m : p.bias_n,
                                            SwapAB ? p.bias_n : p.bias_m);
-    else if constexpr (Epilogue == PCR_EPI_SCALED)
-      thread = FusionKind::Tree::arguments(p, SwapAB);
-    else if constexpr (TensorScales)
-      thread = evt::TensorScaledLinear<ElementD>::arguments(p);
+    else if constexpr (kTree == PCR_EPI_SCALED)
+      thread = FusionKind::Tree::arguments(p, SwapAB, !kBlockScaled);
+    else if constexpr (TensorScales || kBlockScaled)
+      thread = evt::TensorScaledLinear<ElementD>::arguments(p, !kBlockScaled);
     else
       thread = {Compute(p.alpha), Compute(p.beta)};
+    const auto dA = make_stride_ld<StrideA>(SwapAB ? p.ldb : p.lda, SwapAB ? p.batch_b : p.batch_a);
+    const auto dB = make_stride_ld<StrideB>(SwapAB ? p.lda : p.ldb, SwapAB ? p.batch_a : p.batch_b);
+    typename CollectiveMainloop::Arguments mainloop;
+    if constexpr (kBlockScaled)
+      mainloop = block_scaled_mainloop(p, static_cast<const ElementA*>(a), dA,
+                                       static_cast<const ElementB*>(b), dB);
+    else
+      mainloop = {static_cast<const ElementA*>(a), dA, static_cast<const ElementB*>(b), dB};
     Arguments args{
         p.batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
                     : cutlass::gemm::GemmUniversalMode::kGemm,
         {SwapAB ? p.n : p.m, SwapAB ? p.m : p.n, p.k, p.batch},
-        {static_cast<const ElementA*>(a),
-         make_stride_ld<StrideA>(SwapAB ? p.ldb : p.lda, SwapAB ? p.batch_b : p.batch_a),
-         static_cast<const ElementB*>(b),
-         make_stride_ld<StrideB>(SwapAB ? p.lda : p.ldb, SwapAB ? p.batch_a : p.batch_b)},
+        mainloop,
         {thread, static_cast<const ElementD*>(p.c), make_stride_ld<StrideC>(p.ldc, p.batch_c),
          static_cast<ElementD*>(p.d), make_stride_ld<StrideD>(p.ldd, p.batch_d)}};
     args.hw_info.device_id = p.device;
@@ -508,6 +579,26 @@ struct Gemm
     args.scheduler.max_swizzle_size = tile_swizzle<TileShape, ClusterShape>(
         SwapAB ? p.n : p.m, SwapAB ? p.m : p.n, p.k, sizeof(ElementA));
     return args;
+  }
+
+  // A block-scaled mainloop's arguments: the operands and their scale grids (the kernel's
+  // A is the problem's b when swapped, and its scales with it).
+  template <class StrideA, class StrideB>
+  static typename CollectiveMainloop::Arguments block_scaled_mainloop(const GemmArgs& p,
+                                                                      const ElementA* a, StrideA dA,
+                                                                      const ElementB* b,
+                                                                      StrideB dB) {
+    const int rows_a = SwapAB ? p.n : p.m, rows_b = SwapAB ? p.m : p.n;
+    const auto* sa = static_cast<const float*>(SwapAB ? p.scale_b : p.scale_a);
+    const auto* sb = static_cast<const float*>(SwapAB ? p.scale_a : p.scale_b);
+    const int64_t sa_g = SwapAB ? p.scale_b_group_stride : p.scale_a_group_stride;
+    const int64_t sa_k = SwapAB ? p.scale_b_kblock_stride : p.scale_a_kblock_stride;
+    const int64_t sb_g = SwapAB ? p.scale_a_group_stride : p.scale_b_group_stride;
+    const int64_t sb_k = SwapAB ? p.scale_a_kblock_stride : p.scale_b_kblock_stride;
+    return {a,  dA,
+            b,  dB,
+            sa, scale_layout<ScaleM>(rows_a, p.k, sa_g, sa_k),
+            sb, scale_layout<ScaleN>(rows_b, p.k, sb_g, sb_k)};
   }
 };
 

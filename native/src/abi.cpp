@@ -163,6 +163,14 @@ PCR_API int pcr_select_clear(void) {
   return guarded([&] { select_clear(); });
 }
 
+PCR_API int pcr_quantize(const DLTensor* x, const DLTensor* q, const DLTensor* scale,
+                         int32_t granularity, int32_t dynamic, void* stream) {
+  return guarded([&] {
+    clear_error();
+    return quantize(x, q, scale, granularity, dynamic, static_cast<cudaStream_t>(stream));
+  });
+}
+
 PCR_API int pcr_im2col(const DLTensor* x, const DLTensor* cols, const pcr_conv* conv, int32_t r,
                        int32_t s, void* stream) {
   return guarded([&] {
@@ -234,6 +242,11 @@ PCR_API int pcr_py_plan_create(void* a, void* b, void* c, void* d, double alpha,
                                pcr_plan** plan) {
   return guarded(
       [&] { return py_plan_create(a, b, c, d, alpha, beta, extras, kernel, problem, plan); });
+}
+
+PCR_API int pcr_py_quantize(void* x, void* q, void* scale, int32_t granularity, int32_t dynamic,
+                            int32_t flags, void* stream) {
+  return guarded([&] { return py_quantize(x, q, scale, granularity, dynamic, flags, stream); });
 }
 
 PCR_API int pcr_py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags,

@@ -77,9 +77,11 @@ int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const
   if (x.scale_a || x.scale_b)
     return set_error(PCR_ERR_UNSUPPORTED,
                      "scale_a and scale_b dequantize int8 and fp8 GEMMs; a convolution takes none");
-  if (x.aux || x.amax)
-    return set_error(PCR_ERR_UNSUPPORTED, "%s is written by GEMMs; a convolution takes none",
-                     x.aux ? "aux (the pre-activation)" : "amax");
+  if (x.aux || x.amax || x.scale_d)
+    return set_error(PCR_ERR_UNSUPPORTED, "%s is a GEMM's; a convolution takes none",
+                     x.aux    ? "aux (the pre-activation)"
+                     : x.amax ? "amax"
+                              : "scale_d");
   const bool fprop = op == PCR_OP_FPROP;
   if (!fprop && (x.bias || x.activation != PCR_ACT_NONE))
     return set_error(PCR_ERR_UNSUPPORTED,

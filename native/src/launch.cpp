@@ -47,10 +47,10 @@ int launch_staged(const pcr_problem& p, const Bound& bd, int k, cudaStream_t str
 // synchronize.
 int launch_host(const pcr_problem& p, const Bound& bd, int k, cudaStream_t stream) {
   Bound dev = bd;
-  Matrix* ops[] = {&dev.a,       &dev.b,       &dev.c,   &dev.d,   &dev.bias,
-                   &dev.scale_m, &dev.scale_n, &dev.aux, &dev.amax};
-  const Matrix* src[] = {&bd.a,       &bd.b,       &bd.c,   &bd.d,   &bd.bias,
-                         &bd.scale_m, &bd.scale_n, &bd.aux, &bd.amax};
+  Matrix* ops[] = {&dev.a,       &dev.b,       &dev.c,   &dev.d,    &dev.bias,
+                   &dev.scale_m, &dev.scale_n, &dev.aux, &dev.amax, &dev.scale_d};
+  const Matrix* src[] = {&bd.a,       &bd.b,       &bd.c,   &bd.d,    &bd.bias,
+                         &bd.scale_m, &bd.scale_n, &bd.aux, &bd.amax, &bd.scale_d};
   constexpr int kOutputs[] = {3, 7, 8};  // d, aux, amax: copied back
   constexpr int kOps = sizeof ops / sizeof ops[0];
   Scratch buffers[kOps];  // freed on the stream, after the copy back

@@ -76,7 +76,7 @@ int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor*
                          "a plan runs with the activation (and its parameters) and math it was "
                          "built with");
       x.bias = extras->bias, x.scale_a = extras->scale_a, x.scale_b = extras->scale_b;
-      x.aux = extras->aux, x.amax = extras->amax;
+      x.aux = extras->aux, x.amax = extras->amax, x.scale_d = extras->scale_d;
     }
     pcr_problem p;
     int st = describe(a, b, c, d, pl->bound.alpha, pl->bound.beta, &x, &p, &fresh);

@@ -331,22 +331,147 @@ int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matri
   return PCR_OK;
 }
 
-// amax (pcr_extras.amax): one float32 element of any shape, kept as a 1x1 matrix.
-int load_amax(const DLTensor* t, Matrix* m) {
+// fp8 block scales (pcr_scale_kind GROUPS, BLOCKS): a float32 grid shaped as an operand
+// divided into blocks of 128 along K, and of 1 (GROUPS) or 128 (BLOCKS) along its other
+// dimension, each rounded up. `rows` is that other dimension's extent, `k` K; `axis` 0 for
+// a (rows, K): grids (rows, Kb) or (ceil(rows/128), Kb); 1 for b (K, rows): (Kb, rows) or
+// (Kb, ceil(rows/128)). Returns the kinds t's shape fits (bits 1 << kind; a one-element or
+// vector shape may fit several), without reading anything else.
+int grid_kinds(const DLTensor* t, int64_t rows, int64_t k, int axis) {
+  const int64_t kb = (k + 127) / 128, blocks = (rows + 127) / 128;
+  int64_t count = 1;
+  for (int i = 0; i < t->ndim; ++i) count *= t->shape[i];
+  int fits = 0;
+  if (count == 1) fits |= 1 << PCR_SCALE_TENSOR;
+  if (t->ndim == 2) {
+    const int64_t along = t->shape[axis == 0 ? 0 : 1], kdim = t->shape[axis == 0 ? 1 : 0];
+    if (kdim == kb && along == rows) fits |= 1 << PCR_SCALE_GROUPS;
+    if (kdim == kb && along == blocks) fits |= 1 << PCR_SCALE_BLOCKS;
+  } else if (count == 1 && kb == 1) {  // a single block's scale, of any shape
+    fits |= (rows <= 1 ? 1 << PCR_SCALE_GROUPS : 0) | (blocks == 1 ? 1 << PCR_SCALE_BLOCKS : 0);
+  }
+  return fits;
+}
+
+// A block-scale grid (see grid_kinds) as a matrix in its operand's orientation: scale_a's
+// rows are a's row groups and its columns K-blocks, scale_b's rows K-blocks and its columns
+// b's column groups. Any strides (each fits in 32 bits: the kernel's layouts hold them so).
+int load_grid(const DLTensor* t, const char* name, Matrix* v) {
+  if (dtype_from_dl(t->dtype) != PCR_F32)
+    return set_error(PCR_ERR_UNSUPPORTED, "%s must be float32", name);
+  v->dtype = PCR_F32;
+  v->esize = 4;
+  v->rows = t->ndim == 2 ? t->shape[0] : 1;
+  v->cols = t->ndim == 2 ? t->shape[1] : 1;
+  v->s0 = t->ndim == 2 ? (t->strides ? t->strides[0] : v->cols) : 0;
+  v->s1 = t->ndim == 2 ? (t->strides ? t->strides[1] : 1) : 0;
+  if (v->rows == 1) v->s0 = 0;
+  if (v->cols == 1) v->s1 = 0;
+  if (v->s0 < 0 || v->s1 < 0 || v->s0 >= (int64_t(1) << 31) || v->s1 >= (int64_t(1) << 31))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s has strides (%" PRId64 ", %" PRId64
+                     "); a block-scale grid's strides are non-negative and below 2^31",
+                     name, v->s0, v->s1);
+  if (int st = load_place(t, name, v->rows * v->cols, v)) return st;
+  if (reinterpret_cast<uintptr_t>(v->ptr) % 4)
+    return set_error(PCR_ERR_MISALIGNED, "%s's address is not 4-byte aligned (float32)", name);
+  return PCR_OK;
+}
+
+// scale_a and scale_b (either may be null) for a (m x k) @ b (k x n): per-tensor and
+// per-row/column factors (load_scale), or a pair of fp8 block-scale grids, read so when
+// either tensor's shape fits only a grid. *kind_a, *kind_b: their pcr_scale_kind.
+int load_scales(const DLTensor* sa, const DLTensor* sb, int64_t m, int64_t n, int64_t k, Matrix* va,
+                Matrix* vb, int* kind_a, int* kind_b) {
+  const int plain = (1 << PCR_SCALE_TENSOR);
+  const int fa = sa ? grid_kinds(sa, m, k, 0) : 0, fb = sb ? grid_kinds(sb, n, k, 1) : 0;
+  // a vector's shape: (len,), or (len, 1) along a's rows, (1, len) along b's columns
+  auto vector = [](const DLTensor* t, int64_t len, int axis) {
+    int64_t count = 1;
+    for (int i = 0; i < t->ndim; ++i) count *= t->shape[i];
+    return count == len && t->ndim <= 2 && (t->ndim < 2 || t->shape[1 - axis] == 1);
+  };
+  // a shape that fits a grid and nothing else (no vector, no single value) makes both grids
+  const bool grid_a = sa && (fa & ~plain) && !(fa & plain) && !vector(sa, m, 0);
+  const bool grid_b = sb && (fb & ~plain) && !(fb & plain) && !vector(sb, n, 1);
+  if (!grid_a && !grid_b) {
+    int st;
+    if (sa && (st = load_scale(sa, "scale_a", m, 0, va, kind_a))) return st;
+    if (sb && (st = load_scale(sb, "scale_b", n, 1, vb, kind_b))) return st;
+    return PCR_OK;
+  }
+  const int64_t kb = (k + 127) / 128, mb = (m + 127) / 128, nb = (n + 127) / 128;
+  if (!sa || !sb)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s is a block-scale grid; block scales come in pairs: pass scale_a (%" PRId64
+                     ", %" PRId64 ") per token or (%" PRId64 ", %" PRId64
+                     ") per 128x128 block, and scale_b (%" PRId64 ", %" PRId64
+                     ") per block or (%" PRId64 ", %" PRId64 ") per column",
+                     sa ? "scale_a" : "scale_b", m, kb, mb, kb, kb, nb, kb, n);
+  // a's grid is per token where both fit (the same shape when m == 1), b's per block
+  *kind_a = fa & (1 << PCR_SCALE_GROUPS)   ? PCR_SCALE_GROUPS
+            : fa & (1 << PCR_SCALE_BLOCKS) ? PCR_SCALE_BLOCKS
+                                           : PCR_SCALE_NONE;
+  *kind_b = fb & (1 << PCR_SCALE_BLOCKS)   ? PCR_SCALE_BLOCKS
+            : fb & (1 << PCR_SCALE_GROUPS) ? PCR_SCALE_GROUPS
+                                           : PCR_SCALE_NONE;
+  if (!*kind_a)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "scale_b is a block-scale grid, so scale_a must be one: (%" PRId64 ", %" PRId64
+                     ") per token and 128 of K, or (%" PRId64 ", %" PRId64
+                     ") per 128x128 block of a (%" PRId64 " x %" PRId64 "); got shape %s",
+                     m, kb, mb, kb, m, k, shape_text(sa->shape, sa->ndim).c_str());
+  if (!*kind_b)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "scale_a is a block-scale grid, so scale_b must be one: (%" PRId64 ", %" PRId64
+                     ") per 128x128 block of b (%" PRId64 " x %" PRId64 "), or (%" PRId64
+                     ", %" PRId64 ") per column and 128 of K; got shape %s",
+                     kb, nb, k, n, kb, n, shape_text(sb->shape, sb->ndim).c_str());
+  int st;
+  if ((st = load_grid(sa, "scale_a", va)) || (st = load_grid(sb, "scale_b", vb))) return st;
+  return PCR_OK;
+}
+
+bool is_grid(int kind) { return kind == PCR_SCALE_GROUPS || kind == PCR_SCALE_BLOCKS; }
+
+// How messages say a pair of block-scale kinds.
+std::string block_words(int kind_m, int kind_n) {
+  auto one = [](int kind, const char* operand, const char* line) {
+    return std::string(operand) + (kind == PCR_SCALE_GROUPS
+                                       ? std::string(" per ") + line + " and 128 of K"
+                                       : " per 128x128 block");
+  };
+  return one(kind_m, "scale_a", "row") + ", " + one(kind_n, "scale_b", "column");
+}
+
+// Whether a kernel's mainloop takes a problem's scales: block-scaled kernels its grids
+// exactly, the others any problem without grids.
+bool same_block_scales(const pcr_kernel_desc& kd, const pcr_problem& p) {
+  const bool grids = is_grid(p.scale_m);
+  return kd.scale_m == (grids ? p.scale_m : PCR_SCALE_NONE) &&
+         kd.scale_n == (grids ? p.scale_n : PCR_SCALE_NONE);
+}
+
+// amax and scale_d (pcr_extras): one float32 element of any shape, kept as a 1x1 matrix,
+// at a 4-byte aligned address.
+int load_one_float(const DLTensor* t, const char* name, Matrix* m) {
   int64_t count = 1;
   for (int i = 0; i < t->ndim; ++i) count *= t->shape[i];
   if (dtype_from_dl(t->dtype) != PCR_F32 || count != 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "amax receives one float32 value; got shape %s of %s (pass "
+                     "%s is one float32 value; got shape %s of %s (pass "
                      "torch.empty((), dtype=torch.float32, device=d.device))",
-                     shape_text(t->shape, t->ndim).c_str(),
+                     name, shape_text(t->shape, t->ndim).c_str(),
                      dtype_from_dl(t->dtype) == PCR_DTYPE_INVALID
                          ? "an unknown dtype"
                          : dtype_name(dtype_from_dl(t->dtype)));
   m->dtype = PCR_F32;
   m->esize = 4;
   m->rows = m->cols = m->batch = 1;
-  return load_place(t, "amax", 1, m);
+  if (int st = load_place(t, name, 1, m)) return st;
+  if (reinterpret_cast<uintptr_t>(m->ptr) % 4)
+    return set_error(PCR_ERR_MISALIGNED, "%s's address is not 4-byte aligned (float32)", name);
+  return PCR_OK;
 }
 
 bool is_quantized(int dtype) { return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2; }
@@ -394,6 +519,8 @@ void stage_misaligned(pcr_problem* p, bool small_may_stay) {
   if (small_may_stay && double(p->m) * double(p->n) * double(p->k) < kStageMinMacs &&
       p->k < kStageMinK && any_alignment_kernel(*p))
     return;
+  // a padded N would read b's per-column block scales past their end
+  if (p->align_d < 16 && p->scale_n == PCR_SCALE_GROUPS) return;
   if (p->epilogue != PCR_EPI_LINEAR &&
       ((p->align_a < 16 && p->layout_a != PCR_ROW_MAJOR) ||
        (p->align_b < 16 && p->layout_b != PCR_COL_MAJOR) ||
@@ -418,8 +545,10 @@ constexpr double kSplitMinBytes = double(16 << 20);
 // call at M = 4); columns up to a multiple of 16 bytes of D read B in place instead, and
 // the last few stage only their own columns, as a second launch of the same kernel.
 int64_t split_column(const pcr_problem& p, const Bound& bd) {
+  // (a block-scale grid along N splits only at whole blocks: never, here)
   if (p.op != PCR_OP_GEMM || !(p.staged & PCR_STAGED_D) || (p.staged & PCR_STAGED_B) ||
-      p.layout_b != PCR_COL_MAJOR || double(p.k) * double(p.n) * bd.b.esize < kSplitMinBytes)
+      is_grid(p.scale_n) || p.layout_b != PCR_COL_MAJOR ||
+      double(p.k) * double(p.n) * bd.b.esize < kSplitMinBytes)
     return 0;
   // an N that is not a multiple of 16 bytes of D is padded, and with it B's columns: the
   // whole problem's staging copies B
@@ -580,7 +709,7 @@ int check_places(const Matrix* const ops[kPlaces], const char* const names[kPlac
   }
   // Aliasing: d must not overlap a, b or the extras, which the kernel reads while d is
   // written (c is the caller's to check: d may be c exactly).
-  for (int i : {0, 1, 4, 5, 6})
+  for (int i : {0, 1, 4, 5, 6, 9})
     if (ops[i] && overlaps(D, *ops[i]))
       return set_error(PCR_ERR_OVERLAP,
                        "%s overlaps %s in memory; the output must not alias an input of the "
@@ -634,8 +763,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   if (bias && (st = load_bias(bias, D, &V, &bias_axis))) return st;
   Matrix &SA = bound->scale_m, &SB = bound->scale_n;  // canonical below
   int scale_a = PCR_SCALE_NONE, scale_b = PCR_SCALE_NONE;
-  if (x.scale_a && (st = load_scale(x.scale_a, "scale_a", D.rows, 0, &SA, &scale_a))) return st;
-  if (x.scale_b && (st = load_scale(x.scale_b, "scale_b", D.cols, 1, &SB, &scale_b))) return st;
+  if ((x.scale_a || x.scale_b) && (st = load_scales(x.scale_a, x.scale_b, D.rows, D.cols, A.cols,
+                                                    &SA, &SB, &scale_a, &scale_b)))
+    return st;
+  const bool grids = is_grid(scale_a);
   Matrix& X = bound->aux;
   if (x.aux) {
     if ((st = load_matrix(x.aux, "aux", false, &X))) return st;
@@ -648,7 +779,8 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
       return set_error(PCR_ERR_UNSUPPORTED, "aux is %s but d is %s; pass aux in d's dtype",
                        dtype_name(X.dtype), dtype_name(D.dtype));
   }
-  if (x.amax && (st = load_amax(x.amax, &bound->amax))) return st;
+  if (x.amax && (st = load_one_float(x.amax, "amax", &bound->amax))) return st;
+  if (x.scale_d && (st = load_one_float(x.scale_d, "scale_d", &bound->scale_d))) return st;
 
   // Batch: d holds all L matrices; each input has L of them or one shared by all.
   const int64_t L = D.batch;
@@ -691,9 +823,10 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                                 scale_a ? &SA : nullptr,
                                 scale_b ? &SB : nullptr,
                                 x.aux ? &X : nullptr,
-                                x.amax ? &bound->amax : nullptr};
-  static const char* const kNames[] = {"a",       "b",       "d",   "c",   "bias",
-                                       "scale_a", "scale_b", "aux", "amax"};
+                                x.amax ? &bound->amax : nullptr,
+                                x.scale_d ? &bound->scale_d : nullptr};
+  static const char* const kNames[] = {"a",       "b",       "d",   "c",    "bias",
+                                       "scale_a", "scale_b", "aux", "amax", "scale_d"};
   bool host = false;
   if ((st = check_places(ops, kNames, &host))) return st;
   bool c_is_d =
@@ -752,6 +885,15 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      "scale_a and scale_b apply to int8, fp8, float16 and bfloat16 inputs; a "
                      "and b are %s (fold a per-tensor factor into alpha)",
                      dtype_name(A.dtype));
+  if (grids && A.dtype != PCR_E4M3 && A.dtype != PCR_E5M2)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "block-scale grids (scale_a, scale_b) dequantize fp8 inputs; a and b are %s",
+                     dtype_name(A.dtype));
+  if (grids && L != 1)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "block scales take one GEMM (2-D a, b and d); d holds %" PRId64
+                     " matrices: run them one by one, or as a grouped GEMM",
+                     L);
   auto int32_valued = [](double v) { return v == std::floor(v) && std::fabs(v) < 2147483648.0; };
   if (D.dtype == PCR_S32 && (!int32_valued(alpha) || (use_c && !int32_valued(beta))))
     return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -782,11 +924,35 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   // activation with scales need the dequantizing epilogue.
   const bool fused = bias || activation != PCR_ACT_NONE;
   const bool scaled = scale_a != PCR_SCALE_NONE || scale_b != PCR_SCALE_NONE;
-  p->epilogue = scale_a == PCR_SCALE_VECTOR || scale_b == PCR_SCALE_VECTOR || (scaled && fused)
-                    ? PCR_EPI_SCALED
-                : fused ? PCR_EPI_BIASACT
-                        : PCR_EPI_LINEAR;
-  if (x.aux || x.amax) {
+  // Block scales apply in the mainloop: the epilogue is what remains (bias, activation).
+  p->epilogue =
+      !grids && (scale_a == PCR_SCALE_VECTOR || scale_b == PCR_SCALE_VECTOR || (scaled && fused))
+          ? PCR_EPI_SCALED
+      : fused ? PCR_EPI_BIASACT
+              : PCR_EPI_LINEAR;
+  // amax and the output scale of quantized inputs' epilogues (kernels with out_scale);
+  // amax of 16-bit GEMMs without scales rides the aux epilogue
+  const bool quantized_out = is_quantized(A.dtype) || scaled;
+  if (x.scale_d || (x.amax && quantized_out)) {
+    if (x.aux)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "aux with %s: no kernel writes the pre-activation of a dequantizing "
+                       "epilogue",
+                       scaled ? "scale_a/scale_b" : "quantized inputs");
+    if (!quantized_out)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "scale_d scales a quantized GEMM's output (int8 or fp8 inputs, or "
+                       "scale_a/scale_b); fold it into alpha here");
+    if (D.dtype == PCR_S32)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "%s with int32 outputs: those are exact integers; ask for a float or "
+                       "fp8 output",
+                       x.scale_d ? "scale_d" : "amax");
+    if (x.scale_d && A.cols == 0)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "scale_d with K = 0: no kernel runs; d = beta * c needs no GEMM");
+    p->out_scale = 1;
+  } else if (x.aux || x.amax) {
     if (scaled)
       return set_error(PCR_ERR_UNSUPPORTED,
                        "%s with scale_a/scale_b: no kernel writes the %s of a dequantizing "
@@ -805,6 +971,11 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   place(p, bound, use_c, false);
   // aux is written where it is: the kernel's 16-byte stores need it aligned, and d too
   // (a staged d would need aux staged beside it)
+  // a staged d's padding is computed too, and its amax taken afterwards: of the scaled d
+  if (p->out_scale && x.amax && x.scale_d && (p->staged & PCR_STAGED_D))
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "amax with scale_d needs d 16-byte aligned (address, leading dimension "
+                     "and row length a multiple of 16 bytes)");
   const bool aux_aligned = x.aux && alignment_bytes(X, PCR_ROW_MAJOR, ldx) >= 16;
   if (x.aux && !host && (!aux_aligned || (p->staged & PCR_STAGED_D)))
     return set_error(PCR_ERR_UNSUPPORTED,
@@ -822,7 +993,8 @@ int finish_problem(pcr_problem* p, const Matrix& D, bool host) {
   for (int i = 0; i < kKernelCount && !known; ++i) {
     const pcr_kernel_desc& kd = kKernels[i]->info;
     known = kd.op == p->op && kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b &&
-            kd.dtype_d == p->dtype_d && epilogue_serves(kd.epilogue, p->epilogue);
+            kd.dtype_d == p->dtype_d && epilogue_serves(kd.epilogue, p->epilogue) &&
+            same_block_scales(kd, *p) && (kd.out_scale || !p->out_scale);
   }
   if (!known) {
     static const char* const kWith[] = {
@@ -833,21 +1005,28 @@ int finish_problem(pcr_problem* p, const Matrix& D, bool host) {
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
       const pcr_kernel_desc& kd = kKernels[i]->info;
-      if (kd.op != p->op || !epilogue_serves(kd.epilogue, p->epilogue)) continue;
+      if (kd.op != p->op || !epilogue_serves(kd.epilogue, p->epilogue) ||
+          !same_block_scales(kd, *p) || (p->out_scale && !kd.out_scale))
+        continue;
       std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " + dtype_name(kd.dtype_b) +
                           " -> " + dtype_name(kd.dtype_d);
       if (have.find(combo) == std::string::npos) have += (have.empty() ? "" : "; ") + combo;
     }
     const bool conv = p->op != PCR_OP_GEMM;
-    return set_error(PCR_ERR_UNSUPPORTED,
-                     "no kernel in this build computes %s x %s -> %s%s%s%s; available%s: %s%s",
-                     dtype_name(p->dtype_a), dtype_name(p->dtype_b), dtype_name(p->dtype_d),
-                     conv ? " as a " : "", conv ? op_name(p->op) : "", kWith[p->epilogue],
-                     p->epilogue != PCR_EPI_LINEAR ? kWith[p->epilogue] : "",
-                     have.empty() ? "none" : have.c_str(),
-                     p->dtype_a == PCR_TF32 || p->dtype_a == PCR_F32
-                         ? " (tfloat32: float32 tensors with math='tf32')"
-                         : "");
+    std::string with = kWith[p->epilogue];
+    if (is_grid(p->scale_m))
+      with += " with block scales (" + block_words(p->scale_m, p->scale_n) + ")";
+    if (p->out_scale) with += " reducing amax or applying scale_d";
+    return set_error(
+        PCR_ERR_UNSUPPORTED,
+        "no kernel in this build computes %s x %s -> %s%s%s%s; available%s: %s%s",
+        dtype_name(p->dtype_a), dtype_name(p->dtype_b), dtype_name(p->dtype_d),
+        conv ? " as a " : "", conv ? op_name(p->op) : "", with.c_str(),
+        p->epilogue != PCR_EPI_LINEAR || is_grid(p->scale_m) || p->out_scale ? with.c_str() : "",
+        have.empty() ? "none" : have.c_str(),
+        p->dtype_a == PCR_TF32 || p->dtype_a == PCR_F32
+            ? " (tfloat32: float32 tensors with math='tf32')"
+            : "");
   }
 
   // The device: the operands' GPU, or the current one for host operands.
@@ -895,10 +1074,17 @@ GemmArgs gemm_args(const pcr_problem& p, const Bound& bd) {
   g.ldaux = bd.ldaux;
   g.batch_aux = bd.aux.sb;
   g.amax = reinterpret_cast<float*>(bd.amax.ptr);
+  g.scale_d = reinterpret_cast<const float*>(bd.scale_d.ptr);
   g.scale_a = bd.scale_m.ptr;
   g.scale_b = bd.scale_n.ptr;
   g.scale_a_per_row = p.scale_m == PCR_SCALE_VECTOR;
   g.scale_b_per_col = p.scale_n == PCR_SCALE_VECTOR;
+  if (is_grid(p.scale_m)) {  // scale_m's rows are row groups, scale_n's columns column groups
+    g.scale_a_group_stride = bd.scale_m.s0;
+    g.scale_a_kblock_stride = bd.scale_m.s1;
+    g.scale_b_group_stride = bd.scale_n.s1;
+    g.scale_b_kblock_stride = bd.scale_n.s0;
+  }
   g.conv = bd.conv;
   g.device = p.device;
   g.sm_count = p.sm_count;
@@ -980,7 +1166,19 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
                      kd.grouped ? "%s is a grouped kernel"
                                 : "%s computes one GEMM (or a batch), not a grouped one",
                      kd.name);
-  if (kd.epilogue == PCR_EPI_LINEAR &&
+  const bool grids = is_grid(p.scale_m);
+  if (p.out_scale && !kd.out_scale)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "%s reduces no amax and applies no scale_d (kernels with out_scale: "
+                     "quantized inputs on sm90a and sm100a)",
+                     kd.name);
+  if (!same_block_scales(kd, p)) {
+    if (!grids) return set_error(PCR_ERR_UNSUPPORTED, "%s takes fp8 block-scale grids", kd.name);
+    return set_error(PCR_ERR_UNSUPPORTED, "%s takes %s; this call's block scales are %s", kd.name,
+                     kd.scale_m ? block_words(kd.scale_m, kd.scale_n).c_str() : "no block scales",
+                     block_words(p.scale_m, p.scale_n).c_str());
+  }
+  if (kd.epilogue == PCR_EPI_LINEAR && !grids &&
       (p.scale_m != PCR_SCALE_NONE || p.scale_n != PCR_SCALE_NONE) && !kd.tensor_scales)
     return set_error(PCR_ERR_UNSUPPORTED,
                      "%s reads no scale tensors; this call needs a dequantizing epilogue, or "

@@ -201,17 +201,17 @@ int ingest(void* object, const char* name, Operand* out) {
   return PCR_OK;
 }
 
-// The operands of one call: a, b, c, d, then the extras' bias, scale_a, scale_b, aux, amax
-// (c and the extras optional), named as the call names them.
-constexpr int kOperands = 9;
-constexpr const char* kOperandNames[kOperands] = {"a",       "b",       "c",   "d",   "bias",
-                                                  "scale_a", "scale_b", "aux", "amax"};
+// The operands of one call: a, b, c, d, then the extras' bias, scale_a, scale_b, aux, amax,
+// scale_d (c and the extras optional), named as the call names them.
+constexpr int kOperands = 10;
+constexpr const char* kOperandNames[kOperands] = {"a",       "b",       "c",   "d",    "bias",
+                                                  "scale_a", "scale_b", "aux", "amax", "scale_d"};
 
 // The extras tuple (bias, scale_a, scale_b, activation, math, activation_alpha,
-// activation_beta, conv, aux, amax), or None / NULL; conv is None or the tuple of
+// activation_beta, conv, aux, amax, scale_d), or None / NULL; conv is None or the tuple of
 // pcr_conv's 8 ints.
 struct PyExtras {
-  void* tensors[5] = {};  // bias, scale_a, scale_b, aux, amax
+  void* tensors[6] = {};  // bias, scale_a, scale_b, aux, amax, scale_d
   pcr_extras fields{};
   pcr_conv conv{};
   bool present = false;
@@ -241,15 +241,14 @@ int read_extras(void* object, PyExtras* out) {
   auto* obj = static_cast<PyObject*>(object);
   if (!obj || obj == P.none) return PCR_OK;
   long n = P.tuple_size(obj);
-  if (n != 10) {
+  if (n != 11) {
     P.err_clear();
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "extras must be the tuple (bias, scale_a, scale_b, activation, math, "
-                     "activation_alpha, activation_beta, conv, aux, amax)");
+                     "activation_alpha, activation_beta, conv, aux, amax, scale_d)");
   }
   for (int i = 0; i < 3; ++i) out->tensors[i] = P.tuple_item(obj, i);
-  out->tensors[3] = P.tuple_item(obj, 8);
-  out->tensors[4] = P.tuple_item(obj, 9);
+  for (int i = 3; i < 6; ++i) out->tensors[i] = P.tuple_item(obj, i + 5);
   const long activation = P.long_value(P.tuple_item(obj, 3));
   const long math = P.long_value(P.tuple_item(obj, 4));
   if ((activation == -1 || math == -1) && P.err_occurred()) {  // not ints, or past a long
@@ -286,6 +285,7 @@ const pcr_extras* extras_of(PyExtras& x, const Operand ops[kOperands]) {
   x.fields.scale_b = dl_or_null(ops[6]);
   x.fields.aux = dl_or_null(ops[7]);
   x.fields.amax = dl_or_null(ops[8]);
+  x.fields.scale_d = dl_or_null(ops[9]);
   return &x.fields;
 }
 
@@ -294,7 +294,8 @@ int ingest_all(void* a, void* b, void* c, void* d, const PyExtras& x, Operand op
     return set_error(PCR_ERR_INTERNAL,
                      "the Python-object entry points need a CPython process; use pcr_gemm");
   void* const objects[kOperands] = {
-      a, b, c, d, x.tensors[0], x.tensors[1], x.tensors[2], x.tensors[3], x.tensors[4]};
+      a,           b, c, d, x.tensors[0], x.tensors[1], x.tensors[2], x.tensors[3], x.tensors[4],
+      x.tensors[5]};
   for (int i = 0; i < kOperands; ++i)
     if (int st = ingest(objects[i], kOperandNames[i], &ops[i])) return st;
   if (!ops[0].present || !ops[1].present || !ops[3].present)
@@ -582,6 +583,28 @@ int py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t fla
                                 &stream))
     return st;
   return im2col(&ops[0].dl, &ops[3].dl, &cv, r, s, static_cast<cudaStream_t>(stream));
+}
+
+int py_quantize(void* x, void* q, void* scale, int32_t granularity, int32_t dynamic, int32_t flags,
+                void* stream) {
+  clear_error();
+  if (!py().ok)
+    return set_error(PCR_ERR_INTERNAL,
+                     "the Python-object entry points need a CPython process; use pcr_quantize");
+  Operand ops[kOperands];
+  // x read (a's slot), the scales (c's: read when static, written when dynamic), q written
+  int st;
+  if ((st = ingest(x, "x", &ops[0])) || (st = ingest(scale, "scale", &ops[2])) ||
+      (st = ingest(q, "q", &ops[3])))
+    return st;
+  if (!ops[0].present || !ops[2].present || !ops[3].present)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "quantize: x, q and scale are required");
+  if (ops[3].read_only) return set_error(PCR_ERR_READ_ONLY, "q is read-only");
+  if (dynamic && ops[2].read_only)
+    return set_error(PCR_ERR_READ_ONLY, "scale is read-only, and dynamic quantization writes it");
+  if ((st = producer_stream(ops, flags, &stream))) return st;
+  return quantize(&ops[0].dl, &ops[3].dl, &ops[2].dl, granularity, dynamic,
+                  static_cast<cudaStream_t>(stream));
 }
 
 int py_col2im(void* cols, void* dx, void* c, void* conv, int32_t r, int32_t s, double alpha,

@@ -107,6 +107,7 @@ struct Bound {
   ActivationArgs activation;  // the extras' activation (activation_of)
   Matrix aux;                 // the pre-activation's destination (PCR_EPI_AUX), or empty
   Matrix amax;                // max |d|'s destination (PCR_EPI_AUX; one float32), or empty
+  Matrix scale_d;             // the output scale (pcr_problem out_scale; one float32), or empty
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0, ldaux = 0;
   ConvArgs conv{};  // a convolution's geometry (kind PCR_OP_GEMM for a GEMM)
 };
@@ -147,11 +148,11 @@ bool is_host(int device_type);    // host memory (numpy; pinned included)
 // contiguous extent, in bytes.
 int alignment_bytes(const Matrix& m, int layout, int64_t ld);
 const char* op_name(int op);  // "GEMM", "convolution fprop", ...
-// Where a problem's operands live: ops are a, b, d, c, bias, scale_a, scale_b, aux, amax
-// (null where absent), named as the call names them. All on one GPU or all on the host
-// (*host), d overlaps none of a, b and the extras (d may be c exactly: the caller checks
-// c), and aux and amax overlap nothing.
-constexpr int kPlaces = 9;
+// Where a problem's operands live: ops are a, b, d, c, bias, scale_a, scale_b, aux, amax,
+// scale_d (null where absent), named as the call names them. All on one GPU or all on the
+// host (*host), d overlaps none of a, b and the extras (d may be c exactly: the caller
+// checks c), and aux and amax overlap nothing.
+constexpr int kPlaces = 10;
 int check_places(const Matrix* const ops[kPlaces], const char* const names[kPlaces], bool* host);
 // Whether kernel `k` accepts `problem` (dtypes, layouts, alignment, an image for its GPU;
 // with `bound`, CUTLASS's can_implement on those operands too).
@@ -326,6 +327,14 @@ int launch_fold(const void* cols, void* dx, const void* c, int dtype, const Im2c
 // through launch_scale_copy.
 int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], int count,
                         cudaStream_t stream);
+// pcr_quantize's work (quantize.cu), on checked operands: x and q row-major (rows x K, s0
+// their row strides), scale a pcr_quant grid with strides between row groups (s0) and
+// K groups (s1).
+int launch_quantize(const Matrix& x, const Matrix& q, const Matrix& scale, int granularity,
+                    bool dynamic, cudaStream_t stream);
+// pcr_quantize (quantize.cpp): the operands checked, then launch_quantize.
+int quantize(const DLTensor* x, const DLTensor* q, const DLTensor* scale, int32_t granularity,
+             int32_t dynamic, cudaStream_t stream);
 
 }  // namespace pcr
 
@@ -361,6 +370,8 @@ int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta
 int py_describe(void* a, void* b, void* c, void* d, double alpha, double beta, void* extras,
                 pcr_problem* out, pcr_verdict* verdicts, int32_t count);
 int py_im2col(void* x, void* cols, void* conv, int32_t r, int32_t s, int32_t flags, void* stream);
+int py_quantize(void* x, void* q, void* scale, int32_t granularity, int32_t dynamic, int32_t flags,
+                void* stream);
 int py_col2im(void* cols, void* dx, void* c, void* conv, int32_t r, int32_t s, double alpha,
               double beta, int32_t flags, void* stream);
 int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,

@@ -23,9 +23,10 @@ namespace {
 #define PCR_IDENTITY(X)                                                                    \
   X(m) X(n) X(k) X(batch) X(dtype_a) X(dtype_b) X(dtype_c) X(dtype_d) X(layout_a)          \
   X(layout_b) X(align_a) X(align_b) X(align_c) X(align_d) X(c_mode) X(cc) X(staged) X(bias) \
-  X(activation) X(align_bias) X(epilogue) X(grouped) X(scale_m) X(scale_n) X(op) X(conv.n)     \
-  X(conv.h) X(conv.w) X(conv.c) X(conv.k) X(conv.r) X(conv.s) X(conv.pad_h) X(conv.pad_w)    \
-  X(conv.stride_h) X(conv.stride_w) X(conv.dilation_h) X(conv.dilation_w) X(conv.groups)
+  X(activation) X(align_bias) X(epilogue) X(grouped) X(scale_m) X(scale_n) X(out_scale) X(op)   \
+  X(conv.n) X(conv.h) X(conv.w) X(conv.c) X(conv.k) X(conv.r) X(conv.s) X(conv.pad_h)         \
+  X(conv.pad_w) X(conv.stride_h) X(conv.stride_w) X(conv.dilation_h) X(conv.dilation_w)      \
+  X(conv.groups)
 // clang-format on
 #define PCR_COUNT(field) +1
 constexpr int kIdentityFields = 0 PCR_IDENTITY(PCR_COUNT);
