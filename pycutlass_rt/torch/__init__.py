@@ -6,14 +6,18 @@ through ``torch.library``, the operators of the ``pycutlass_rt::`` namespace::
     torch.ops.pycutlass_rt.mm(a, b)                           # a @ b
     torch.ops.pycutlass_rt.mm.out(a, b, out=d)                # into d (returns nothing)
     torch.ops.pycutlass_rt.linear(x, w, bias, activation)     # act(x @ w.T + bias), fused
-    torch.ops.pycutlass_rt.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)  # fp8, int8
+    torch.ops.pycutlass_rt.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation)
+                                                   # fp8 (block scales too), int8
+    torch.ops.pycutlass_rt.quantize(x, dtype, granularity)  # (q, scale): fp8 or int8
     torch.ops.pycutlass_rt.grouped_mm(x, w, offs)             # MoE, as torch._grouped_mm
     torch.ops.pycutlass_rt.conv2d(x, w, bias, stride, padding, dilation, groups,
                                   activation)  # act(F.conv2d(...)), fused; channels_last
 
-and the functions :func:`mm`, :func:`linear`, :func:`scaled_mm`, :func:`grouped_mm` and
-:func:`conv2d` that call them, the module :class:`Linear` (``nn.Linear``'s parameters and
-state_dict, optionally with a fused activation) and :func:`replace_linear`.
+and the functions :func:`mm`, :func:`linear`, :func:`scaled_mm`, :func:`quantize`,
+:func:`grouped_mm` and :func:`conv2d` that call them, the modules :class:`Linear`
+(``nn.Linear``'s parameters and state_dict, optionally with a fused activation) and
+:class:`QuantLinear` (quantized weights as fp8 and int8 checkpoints store them), and
+:func:`replace_linear`.
 
 Each operator has a fake (meta) implementation written on symbolic sizes, so
 ``torch.compile(fullgraph=True)`` traces it without a graph break, with dynamic shapes;
@@ -35,7 +39,8 @@ this order, so each registration happens once, after the schemas):
 - ``_cuda``: the CUDA implementations, on pycutlass_rt's kernels.
 - ``_cpu``: the CPU implementations, on torch's own operators.
 - ``_autograd``: the backward formulas.
-- ``_api`` and ``_modules``: the functions, and ``Linear`` with ``replace_linear``.
+- ``_api``, ``_modules`` and ``_quantized``: the functions, ``Linear`` with
+  ``replace_linear``, and ``QuantLinear``.
 
 Example:
     >>> import torch, pycutlass_rt.torch as pt
@@ -53,17 +58,20 @@ Example:
 from . import _schema, _fake, _cuda, _cpu, _autograd  # noqa: F401
 
 # isort: on
-from ._api import conv2d, grouped_mm, linear, mm, scaled_mm
+from ._api import conv2d, grouped_mm, linear, mm, quantize, scaled_mm
 from ._checks import ACTIVATIONS
 from ._modules import Linear, replace_linear
+from ._quantized import QuantLinear
 
 __all__ = [
     "ACTIVATIONS",
     "Linear",
+    "QuantLinear",
     "conv2d",
     "grouped_mm",
     "linear",
     "mm",
+    "quantize",
     "replace_linear",
     "scaled_mm",
 ]

@@ -6,7 +6,7 @@ import torch
 from ._autograd import OUTPUT_GRADIENT
 from ._checks import _act_name
 from ._cpu import _ACT_FN
-from ._schema import _conv2d, _grouped_mm, _linear, _mm, _mm_out, _scaled_mm
+from ._schema import _conv2d, _grouped_mm, _linear, _mm, _mm_out, _quantize, _scaled_mm
 
 
 def _fused_unless_kept(op, activation, x, weight, bias, *args):
@@ -92,19 +92,24 @@ def linear(x, weight, bias=None, activation=None):
     return _fused_unless_kept(_linear, activation, x, weight, bias)
 
 
-def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None):
-    """``(scale_a * a) @ (b * scale_b) + bias`` for float8 and int8, like ``torch._scaled_mm``.
+def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None):
+    """``act((scale_a * a) @ (b * scale_b) + bias)`` for float8 and int8, like
+    ``torch._scaled_mm`` (its tensorwise, rowwise and blockwise recipes).
 
     Calls ``torch.ops.pycutlass_rt.scaled_mm`` (no autograd).
 
     Args:
         a: (M, K) row-major float8_e4m3fn, float8_e5m2 or int8.
         b: (K, N) column-major (a (N, K) weight's ``.t()``), of a's dtype.
-        scale_a: float32 GPU tensor: one value, or one per row of a ((M, 1) or (M,)).
-        scale_b: float32 GPU tensor: one value, or one per column of b ((1, N) or (N,)).
+        scale_a: float32 GPU tensor: one value, or one per row of a ((M, 1) or (M,)); for
+            float8 also a block-scale grid, (M, ceil(K/128)) per token or
+            (ceil(M/128), ceil(K/128)) per 128x128 block, any strides.
+        scale_b: float32 GPU tensor: one value, or one per column of b ((1, N) or (N,));
+            or a grid, (ceil(K/128), ceil(N/128)) (a weight's (N/128, K/128)
+            ``weight_scale_inv.t()``) or (ceil(K/128), N).
         bias: optional (N,) vector of the output dtype.
-        out_dtype: bfloat16 (default: the library writes no float8), float16, float32 (for
-            float8), or int8 (for int8).
+        out_dtype: bfloat16 (default), float16, float32 (for float8), or int8 (for int8).
+        activation: None or one of ``ACTIVATIONS``, fused after the bias.
 
     Returns:
         (M, N) tensor of ``out_dtype``.
@@ -116,7 +121,31 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None):
         >>> sa = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")  # doctest: +SKIP
         >>> pt.scaled_mm(a, w.t(), sa, sw, out_dtype=torch.bfloat16)  # doctest: +SKIP
     """
-    return _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
+    return _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation)
+
+
+def quantize(x, dtype=None, granularity="group"):
+    """``x`` quantized to float8_e4m3fn (default) or int8 with its float32 scales,
+    ``x ~= q * scale`` (:func:`pycutlass_rt.quantize`), as an operator: traced by
+    ``torch.compile`` without a graph break, captured in CUDA graphs.
+
+    Args:
+        x: (..., K) float16, bfloat16 or float32.
+        dtype: torch.float8_e4m3fn (default) or torch.int8.
+        granularity: "tensor", "token", "group" (per row and 128 of K) or "block" (a 2-D
+            weight's 128x128 blocks).
+
+    Returns:
+        ``(q, scale)``: q of x's shape, scale shaped as pycutlass_rt.quantize makes it
+        (groups M-major: the layout scaled_mm's block scales and torch._scaled_mm take).
+
+    Example:
+        >>> import torch, pycutlass_rt.torch as pt
+        >>> q, s = pt.quantize(torch.randn(4, 300), granularity="group")
+        >>> q.dtype, tuple(s.shape), s.stride()
+        (torch.float8_e4m3fn, (4, 3), (1, 4))
+    """
+    return _quantize(x, torch.float8_e4m3fn if dtype is None else dtype, granularity)
 
 
 def grouped_mm(x, w, offs):

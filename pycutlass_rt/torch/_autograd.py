@@ -229,6 +229,16 @@ def _scaled_backward(ctx, grad):
 torch.library.register_autograd("pycutlass_rt::scaled_mm", _scaled_backward, lib=_LIB)
 
 
+def _quantize_backward(ctx, grad_q, grad_scale):
+    raise NotImplementedError(
+        "pycutlass_rt::quantize has no backward (rounding has no useful gradient): quantize "
+        "detached activations (inference), or train the float layer"
+    )
+
+
+torch.library.register_autograd("pycutlass_rt::quantize", _quantize_backward, lib=_LIB)
+
+
 _increment_version = getattr(torch.autograd.graph, "increment_version", None) or (
     torch._C._increment_version
 )

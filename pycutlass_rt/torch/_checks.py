@@ -143,8 +143,28 @@ def _scaled_out_dtype(out_dtype):
     return torch.bfloat16 if out_dtype is None else out_dtype
 
 
-def _check_scaled_mm(check, a, b, scale_a, scale_b, bias, out_dtype):
+def _is_grid(s, rows, k, block_rows_first):
+    """Whether a scale tensor is an fp8 block-scale grid of an operand of ``rows`` by ``k``
+    (the library's and torch._scaled_mm's BlockWise1x128 / 128x128 shapes): 2-D, of
+    ceil(K/128) along K and ``rows`` or ceil(rows/128) along the other side, and not a
+    vector or a single value (a vector's meaning is the same where both fit)."""
+    if s.dim() != 2:
+        return False
+    kb, blocks = -(-k // 128), -(-rows // 128)
+    along, kdim = (s.shape[0], s.shape[1]) if block_rows_first else (s.shape[1], s.shape[0])
+    fits = kdim == kb and (along == rows or along == blocks)
+    return bool(fits and s.numel() != 1 and not (kb == 1 and along == rows))
+
+
+def _scale_grids(a, b, scale_a, scale_b):
+    """Whether scaled_mm's scales are block-scale grids (both are, or neither)."""
+    k = a.shape[1]
+    return _is_grid(scale_a, a.shape[0], k, True) or _is_grid(scale_b, b.shape[1], k, False)
+
+
+def _check_scaled_mm(check, a, b, scale_a, scale_b, bias, out_dtype, activation=None):
     op = "pycutlass_rt::scaled_mm"
+    _act_name(activation)
     _check_matrices(op, check, a, b)
     check(
         a.dtype in _SCALED_OUT and b.dtype == a.dtype,
@@ -162,19 +182,44 @@ def _check_scaled_mm(check, a, b, scale_a, scale_b, bias, out_dtype):
         allowed,
         out,
     )
-    for name, s, extent, per in (
-        ("scale_a", scale_a, a.shape[0], "row of a ((M, 1) or (M,))"),
-        ("scale_b", scale_b, b.shape[1], "column of b ((1, N) or (N,))"),
-    ):
-        check(s.dtype == torch.float32, "{}: {} must be float32, got {}", op, name, s.dtype)
-        check(
-            (s.numel() == 1) | (s.numel() == extent),
-            "{}: {} holds one value (per tensor) or one per {}; got shape {}",
-            op,
-            name,
-            per,
-            s.shape,
-        )
+    if a.dtype in _FP8 and _scale_grids(a, b, scale_a, scale_b):
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        kb = -(-k // 128)
+        for name, s, rows, first in (("scale_a", scale_a, m, True), ("scale_b", scale_b, n, False)):
+            check(s.dtype == torch.float32, "{}: {} must be float32, got {}", op, name, s.dtype)
+            check(
+                s.dim() == 2
+                and (s.shape[int(first)] == kb)
+                and (s.shape[int(not first)] in (rows, -(-rows // 128))),
+                "{}: block scales: scale_a ({}, {}) or ({}, {}), scale_b ({}, {}) or ({}, {}); "
+                "got {} {}",
+                op,
+                m,
+                kb,
+                -(-m // 128),
+                kb,
+                kb,
+                -(-n // 128),
+                kb,
+                n,
+                name,
+                s.shape,
+            )
+    else:
+        for name, s, extent, per in (
+            ("scale_a", scale_a, a.shape[0], "row of a ((M, 1) or (M,))"),
+            ("scale_b", scale_b, b.shape[1], "column of b ((1, N) or (N,))"),
+        ):
+            check(s.dtype == torch.float32, "{}: {} must be float32, got {}", op, name, s.dtype)
+            check(
+                (s.numel() == 1) | (s.numel() == extent),
+                "{}: {} holds one value (per tensor), one per {}, or a block-scale grid "
+                "(float8); got shape {}",
+                op,
+                name,
+                per,
+                s.shape,
+            )
     if bias is not None:
         check(
             bias.dim() == 1 and bias.shape[0] == b.shape[1],
@@ -185,6 +230,47 @@ def _check_scaled_mm(check, a, b, scale_a, scale_b, bias, out_dtype):
         )
         check(bias.dtype == out, "{}: bias must be {}, got {}", op, out, bias.dtype)
     _same_device(op, check, a, b, scale_a, scale_b, bias)
+
+
+#: quantize's output dtypes and granularities
+_QUANT_DTYPES = tuple(t for t in (*_FP8[:1], torch.int8))
+_GRANULARITIES = ("tensor", "token", "group", "block")
+
+
+def _check_quantize(check, x, dtype, granularity):
+    op = "pycutlass_rt::quantize"
+    check(
+        granularity in _GRANULARITIES,
+        "{}: granularity is one of {}; got {!r}",
+        op,
+        _GRANULARITIES,
+        granularity,
+    )
+    check(dtype in _QUANT_DTYPES, "{}: dtype is float8_e4m3fn or int8; got {}", op, dtype)
+    check(x.dim() >= 1, "{}: x needs a dimension (..., K)", op)
+    check(x.dtype in _FLOATS[:3], "{}: x is float16, bfloat16 or float32; got {}", op, x.dtype)
+    check(
+        granularity != "block" or x.dim() == 2,
+        "{}: granularity 'block' takes a 2-D x (a weight); got {}-D",
+        op,
+        x.dim(),
+    )
+
+
+def _quant_grid(x, granularity):
+    """The scale grid quantize writes for x: (shape, strides), groups M-major."""
+    from .._abi import Quant
+    from .._quantize import grid_shape, grid_strides
+
+    gran = Quant.from_token(granularity)
+    shape = grid_shape(tuple(x.shape), gran)
+    strides = grid_strides(tuple(x.shape), gran)
+    if strides is None:
+        strides, step = [], 1
+        for extent in reversed(shape):
+            strides.insert(0, step)
+            step *= extent
+    return shape, tuple(strides)
 
 
 def _check_grouped_mm(check, x, w, offs):

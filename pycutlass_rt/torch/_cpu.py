@@ -16,11 +16,14 @@ from ._checks import (
     _check_linear,
     _check_mm,
     _check_out,
+    _check_quantize,
     _check_scaled_mm,
     _conv_empty,
     _eager_check,
     _linear_ok,
     _mm_ok,
+    _quant_grid,
+    _scale_grids,
     _scaled_out_dtype,
     _with_strides_of,
 )
@@ -71,17 +74,72 @@ def _linear_cpu(x, w, bias=None, activation=None):
     return y if act is None else _ACT_FN[act](y)
 
 
-def _scaled_mm_cpu(a, b, scale_a, scale_b, bias=None, out_dtype=None):
-    _check_scaled_mm(_eager_check, a, b, scale_a, scale_b, bias, out_dtype)
+def _block_product(a, b, scale_a, scale_b):
+    """The block-scaled product in float64: each 128 of K's partial product times its
+    K-block's scales (a's per row or per 128 rows, b's per column or per 128 columns)."""
+    m, k = a.shape
+    n = b.shape[1]
+    y = torch.zeros(m, n, dtype=torch.float64)
+    for kb in range(-(-k // 128)):
+        ks = slice(kb * 128, (kb + 1) * 128)
+        ra, rb = scale_a[:, kb].double(), scale_b[kb, :].double()
+        if ra.shape[0] != m:
+            ra = ra.repeat_interleave(128)[:m]
+        if rb.shape[0] != n:
+            rb = rb.repeat_interleave(128)[:n]
+        y += (a[:, ks].double() @ b[ks, :].double()) * ra[:, None] * rb[None, :]
+    return y
+
+
+def _scaled_mm_cpu(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None):
+    _check_scaled_mm(_eager_check, a, b, scale_a, scale_b, bias, out_dtype, activation)
     out = _scaled_out_dtype(out_dtype)
-    sa = scale_a.reshape(-1, 1) if scale_a.numel() > 1 else scale_a.reshape(())
-    sb = scale_b.reshape(1, -1) if scale_b.numel() > 1 else scale_b.reshape(())
-    y = (a.double() @ b.double()) * sa.double() * sb.double()
+    if _scale_grids(a, b, scale_a, scale_b):
+        y = _block_product(a, b, scale_a, scale_b)
+    else:
+        sa = scale_a.reshape(-1, 1) if scale_a.numel() > 1 else scale_a.reshape(())
+        sb = scale_b.reshape(1, -1) if scale_b.numel() > 1 else scale_b.reshape(())
+        y = (a.double() @ b.double()) * sa.double() * sb.double()
     if bias is not None:
         y = y + bias.double()
+    act = _act_name(activation)
+    if act is not None:
+        y = _ACT_FN[act](y)
     if out == torch.int8:
         return y.round().clamp(-128, 127).to(torch.int8)
     return y.to(out)
+
+
+def _quantize_cpu(x, dtype, granularity):
+    """pycutlass_rt.quantize's arithmetic in torch: the scale of each region is max(|x|,
+    1e-10) / qmax, q = x / scale rounded to nearest, saturating."""
+    _check_quantize(_eager_check, x, dtype, granularity)
+    qmax = 127.0 if dtype == torch.int8 else 448.0
+    k = x.shape[-1]
+    xf = x.detach().float().reshape(-1, k) if x.dim() != 2 else x.detach().float()
+    m = xf.shape[0]
+    a = xf.abs()
+    if granularity == "tensor":
+        amax = a.max().reshape(1, 1) if a.numel() else a.new_zeros(1, 1)
+        full = amax.expand(m, k)
+    elif granularity == "token":
+        amax = a.amax(1, keepdim=True) if k else a.new_zeros(m, 1)
+        full = amax.expand(m, k)
+    elif granularity == "group":
+        groups = F.pad(a, (0, (-k) % 128)).reshape(m, -1, 128)
+        amax = groups.amax(2) if groups.numel() else groups.new_zeros(m, groups.shape[1])
+        full = amax.repeat_interleave(128, 1)[:, :k]
+    else:
+        p = F.pad(a, (0, (-k) % 128, 0, (-m) % 128))
+        amax = p.reshape(p.shape[0] // 128, 128, p.shape[1] // 128, 128).amax((1, 3))
+        full = amax.repeat_interleave(128, 0).repeat_interleave(128, 1)[:m, :k]
+    scales = amax.clamp_min(1e-10) / qmax
+    q = (xf / (full.clamp_min(1e-10) / qmax)).clamp(-qmax - (dtype == torch.int8), qmax)
+    q = q.round().to(torch.int8) if dtype == torch.int8 else q.to(dtype)
+    shape, strides = _quant_grid(x, granularity)
+    out = torch.empty_strided(shape, strides, dtype=torch.float32)
+    out.copy_(scales.reshape(shape))
+    return q.reshape(x.shape), out
 
 
 def _grouped_mm_cpu(x, w, offs):
@@ -127,6 +185,7 @@ for _name, _fn in (
     ("_grad_mm", _grad_mm_cpu),
     ("linear", _linear_cpu),
     ("scaled_mm", _scaled_mm_cpu),
+    ("quantize", _quantize_cpu),
     ("grouped_mm", _grouped_mm_cpu),
     ("conv2d", _conv2d_cpu),
     ("_conv2d_dgrad", _conv2d_dgrad_cpu),

@@ -16,6 +16,7 @@ from .. import conv2d_dgrad as _pcr_conv2d_dgrad
 from .. import conv2d_wgrad as _pcr_conv2d_wgrad
 from .. import gemm as _gemm
 from .. import moe_gemm as _moe_gemm
+from .. import quantize as _pcr_quantize
 from ..errors import UnsupportedError
 from ._checks import (
     _act_name,
@@ -26,6 +27,7 @@ from ._checks import (
     _check_linear,
     _check_mm,
     _check_out,
+    _check_quantize,
     _check_scaled_mm,
     _conv_empty,
     _conv_extent,
@@ -33,6 +35,7 @@ from ._checks import (
     _linear_ok,
     _mm_ok,
     _rows,
+    _scale_grids,
     _scaled_out_dtype,
     _with_strides_of,
 )
@@ -159,12 +162,23 @@ def _linear_cuda(x, w, bias=None, activation=None):
     return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
 
 
-def _scaled_mm_cuda(a, b, scale_a, scale_b, bias=None, out_dtype=None):
-    _check_scaled_mm(_eager_check, a, b, scale_a, scale_b, bias, out_dtype)
+def _scaled_mm_cuda(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None):
+    _check_scaled_mm(_eager_check, a, b, scale_a, scale_b, bias, out_dtype, activation)
     out = a.new_empty((a.shape[0], b.shape[1]), dtype=_scaled_out_dtype(out_dtype))
     # a and b as given: the kernels take K-major operands (a row-major, b column-major),
-    # as torch._scaled_mm does, and a layout without a kernel raises UnsupportedError
-    return _gemm(a, b, None, out, bias=_vec(bias), scale_a=_vec(scale_a), scale_b=_vec(scale_b))
+    # as torch._scaled_mm does, and a layout without a kernel raises UnsupportedError.
+    # Block-scale grids are read with their strides, never copied.
+    if not _scale_grids(a, b, scale_a, scale_b):
+        scale_a, scale_b = _vec(scale_a), _vec(scale_b)
+    act = _act_name(activation)
+    return _gemm(a, b, None, out, bias=_vec(bias), scale_a=scale_a, scale_b=scale_b, activation=act)
+
+
+def _quantize_cuda(x, dtype, granularity):
+    _check_quantize(_eager_check, x, dtype, granularity)
+    if x.requires_grad:
+        x = x.detach()
+    return _pcr_quantize(x, str(dtype).split(".")[-1], granularity)
 
 
 def _grouped_mm_cuda(x, w, offs):
@@ -288,6 +302,7 @@ for _name, _fn in (
     ("_grad_mm", _grad_mm_cuda),
     ("linear", _linear_cuda),
     ("scaled_mm", _scaled_mm_cuda),
+    ("quantize", _quantize_cuda),
     ("grouped_mm", _grouped_mm_cuda),
     ("conv2d", _conv2d_cuda),
     ("_conv2d_dgrad", _conv2d_dgrad_cuda),

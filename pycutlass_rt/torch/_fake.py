@@ -15,10 +15,12 @@ from ._checks import (
     _check_linear,
     _check_mm,
     _check_out,
+    _check_quantize,
     _check_scaled_mm,
     _conv_empty,
     _conv_extent,
     _fake_check,
+    _quant_grid,
     _scaled_out_dtype,
 )
 from ._schema import _LIB
@@ -49,9 +51,17 @@ def _linear_fake(x, w, bias=None, activation=None):
 
 
 @torch.library.register_fake("pycutlass_rt::scaled_mm", lib=_LIB)
-def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None):
-    _check_scaled_mm(_fake_check, a, b, scale_a, scale_b, bias, out_dtype)
+def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None):
+    _check_scaled_mm(_fake_check, a, b, scale_a, scale_b, bias, out_dtype, activation)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=_scaled_out_dtype(out_dtype))
+
+
+@torch.library.register_fake("pycutlass_rt::quantize", lib=_LIB)
+def _quantize_fake(x, dtype, granularity):
+    _check_quantize(_fake_check, x, dtype, granularity)
+    shape, strides = _quant_grid(x, granularity)
+    scale = torch.empty_strided(shape, strides, dtype=torch.float32, device=x.device)
+    return x.new_empty(x.shape, dtype=dtype), scale
 
 
 @torch.library.register_fake("pycutlass_rt::grouped_mm", lib=_LIB)

@@ -1,5 +1,6 @@
 """The modules: :class:`Linear` (``nn.Linear`` on the library's kernels) and
-:func:`replace_linear` (which swaps a model's ``nn.Linear`` layers for it)."""
+:func:`replace_linear` (which swaps a model's ``nn.Linear`` layers for it, or for a
+:class:`QuantLinear`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import nn
 
 from ._api import linear
 from ._checks import _act_name
+from ._quantized import FORMATS, QuantLinear
 
 
 class Linear(nn.Linear):
@@ -79,8 +81,9 @@ class Linear(nn.Linear):
         return super().extra_repr() + act
 
 
-def replace_linear(model: nn.Module, activation=None) -> nn.Module:
-    """Swaps every ``nn.Linear`` of ``model`` for a :class:`Linear` on the same parameters.
+def replace_linear(model: nn.Module, activation=None, quant: str | None = None) -> nn.Module:
+    """Swaps every ``nn.Linear`` of ``model`` for a :class:`Linear` on the same parameters,
+    or (``quant``) for a :class:`QuantLinear` of its weight quantized.
 
     In place: the model keeps its parameters (so optimizers, tied weights and the
     state_dict stay as they were) and is returned. Only modules whose type is exactly
@@ -96,6 +99,10 @@ def replace_linear(model: nn.Module, activation=None) -> nn.Module:
             apply it again); or a mapping from a layer's name in
             ``model.named_modules()`` to its activation (other layers get none; a name
             that is not an ``nn.Linear`` of the model raises ValueError).
+        quant: None, or a :class:`QuantLinear` format ("block_fp8", "fp8", "int8"): each
+            layer's float weight is quantized into one (no longer shared: the model then
+            serves, it does not train); a checkpoint of that format loads into the model
+            afterwards (``load_state_dict``) as it is stored.
 
     Returns:
         ``model``.
@@ -110,6 +117,14 @@ def replace_linear(model: nn.Module, activation=None) -> nn.Module:
           (1): Linear(in_features=32, out_features=8, bias=True)
         )
     """
+    if quant is not None and quant not in FORMATS:
+        raise ValueError(f"quant must be None or one of {', '.join(map(repr, FORMATS))}")
+
+    def make(linear, act):
+        if quant is None:
+            return Linear.from_linear(linear, act)
+        return QuantLinear.from_linear(linear, quant, act)
+
     by_name = activation if isinstance(activation, Mapping) else None
     if by_name is None:
         _act_name(activation)
@@ -118,7 +133,7 @@ def replace_linear(model: nn.Module, activation=None) -> nn.Module:
             _act_name(act)
     if type(model) is nn.Linear:
         act = by_name.get("", None) if by_name is not None else activation
-        return Linear.from_linear(model, act)
+        return make(model, act)
     swapped: dict = {}  # id(nn.Linear) -> its Linear, for modules used at several places
     named = dict(model.named_modules(remove_duplicate=False))
     if by_name is not None:
@@ -134,6 +149,6 @@ def replace_linear(model: nn.Module, activation=None) -> nn.Module:
             full = f"{parent_name}.{child_name}" if parent_name else child_name
             if id(child) not in swapped:
                 act = by_name.get(full) if by_name is not None else activation
-                swapped[id(child)] = Linear.from_linear(child, act)
+                swapped[id(child)] = make(child, act)
             setattr(parent, child_name, swapped[id(child)])
     return model

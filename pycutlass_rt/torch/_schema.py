@@ -26,8 +26,10 @@ _LIB.define("mm.out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()")
 _LIB.define("linear(Tensor x, Tensor w, Tensor? bias=None, str? activation=None) -> Tensor")
 _LIB.define(
     "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
-    "ScalarType? out_dtype=None) -> Tensor"
+    "ScalarType? out_dtype=None, str? activation=None) -> Tensor"
 )
+# x quantized to fp8 e4m3 or int8 with its scales (pycutlass_rt.quantize): (q, scale)
+_LIB.define("quantize(Tensor x, ScalarType dtype, str granularity) -> (Tensor, Tensor)")
 _LIB.define("grouped_mm(Tensor x, Tensor w, Tensor offs) -> Tensor")
 # The backward passes' GEMMs: mm's kernel, or torch.mm where the build has none for the
 # dtype and layout. Not for users: forward calls raise UnsupportedError instead.
@@ -53,6 +55,7 @@ _LIB.define(
 _OPS = torch.ops.pycutlass_rt
 _mm, _mm_out = _OPS.mm.default, _OPS.mm.out
 _linear, _scaled_mm = _OPS.linear.default, _OPS.scaled_mm.default
+_quantize = _OPS.quantize.default
 _grouped_mm, _grad_mm = _OPS.grouped_mm.default, _OPS._grad_mm.default
 _conv2d = _OPS.conv2d.default
 _conv2d_dgrad, _conv2d_wgrad = _OPS._conv2d_dgrad.default, _OPS._conv2d_wgrad.default
