@@ -1,0 +1,231 @@
+"""Group Q: the quantized layers inference serves, against torch's own, on the corpus's
+held-out shapes (model families never swept for fitting).
+
+    python -m benchmarks.quantized [--quick] [--sample 4] [--out DIR]
+
+Cases, each a linear layer y = x @ w.T (x: M x K tokens, w: N x K):
+
+- ``block_fp8``: DeepSeek-V3's recipe: x and w in e4m3, x's scales per token and 128 of K
+  (M-major), w's per 128 x 128 block (its weight_scale_inv, transposed); ours
+  ``pcr.gemm(.., scale_a=, scale_b=)`` against ``torch._scaled_mm`` with the same scales
+  (BlockWise1x128 x BlockWise128x128, where torch runs it on this GPU) and against bf16
+  ``torch.mm`` on the unquantized tensors;
+- ``w8a8_fp8`` and ``w8a8_int8``: per-channel weights, activations quantized per token on
+  the fly: ours ``pcr.quantize`` + ``pcr.gemm`` (two launches) against bf16 ``torch.mm``;
+- ``quantize``: ``pcr.quantize`` per token-group of 128 at M >= 4096 alone, as memory
+  bandwidth (bytes read and written over the device time).
+
+Method (benchmarks/README.md): every contestant timed by CUDA-graph replay of back-to-back
+calls, operand sets (weights included) rotated over 2x the L2, contestants interleaved
+sample by sample; ratios of median device times, ours over the peer's (> 1: ours faster).
+Results go to ``DIR/quantized.json`` with the machine and versions; the summary (geomean
+per case and peer, M >= 1024 and all, and the worst five) is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+
+from . import device
+from .shapes import HELDOUT
+from .timing import Contestant, Settings, device_times, set_count
+
+KINDS = ("block_fp8", "w8a8_fp8", "w8a8_int8")
+DEFAULT_L2 = 60 << 20
+
+
+def shapes(sample: int) -> list:
+    """Every ``sample``-th held-out (M, N, K) whose K takes 16-byte rows of fp8 (TMA)."""
+    return [s for s in HELDOUT if s[2] % 16 == 0][::sample]
+
+
+def _operands(torch, kind: str, m: int, n: int, k: int):
+    """One operand set: the quantized tensors each contestant reads, and the bf16 ones."""
+    import pycutlass_rt as pcr
+
+    x = torch.rand(m, k, device="cuda", dtype=torch.bfloat16) * 2 - 1
+    w = (torch.rand(n, k, device="cuda", dtype=torch.bfloat16) * 2 - 1) / math.sqrt(k)
+    y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    s = {"x": x, "w": w, "y": y, "y_peer": torch.empty_like(y)}
+    if kind == "block_fp8":
+        s["qx"], s["sx"] = pcr.quantize(x, granularity="group")
+        s["qw"], s["sw"] = pcr.quantize(w, granularity="block")
+    else:
+        dtype = "int8" if kind.endswith("int8") else "float8_e4m3fn"
+        s["qw"], sw = pcr.quantize(w, dtype, "token")
+        s["sw"] = sw.reshape(1, n)  # per output channel: scale_b's columns
+        s["qx"], s["sx"] = pcr.quantize(x, dtype, "token")
+    return s
+
+
+def contestants(torch, kind: str, sets: list) -> list:
+    import pycutlass_rt as pcr
+
+    if kind == "block_fp8":
+
+        def ours(i):
+            s = sets[i]
+            pcr.gemm(s["qx"], s["qw"].t(), None, s["y"], scale_a=s["sx"], scale_b=s["sw"].t())
+
+        def scaled_mm(i):
+            s = sets[i]
+            torch._scaled_mm(s["qx"], s["qw"].t(), s["sx"], s["sw"].t(), out_dtype=torch.bfloat16)
+
+        out = [Contestant("ours", ours), Contestant("torch._scaled_mm", scaled_mm)]
+    else:
+        dtype = "int8" if kind.endswith("int8") else "float8_e4m3fn"
+
+        def ours(i):  # the layer as served: the activations quantized, then the GEMM
+            s = sets[i]
+            pcr.quantize(s["x"], dtype, "token", out=s["qx"], scale_out=s["sx"])
+            pcr.gemm(s["qx"], s["qw"].t(), None, s["y"], scale_a=s["sx"], scale_b=s["sw"])
+
+        out = [Contestant("ours", ours)]
+
+    def bf16(i):
+        s = sets[i]
+        torch.mm(s["x"], s["w"].t(), out=s["y_peer"])
+
+    return out + [Contestant("bf16 torch.mm", bf16)]
+
+
+def check(torch, kind: str, s: dict) -> float:
+    """Our result's relative error against the bf16 layer (the quantization's, mostly)."""
+    ref = s["x"].double() @ s["w"].double().t()
+    return float((s["y"].double() - ref).norm() / ref.norm())
+
+
+def run_case(torch, fw, kind, shape, settings, l2) -> dict:
+    m, n, k = shape
+    rec = {"kind": kind, "m": m, "n": n, "k": k}
+    try:
+        first = _operands(torch, kind, m, n, k)
+        set_bytes = sum(t.numel() * t.element_size() for t in first.values())
+        nsets = set_count(set_bytes, l2, settings)
+        free = torch.cuda.mem_get_info()[0]
+        nsets = max(1, min(nsets, int(0.4 * free // max(set_bytes, 1))))
+        sets = [first] + [_operands(torch, kind, m, n, k) for _ in range(nsets - 1)]
+        cs = contestants(torch, kind, sets)
+        for c in cs:  # each once, then the check
+            c.fn(0)
+        torch.cuda.synchronize()
+        rec["rel_err"] = check(torch, kind, first)
+        times = device_times(fw, cs, nsets, settings, graph=True)
+        rec["sets"] = nsets
+        rec["us"] = {name: st.median_us for name, st in times.items()}
+        rec["method"] = {name: st.method for name, st in times.items()}
+        rec["errors"] = {c.name: c.errors for c in cs if c.errors}
+        ours = rec["us"].get("ours")
+        rec["ratio"] = {
+            name: us / ours for name, us in rec["us"].items() if name != "ours" and ours
+        }
+    except Exception as e:  # noqa: BLE001 - one failing case must not stop the run
+        rec["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        torch.cuda.empty_cache()
+    return rec
+
+
+def quantize_bandwidth(torch, fw, settings) -> list:
+    import pycutlass_rt as pcr
+
+    out = []
+    for m, k in ((4096, 7168), (8192, 7168), (16384, 4096), (4096, 2048)):
+        for gran in ("group", "token"):
+            x = torch.rand(m, k, device="cuda", dtype=torch.bfloat16)
+            q, s = pcr.quantize(x, granularity=gran)
+            c = Contestant(
+                "quantize",
+                lambda i, x=x, q=q, s=s, g=gran: pcr.quantize(x, granularity=g, out=q, scale_out=s),
+            )
+            us = device_times(fw, [c], 1, settings, graph=True)["quantize"].median_us
+            moved = x.numel() * 2 + q.numel() + s.numel() * 4
+            out.append(
+                {"m": m, "k": k, "granularity": gran, "us": us, "tb_per_s": moved / us / 1e6}
+            )
+    return out
+
+
+def geomean(values) -> float:
+    return math.exp(statistics.fmean(math.log(x) for x in values)) if values else float("nan")
+
+
+def summarize(records: list) -> list:
+    lines = []
+    for kind in KINDS:
+        recs = [r for r in records if r["kind"] == kind and "ratio" in r]
+        peers = sorted({p for r in recs for p in r["ratio"]})
+        for peer in peers:
+            pairs = [(r, r["ratio"][peer]) for r in recs if peer in r["ratio"]]
+            big = [x for r, x in pairs if r["m"] >= 1024]
+            worst = sorted(pairs, key=lambda p: p[1])[:5]
+            lines.append(
+                f"{kind:10s} vs {peer:18s} geomean {geomean([x for _, x in pairs]):5.3f} "
+                f"(M>=1024: {geomean(big):5.3f}, {len(big)} shapes) of {len(pairs)}; worst "
+                + ", ".join(f"{r['m']}x{r['n']}x{r['k']} {x:.2f}" for r, x in worst)
+            )
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer samples (5), shorter ones")
+    ap.add_argument("--sample", type=int, default=1, help="every n-th held-out shape")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--out", default=None, help="directory for quantized.json")
+    args = ap.parse_args(argv)
+    import torch
+
+    from pycutlass_rt import _backends
+
+    fw, why = _backends.load("torch")
+    if fw is None:
+        print(f"benchmarks.quantized needs torch with a GPU: {why}", file=sys.stderr)
+        return 1
+    import pycutlass_rt as pcr
+
+    settings = Settings.make(quick=args.quick)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size or DEFAULT_L2
+    out_dir = args.out or os.path.join("bench-results", f"quantized-{datetime.date.today()}")
+    os.makedirs(out_dir, exist_ok=True)
+    result = {
+        "created": datetime.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "machine": {"gpu": torch.cuda.get_device_name(0), "smi_before": device.nvidia_smi()},
+        "versions": {
+            "pycutlass_rt": pcr.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "build": pcr.info()["build"],
+        },
+        "records": [],
+    }
+    todo = [(kind, s) for kind in args.kinds.split(",") for s in shapes(args.sample)]
+    for i, (kind, shape) in enumerate(todo):
+        rec = run_case(torch, fw, kind, shape, settings, l2)
+        result["records"].append(rec)
+        ratios = " ".join(f"{p} {x:.3f}" for p, x in rec.get("ratio", {}).items())
+        print(f"[{i + 1}/{len(todo)}] {kind} {shape}: {ratios or rec.get('error')}", flush=True)
+    result["quantize"] = quantize_bandwidth(torch, fw, settings)
+    result["machine"]["smi_after"] = device.nvidia_smi()
+    result["summary"] = summarize(result["records"])
+    with open(os.path.join(out_dir, "quantized.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print("\n".join(result["summary"]))
+    for q in result["quantize"]:
+        print(
+            f"quantize {q['granularity']:5s} {q['m']}x{q['k']}: {q['us']:.1f} us, "
+            f"{q['tb_per_s']:.2f} TB/s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
