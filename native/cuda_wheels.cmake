@@ -1,21 +1,26 @@
 # PYCUTLASS_RT_CUDA=pypi, included before project(): compile with the nvcc of PyPI's CUDA 13
-# wheels (nvidia-cuda-nvcc, -crt, -runtime, -cccl, nvidia-nvvm) installed in the build's Python.
-# Installed, they form one toolkit tree, site-packages/nvidia/cu13, except that nvcc links from
-# its lib64/ and CMake's FindCUDAToolkit wants a libcudart.so: a tree of links in the build
-# directory adds both, at a path that stays put across pip's temporary build environments.
-if(NOT Python3_EXECUTABLE)
-  find_package(Python3 REQUIRED COMPONENTS Interpreter)
-endif()
-execute_process(
-  COMMAND "${Python3_EXECUTABLE}" -c "import os, sys
+# wheels (nvidia-cuda-nvcc, -crt, -runtime, -cccl, nvidia-nvvm): the tree pip install .
+# fetched and unpacked (PYCUTLASS_RT_CUDA_WHEELS, native/build_backend.py), else the one
+# installed in the build's Python. Either is one toolkit tree, nvidia/cu13, except that nvcc
+# links from its lib64/ and CMake's FindCUDAToolkit wants a libcudart.so: a tree of links in
+# the build directory adds both, at a path that stays put across builds.
+set(PYCUTLASS_RT_CUDA_WHEELS "$ENV{PYCUTLASS_RT_CUDA_WHEELS}" CACHE PATH
+    "PyPI's CUDA wheels unpacked (the directory nvidia/cu13); empty: the build's Python's")
+set(PCR_CUDA_WHEELS "${PYCUTLASS_RT_CUDA_WHEELS}")
+if(NOT PCR_CUDA_WHEELS)
+  if(NOT Python3_EXECUTABLE)
+    find_package(Python3 REQUIRED COMPONENTS Interpreter)
+  endif()
+  execute_process(
+    COMMAND "${Python3_EXECUTABLE}" -c "import os, sys
 roots = (os.path.join(p, 'nvidia', 'cu13') for p in sys.path)
 print(next(r for r in roots if os.path.isfile(os.path.join(r, 'bin', 'nvcc'))))"
-  OUTPUT_VARIABLE PCR_CUDA_WHEELS OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc
-  ERROR_QUIET)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "PYCUTLASS_RT_CUDA=pypi, but ${Python3_EXECUTABLE} has no CUDA wheels "
-                      "(nvidia/cu13/bin/nvcc): install the CUDA_WHEELS of native/build_backend.py "
-                      "(pip installs them itself when it builds with isolation and finds no nvcc)")
+    OUTPUT_VARIABLE PCR_CUDA_WHEELS OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
+if(NOT EXISTS "${PCR_CUDA_WHEELS}/bin/nvcc")
+  message(FATAL_ERROR "PYCUTLASS_RT_CUDA=pypi, but no CUDA wheels' tree (nvidia/cu13/bin/nvcc) "
+                      "was given (PYCUTLASS_RT_CUDA_WHEELS) or is installed in the build's "
+                      "Python: pip install . fetches the pinned ones (native/build_backend.py)")
 endif()
 
 set(PCR_CUDA_TREE "${CMAKE_BINARY_DIR}/cuda-pypi")

@@ -1,0 +1,70 @@
+"""native/build_backend.py's pins: every fetched wheel (CUTLASS, the CUDA 13 wheels) is
+named by version and SHA-256, and pip refuses a file of another digest, offline too."""
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def backend(monkeypatch):
+    if importlib.util.find_spec("scikit_build_core") is None:
+        pytest.skip("scikit-build-core is not installed (pip install '.[test]')")
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "native"))
+    import build_backend
+
+    return build_backend
+
+
+def test_every_fetched_wheel_is_pinned_by_digest(backend):
+    for pin in [backend.CUTLASS, *backend.CUDA_WHEELS]:
+        assert pin.version.count(".") >= 2 and pin.sha256
+        assert all(len(h) == 64 and int(h, 16) >= 0 for h in pin.sha256)
+        line = pin.requirement()
+        assert line.startswith(f"{pin.name}=={pin.version} --hash=sha256:")
+
+
+def fake_wheel(folder, name="nvidia_cutlass", version="4.2.0.0"):
+    path = os.path.join(folder, f"{name}-{version}-py3-none-any.whl")
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("x.txt", "not the real wheel")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        z.writestr(f"{info}/RECORD", "")
+    with open(path, "rb") as f:
+        return path, hashlib.sha256(f.read()).hexdigest()
+
+
+def test_pip_refuses_a_wheel_of_another_digest_offline(backend, tmp_path, monkeypatch):
+    links, dest = tmp_path / "links", tmp_path / "dest"
+    links.mkdir(), dest.mkdir()
+    _, digest = fake_wheel(str(links))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    with pytest.raises(subprocess.CalledProcessError):
+        backend._download([backend.CUTLASS], str(dest))  # the real pin: not this file
+    assert not [f for f in os.listdir(dest) if f.endswith(".whl")]
+    pin = backend.Pin("nvidia-cutlass", "4.2.0.0", (digest,))
+    (got,) = backend._download([pin], str(dest))  # the file's own digest: taken
+    assert os.path.basename(got).startswith("nvidia_cutlass-4.2.0.0")
+
+
+def test_unpacking_keeps_executable_bits(backend, tmp_path):
+    path = tmp_path / "w.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        info = zipfile.ZipInfo("nvidia/cu13/bin/nvcc")
+        info.external_attr = 0o755 << 16
+        z.writestr(info, "#!/bin/sh\n")
+        z.writestr("pkg-1.0.dist-info/RECORD", "")
+    backend._unpack(str(path), str(tmp_path / "tree"))
+    tool = tmp_path / "tree" / "nvidia" / "cu13" / "bin" / "nvcc"
+    assert os.access(tool, os.X_OK) and not (tmp_path / "tree" / "pkg-1.0.dist-info").exists()
