@@ -24,6 +24,7 @@ from ._conv import conv2d, conv2d_dgrad, conv2d_wgrad
 from ._explain import Explanation, explain
 from ._grouped import grouped_gemm, moe_gemm
 from ._kernels import KernelInfo, kernels
+from ._matmul import matmul
 from ._plan import Gemm
 from ._quantize import quantize
 from ._tune import Tuned, TuneResult, tune
@@ -46,6 +47,7 @@ from .errors import (
 
 __all__ = [
     "gemm",
+    "matmul",
     "Gemm",
     "grouped_gemm",
     "moe_gemm",

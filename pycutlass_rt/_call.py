@@ -20,11 +20,14 @@ MATHS = {m.token: m for m in Math}
 
 def scalar(value, name: str) -> float:
     """alpha or beta as a float; DTypeError for anything that is not a real number."""
-    if type(value) is float or type(value) is int:  # the common case, checked cheaply
-        return float(value)
+    if type(value) is float:  # the common case, checked cheaply
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise DTypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range
+        raise InvalidArgumentError(f"{name} must be finite, got {value!r}") from None
 
 
 class Act(NamedTuple):

@@ -58,13 +58,34 @@ def _pair(value, name: str) -> tuple:
     return pair
 
 
+#: a geometry value the library holds in 32 bits
+_INT32_MAX = 2**31 - 1
+
+
 def geometry(op: Op, stride, padding, dilation, groups) -> Geometry:
-    """The Geometry of a convolution's arguments, torch's conventions (ints or pairs)."""
+    """The Geometry of a convolution's arguments, torch's conventions (ints or pairs),
+    checked before anything is allocated: stride, dilation and groups at least 1, padding
+    at least 0, each below 2^31.
+
+    >>> geometry(Op.OP_FPROP, 0, 1, 1, 1)
+    Traceback (most recent call last):
+    ...
+    pycutlass_rt.errors.InvalidArgumentError: stride must be at least 1 (and below 2^31), got (0, 0)
+    """
     if not isinstance(groups, int) or isinstance(groups, bool):
         raise InvalidArgumentError(f"groups must be an int, got {groups!r}")
-    return Geometry(
-        op, _pair(padding, "padding"), _pair(stride, "stride"), _pair(dilation, "dilation"), groups
-    )
+    pairs = {
+        n: _pair(v, n)
+        for n, v in (("padding", padding), ("stride", stride), ("dilation", dilation))
+    }
+    for name, low in (("stride", 1), ("dilation", 1), ("padding", 0)):
+        if not all(low <= v <= _INT32_MAX for v in pairs[name]):
+            raise InvalidArgumentError(
+                f"{name} must be at least {low} (and below 2^31), got {pairs[name]}"
+            )
+    if not 1 <= groups <= _INT32_MAX:
+        raise InvalidArgumentError(f"groups must be at least 1 (and below 2^31), got {groups}")
+    return Geometry(op, pairs["padding"], pairs["stride"], pairs["dilation"], groups)
 
 
 def _torch(t):

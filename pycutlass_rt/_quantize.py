@@ -8,11 +8,11 @@ strides ``(1, M)``, so that a tile's rows at one K-block are contiguous.
 from __future__ import annotations
 
 import math
-import sys
 
 from . import _call, _lib
 from ._abi import Quant
-from .errors import InvalidArgumentError, UnsupportedError
+from ._outputs import new_like
+from .errors import InvalidArgumentError
 
 #: granularity name -> pcr_quant (its tokens: "tensor", "token", "group", "block")
 GRANULARITIES = {g.token: g for g in Quant}
@@ -98,11 +98,11 @@ def quantize(
         and not hasattr(scale, "__dlpack__")
         and not hasattr(scale, "__cuda_array_interface__")
     ):
-        scale = _new(x, grid_shape(shape, gran), "float32", fill=_call.scalar(scale, "scale"))
-    q = out if out is not None else _new(x, shape, name)
+        scale = new_like(x, grid_shape(shape, gran), "float32", fill=_call.scalar(scale, "scale"))
+    q = out if out is not None else new_like(x, shape, name, what="x")
     s = scale if not dynamic else scale_out
     if s is None:
-        s = _new(x, grid_shape(shape, gran), "float32", strides=grid_strides(shape, gran))
+        s = new_like(x, grid_shape(shape, gran), "float32", grid_strides(shape, gran))
     # the library takes rows x K: the leading dimensions folded (views; x may be copied)
     kb = -(-k // 128)
     grid2d = {Quant.QUANT_TOKEN: (rows, 1), Quant.QUANT_GROUP: (rows, kb)}.get(gran)
@@ -165,39 +165,3 @@ def grid_strides(shape: tuple, gran: Quant) -> tuple | None:
         stride.insert(0, step)
         step *= extent
     return (*stride, step)
-
-
-def _new(like, shape: tuple, dtype: str, strides=None, fill=None):
-    """A new tensor of ``like``'s framework on its GPU (torch, cupy)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(like, torch.Tensor):
-        if not like.is_cuda:
-            raise UnsupportedError("quantize runs on the GPU: x is a CPU tensor")
-        dt = getattr(torch, dtype)
-        if strides is None:
-            t = torch.empty(shape, dtype=dt, device=like.device)
-        else:
-            t = torch.empty_strided(shape, strides, dtype=dt, device=like.device)
-        return t.fill_(fill) if fill is not None else t
-    module = sys.modules.get(type(like).__module__.split(".")[0])
-    if module is not None and module.__name__ == "cupy":
-        if dtype.startswith("float8"):
-            raise UnsupportedError(
-                "cupy has no float8 dtype: pass out= (an fp8 tensor of x's shape from a "
-                "framework that has one, e.g. torch), or quantize to int8"
-            )
-        with module.cuda.Device(like.device.id):
-            size = math.prod(shape)
-            base = module.empty(max(size, 1), dtype)
-            if fill is not None:
-                base.fill(fill)
-            if strides is None:
-                return base[:size].reshape(shape)
-            item = base.itemsize
-            return module.lib.stride_tricks.as_strided(
-                base, shape, tuple(s * item for s in strides)
-            )
-    raise UnsupportedError(
-        f"quantize makes its outputs with torch or cupy; x is a {type(like).__name__} "
-        "(pass out= and scale_out=, or use a torch or cupy tensor)"
-    )

@@ -129,6 +129,11 @@ int load_place(const DLTensor* t, const char* name, int64_t elements, Matrix* m)
                      name, m->device_type);
   if (m->ptr == nullptr && elements > 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
+  // a GPU address off its element size faults every kernel (a sticky misaligned address)
+  if (m->esize > 1 && reinterpret_cast<uintptr_t>(m->ptr) % m->esize && elements > 0)
+    return set_error(PCR_ERR_MISALIGNED,
+                     "%s's address is not a multiple of its element size (%d bytes)", name,
+                     m->esize);
   return PCR_OK;
 }
 
@@ -283,6 +288,9 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis) {
   v->ptr = static_cast<char*>(t->data) + t->byte_offset;
   if (v->ptr == nullptr && len > 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "bias has a null data pointer");
+  if (reinterpret_cast<uintptr_t>(v->ptr) % v->esize && len > 0)
+    return set_error(PCR_ERR_MISALIGNED,
+                     "bias's address is not a multiple of its element size (%d bytes)", v->esize);
   v->device_type = t->device.device_type;
   v->device_id = t->device.device_id;
   v->rows = D.rows;
@@ -316,6 +324,8 @@ int load_scale(const DLTensor* t, const char* name, int64_t len, int axis, Matri
   v->ptr = static_cast<char*>(t->data) + t->byte_offset;
   if (!v->ptr && count > 0)  // an empty vector (of an empty M or N) has no storage
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s has a null data pointer", name);
+  if (reinterpret_cast<uintptr_t>(v->ptr) % 4 && count > 0)
+    return set_error(PCR_ERR_MISALIGNED, "%s's address is not 4-byte aligned (float32)", name);
   *mode = count == 1 ? PCR_SCALE_TENSOR : PCR_SCALE_VECTOR;
   if (*mode == PCR_SCALE_VECTOR && (step != 1 || reinterpret_cast<uintptr_t>(v->ptr) % 16))
     return set_error(PCR_ERR_MISALIGNED,
@@ -372,10 +382,7 @@ int load_grid(const DLTensor* t, const char* name, Matrix* v) {
                      "%s has strides (%" PRId64 ", %" PRId64
                      "); a block-scale grid's strides are non-negative and below 2^31",
                      name, v->s0, v->s1);
-  if (int st = load_place(t, name, v->rows * v->cols, v)) return st;
-  if (reinterpret_cast<uintptr_t>(v->ptr) % 4)
-    return set_error(PCR_ERR_MISALIGNED, "%s's address is not 4-byte aligned (float32)", name);
-  return PCR_OK;
+  return load_place(t, name, v->rows * v->cols, v);  // (its address: float32-aligned)
 }
 
 // scale_a and scale_b (either may be null) for a (m x k) @ b (k x n): per-tensor and
@@ -452,8 +459,7 @@ bool same_block_scales(const pcr_kernel_desc& kd, const pcr_problem& p) {
          kd.scale_n == (grids ? p.scale_n : PCR_SCALE_NONE);
 }
 
-// amax and scale_d (pcr_extras): one float32 element of any shape, kept as a 1x1 matrix,
-// at a 4-byte aligned address.
+// amax and scale_d (pcr_extras): one float32 element of any shape, kept as a 1x1 matrix.
 int load_one_float(const DLTensor* t, const char* name, Matrix* m) {
   int64_t count = 1;
   for (int i = 0; i < t->ndim; ++i) count *= t->shape[i];
@@ -468,10 +474,7 @@ int load_one_float(const DLTensor* t, const char* name, Matrix* m) {
   m->dtype = PCR_F32;
   m->esize = 4;
   m->rows = m->cols = m->batch = 1;
-  if (int st = load_place(t, name, 1, m)) return st;
-  if (reinterpret_cast<uintptr_t>(m->ptr) % 4)
-    return set_error(PCR_ERR_MISALIGNED, "%s's address is not 4-byte aligned (float32)", name);
-  return PCR_OK;
+  return load_place(t, name, 1, m);  // (its address: float32-aligned)
 }
 
 bool is_quantized(int dtype) { return dtype == PCR_S8 || dtype == PCR_E4M3 || dtype == PCR_E5M2; }

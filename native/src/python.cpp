@@ -33,6 +33,7 @@ struct DLManagedTensorVersioned {
   DLTensor dl_tensor;
 };
 constexpr uint64_t kFlagReadOnly = 1;
+constexpr uint64_t kFlagIsCopied = 2;  // DLPack 1.1: the producer exported a copy
 struct DLPackExchangeAPIHeader {
   DLPackVersion version;
   DLPackExchangeAPIHeader* prev_api;
@@ -150,8 +151,21 @@ struct Operand {
   DLTensor dl{};
   const DLPackExchangeAPI* api = nullptr;
   bool read_only = false;
+  bool copied = false;  // writes would not reach the producer's array
   bool present = false;
 };
+
+// What every producer's tensor must be before anything reads its dimensions: a rank the
+// library can hold and, with dimensions, a shape to read them from.
+int check_exported(const DLTensor& dl, const char* name) {
+  if (dl.ndim < 0 || dl.ndim > 32)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: its producer exported a rank of %d", name,
+                     dl.ndim);
+  if (dl.ndim > 0 && !dl.shape)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "%s: its producer exported %d dimensions without a shape", name, dl.ndim);
+  return PCR_OK;
+}
 
 int ingest(void* object, const char* name, Operand* out) {
   const PyApi& P = py();
@@ -171,13 +185,14 @@ int ingest(void* object, const char* name, Operand* out) {
                          mt->version.major, mt->version.minor);
       out->dl = mt->dl_tensor;
       out->read_only = mt->flags & kFlagReadOnly;
-      return PCR_OK;
+      out->copied = mt->flags & kFlagIsCopied;
+      return check_exported(out->dl, name);
     }
     if (cname && std::strcmp(cname, "dltensor") == 0) {
       auto* mt = static_cast<DLManagedTensor*>(P.capsule_get_pointer(obj, cname));
       if (!mt) return set_error(PCR_ERR_PYTHON, "%s: its DLPack capsule holds no tensor", name);
       out->dl = mt->dl_tensor;
-      return PCR_OK;
+      return check_exported(out->dl, name);
     }
     if (cname && std::strncmp(cname, "used_", 5) == 0)
       return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -197,6 +212,21 @@ int ingest(void* object, const char* name, Operand* out) {
   // speaks for one that does not.
   if (out->api->dltensor_from_py_object_no_sync(obj, &out->dl) != 0)
     return set_error(PCR_ERR_PYTHON, "%s: its producer's DLPack exchange API failed to export it",
+                     name);
+  return check_exported(out->dl, name);
+}
+
+// An output as a producer exported it: writable, and the array itself (not a copy).
+int check_output(const Operand& op, const char* name) {
+  if (op.read_only)
+    return set_error(PCR_ERR_READ_ONLY,
+                     "%s is read-only (its producer exported it so, e.g. a numpy array with "
+                     "writeable=False); pass a writable output",
+                     name);
+  if (op.copied)
+    return set_error(PCR_ERR_READ_ONLY,
+                     "%s was exported as a copy (DLPack's IS_COPIED flag): what the library "
+                     "wrote would not reach the array; pass an output the producer shares",
                      name);
   return PCR_OK;
 }
@@ -301,11 +331,8 @@ int ingest_all(void* a, void* b, void* c, void* d, const PyExtras& x, Operand op
   if (!ops[0].present || !ops[1].present || !ops[3].present)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
   for (int i : {3, 7, 8})  // the outputs: d, aux, amax
-    if (ops[i].read_only)
-      return set_error(PCR_ERR_READ_ONLY,
-                       "%s is read-only (its producer exported it so, e.g. a numpy array with "
-                       "writeable=False); pass a writable output",
-                       kOperandNames[i]);
+    if (ops[i].present)
+      if (int st = check_output(ops[i], kOperandNames[i])) return st;
   return PCR_OK;
 }
 
@@ -570,7 +597,7 @@ int ingest_unfolding(void* in, const char* in_name, void* add, void* out, const 
   if (!ops[0].present || !ops[3].present)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: %s and %s are required", what, in_name,
                      out_name);
-  if (ops[3].read_only) return set_error(PCR_ERR_READ_ONLY, "%s is read-only", out_name);
+  if (int st = check_output(ops[3], out_name)) return st;
   return producer_stream(ops, flags, stream);
 }
 
@@ -599,9 +626,8 @@ int py_quantize(void* x, void* q, void* scale, int32_t granularity, int32_t dyna
     return st;
   if (!ops[0].present || !ops[2].present || !ops[3].present)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "quantize: x, q and scale are required");
-  if (ops[3].read_only) return set_error(PCR_ERR_READ_ONLY, "q is read-only");
-  if (dynamic && ops[2].read_only)
-    return set_error(PCR_ERR_READ_ONLY, "scale is read-only, and dynamic quantization writes it");
+  if ((st = check_output(ops[3], "q")) || (dynamic && (st = check_output(ops[2], "scale"))))
+    return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   return quantize(&ops[0].dl, &ops[3].dl, &ops[2].dl, granularity, dynamic,
                   static_cast<cudaStream_t>(stream));

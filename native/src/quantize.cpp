@@ -97,9 +97,7 @@ int quantize(const DLTensor* xt, const DLTensor* qt, const DLTensor* st_, int32_
   if (s.cols == 1) s.s1 = 0;
   if (s.s0 < 0 || s.s1 < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "quantize: scale has a negative stride");
-  if ((st = load_place(st_, "scale", count, &s))) return st;
-  if (reinterpret_cast<uintptr_t>(s.ptr) % 4)
-    return set_error(PCR_ERR_MISALIGNED, "quantize: scale's address is not 4-byte aligned");
+  if ((st = load_place(st_, "scale", count, &s))) return st;  // (float32-aligned)
   if (dynamic && ((s.rows > 1 && s.s0 == 0) || (s.cols > 1 && s.s1 == 0)))
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "quantize: a dynamic scale grid is written: it may not be a broadcast view");

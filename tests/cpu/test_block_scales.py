@@ -139,7 +139,7 @@ def test_grid_refusals(lib):
     st, _, msg = describe(lib, m, n, k, view((m, 8), dtype=BF16), sb)
     assert st == errors.ERR_UNSUPPORTED and "must be float32" in msg
     st, _, msg = describe(lib, m, n, k, view((m, 8), dtype=F32, data=0x10000002), sb)
-    assert st == errors.ERR_MISALIGNED and "4-byte aligned" in msg
+    assert st == errors.ERR_MISALIGNED and "element size" in msg
     st, _, msg = describe(lib, m, n, k, view((m, 8), (-1, 1), F32), sb)
     assert st == errors.ERR_INVALID_ARGUMENT and "strides" in msg
     st, _, msg = describe(lib, m, n, k, view((m, 8), dtype=F32), sb, ab_dtype=BF16)
@@ -215,7 +215,7 @@ def test_quantize_takes_each_grid(lib, gran, grid):
         ({"q_shape": (300, 999)}, errors.ERR_INVALID_ARGUMENT, "must have x's shape"),
         ({"x_strides": (1000, 2)}, errors.ERR_INVALID_ARGUMENT, "contiguous"),
         ({"scale_dtype": BF16}, errors.ERR_UNSUPPORTED, "scale must be float32"),
-        ({"scale_data": 0x3}, errors.ERR_MISALIGNED, "4-byte aligned"),
+        ({"scale_data": 0x3}, errors.ERR_MISALIGNED, "element size"),
         ({"grid_strides": (0, 1)}, errors.ERR_INVALID_ARGUMENT, "broadcast view"),
         ({"q_on_x": True}, errors.ERR_OVERLAP, "q overlaps x"),
         ({"host": True}, errors.ERR_DEVICE_MISMATCH, "one GPU"),
@@ -258,8 +258,10 @@ def test_quantize_arguments_are_named_before_anything_runs():
         pcr.quantize(x, dtype="float8_e5m2")
     with pytest.raises(pcr.InvalidArgumentError, match="'block' takes a 2-D x"):
         pcr.quantize(np.ones((2, 4, 8), np.float32), granularity="block")
-    with pytest.raises(pcr.UnsupportedError, match="torch or cupy"):
-        pcr.quantize(x)  # numpy: host memory, and no framework to make outputs with
+    with pytest.raises(pcr.UnsupportedError, match="numpy has no float8_e4m3fn"):
+        pcr.quantize(x)  # no fp8 output can be made there
+    with pytest.raises(pcr.DeviceMismatchError, match="host arrays are not taken"):
+        pcr.quantize(x, "int8")  # numpy: host memory (quantize runs on the GPU only)
 
 
 # ---- quantized outputs: amax and scale_d -------------------------------------------------
@@ -309,7 +311,7 @@ def test_quantized_output_refusals(lib):
     st, _, msg = describe_out(lib, E4M3, k=0)
     assert st == errors.ERR_UNSUPPORTED and "K = 0" in msg
     st, _, msg = describe_out(lib, E4M3, scale_d_data=0x10000001)
-    assert st == errors.ERR_MISALIGNED and "scale_d" in msg
+    assert st == errors.ERR_MISALIGNED and "scale_d" in msg and "element size" in msg
     d_at = 0x7000000
     st, _, msg = describe_out(lib, E4M3, d_data=d_at, scale_d_data=d_at + 64)
     assert st == errors.ERR_OVERLAP and "d overlaps scale_d" in msg
@@ -324,3 +326,33 @@ def test_out_scale_kernels_are_the_quantized_epilogues():
             k.tensor_scales or k.epilogue == "scaled" or k.scale_m != "none"
         )
         assert k.out_scale == quantized, k.name
+
+
+# ---- matmul: the result in a's framework -------------------------------------------------
+
+
+def test_matmul_makes_its_output_in_as_framework(lib, monkeypatch):
+    np = pytest.importorskip("numpy")
+    seen = {}
+
+    def fake_gemm(a, b, c, d, **kw):
+        seen.update(d=d, kw=kw)
+        return d
+
+    monkeypatch.setattr(pcr, "gemm", fake_gemm)
+    a, b = np.ones((5, 8), np.float32), np.ones((8, 3), np.float32)
+    y = pcr.matmul(a, b, activation="relu")
+    assert y is seen["d"] and y.shape == (5, 3) and y.dtype == np.float32
+    assert seen["kw"]["activation"] == "relu"
+    yb = pcr.matmul(np.ones((4, 5, 8), np.float16), b.astype(np.float16))
+    assert yb.shape == (4, 5, 3) and yb.dtype == np.float16
+    i8 = np.ones((5, 8), np.int8)
+    assert pcr.matmul(i8, i8.T.copy()).dtype == np.int32
+    out = np.empty((5, 3), np.float32)
+    assert pcr.matmul(a, b, out=out) is out
+    with pytest.raises(pcr.InvalidArgumentError, match="out is float32 but out_dtype is int32"):
+        pcr.matmul(a, b, out=out, out_dtype="int32")
+    with pytest.raises(pcr.InvalidArgumentError, match="matmul takes"):
+        pcr.matmul(np.ones(3), b)
+    with pytest.raises(pcr.UnsupportedError, match="numpy has no bfloat16"):
+        pcr.matmul(a, b, out_dtype="bfloat16")

@@ -16,7 +16,8 @@ NAME = re.compile(
     r"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?:(?P<op>fprop|dgrad|wgrad)_)?"
     rf"(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_(?P<d>{TYPES})_"
     r"(?P<layout>[tn]{2}|nhwc)_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm|ws)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_(?P<epi>biasact|scaled|aux))?(?:_(?P<split>streamk|splitk))?"
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_blk(?P<block>[gb]{2}))?"
+    r"(?:_(?P<epi>biasact|scaled|aux))?(?:_(?P<split>streamk|splitk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$"
 )
 
@@ -41,6 +42,7 @@ def test_names_unique_and_encode_every_parameter():
         assert bool(m["swap"]) == k.swap
         assert (m["epi"] or "linear") == k.epilogue
         assert bool(m["grouped"]) == k.grouped
+        assert (m["block"] or "") == k.block
         assert (m["op"] or "gemm") == k.op and (k.layout == "nhwc") == k.conv
         if k.family in ("sm90", "sm100"):
             assert m["cl"] == "{}x{}".format(*k.cluster[:2]) and m["sched"] == k.schedule
@@ -134,11 +136,14 @@ def test_stream_k_where_cutlass_supports_it():
 def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     swapped = [k for k in catalog.catalogue() if k.swap]
     assert swapped and all(k.family == "sm90" for k in swapped)
-    # stream-K on 128 weight rows, or ping-pong on 64 without a split
+    # stream-K on 128 weight rows, or ping-pong on 64 without a split; block-scaled ones
+    # take whole 128-column blocks of the weights' scales, unsplit
     assert all(
         (k.schedule, k.split, k.tile[1]) in {("coop", "streamk", 128), ("pingpong", "none", 64)}
         for k in swapped
+        if not k.block
     )
+    assert all(k.tile[1] == 128 and k.split == "none" for k in swapped if k.block)
     assert {k.tile[0] for k in swapped} == {16, 32, 64}  # problem terms: M is the narrow side
     pp = next(k for k in swapped if k.tile == (16, 64, 128) and k.a == "bf16")
     assert "cute::Shape<cute::_64, cute::_16, cute::_128>" in catalog.kernel_type(pp)
@@ -152,13 +157,19 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     assert "RowMajor, cutlass::layout::ColumnMajor" in t
     info = catalog.kernel_info(k)
     assert (
-        info.endswith(", 1, 0, 0, PCR_OP_GEMM}")
+        info.endswith(", 1, 0, 0, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, 0}")
         and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info
-    )  # swap; not grouped, no tensor scales; a GEMM
+    )  # swap; not grouped, no tensor scales; a GEMM; no block scales, no output scale
     plain = catalog.Kernel("sm90", "bf16", "bf16", "bf16", "tt", (128, 128, 64), "coop")
     assert catalog.kernel_type(plain).endswith(
         "false, PCR_EPI_LINEAR, float, false>"
-    ) and catalog.kernel_info(plain).endswith(", 0, 0, 0, PCR_OP_GEMM}")
+    ) and catalog.kernel_info(plain).endswith(
+        ", 0, 0, 0, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, 0}"
+    )
+    # a block-scaled swap-AB kernel: CUTLASS's M (the weights' N) takes the 128-blocks
+    blk = next(k for k in swapped if k.block == "gb" and k.tile == (16, 128, 128))
+    assert catalog.kernel_type(blk).endswith(", false, 128, 1>")
+    assert catalog.kernel_info(blk).endswith("PCR_OP_GEMM, PCR_SCALE_GROUPS, PCR_SCALE_BLOCKS, 1}")
 
 
 def test_sm90_variety():
@@ -329,9 +340,10 @@ def test_fused_epilogue_kernels_twin_plain_ones():
     (what selection tables name), in the dtypes and layouts the catalogue fuses."""
     kernels = GEMMS
     names = {k.name for k in kernels}
-    fused = [k for k in kernels if k.epilogue == "biasact"]
-    assert fused and all(k.name.replace("_biasact", "") in names for k in fused)
-    # MORE_TYPES' configurations that fuse: fp32, fp64 and int8 -> int32 (computed in int32)
+    assert all(k.name.replace("_biasact", "") in names for k in kernels if k.epilogue == "biasact")
+    fused = [k for k in kernels if k.epilogue == "biasact" and not k.block]
+    # MORE_TYPES' configurations that fuse: fp32, fp64 and int8 -> int32 (computed in int32);
+    # block-scaled fp8 (test_block_scaled_kernels)
     fp32, fp64, s8 = {("tf32", "f32"), ("f32", "f32")}, {("f64", "f64")}, {("s8", "s32")}
     assert {(k.a, k.d) for k in fused} == set(catalog.FUSED_TYPES) | fp32 | fp64 | s8
     assert {k.layout for k in fused if k.family == "sm90" and (k.a, k.d) not in fp32 | s8} == set(
@@ -370,7 +382,10 @@ def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
     assert len(flagged) == sum(
         1
         for k in kernels
-        if k.a in catalog.FP8 and k.family in catalog.TMA_FAMILIES and k.epilogue == "linear"
+        if k.a in catalog.FP8
+        and k.family in catalog.TMA_FAMILIES
+        and k.epilogue == "linear"
+        and not k.block
     )
     int8_plain = [k for k in kernels if k.a == "s8" and k.d == "s32" and k.family == "sm90"]
     assert int8_plain and not any(k.tensor_scales for k in int8_plain)
@@ -378,7 +393,10 @@ def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
         flag = "true" if k.tensor_scales else "false"
         src = catalog.kernel_source(k)
         assert src.count(f", {flag}>;") == 1  # the template's last argument
-        assert catalog.kernel_info(k).endswith(f", {int(k.tensor_scales)}, PCR_OP_GEMM}}")
+        assert catalog.kernel_info(k).endswith(
+            f", {int(k.tensor_scales)}, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, "
+            f"{int(k.out_scale)}}}"
+        )
 
 
 def test_grouped_kernels():
@@ -393,7 +411,10 @@ def test_grouped_kernels():
         assert t.startswith(
             "pcr::tma::GroupedGemm<" if k.family == "sm90" else "pcr::mma::GroupedGemm<"
         ), t
-        assert catalog.kernel_info(k).endswith(", 1, 0, PCR_OP_GEMM}")  # grouped, no tensor scales
+        # grouped, no tensor scales, a GEMM, no block scales, no output scale
+        assert catalog.kernel_info(k).endswith(
+            ", 1, 0, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, 0}"
+        )
     core = catalog.select_kernels(kernels, "default")
     assert {(k.family, k.layout) for k in core if k.grouped} >= {("sm90", "tn"), ("sm80", "nn")}
 
@@ -462,3 +483,23 @@ def test_convolutions_in_the_default_build():
     src = catalog.kernel_source(k)
     assert '#include "conv_tma.cuh"' in src and "pcr::conv::Conv3x<PCR_OP_WGRAD" in src
     assert src.rstrip().endswith("pcr::ops_of<Op_" + k.ident + ", false>()};")
+
+
+def test_block_scaled_kernels():
+    """fp8 e4m3 block-scaled kernels: each tile side takes whole scale blocks, the kind
+    word names the grids (problem terms), the default build holds DeepSeek-V3's ("gb")
+    for bfloat16 outputs, and CUTLASS gets the granularities in its own terms."""
+    blk = [k for k in GEMMS if k.block]
+    assert {k.block for k in blk} == set(catalog.BLOCK_KINDS)
+    assert all(k.a == k.b == "e4m3" and k.layout == "tn" and not k.grouped for k in blk)
+    for k in blk:
+        gm, gn = k.block_granularity()
+        tile = (k.tile[1], k.tile[0]) if k.swap else k.tile[:2]
+        assert tile[0] % gm == 0 and tile[1] % gn == 0, k.name
+        assert k.out_scale and not k.tensor_scales
+        assert catalog.kernel_type(k).endswith(f", {gm}, {gn}>")
+    core = catalog.select_kernels(blk, "default")
+    assert {(k.block, k.d) for k in core} == {("gb", "bf16")}
+    assert {k.family for k in core} == {"sm90"} and any(k.swap for k in core)
+    assert {k.epilogue for k in core} == {"linear", "biasact"}
+    assert {k.family for k in blk} == {"sm90", "sm100"}

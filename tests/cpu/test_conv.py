@@ -77,8 +77,16 @@ def nhwc(*shape):
         ),
         (
             lambda: pcr.conv2d(nhwc(1, 8, 8, 8), nhwc(8, 3, 3, 8), padding=-1),
-            "padding must be >= 0",
+            "padding must be at least 0",
         ),
+        # checked before anything is made (stride 0 divided, padding 2^31 allocated)
+        (lambda: pcr.conv2d(nhwc(1, 8, 8, 8), nhwc(8, 3, 3, 8), stride=0), "stride must be"),
+        (lambda: pcr.conv2d(nhwc(1, 8, 8, 8), nhwc(8, 3, 3, 8), stride=-1), "stride must be"),
+        (
+            lambda: pcr.conv2d(nhwc(1, 8, 8, 8), nhwc(8, 3, 3, 8), padding=2**31),
+            "below 2.31",
+        ),
+        (lambda: pcr.conv2d(nhwc(1, 8, 8, 8), nhwc(8, 3, 3, 8), groups=0), "groups must be"),
     ],
 )
 def test_checks_name_the_tensor_at_fault(call, match):

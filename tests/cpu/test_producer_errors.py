@@ -390,16 +390,16 @@ def test_unusable_exchange_apis_are_dtype_errors(lib, exchange, entry, kind):
 @pytest.mark.parametrize(
     "extras,match",
     [
-        ((None, None, None, "relu", 0, 0.0, 0.0, None, None, None), "activation and math"),
-        ((None, None, None, 0, 2.5, 0.0, 0.0, None, None, None), "activation and math"),
-        ((None, None, None, 2**70, 0, 0.0, 0.0, None, None, None), "activation and math"),
-        ((None, None, None, 8, 0, "0.2", 0.0, None, None, None), "parameters must be floats"),
+        ((None, None, None, "relu", 0, 0.0, 0.0, None, None, None, None), "activation and math"),
+        ((None, None, None, 0, 2.5, 0.0, 0.0, None, None, None, None), "activation and math"),
+        ((None, None, None, 2**70, 0, 0.0, 0.0, None, None, None, None), "activation and math"),
+        ((None, None, None, 8, 0, "0.2", 0.0, None, None, None, None), "parameters must be floats"),
         (
-            (None, None, None, 0, 0, 0.0, 0.0, (1, 0, 0, 1, 1, 1), None, None),
+            (None, None, None, 0, 0, 0.0, 0.0, (1, 0, 0, 1, 1, 1), None, None, None),
             "conv must be None or 8 ints",
         ),
         (
-            (None, None, None, 0, 0, 0.0, 0.0, (1, 0, 0, 1, 1, 1, 1, "1"), None, None),
+            (None, None, None, 0, 0, 0.0, 0.0, (1, 0, 0, 1, 1, 1, 1, "1"), None, None, None),
             "conv must be None",
         ),
         ((None, None, None, 0, 0), "extras must be the tuple"),
@@ -431,3 +431,66 @@ def test_extras_of_the_wrong_type(lib, extras, match):
         error = outcome(call, lib)
         assert isinstance(error, pcr.InvalidArgumentError), error
         assert match in str(error)
+
+
+# ---- lying producers: a versioned capsule made by hand -----------------------------------
+
+_NAMES[b"dltensor_versioned"] = ctypes.create_string_buffer(b"dltensor_versioned")
+
+
+class _Versioned(ctypes.Structure):
+    """DLPack 1.x's DLManagedTensorVersioned."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint32 * 2),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
+
+
+def versioned(array, flags=0, shape=True):
+    """A capsule exporting ``array`` (host memory) as DLPack 1.0 would, with ``flags`` and,
+    unless ``shape``, a NULL shape pointer."""
+    m = _Versioned()
+    m.version[0], m.version[1] = 1, 1
+    m.flags = flags
+    t = m.dl_tensor
+    t.data = array.ctypes.data
+    t.device.device_type, t.device.device_id = DLDeviceType.CPU, 0
+    t.ndim = array.ndim
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = DLDataTypeCode.Float, 16, 1
+    dims = (ctypes.c_int64 * array.ndim)(*array.shape)
+    t.shape = dims if shape else None
+    t.strides = None
+    cap = capsule(ctypes.addressof(m), b"dltensor_versioned")
+    return cap, (m, dims, array)  # the second keeps the memory alive
+
+
+def test_a_capsule_without_a_shape_is_refused_not_read(lib):
+    a, b, d = np.ones((4, 8), F16), np.ones((8, 6), F16), np.zeros((4, 6), F16)
+    bad, keep = versioned(a, shape=False)
+    error = outcome(
+        lambda: lib.gemm(bad, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, None, -1, 0, 0), lib
+    )
+    assert isinstance(error, pcr.InvalidArgumentError) and "without a shape" in str(error)
+    del keep
+
+
+def test_an_output_exported_as_a_copy_is_refused(lib):
+    """DLPack 1.1's IS_COPIED: writes to the copy would never reach the producer's array."""
+    a, b, d = np.ones((4, 8), F16), np.ones((8, 6), F16), np.zeros((4, 6), F16)
+    copied, keep = versioned(d, flags=2)
+    error = outcome(
+        lambda: lib.gemm(a.__dlpack__(), b.__dlpack__(), None, copied, 1.0, 0.0, None, -1, 0, 0),
+        lib,
+    )
+    assert isinstance(error, pcr.ReadOnlyError) and "IS_COPIED" in str(error)
+    readable, keep2 = versioned(a, flags=2)  # a copied input is fine to read
+    error = outcome(
+        lambda: lib.gemm(readable, b.__dlpack__(), None, d.__dlpack__(), 1.0, 0.0, None, -1, 0, 0),
+        lib,
+    )
+    assert not isinstance(error, pcr.ReadOnlyError)
+    del keep, keep2
