@@ -191,6 +191,13 @@ class Gemm:
         graphs that captured its runs stay valid (the plan holds no GPU memory)."""
         self._handle, self._launch = None, None
 
+    def __enter__(self) -> Gemm:
+        """``with pcr.Gemm(...) as plan:`` closes the plan when the block ends."""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         m, n, k = self.shape
         return f"<pycutlass_rt.Gemm {m}x{n}x{k} kernel={self.kernel}>"

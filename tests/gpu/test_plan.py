@@ -146,3 +146,13 @@ def test_stream_k_plan_is_deterministic(name, m, n, k):
     torch.cuda.synchronize()
     assert torch.equal(d1, d2), f"{name}: stream-K fix-up must be deterministic"
     close(d1, ref(a, b), name)
+
+
+def test_a_plan_is_a_context_manager_that_closes():
+    a, b = matrix(64, 128, "t", BF16), matrix(128, 96, "n", BF16)
+    d = torch.empty(64, 96, device="cuda", dtype=BF16)
+    with pcr.Gemm(a, b, None, d) as plan:
+        plan.run()
+        close(d, ref(a, b), "plan in a with block")
+    with pytest.raises(pcr.InvalidArgumentError, match="closed"):
+        plan.run(stream=torch.cuda.current_stream())
