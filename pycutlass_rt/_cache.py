@@ -5,13 +5,22 @@ One JSON file per device key (GPU name, SM count, driver version, library build)
 ``~/.cache/pycutlass_rt``. Entries map a canonical problem (the fields of the C side's
 selection memo key) to the kernel measured fastest. A file is read once per process,
 lazily, at the first selection on its device; a corrupt or foreign file is ignored with a
-warning. Writes go to a temporary file renamed over the old one, so readers never see
-half a file.
+warning.
 
-With ``PYCUTLASS_RT_STRICT=1`` a device without a current cache (none, or only caches
-made on another GPU, driver or library build) is an error at selection. Entries that
-tune(strict=True) wrote are pinned: selection then offers that kernel alone, or raises
-(see _select.apply_tuned).
+Files are opened without blocking and read only where the opened descriptor is a regular
+file (a FIFO or a device at the path would otherwise stall selection), at most MAX_BYTES
+of it, in strict mode too. Writes go to a temporary file in the same directory, fsynced,
+renamed over the old one (readers never see half a file); the directory is fsynced after
+the rename, so that the new name survives a crash. The temporary file is created with mode
+0o666, which the kernel narrows by the writer's umask (and the directory's default ACL) as
+for any new file: in a cache directory that a group shares (``umask 002``, a setgid
+directory) the others can read what one wrote, where a fixed 0600 (mkstemp's) would leave
+each file to its writer alone and everyone else's selection would ignore it.
+
+With ``PYCUTLASS_RT_STRICT=1`` a device without a current cache (none, an unusable one,
+or only caches made on another GPU, driver or library build) is an error at selection.
+Entries that tune(strict=True) wrote are pinned: selection then offers that kernel alone,
+or raises (see _select.apply_tuned).
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ import hashlib
 import json
 import os
 import re
-import tempfile
+import secrets
+import stat
 import threading
 import warnings
 from dataclasses import dataclass
@@ -82,6 +92,7 @@ class _State:
         self.lock = threading.Lock()
         self.devices: dict = {}  # CUDA ordinal -> device key dict, or None (no device)
         self.files: dict = {}  # file path -> CacheFile, or None (absent or ignored)
+        self.unusable: dict = {}  # file path -> why it was ignored (strict mode's error says)
         self.bypass = 0  # > 0 while tune() records a callable: cache not consulted
 
 
@@ -94,6 +105,7 @@ def reset() -> None:
     with _state.lock:
         _state.devices.clear()
         _state.files.clear()
+        _state.unusable.clear()
     load().pcr_select_clear()
 
 
@@ -249,28 +261,90 @@ def _entry_ok(entry) -> bool:
     )
 
 
-def read(path: str, dev: dict | None = None, verb: str = "ignoring") -> CacheFile | None:
-    """The file at ``path``, or None when absent; a corrupt, oversized, deeply nested or
-    mistyped file, or one made for another device key than ``dev``, is ignored with a
-    RuntimeWarning ("<verb> tuned cache ...")."""
+#: how cache files are opened: never waiting (for a FIFO's writer, a device), never taking a
+#: controlling terminal, never inherited by a child
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def _size_words(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n} bytes"
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((word for test, word in kinds if test(mode)), "not a file")
+
+
+def _read_capped(path: str) -> bytes:
+    """The contents of the regular file at ``path``, of at most MAX_BYTES.
+
+    The descriptor is checked, not the path (a stat before the open could see another
+    file than the one opened), and read for at most MAX_BYTES + 1 bytes, so a file that
+    grows meanwhile is still refused rather than read whole.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        ValueError: not a regular file, or larger than MAX_BYTES.
+        OSError: it cannot be opened or read.
+    """
+    cap = MAX_BYTES
+    fd = os.open(path, _READ_FLAGS)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:
-            raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
-        doc = json.loads(raw)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"not a regular file: {_file_kind(st.st_mode)}")
+        chunks, left = [], cap + 1
+        if st.st_size <= cap:
+            while left:
+                chunk = os.read(fd, min(left, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+    finally:
+        os.close(fd)
+    if st.st_size > cap or left == 0:
+        raise ValueError(f"larger than {_size_words(cap)}")
+    return b"".join(chunks)
+
+
+def _examine(path: str, dev: dict | None) -> tuple:
+    """(the CacheFile, None); (None, None) where nothing is at ``path``; else (None, why
+    the file is not used)."""
+    try:
+        doc = json.loads(_read_capped(path))
     except FileNotFoundError:
-        return None
+        return None, None
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: nesting too deep
-        warnings.warn(f"{verb} tuned cache {path}: unreadable ({e})", RuntimeWarning, stacklevel=2)
-        return None
+        return None, f"unreadable ({e})"
     why = _problem_of(doc)
     if why is None and dev is not None and doc["device"] != dev:
         why = f"made for {describe(doc['device'])}, this is {describe(dev)}"
     if why:
+        return None, why
+    return CacheFile(path, doc["device"], doc["entries"]), None
+
+
+def read(path: str, dev: dict | None = None, verb: str = "ignoring") -> CacheFile | None:
+    """The file at ``path``, or None when absent; a corrupt, oversized, deeply nested or
+    mistyped file, one that is not a regular file, or one made for another device key than
+    ``dev`` is ignored with a RuntimeWarning ("<verb> tuned cache ...")."""
+    cf, why = _examine(path, dev)
+    if why:
         warnings.warn(f"{verb} tuned cache {path}: {why}", RuntimeWarning, stacklevel=2)
-        return None
-    return CacheFile(path, doc["device"], doc["entries"])
+    return cf
 
 
 def describe(dev: dict) -> str:
@@ -286,25 +360,41 @@ def loaded(dev: dict) -> CacheFile | None:
     with _state.lock:
         if path in _state.files:
             return _state.files[path]
-    cf = read(path, dev)
+    cf, why = _examine(path, dev)
+    if why:
+        warnings.warn(f"ignoring tuned cache {path}: {why}", RuntimeWarning, stacklevel=2)
     with _state.lock:
-        _state.files.setdefault(path, cf)
+        if path not in _state.files:
+            _state.files[path] = cf
+            if why:
+                _state.unusable[path] = why
         return _state.files[path]
 
 
 def _stale_error(dev: dict) -> UnsupportedError:
+    path = path_for(dev)
+    with _state.lock:
+        why = _state.unusable.get(path)
+    if why:
+        return UnsupportedError(
+            f"{STRICT_ENV}=1 requires a tuned cache made on this device, driver and library "
+            f"build ({describe(dev)}), and its file {path} is unusable: {why}\n"
+            f"Run pycutlass_rt.tune(..., strict=True) here to write it anew, or unset "
+            f"{STRICT_ENV} to let the shipped table choose"
+        )
     others = []
-    for path in sorted(glob.glob(os.path.join(cache_dir(), "*.json"))):
-        with contextlib.suppress(OSError, ValueError), open(path) as f:
-            doc = json.load(f)
+    for other in sorted(glob.glob(os.path.join(cache_dir(), "*.json"))):
+        # the same capped, non-blocking reads as selection's: any file here may be hostile
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            doc = json.loads(_read_capped(other))
             if isinstance(doc, dict) and isinstance(doc.get("device"), dict):
-                others.append(f"  {path}: {describe(doc['device'])}")
+                others.append(f"  {other}: {describe(doc['device'])}")
     found = (
         ("only caches made elsewhere:\n" + "\n".join(others)) if others else "no tuned cache at all"
     )
     return UnsupportedError(
         f"{STRICT_ENV}=1 requires a tuned cache made on this device, driver and library "
-        f"build ({describe(dev)}: {path_for(dev)}), and {cache_dir()} holds {found}\n"
+        f"build ({describe(dev)}: {path}), and {cache_dir()} holds {found}\n"
         f"Run pycutlass_rt.tune(..., strict=True) here, or unset {STRICT_ENV} to let the "
         "shipped table choose"
     )
@@ -370,7 +460,8 @@ def _store_locked(path: str, dev: dict, entries: dict) -> str:
         "entries": merged,
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=os.path.dirname(path))
+    directory = os.path.dirname(path)
+    fd, tmp = _new_temp(directory)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=1, sort_keys=True)
@@ -382,6 +473,44 @@ def _store_locked(path: str, dev: dict, entries: dict) -> str:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _fsync_dir(directory)
     with _state.lock:
         _state.files[path] = CacheFile(path, dev, merged)
+        _state.unusable.pop(path, None)
     return path
+
+
+def _new_temp(directory: str) -> tuple:
+    """(descriptor, path) of a new, empty file in ``directory`` to write the next version
+    in: mode 0o666 narrowed by the umask, as any new file (see the module docstring)."""
+    flags = (
+        os.O_WRONLY
+        | os.O_CREAT
+        | os.O_EXCL
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_BINARY", 0)
+    )
+    for _ in range(100):
+        tmp = os.path.join(directory, f".tmp-{secrets.token_hex(8)}.json")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # another writer's name: draw again
+            continue
+    raise FileExistsError(f"no free temporary file name in {directory}")
+
+
+def _fsync_dir(directory: str) -> None:
+    """Flushes ``directory``'s entries, so the rename that published a file survives a
+    crash; where a directory cannot be opened or synced (Windows, some file systems) the
+    rename stands without it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
