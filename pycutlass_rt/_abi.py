@@ -50,7 +50,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 16
+PCR_ABI_VERSION = 17
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -340,6 +340,14 @@ class Verdict(Structure):
     _fields_ = [("status", c_int32), ("reason", c_char * PCR_REASON_SIZE)]
 
 
+class MemoryUsage(Structure):
+    """The header's pcr_memory_usage."""
+
+    _fields_ = [("kept_bytes", c_uint64), ("graph_bytes", c_uint64), ("pool_reserved", c_uint64),
+                ("pool_used", c_uint64), ("limit", c_uint64), ("kept_streams", c_int32),
+                ("reserved", c_int32)]
+
+
 class Model(Structure):
     """The header's pcr_model."""
 
@@ -417,6 +425,12 @@ FUNCTIONS = {
     "pcr_pointer_device": Function(c_int, (c_void_p, POINTER(c_int32)), False),
     # int pcr_stream_wait(void* consumer, void* producer)
     "pcr_stream_wait": Function(c_int, (c_void_p, c_void_p), False),
+    # int pcr_memory_stats(int32_t device, pcr_memory_usage* out)
+    "pcr_memory_stats": Function(c_int, (c_int32, POINTER(MemoryUsage)), False),
+    # int pcr_empty_cache(int32_t device)
+    "pcr_empty_cache": Function(c_int, (c_int32,), False),
+    # int pcr_set_scratch_limit(int64_t bytes)
+    "pcr_set_scratch_limit": Function(c_int, (c_int64,), False),
     # int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
     #     double alpha, double beta, const pcr_extras* extras, pcr_problem* out,
     #     pcr_verdict* verdicts, int32_t count)

@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 16
+#define PCR_ABI_VERSION 17
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -355,6 +355,33 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device);
  * stream they are written on (__cuda_array_interface__'s "stream"). Both are cudaStream_t
  * handles (NULL: the legacy default stream). */
 PCR_API int pcr_stream_wait(void* consumer, void* producer);
+
+/* ---- scratch memory --------------------------------------------------------------
+ * Calls that need device scratch (a kernel's workspace, staged operands, grouped-GEMM
+ * arrays) take it from a pool of the library's own per device. Outside graph capture a
+ * stream keeps its last buffer of each kind for its next call (at most 64 MiB each, 64
+ * streams per device, and the scratch limit per device in all; past those a call's
+ * scratch is its own). A graph captures either a stream's kept buffer, which is then
+ * retired from eager use and held for as long as the process (the graph may replay), or
+ * memory of its own (freed with the graph). */
+typedef struct {
+  uint64_t kept_bytes;    /* kept for eager calls, all streams */
+  uint64_t graph_bytes;   /* retired into captured graphs: never freed */
+  uint64_t pool_reserved; /* the pool's memory held from the device */
+  uint64_t pool_used;     /* of which in use (kept, retired, or calls' own in flight) */
+  uint64_t limit;         /* the cap on kept_bytes */
+  int32_t kept_streams;   /* streams keeping buffers */
+  int32_t reserved;
+} pcr_memory_usage;
+PCR_API int pcr_memory_stats(int32_t device, pcr_memory_usage* out);
+/* Frees every kept buffer (not those retired into graphs) of `device` (-1: every device)
+ * and hands the pool's free memory back to the device. It synchronizes the device: call
+ * it outside any stream capture. */
+PCR_API int pcr_empty_cache(int32_t device);
+/* The cap on kept scratch per device (default 1 GiB, or PYCUTLASS_RT_SCRATCH_LIMIT: bytes
+ * with an optional K, M or G suffix); 0 keeps nothing. Buffers kept already stay until
+ * pcr_empty_cache. */
+PCR_API int pcr_set_scratch_limit(int64_t bytes);
 
 /* ---- GEMM ---------------------------------------------------------------------- */
 /* Validates and canonicalizes a problem without touching the GPU's queues. `c` may be

@@ -88,6 +88,29 @@ PCR_API int pcr_pointer_device(const void* ptr, int32_t* device) {
   return guarded([&] { return pointer_device(ptr, device); });
 }
 
+// ---- scratch memory ----------------------------------------------------------
+
+PCR_API int pcr_memory_stats(int32_t device, pcr_memory_usage* out) {
+  return guarded([&] {
+    clear_error();
+    return memory_stats(device, out);
+  });
+}
+
+PCR_API int pcr_empty_cache(int32_t device) {
+  return guarded([&] {
+    clear_error();
+    return empty_cache(device);
+  });
+}
+
+PCR_API int pcr_set_scratch_limit(int64_t bytes) {
+  return guarded([&] {
+    clear_error();
+    return set_scratch_limit(bytes);
+  });
+}
+
 // ---- GEMM ----------------------------------------------------------------------
 
 PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,

@@ -66,17 +66,21 @@ struct Moe {
   int64_t lda, ldb, ldd;
 };
 
-// Expert e's rows [*start, *end) of x and out, as the offsets say.
+// Expert e's rows [*start, *end) of x and out, as the offsets say, read as their running
+// maximum: a decreasing offset (a router's bug) empties an expert's rows rather than let
+// two experts write the same rows at once.
 __device__ void expert_rows(const Moe& p, int e, int64_t* start, int64_t* end) {
   auto at = [&](int i) -> int64_t {
     return p.offset_bits == 32 ? int64_t(static_cast<const int32_t*>(p.offsets)[i])
                                : static_cast<const int64_t*>(p.offsets)[i];
   };
-  int64_t s = p.boundaries ? at(e) : (e ? at(e - 1) : 0);
-  int64_t t = p.boundaries ? at(e + 1) : at(e);
+  const int last_start = p.boundaries ? e : e - 1;  // index of e's start; -1: row 0
+  int64_t s = 0;
+  for (int i = 0; i <= last_start; ++i) s = max(s, at(i));
+  const int64_t t = max(s, at(p.boundaries ? e + 1 : e));
   // rows outside [0, tokens) do not exist: clamp rather than trust the router
-  *start = s < 0 ? 0 : (s > p.tokens ? p.tokens : s);
-  *end = t < *start ? *start : (t > p.tokens ? p.tokens : t);
+  *start = s > p.tokens ? p.tokens : s;
+  *end = t > p.tokens ? p.tokens : t;
 }
 
 __global__ void fill_moe(Moe p, GroupArrays out) {
@@ -137,29 +141,37 @@ int group_error(int status, int group) {
   return set_error(status, "group %d: %s", group, why.c_str());
 }
 
-// Kernel k over `groups` GPU-side problems whose arrays `fill` writes into the stream's
-// buffer.
-template <class Fill>
+// Kernel k over `groups` GPU-side problems whose arrays `fill` writes into scratch, after
+// `before` (the groups' own writes to their outputs) ran: every allocation first, so
+// that one that fails leaves the outputs as they were.
+template <class Before, class Fill>
 int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double beta,
-                cudaStream_t stream, Fill fill) {
-  if (groups == 0) return PCR_OK;
-  Scratch arrays;  // written on the GPU by `fill`, read by the kernel
-  int st = arrays.allocate(p.device, stream, arrays_bytes(groups), ScratchKind::kGroupArrays);
-  if (st != PCR_OK) return st;
+                cudaStream_t stream, Before before, Fill fill) {
+  Scratch arrays, ws;  // arrays: written on the GPU by `fill`, read by the kernel
   GemmArgs g;
   std::memset(&g, 0, sizeof g);  // prepared launches compare args bytewise
-  g.m = int(p.m);
-  g.n = int(p.n);
-  g.k = int(p.k);
-  g.alpha = alpha;
-  g.beta = beta;
-  g.batch = 1;
-  g.groups = groups;
-  g.group = arrays_at(static_cast<char*>(arrays.get()), groups);
-  g.device = p.device;
-  g.sm_count = p.sm_count;
-  if ((st = fill(g.group)) == PCR_OK) st = run_prepared(k, g, stream);
-  return st;
+  size_t ws_bytes = 0;
+  int st;
+  if (groups > 0) {
+    if ((st = arrays.allocate(p.device, stream, arrays_bytes(groups), ScratchKind::kGroupArrays)))
+      return st;
+    g.m = int(p.m);
+    g.n = int(p.n);
+    g.k = int(p.k);
+    g.alpha = alpha;
+    g.beta = beta;
+    g.batch = 1;
+    g.groups = groups;
+    g.group = arrays_at(static_cast<char*>(arrays.get()), groups);
+    g.device = p.device;
+    g.sm_count = p.sm_count;
+    ws_bytes = workspace_size(k, g, nullptr);
+    if ((st = ws.allocate(p.device, stream, ws_bytes, ScratchKind::kWorkspace, true))) return st;
+  }
+  st = before();
+  if (st != PCR_OK || groups == 0) return st;
+  if ((st = fill(g.group))) return st;
+  return run_prepared(k, g, stream, nullptr, ws.get(), ws_bytes);
 }
 
 }  // namespace
@@ -191,28 +203,43 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
                        "array was given)",
                        g);
   }
-  // Outputs must not share an element: the groups run at once, so aliased outputs race.
-  // Spans sorted by start: only groups whose byte ranges meet are compared element-wise.
+  // No group's output may share an element with another group's output or input: the
+  // groups run at once, so they would race. Spans sorted by start: only operands whose
+  // byte ranges meet are compared element-wise. (Within a group, describe checked.)
   {
     struct Span {
       uintptr_t lo, hi;
       int group;
+      const Matrix* m;
+      const char* name;
     };
     std::vector<Span> spans;
     for (int g = 0; g < count; ++g) {
-      Span s{0, 0, g};
-      bounds[g].d.extent(&s.lo, &s.hi);
-      if (s.lo < s.hi) spans.push_back(s);
+      const Bound& bd = bounds[g];
+      const Matrix* ops[] = {&bd.d, &bd.a, &bd.b, bd.c.ptr ? &bd.c : nullptr};
+      const char* names[] = {"d", "a", "b", "c"};
+      for (int i = 0; i < 4; ++i) {
+        if (!ops[i]) continue;
+        Span s{0, 0, g, ops[i], names[i]};
+        ops[i]->extent(&s.lo, &s.hi);
+        if (s.lo < s.hi) spans.push_back(s);
+      }
     }
     std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.lo < y.lo; });
     for (size_t i = 0; i < spans.size(); ++i)
-      for (size_t j = i + 1; j < spans.size() && spans[j].lo < spans[i].hi; ++j)
-        if (share_elements(bounds[spans[i].group].d, bounds[spans[j].group].d))
-          return set_error(PCR_ERR_OVERLAP,
-                           "group %d's d overlaps group %d's d in memory; every group needs "
-                           "its own output",
-                           std::max(spans[i].group, spans[j].group),
-                           std::min(spans[i].group, spans[j].group));
+      for (size_t j = i + 1; j < spans.size() && spans[j].lo < spans[i].hi; ++j) {
+        const Span &x = spans[i], &y = spans[j];
+        const bool x_out = x.m == &bounds[x.group].d, y_out = y.m == &bounds[y.group].d;
+        if (x.group == y.group || !(x_out || y_out) || !share_elements(*x.m, *y.m)) continue;
+        // the later group names itself where both are outputs
+        const bool x_names = x_out && !(y_out && y.group > x.group);
+        const Span& out = x_names ? x : y;
+        const Span& other = x_names ? y : x;
+        return set_error(PCR_ERR_OVERLAP,
+                         "group %d's d shares memory with group %d's %s; the groups run at "
+                         "once, so every group needs an output of its own",
+                         out.group, other.group, other.name);
+      }
   }
   // Groups without work (M, N or K = 0) never reach the kernel: their layouts and
   // alignments (any, for an empty matrix) do not count. The first one with work leads.
@@ -255,26 +282,31 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
   DeviceGuard guard;
   if ((st = guard.set(p.device))) return st;
   auto stream = static_cast<cudaStream_t>(stream_ptr);
-  // Per-group work before the kernel: d = beta * c where K == 0 (no kernel work), C
-  // brought into d where the kernel cannot read it, zeros where beta applies but no c.
+  // Per-group work before the kernel (d = beta * c where K == 0, C brought into d where
+  // the kernel cannot read it, zeros where beta applies but no c), after the allocations.
   std::vector<Entry> entries;
   for (int g = 0; g < count; ++g) {
     const pcr_problem& q = probs[g];
-    const Bound& bd = bounds[g];
-    if (q.m == 0 || q.n == 0) continue;
-    const bool has_c = q.c_mode != PCR_C_NONE;
-    if (q.k == 0) {
-      st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? beta : 0.0, stream);
-      if (st != PCR_OK) return st;
-      continue;
-    }
-    if (beta != 0.0 && q.c_mode != PCR_C_READ &&
-        (st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, 1.0, stream)))
-      return st;
-    GemmArgs ga = gemm_args(q, bd);
+    if (q.m == 0 || q.n == 0 || q.k == 0) continue;
+    GemmArgs ga = gemm_args(q, bounds[g]);
     entries.push_back({{ga.m, ga.n, ga.k}, ga.a, ga.b, ga.c, ga.d, ga.lda, ga.ldb, ga.ldc, ga.ldd});
   }
-  return run_grouped(p, k, int(entries.size()), alpha, beta, stream,
+  auto before = [&] {
+    for (int g = 0; g < count; ++g) {
+      const pcr_problem& q = probs[g];
+      const Bound& bd = bounds[g];
+      if (q.m == 0 || q.n == 0) continue;
+      const bool has_c = q.c_mode != PCR_C_NONE;
+      int st = PCR_OK;
+      if (q.k == 0)
+        st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? beta : 0.0, stream);
+      else if (beta != 0.0 && q.c_mode != PCR_C_READ)
+        st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, 1.0, stream);
+      if (st != PCR_OK) return st;
+    }
+    return int(PCR_OK);
+  };
+  return run_grouped(p, k, int(entries.size()), alpha, beta, stream, before,
                      [&](const GroupArrays& arrays) {
                        for (size_t first = 0; first < entries.size(); first += kChunk) {
                          Chunk chunk;
@@ -374,11 +406,13 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
     zero_moe_rows<<<grid, 256, 0, stream>>>(moe, row_bytes);
     return cuda_status(cudaGetLastError(), "MoE GEMM with K = 0");
   }
-  return run_grouped(p, k, int(experts), alpha, 0.0, stream, [&](const GroupArrays& arrays) {
-    int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
-    fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);
-    return cuda_status(cudaGetLastError(), "MoE GEMM arrays");
-  });
+  return run_grouped(
+      p, k, int(experts), alpha, 0.0, stream, [] { return int(PCR_OK); },
+      [&](const GroupArrays& arrays) {
+        int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
+        fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);
+        return cuda_status(cudaGetLastError(), "MoE GEMM arrays");
+      });
 }
 
 }  // namespace pcr

@@ -47,6 +47,16 @@ int plan_create(const DLTensor* a, const DLTensor* b, const DLTensor* c, const D
 int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor* c,
              const DLTensor* d, const pcr_extras* extras, cudaStream_t stream) {
   if (!pl) return set_error(PCR_ERR_INVALID_ARGUMENT, "plan is NULL");
+  // A run rebuilds the prepared launch when its tensors or scratch moved: two at once
+  // would race on it, so a run that finds another under way refuses.
+  if (pl->running.exchange(true, std::memory_order_acquire))
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "this plan is running in another thread: a plan runs from one thread at "
+                     "a time (build one plan per thread)");
+  struct Done {
+    std::atomic<bool>& running;
+    ~Done() { running.store(false, std::memory_order_release); }
+  } done{pl->running};
   const Bound* bd = &pl->bound;
   Bound fresh;
   if (a || b || c || d || extras) {

@@ -41,12 +41,25 @@ bool programmatic_suits(const pcr_kernel_desc& d, const GemmArgs& g) {
 
 }  // namespace
 
-int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own) {
+size_t workspace_size(int k, const GemmArgs& g, const PreparedLaunch* own) {
+  if (own && own->matches(k, g)) return own->workspace_bytes;
+  if (!own)
+    for (const PreparedLaunch& s : t_prepared.slot)
+      if (s.matches(k, g)) return s.workspace_bytes;
+  return kKernels[k]->ops.workspace_size(g);
+}
+
+int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own, void* ws,
+                 size_t bytes) {
   PreparedLaunch& prep = own ? *own : t_prepared.find(k, g);
-  size_t bytes = prep.kernel == k ? prep.workspace_bytes : kKernels[k]->ops.workspace_size(g);
+  return prep.launch(k, g, bytes, ws, stream);
+}
+
+int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own) {
+  const size_t bytes = workspace_size(k, g, own);
   Scratch ws;  // the stream's kept workspace: the prepared launch's address stays valid
   int st = ws.allocate(g.device, stream, bytes, ScratchKind::kWorkspace, kKernels[k]->info.grouped);
-  return st != PCR_OK ? st : prep.launch(k, g, bytes, ws.get(), stream);
+  return st != PCR_OK ? st : run_prepared(k, g, stream, own, ws.get(), bytes);
 }
 
 int PreparedLaunch::prepare(int k, const GemmArgs& g, size_t bytes, void* ws) {

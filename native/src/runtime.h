@@ -2,6 +2,7 @@
 // the file (room) that defines it; abi.cpp exports their work through the C ABI.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -217,6 +218,11 @@ struct PreparedLaunch {
 // Kernel k on `g` with its workspace (Scratch), through `own` (a plan's) or the calling
 // thread's prepared launches (see PreparedLaunch).
 int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own = nullptr);
+// The same with the workspace given (`bytes` at `ws`, at least workspace_size's).
+int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own, void* ws,
+                 size_t bytes);
+// Kernel k's workspace for `g`, as prepared (own or the thread's) or computed.
+size_t workspace_size(int k, const GemmArgs& g, const PreparedLaunch* own);
 
 // ---- scratch memory (scratch.cpp) ----
 // What a call's scratch is for: one kept buffer per kind and stream (a call may hold a
@@ -244,6 +250,11 @@ class Scratch {
   cudaStream_t stream_ = nullptr;
   std::unique_lock<std::mutex> lock_;
 };
+
+// The ABI's scratch-memory entry points (pcr_empty_cache, ... of the same names).
+int empty_cache(int device);
+int memory_stats(int device, pcr_memory_usage* out);
+int set_scratch_limit(int64_t bytes);
 
 // ---- kernel choice (select.cpp) ----
 // Whether a described problem runs a GEMM kernel at all (no empty extent, K > 0).
@@ -346,6 +357,7 @@ struct pcr_plan {
   int kernel = -1;
   const void* stream_api = nullptr;  // the producer's DLPack exchange API, for its stream
   pcr::PreparedLaunch prepared;
+  std::atomic<bool> running{false};  // a run is under way (runs are one thread at a time)
 };
 
 namespace pcr {

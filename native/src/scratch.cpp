@@ -9,33 +9,35 @@
 //   stream-ordered (the old block freed on the stream, a larger one allocated on it: no
 //   synchronization), at least doubling, and a call holds it locked until its launches
 //   are enqueued, so threads sharing a stream never see it move under them.
-// - At most kKeptStreams streams per device keep buffers: a stream's buffers go only
-//   with the process (nothing says when a stream is destroyed, and a destroyed stream's
-//   last work may still be running), so an application that makes a new stream per call
-//   (cupy.cuda.Stream() in a loop) would otherwise hold buffers for every stream it ever
-//   used; later streams' scratch is the call's own (~1 us more per call).
-// - Kept buffers stop at kKeptMax. Larger scratch (staged operands of big problems: GBs)
-//   is the call's own, allocated and freed on its stream, so the pool hands the same
-//   memory to the next call on any stream: kept per stream, a sweep of odd-N problems over
-//   torch's 32 pooled streams held a copy of its largest output per stream and filled a
-//   141 GB H200. Allocating costs ~1 us, against a copy of >= 64 MiB (>= 25 us).
-// - Inside stream capture, a call whose capturing stream already keeps a large enough
-//   buffer captures that buffer (replays then cost no more than eager calls: graph memory
-//   nodes around every kernel measured up to 2x slower replays on the H200); the buffer is
-//   then never freed, only retired when the stream needs a larger one, so no graph can
-//   replay into freed memory. Any other call's scratch is the graph's own
+// - Kept buffers stop at kKeptMax each, at kKeptStreams streams per device, and at the
+//   scratch limit (pcr_set_scratch_limit, PYCUTLASS_RT_SCRATCH_LIMIT) per device in all.
+//   Past those, a call's scratch is its own, allocated and freed on its stream (~1 us more
+//   per call): a stream's buffers otherwise go only with the process (nothing says when a
+//   stream is destroyed), and large scratch (staged operands of big problems: GBs) kept per
+//   stream would hold a copy of the largest output for every stream a sweep used.
+//   pcr_empty_cache frees the kept buffers.
+// - Scratch a graph captures belongs to that graph, so graphs replay concurrently with
+//   eager calls and with each other on any streams. The first call of a capture on a
+//   stream that keeps a large enough buffer takes that buffer over: it is retired from
+//   eager use (the stream's next eager call gets a new one) and serves that capture's later
+//   calls on the stream, and it is never freed, as the graph may replay for as long as the
+//   process lives. Replays then cost no more than eager calls (graph memory nodes around
+//   every kernel replay slower). Any other captured call's scratch is the graph's own
 //   (cudaMallocFromPoolAsync / cudaFreeAsync on the capturing stream become its memory
-//   nodes), so capture needs no warm-up.
+//   nodes, freed with the graph), so capture needs no warm-up.
 // Host-array copies are always the call's own. Memory comes from the library's pool per
 // device, so the application's default pool and its settings are untouched; the pool keeps
 // up to kPoolKeep of freed memory across synchronizations (a steady state allocates from
 // it) and hands the rest back to the device there (one huge call's scratch is not held).
 #include <algorithm>
-#include <climits>
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "runtime.h"
 
@@ -45,7 +47,8 @@ namespace {
 constexpr int kMaxDevices = 64;
 constexpr size_t kKeptMax = size_t(64) << 20;  // larger scratch is the call's own
 constexpr size_t kKeptStreams = 64;            // torch's pooled streams per device: 32 per priority
-constexpr uint64_t kPoolKeep = uint64_t(1) << 30;  // freed memory the pool holds on to
+constexpr uint64_t kPoolKeep = uint64_t(1) << 30;      // freed memory the pool holds on to
+constexpr uint64_t kDefaultLimit = uint64_t(1) << 30;  // kept scratch per device, all streams
 std::mutex g_pool_mutex;
 cudaMemPool_t g_pools[kMaxDevices] = {};
 
@@ -106,18 +109,63 @@ int stream_alloc(int device, cudaStream_t stream, size_t bytes, bool zeroed, voi
                 : PCR_OK;
 }
 
-// A stream's kept buffer of one kind.
+// A kept buffer: a stream's, for its eager calls, or one retired into a capture.
 struct Kept {
   std::mutex mutex;  // held by the call using the buffer until its launches are enqueued
   void* ptr = nullptr;
   size_t bytes = 0;
-  bool captured = false;  // a graph may hold ptr: retired, never freed, when it grows
 };
-std::mutex g_kept_mutex;
+std::mutex g_kept_mutex;  // the maps below; never held while waiting for a Kept's mutex
 std::map<std::tuple<int, unsigned long long, int>, Kept> g_kept;  // (device, stream id, kind)
 std::map<int, std::set<unsigned long long>> g_keeping;  // device -> ids of streams keeping
 // The id of each stream handle seen outside capture (a capturing stream cannot be asked).
 std::map<std::pair<int, cudaStream_t>, unsigned long long> g_ids;
+// Buffers retired into captures: (device, capture id, capturing stream, kind).
+std::map<std::tuple<int, unsigned long long, cudaStream_t, int>, Kept> g_retired;
+std::atomic<uint64_t> g_kept_bytes[kMaxDevices];     // kept for eager calls, per device
+std::atomic<uint64_t> g_retired_bytes[kMaxDevices];  // retired into graphs, per device
+
+// "1073741824", "512M", "2GiB": bytes, with an optional binary K/M/G suffix; -1: not one.
+int64_t parse_bytes(const char* text) {
+  char* end = nullptr;
+  const unsigned long long n = strtoull(text, &end, 10);
+  if (end == text) return -1;
+  while (*end == ' ') ++end;
+  int shift = 0;
+  switch (toupper(static_cast<unsigned char>(*end))) {
+    case 'K':
+      shift = 10;
+      break;
+    case 'M':
+      shift = 20;
+      break;
+    case 'G':
+      shift = 30;
+      break;
+    case '\0':
+      break;
+    default:
+      return -1;
+  }
+  if (shift) {
+    ++end;
+    if (toupper(static_cast<unsigned char>(*end)) == 'I') ++end;
+    if (toupper(static_cast<unsigned char>(*end)) == 'B') ++end;
+  } else if (toupper(static_cast<unsigned char>(*end)) == 'B') {
+    ++end;
+  }
+  if (*end || n > (uint64_t(INT64_MAX) >> shift)) return -1;
+  return int64_t(n << shift);
+}
+
+std::atomic<uint64_t>& limit() {
+  static std::atomic<uint64_t> value{[] {
+    const char* env = getenv("PYCUTLASS_RT_SCRATCH_LIMIT");
+    const int64_t n = env ? parse_bytes(env) : -1;
+    return n >= 0 ? uint64_t(n) : kDefaultLimit;
+  }()};
+  return value;
+}
 
 // The kept buffer of an eager call on `stream` (whose id is `id`), made if new; nullptr
 // once kKeptStreams other streams of the device keep buffers.
@@ -132,13 +180,33 @@ Kept* kept_for(int device, cudaStream_t stream, unsigned long long id, ScratchKi
   return &g_kept[{device, id, int(kind)}];  // std::map: entries never move
 }
 
-// The kept buffer a capture on `stream` may use for `bytes`, or nullptr.
-Kept* kept_for_capture(int device, cudaStream_t stream, size_t bytes, ScratchKind kind) {
-  std::lock_guard<std::mutex> lock(g_kept_mutex);
-  auto id = g_ids.find({device, stream});
-  if (id == g_ids.end()) return nullptr;
-  auto it = g_kept.find({device, id->second, int(kind)});
-  return it != g_kept.end() && it->second.bytes >= bytes ? &it->second : nullptr;
+// The buffer a capture (`capture` its id) may use for `bytes` on `stream`, or nullptr
+// (the graph's own memory then): the one the capture already holds there, or, at its
+// first call there, the stream's eager buffer, retired into the capture.
+Kept* retired_for(int device, cudaStream_t stream, unsigned long long capture, size_t bytes,
+                  ScratchKind kind) {
+  Kept* eager = nullptr;
+  Kept* retired = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_kept_mutex);
+    auto held = g_retired.find({device, capture, stream, int(kind)});
+    if (held != g_retired.end()) return held->second.bytes >= bytes ? &held->second : nullptr;
+    auto id = g_ids.find({device, stream});
+    if (id == g_ids.end()) return nullptr;
+    auto it = g_kept.find({device, id->second, int(kind)});
+    if (it == g_kept.end() || it->second.bytes < bytes) return nullptr;
+    eager = &it->second;
+    retired = &g_retired[{device, capture, stream, int(kind)}];
+  }
+  // Both locked: no eager call (another thread's, on this stream) is using it, and no
+  // later call of this capture takes `retired` before it holds the block.
+  std::scoped_lock both(eager->mutex, retired->mutex);
+  if (eager->bytes < bytes) return nullptr;  // it moved meanwhile: retire nothing
+  retired->ptr = eager->ptr, retired->bytes = eager->bytes;
+  eager->ptr = nullptr, eager->bytes = 0;
+  g_kept_bytes[device] -= retired->bytes;
+  g_retired_bytes[device] += retired->bytes;
+  return retired;
 }
 
 }  // namespace
@@ -147,46 +215,47 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
                       bool zeroed) {
   release();
   if (bytes == 0) return PCR_OK;
+  if (device < 0 || device >= kMaxDevices)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "device ordinal %d is out of range", device);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  int st = cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  unsigned long long capture_id = 0;
+  int st = cuda_status(cudaStreamGetCaptureInfo(stream, &capture, &capture_id),
+                       "cudaStreamGetCaptureInfo");
   if (st != PCR_OK) return st;
   const bool capturing = capture != cudaStreamCaptureStatusNone;
-  if (capturing && kind != ScratchKind::kHostCopy) {
-    if (Kept* kept = kept_for_capture(device, stream, bytes, kind)) {
-      lock_ = std::unique_lock<std::mutex>(kept->mutex);
-      if (kept->bytes >= bytes) {  // still: it may have grown meanwhile (a larger block)
-        kept->captured = true;
-        ptr_ = kept->ptr;
-        return PCR_OK;
-      }
-      lock_.unlock();
-    }
-  }
   Kept* kept = nullptr;
-  if (!capturing && kind != ScratchKind::kHostCopy && bytes <= kKeptMax) {
+  if (capturing && kind != ScratchKind::kHostCopy) {
+    kept = retired_for(device, stream, capture_id, bytes, kind);
+  } else if (!capturing && kind != ScratchKind::kHostCopy && bytes <= kKeptMax) {
     unsigned long long id = 0;
     if ((st = cuda_status(cudaStreamGetId(stream, &id), "cudaStreamGetId"))) return st;
     kept = kept_for(device, stream, id, kind);
   }
-  if (!kept) {
-    st = stream_alloc(device, stream, bytes, zeroed, &ptr_);
-    if (st == PCR_OK) owned_ = true, stream_ = stream;  // freed on the stream by release()
-    return st;
-  }
-  lock_ = std::unique_lock<std::mutex>(kept->mutex);
-  if (kept->bytes < bytes) {
-    // after the stream's uses so far; a block a graph may replay into is kept for good
-    // (doubling bounds those to twice kKeptMax per stream and kind)
-    if (kept->ptr && !kept->captured) cudaFreeAsync(kept->ptr, stream);
+  if (kept) {
+    lock_ = std::unique_lock<std::mutex>(kept->mutex);
+    if (kept->bytes >= bytes) {
+      ptr_ = kept->ptr;
+      return PCR_OK;
+    }
+    // An eager buffer grows, within the device's limit (a retired one never does: it was
+    // found large enough, and only its capture uses it).
     const size_t grown = std::max(bytes, std::min(2 * kept->bytes, kKeptMax));
-    kept->captured = false;
-    kept->ptr = nullptr;
-    kept->bytes = 0;
-    if ((st = stream_alloc(device, stream, grown, true, &kept->ptr))) return st;
-    kept->bytes = grown;
+    if (!capturing && g_kept_bytes[device] - kept->bytes + grown <= limit()) {
+      if (kept->ptr) cudaFreeAsync(kept->ptr, stream);  // after the stream's uses so far
+      g_kept_bytes[device] -= kept->bytes;
+      kept->ptr = nullptr;
+      kept->bytes = 0;
+      if ((st = stream_alloc(device, stream, grown, true, &kept->ptr))) return st;
+      kept->bytes = grown;
+      g_kept_bytes[device] += grown;
+      ptr_ = kept->ptr;
+      return PCR_OK;
+    }
+    lock_.unlock();
   }
-  ptr_ = kept->ptr;
-  return PCR_OK;
+  st = stream_alloc(device, stream, bytes, zeroed, &ptr_);
+  if (st == PCR_OK) owned_ = true, stream_ = stream;  // freed on the stream by release()
+  return st;
 }
 
 void Scratch::release() noexcept {
@@ -195,6 +264,85 @@ void Scratch::release() noexcept {
   owned_ = false;
   stream_ = nullptr;
   if (lock_.owns_lock()) lock_.unlock();
+}
+
+int empty_cache(int device) {
+  int32_t count = 0;
+  int st = cuda_status(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (st != PCR_OK) return st;
+  if (device < -1 || device >= count)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "device %d: there are %d devices", device, count);
+  std::vector<std::pair<int, Kept*>> kept;
+  {
+    std::lock_guard<std::mutex> lock(g_kept_mutex);
+    for (auto& [key, k] : g_kept)
+      if (device < 0 || std::get<0>(key) == device) kept.emplace_back(std::get<0>(key), &k);
+  }
+  for (auto& [dev, k] : kept) {
+    std::lock_guard<std::mutex> lock(k->mutex);  // no call is enqueueing work on it
+    if (!k->ptr) continue;
+    DeviceGuard guard;
+    if ((st = guard.set(dev))) return st;
+    // its last uses may be on any stream, some perhaps destroyed since: wait for them all
+    if ((st = cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize"))) return st;
+    if ((st = cuda_status(cudaFree(k->ptr), "cudaFree(scratch)"))) return st;
+    g_kept_bytes[dev] -= k->bytes;
+    k->ptr = nullptr, k->bytes = 0;
+  }
+  for (int dev = 0; dev < std::min(count, kMaxDevices); ++dev) {
+    if (device >= 0 && dev != device) continue;
+    cudaMemPool_t pool = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(g_pool_mutex);
+      pool = g_pools[dev];
+    }
+    if (!pool) continue;
+    DeviceGuard guard;
+    if ((st = guard.set(dev))) return st;
+    if ((st = cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize"))) return st;
+    if ((st = cuda_status(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo"))) return st;
+  }
+  return PCR_OK;
+}
+
+int memory_stats(int device, pcr_memory_usage* out) {
+  if (!out) return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_memory_stats: out is NULL");
+  if (device < 0 || device >= kMaxDevices)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "device ordinal %d is out of range", device);
+  *out = pcr_memory_usage{};
+  out->kept_bytes = g_kept_bytes[device];
+  out->graph_bytes = g_retired_bytes[device];
+  out->limit = limit();
+  {
+    std::lock_guard<std::mutex> lock(g_kept_mutex);
+    auto keeping = g_keeping.find(device);
+    out->kept_streams = keeping == g_keeping.end() ? 0 : int32_t(keeping->second.size());
+  }
+  cudaMemPool_t pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mutex);
+    pool = g_pools[device];
+  }
+  if (pool) {
+    uint64_t reserved = 0, used = 0;
+    int st =
+        cuda_status(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved),
+                    "cudaMemPoolGetAttribute");
+    if (st == PCR_OK)
+      st = cuda_status(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used),
+                       "cudaMemPoolGetAttribute");
+    if (st != PCR_OK) return st;
+    out->pool_reserved = reserved, out->pool_used = used;
+  }
+  return PCR_OK;
+}
+
+int set_scratch_limit(int64_t bytes) {
+  if (bytes < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "the scratch limit is %lld bytes: not >= 0",
+                     (long long)bytes);
+  limit() = uint64_t(bytes);
+  return PCR_OK;
 }
 
 }  // namespace pcr

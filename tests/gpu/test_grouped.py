@@ -121,7 +121,7 @@ def test_grouped_errors():
     with pytest.raises(pcr.OverlapError, match="group 0"):
         pcr.grouped_gemm([a], [b], None, [a])
     # the groups run at once: two outputs sharing memory would race
-    with pytest.raises(pcr.OverlapError, match="group 1's d overlaps group 0's d"):
+    with pytest.raises(pcr.OverlapError, match="group 1's d shares memory with group 0's d"):
         rows = torch.empty(96, 64, device="cuda", dtype=torch.bfloat16)  # two 64-row views
         pcr.grouped_gemm([a, a], [b, b], None, [rows[:64], rows[32:]])
     assert pcr.grouped_gemm([], [], None, []) == []
@@ -242,5 +242,34 @@ def test_column_blocks_of_one_output_are_separate_outputs():
     want = torch.cat([x.double() @ w.double() for w in ws], dim=1)
     assert not torch.isnan(out).any()
     assert ((out.double() - want).norm() / want.norm()).item() < 1.6e-2
-    with pytest.raises(pcr.OverlapError, match="group 1's d overlaps group 0's d"):
+    with pytest.raises(pcr.OverlapError, match="group 1's d shares memory with group 0's d"):
         pcr.grouped_gemm([x] * 2, ws[1:], None, [out[:, 64:96], out[:, 80:112]])
+
+
+@needs_grouped("tn")
+@pytest.mark.parametrize("form", ["ends", "boundaries"])
+def test_moe_offsets_that_decrease_never_write_a_row_twice(form):
+    """Offsets are read as their running maximum: expert 1's end (20) before expert 0's
+    (40) empties expert 1, and expert 2 starts at 40, so no row has two writers."""
+    x, w, _ = moe_inputs(64, 3, 128, 64, "nk")
+    ends = torch.tensor([40, 20, 64])
+    offsets = ends if form == "ends" else torch.cat([torch.zeros(1, dtype=torch.long), ends])
+    out = torch.full((64, 64), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pcr.moe_gemm(x, w, offsets.to(torch.int32).cuda(), out)
+    torch.cuda.synchronize()
+    close(out, moe_reference(x, w, torch.tensor([40, 40, 64])), f"decreasing {form}")
+
+
+@pytest.mark.skipif(not GROUPED, reason="no grouped kernel here")
+def test_an_output_may_not_alias_another_groups_input():
+    """The groups run at once: group 1 writing group 0's a would race with its reads."""
+    a0, a1, b = matrix(64, 64, "t"), matrix(64, 64, "t"), matrix(64, 64, "t")
+    d0 = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    kept = a0.clone()
+    with pytest.raises(pcr.OverlapError, match="group 1's d shares memory with group 0's a"):
+        pcr.grouped_gemm([a0, a1], [b, b], None, [d0, a0])
+    with pytest.raises(pcr.OverlapError, match="group 0's d shares memory with group 1's b"):
+        pcr.grouped_gemm([a0, a1], [b, d0], None, [d0, a1.clone()])
+    assert torch.equal(a0, kept), "a refused call wrote nothing"
+    # one b read by every group is fine: only outputs must be their own
+    pcr.grouped_gemm([a0, a1], [b, b], None, [d0, torch.empty_like(d0)])

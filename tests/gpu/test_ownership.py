@@ -41,15 +41,22 @@ class Case:
             "splitk": (24, 520, 32768),
             "staged": (127, 1000, 4097),  # no 16-byte alignment anywhere
             "grouped": (64, 256, 128),
+            "moe": (256, 256, 128),
         }[kind]
         m *= scale
         if kind in ("streamk", "splitk"):
             self.kernel = first(kind)
             if self.kernel is None:
                 pytest.skip(f"no bf16 tn {kind} kernel of this build runs here")
-        if kind == "grouped":
+        if kind in ("grouped", "moe"):
             if not runnable_kernels(grouped=True):
                 pytest.skip("no grouped kernel of this build runs here")
+        if kind == "moe":  # 4 experts of (N, K) Linear weights, 64 tokens each
+            self.a = matrix(m, k, "t", BF16)
+            self.b = matrix(4 * n, k, "t", BF16).view(4, n, k).transpose(1, 2)
+            self.offsets = torch.tensor([0, 64, 128, 192, 256], device="cuda", dtype=torch.int32)
+            self.d = torch.empty(m, n, device="cuda", dtype=BF16)
+        elif kind == "grouped":
             self.a = [matrix(m + 8 * g, k, "t", BF16) for g in range(3)]
             self.b = [matrix(k, n, "n", BF16) for _ in range(3)]
             self.d = [torch.empty(m + 8 * g, n, device="cuda", dtype=BF16) for g in range(3)]
@@ -58,7 +65,9 @@ class Case:
             self.d = torch.empty(m, n, device="cuda", dtype=BF16)
 
     def __call__(self):
-        if self.kind == "grouped":
+        if self.kind == "moe":
+            pcr.moe_gemm(self.a, self.b, self.offsets, self.d)
+        elif self.kind == "grouped":
             pcr.grouped_gemm(self.a, self.b, None, self.d)
         else:
             pcr.gemm(self.a, self.b, None, self.d, kernel=self.kernel)
@@ -75,11 +84,19 @@ class Case:
         pairs = (
             zip(self.a, self.b, self.d) if self.kind == "grouped" else [(self.a, self.b, self.d)]
         )
+        if self.kind == "moe":
+            pairs = [
+                (self.a[e * 64 : (e + 1) * 64], self.b[e], self.d[e * 64 : (e + 1) * 64])
+                for e in range(4)
+            ]
         for a, b, d in pairs:
             r = reference(a, b)
             assert not torch.isnan(d).any(), f"{self.kind} {what}: NaN in output"
             err = ((d.double() - r).norm() / r.norm().clamp_min(1e-30)).item()
             assert err <= 1.6e-2, f"{self.kind} {what}: relative error {err:.2e}"
+
+    def outputs(self):
+        return self.d if self.kind == "grouped" else [self.d]
 
 
 KINDS = ["plain", "streamk", "splitk", "staged", "grouped"]
@@ -451,3 +468,109 @@ def test_a_million_calls_keep_memory_flat():
         case.refresh()
         case()
         case.check("after the soak")
+
+
+@pytest.mark.parametrize("kind", ["streamk", "splitk", "staged", "grouped", "moe"])
+def test_graphs_captured_on_one_stream_replay_concurrently_bitwise(kind):
+    """A serving loop's recipe: each graph captured on one capture stream after an eager
+    call there (which leaves the stream a kept buffer that the capture may take over).
+    Each graph's scratch is its own, so all of them replaying at once on four streams,
+    beside eager calls on the capture stream, give their serial results bit for bit."""
+    capture = torch.cuda.Stream()
+    cases, graphs = [Case(kind) for _ in range(4)], []
+    for case in cases:
+        case.refresh()
+        with torch.cuda.stream(capture):
+            case()
+        capture.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=capture):
+            case()
+        graphs.append(g)
+    serial = []
+    for case, g in zip(cases, graphs):
+        for d in case.outputs():
+            d.fill_(float("nan"))
+        g.replay()
+        case.check("serial replay")
+        serial.append([d.clone() for d in case.outputs()])
+    eager = Case(kind, scale=2)
+    streams = [torch.cuda.Stream() for _ in graphs]
+    for rep in range(5):
+        for case in cases:
+            for d in case.outputs():
+                d.fill_(float("nan"))
+        torch.cuda.synchronize()
+        for g, s in zip(graphs, streams):
+            with torch.cuda.stream(s):
+                g.replay()
+        with torch.cuda.stream(capture):
+            for _ in range(3):
+                eager()
+        torch.cuda.synchronize()
+        for i, (case, want) in enumerate(zip(cases, serial)):
+            for got, w in zip(case.outputs(), want):
+                assert torch.equal(got, w), f"{kind}: graph {i}, round {rep} differs from serial"
+    eager.check("eager beside the replays")
+
+
+def test_memory_stats_see_kept_and_retired_scratch_and_empty_cache_frees():
+    """An eager staged call leaves its stream a kept buffer; a capture there takes it over
+    (retired: counted under graphs, never freed); empty_cache frees what is kept."""
+    case = Case("staged")
+    stream = torch.cuda.Stream()
+    pcr.empty_cache()
+    with torch.cuda.stream(stream):
+        case()
+    stream.synchronize()
+    before = pcr.memory_stats(0)
+    assert before["kept"] > 0 and before["kept_streams"] >= 1
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        case()
+    after = pcr.memory_stats(0)
+    assert after["graphs"] >= before["graphs"] + 1, (before, after)
+    assert after["kept"] < before["kept"], (before, after)
+    with torch.cuda.stream(stream):
+        case()  # the stream keeps a new buffer
+    stream.synchronize()
+    assert pcr.memory_stats(0)["kept"] > 0
+    pcr.empty_cache()
+    emptied = pcr.memory_stats(0)
+    assert emptied["kept"] == 0 and emptied["graphs"] == after["graphs"]
+    case.refresh()
+    g.replay()  # the graph's buffer survived empty_cache
+    case.check("replay after empty_cache")
+
+
+def test_a_scratch_limit_of_zero_keeps_nothing():
+    case = Case("staged")
+    pcr.empty_cache()
+    pcr.set_scratch_limit(0)
+    try:
+        for _ in range(3):
+            case.refresh()
+            case()
+            case.check("limit 0")
+        assert pcr.memory_stats(0)["kept"] == 0
+    finally:
+        pcr.set_scratch_limit(1 << 30)
+
+
+def test_an_allocation_that_fails_leaves_every_output_as_it_was():
+    """Staged operands of a large odd-K problem, with the GPU's memory taken: the call
+    fails with a CUDA out-of-memory error before it writes d or zeroes amax."""
+    m, n, k = 8191, 8191, 8193  # odd: every operand staged, ~400 MB of scratch
+    a, b = matrix(m, k, "t", BF16), matrix(k, n, "n", BF16)
+    d = torch.full((m, n), 7.0, device="cuda", dtype=BF16)
+    assert pcr.explain(a, b, None, d).problem["staged"], "not staged"
+    pcr.empty_cache()
+    torch.cuda.synchronize()
+    hog = torch.empty(torch.cuda.mem_get_info()[0] - (64 << 20), dtype=torch.uint8, device="cuda")
+    try:
+        with pytest.raises(pcr.CudaError, match="memory"):
+            pcr.gemm(a, b, d, d, 1.0, 1.0)
+    finally:
+        del hog
+    torch.cuda.synchronize()
+    assert bool((d == 7.0).all()), "d was written before the failed allocation"

@@ -205,3 +205,90 @@ def test_capture_of_a_first_time_shape():
     torch.cuda.synchronize()
     ref = a.double() @ b.double()
     assert ((d.double() - ref).norm() / ref.norm()).item() < 1.6e-2
+
+
+def test_threads_writing_disjoint_column_blocks_of_one_host_array_lose_nothing():
+    """Eight threads, each d[:, block] = a @ b[:, block] on numpy arrays (the calls run
+    without the GIL): each call moves only its view's elements, so no thread's copy back
+    overwrites another's block. Repeated, bitwise against the blocks run one by one."""
+    require(torch.float16, layout="tt")
+    rng = np.random.default_rng(0)
+    m, k, blocks, width = 192, 256, 8, 96
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, blocks * width)).astype(np.float16)
+    cols = [slice(t * width, (t + 1) * width) for t in range(blocks)]
+    want = np.empty((m, blocks * width), np.float16)
+    for c in cols:
+        pcr.gemm(a, b[:, c], None, want[:, c])
+    for rep in range(10):
+        d = np.full_like(want, np.nan)
+        failures = []
+
+        def work(c, d=d, failures=failures):
+            try:
+                pcr.gemm(a, b[:, c], None, d[:, c])
+            except Exception as e:  # noqa: BLE001 - reported below
+                failures.append(e)
+
+        threads = [threading.Thread(target=work, args=(c,)) for c in cols]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not failures, failures
+        lost = [i for i, c in enumerate(cols) if not np.array_equal(d[:, c], want[:, c])]
+        assert not lost, f"round {rep}: blocks {lost} lost their results"
+
+
+def test_a_column_view_of_a_host_array_leaves_the_rest_untouched():
+    """d's view is one column of a wide array: every other element keeps its value, and
+    what lies between the view's elements is never copied back over."""
+    require(torch.float16, layout="tt")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((300, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 1)).astype(np.float16)
+    wide = rng.standard_normal((300, 500)).astype(np.float16)
+    kept = wide.copy()
+    pcr.gemm(a, b, None, wide[:, 7:8])
+    mask = np.ones(wide.shape, bool)
+    mask[:, 7] = False
+    assert np.array_equal(wide[mask], kept[mask])
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.allclose(wide[:, 7:8], ref, rtol=2e-2, atol=2e-2)
+
+
+def test_a_plan_run_from_two_threads_at_once_is_refused_never_raced():
+    """Through the C ABI (ctypes.CDLL releases the GIL), four threads run one plan: each
+    run either launches or is refused with a message; the results stay right."""
+    import collections
+    import ctypes
+
+    require(torch.bfloat16, layout="tt")
+    a, b = rand(256, 512), rand(512, 384)
+    d = torch.empty(256, 384, device="cuda", dtype=torch.bfloat16)
+    plan = pcr.Gemm(a, b, None, d)
+    cdll = ctypes.CDLL(pcr._lib.load().path)
+    run = cdll.pcr_plan_run
+    run.argtypes, run.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    cdll.pcr_last_error.restype = ctypes.c_char_p
+    stream = torch.cuda.current_stream().cuda_stream
+    seen, messages = collections.Counter(), set()
+
+    def work():
+        for _ in range(3000):
+            st = run(plan._handle, stream)
+            seen[st] += 1
+            if st:
+                messages.add(cdll.pcr_last_error().decode())
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    torch.cuda.synchronize()
+    assert set(seen) <= {0, int(pcr._abi.Status.ERR_INVALID_ARGUMENT)}, seen
+    assert seen[0] > 0
+    assert all("running in another thread" in m for m in messages), messages
+    r = a.double() @ b.double()
+    assert ((d.double() - r).norm() / r.norm()).item() <= 1.6e-2
