@@ -9,13 +9,18 @@ import dataclasses
 import json
 import sys
 
-import pycutlass_rt as pcr
+from . import _info, _tune
+from ._dtypes import dtype_name
+from ._explain import explain
+from ._kernels import kernels
+from ._version import __version__
+from .errors import DTypeError, Error, LibraryError
 
 
 def _info_or_none(cmd: str):
     try:
-        return pcr.info()
-    except pcr.LibraryError as e:
+        return _info.info()
+    except LibraryError as e:
         print(f"{cmd}: {e}", file=sys.stderr)
         return None
 
@@ -82,15 +87,10 @@ def _dtype_args(p) -> None:
 
 def _dtype_name(text: str) -> str:
     """A dtype as torch spells it, from that spelling or a kernel name's word ("bf16")."""
-    from ._kernels import DTYPE_TOKENS
-
-    name = DTYPE_TOKENS.get(text, text)
-    if name not in DTYPE_TOKENS.values():
-        raise argparse.ArgumentTypeError(
-            f"dtype {text!r}: one of {', '.join(DTYPE_TOKENS.values())} "
-            f"(or {', '.join(DTYPE_TOKENS)})"
-        )
-    return name
+    try:
+        return dtype_name(text)
+    except DTypeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _shape(text: str) -> tuple:
@@ -108,8 +108,8 @@ def cmd_kernels(args) -> int:
     import fnmatch
 
     try:
-        every = pcr.kernels()
-    except pcr.LibraryError as e:
+        every = kernels()
+    except LibraryError as e:
         print(f"kernels: {e}", file=sys.stderr)
         return 1
     picked = [k for k in every if not args.filter or fnmatch.fnmatchcase(k.name, args.filter)]
@@ -124,16 +124,14 @@ def cmd_kernels(args) -> int:
 def cmd_explain(args) -> int:
     """Which kernel gemm() takes for an MxNxK problem of these dtypes on this GPU, and why:
     the operands are made with torch or cupy (as tune() makes them), nothing is launched."""
-    from . import _tune
-
     try:
         spec = _tune.spec_of(args.shape, args.dtype, args.out_dtype, args.layout)
         bk = _tune.backend()
         a = bk.operand(spec.m, spec.k, spec.layout[0], spec.tensor_dtype, fill=False)
         b = bk.operand(spec.k, spec.n, spec.layout[1], spec.tensor_dtype, fill=False)
         d = bk.operand(spec.m, spec.n, "t", spec.out_dtype, fill=False)
-        e = pcr.explain(a, b, None, d, math=spec.math)
-    except pcr.Error as err:
+        e = explain(a, b, None, d, math=spec.math)
+    except Error as err:
         print(f"explain: {err}", file=sys.stderr)
         return 1
     if args.json:
@@ -154,7 +152,7 @@ def cmd_tune(args) -> int:
         )
         return 1
     try:
-        result = pcr.tune(
+        result = _tune.tune(
             args.shapes,
             dtype=args.dtype,
             out_dtype=args.out_dtype,
@@ -164,7 +162,7 @@ def cmd_tune(args) -> int:
             strict=args.strict,
             progress=None if args.json else _progress,
         )
-    except pcr.Error as e:
+    except Error as e:
         print(f"tune: {e}", file=sys.stderr)
         return 1
     if args.json:
@@ -206,7 +204,7 @@ def main(argv=None) -> int:
         print(BENCH_MOVED, file=sys.stderr)
         return 2
     ap = argparse.ArgumentParser(prog="python -m pycutlass_rt", description=__doc__)
-    ap.add_argument("--version", action="version", version=f"pycutlass_rt {pcr.__version__}")
+    ap.add_argument("--version", action="version", version=f"pycutlass_rt {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("info", help="driver, runtime, devices and the kernels of this build")
     p.add_argument("--json", action="store_true", help="machine-readable output")

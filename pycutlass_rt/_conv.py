@@ -10,7 +10,7 @@ it (:mod:`pycutlass_rt._conv_gemm`).
 
 from __future__ import annotations
 
-from . import _call, _conv_gemm, _lib
+from . import _call, _conv_gemm, _gemm, _lib
 from ._abi import Op
 from ._conv_tensors import Geometry, _torch, empty_like_producer, geometry, nhwc
 from ._explain import explain as explain_gemm
@@ -54,8 +54,6 @@ def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kerne
     ):
         if form is None:
             continue
-        from . import gemm
-
         kw = dict(bias=bias, activation=activation, math=math)
         if explain:
             told = explain_gemm(*form[:6], **kw)
@@ -64,7 +62,7 @@ def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kerne
                 return told
             continue
         try:
-            gemm(*form[:6], stream=stream, **kw)
+            _gemm.gemm(*form[:6], stream=stream, **kw)
         except UnsupportedError:  # raised before the GEMM launched anything
             continue
         if form.finish is not None:

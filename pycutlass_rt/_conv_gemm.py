@@ -13,7 +13,7 @@ import ctypes
 import functools
 from typing import NamedTuple
 
-from . import _call, _lib
+from . import _call, _gemm, _lib
 from ._abi import Op, Status
 from ._conv_tensors import Geometry, _torch, empty_like_producer
 
@@ -238,9 +238,7 @@ def as_unfolded(geo: Geometry, views, stream, alpha, beta, bias, math, fill: boo
     grad = _matrix(image, k, padded)
 
     def copy():  # dw = the padded gradient's first r*s*C/groups columns: a K = 0 GEMM, d = c
-        from . import gemm
-
-        gemm(_matrix(image, k, 0), _matrix(image, 0, width), grad[:, :width], dw, 1.0, 1.0)
+        _gemm.gemm(_matrix(image, k, 0), _matrix(image, 0, width), grad[:, :width], dw, 1.0, 1.0)
 
     return GemmForm(_t(dy), cols, None, _split_rows(grad, groups), alpha, 0.0, copy)
 

@@ -15,7 +15,11 @@ import statistics
 import sys
 import time
 
-import pycutlass_rt as pcr
+from . import _info
+from ._explain import explain
+from ._gemm import gemm
+from ._version import __version__
+from .errors import LibraryError
 
 #: what to install when no array framework is importable
 NEEDS = "demo: needs numpy, torch or cupy to make arrays; install one, e.g. pip install numpy"
@@ -79,8 +83,8 @@ def _numpy(np) -> bool:
     b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
     d = np.full((m, n), np.nan, np.float16)
     print(f"numpy float16 {m}x{n}x{k} (staged through the GPU):")
-    print(f"  kernel: {pcr.explain(a, b, None, d).kernel}")
-    pcr.gemm(a, b, None, d)
+    print(f"  kernel: {explain(a, b, None, d).kernel}")
+    gemm(a, b, None, d)
     return _check(
         "vs numpy",
         np,
@@ -100,8 +104,8 @@ def _torch(torch, size: int) -> bool:
         d = torch.empty(size, size, device="cuda", dtype=dtype)
         ref = torch.empty_like(d)  # cuBLAS's output, for timing
         print(f"torch {str(dtype).split('.')[-1]} {size}^3:")
-        print(f"  kernel: {pcr.explain(a, b, None, d).kernel}")
-        pcr.gemm(a, b, None, d)
+        print(f"  kernel: {explain(a, b, None, d).kernel}")
+        gemm(a, b, None, d)
         ok &= _check(
             f"vs torch (fp64, {ROWS} rows)",
             torch,
@@ -111,7 +115,7 @@ def _torch(torch, size: int) -> bool:
             1e-2,
         )
         t_pcr, t_torch = _time_pair(
-            functools.partial(pcr.gemm, a, b, None, d),
+            functools.partial(gemm, a, b, None, d),
             functools.partial(torch.mm, a, b, out=ref),
             torch.cuda.synchronize,
         )
@@ -127,7 +131,7 @@ def _cupy(cp, size: int) -> bool:
     b = cp.random.uniform(-1, 1, (size, size)).astype(cp.float16)
     d = cp.empty((size, size), cp.float16)
     print(f"cupy float16 {size}^3:")
-    pcr.gemm(a, b, None, d)
+    gemm(a, b, None, d)
     ok = _check(
         f"vs cupy (fp64, {ROWS} rows)",
         cp,
@@ -138,7 +142,7 @@ def _cupy(cp, size: int) -> bool:
     )
     ref = cp.empty_like(d)
     t_pcr, t_cp = _time_pair(
-        lambda: pcr.gemm(a, b, None, d),
+        lambda: gemm(a, b, None, d),
         lambda: cp.matmul(a, b, out=ref),
         cp.cuda.runtime.deviceSynchronize,
     )
@@ -168,8 +172,8 @@ def _usable_cupy():
 def main(size: int) -> int:
     """Runs the demo with ``size``^3 torch/cupy problems; the exit status."""
     try:
-        info = pcr.info()
-    except pcr.LibraryError as e:
+        info = _info.info()
+    except LibraryError as e:
         print(f"demo: {e}", file=sys.stderr)
         return 1
     np = _optional("numpy")
@@ -184,7 +188,7 @@ def main(size: int) -> int:
         )
         return 1
     dev = info["devices"][0]
-    print(f"pycutlass_rt {pcr.__version__} on {dev['name']} (compute {dev['cc']})")
+    print(f"pycutlass_rt {__version__} on {dev['name']} (compute {dev['cc']})")
     runs = [(_numpy, np, ()), (_torch, _usable_torch(), (size,)), (_cupy, _usable_cupy(), (size,))]
     results = [fn(mod, *args) for fn, mod, args in runs if mod is not None]
     if not results:

@@ -10,36 +10,26 @@ line of ``problems``; the command exits 1 with the first one when there is any.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import warnings
 
-#: framework module -> (distribution names to read its version from, how it hands tensors
-#: over when the type offers nothing better)
-FRAMEWORKS = {
-    "torch": (("torch",), "__dlpack__"),
-    "cupy": (("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"), "__dlpack__"),
-    "jax": (("jax",), "__dlpack__"),
-    "numba": (("numba",), "__cuda_array_interface__"),
-    "numpy": (("numpy",), "__dlpack__ (host memory, staged through the GPU)"),
+from . import _cache, _gemm, _info, _lib
+from ._info import framework_versions
+from ._kernels import kernels
+from .errors import Error, UnsupportedError
+
+#: framework module -> how it hands tensors over when its type offers nothing better (its
+#: versions: _info.FRAMEWORK_DISTRIBUTIONS)
+HANDS_OVER = {
+    "torch": "__dlpack__",
+    "cupy": "__dlpack__",
+    "jax": "__dlpack__",
+    "numba": "__cuda_array_interface__",
+    "numpy": "__dlpack__ (host memory, staged through the GPU)",
 }
 ENV_PREFIXES = ("PYCUTLASS_RT_", "CUDA_VISIBLE_DEVICES")
-
-
-def framework_versions() -> dict:
-    """Installed version of each framework pycutlass_rt reads (None: not installed), from
-    package metadata: nothing is imported."""
-    out = {}
-    for module, (dists, _) in FRAMEWORKS.items():
-        out[module] = None
-        for dist in dists:
-            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-                out[module] = importlib.metadata.version(dist)
-                break
-    return out
 
 
 def _version_tuple(text: str | None) -> tuple:
@@ -64,10 +54,10 @@ def _dlpack_path(module: str, mod) -> str:
         return f"unknown ({type(e).__name__}: {e})"
     if hasattr(tp, "__dlpack_c_exchange_api__"):
         return "DLPack C exchange API (tensors and stream read in C)"
-    return FRAMEWORKS[module][1]
+    return HANDS_OVER[module]
 
 
-def _check_gemm(module: str, mod, pcr) -> str:
+def _check_gemm(module: str, mod) -> str:
     """One 64x48x32 GEMM through the framework, checked against a float64 reference."""
     m, n, k = 64, 48, 32
     if module == "torch":
@@ -76,7 +66,7 @@ def _check_gemm(module: str, mod, pcr) -> str:
         a = mod.randn(m, k, device="cuda").half()
         b = mod.randn(k, n, device="cuda").half()
         d = mod.full((m, n), float("nan"), device="cuda", dtype=mod.float32)
-        pcr.gemm(a, b, None, d)
+        _gemm.gemm(a, b, None, d)
         mod.cuda.synchronize()
         ref, got = a.double() @ b.double(), d.double()
         err = float((got - ref).norm() / ref.norm())
@@ -84,7 +74,7 @@ def _check_gemm(module: str, mod, pcr) -> str:
         a = mod.random.uniform(-1, 1, (m, k)).astype(mod.float16)
         b = mod.random.uniform(-1, 1, (k, n)).astype(mod.float16)
         d = mod.full((m, n), mod.nan, mod.float32)
-        pcr.gemm(a, b, None, d)
+        _gemm.gemm(a, b, None, d)
         ref = a.astype(mod.float64) @ b.astype(mod.float64)
         err = float(mod.linalg.norm(d - ref) / mod.linalg.norm(ref))
     else:
@@ -92,11 +82,9 @@ def _check_gemm(module: str, mod, pcr) -> str:
     return f"ok (relative error {err:.1e})" if err < 1e-3 else f"WRONG (relative error {err:.1e})"
 
 
-def _cache_state(pcr, info: dict) -> dict:
-    from . import _cache, _lib
-
+def _cache_state(info: dict) -> dict:
     state = {"directory": _cache.cache_dir(), "strict": _cache.strict(), "devices": []}
-    names = [k.name for k in pcr.kernels()]
+    names = [k.name for k in kernels()]
     for dev in info["devices"]:
         key = _cache.device_key(_lib.load(), dev["index"], names)
         if key is None:
@@ -118,13 +106,11 @@ def _cache_state(pcr, info: dict) -> dict:
 
 def diagnose() -> dict:
     """Everything ``doctor`` reports, as a dict; ``problems`` lists what is wrong."""
-    import pycutlass_rt as pcr
-
     report: dict = {"problems": []}
     problems = report["problems"]
     try:
-        info = pcr.info()
-    except pcr.Error as e:
+        info = _info.info()
+    except Error as e:
         problems.append(str(e))
         return report
     report.update(
@@ -171,8 +157,8 @@ def diagnose() -> dict:
                 entry["dlpack"] = _dlpack_path(module, mod)
                 if info["devices"]:
                     try:
-                        entry["gemm"] = _check_gemm(module, mod, pcr)
-                    except pcr.UnsupportedError as e:  # a filtered build
+                        entry["gemm"] = _check_gemm(module, mod)
+                    except UnsupportedError as e:  # a filtered build
                         entry["gemm"] = f"skipped: {str(e).splitlines()[0]}"
                     except Exception as e:  # noqa: BLE001 - every failure is reported
                         entry["gemm"] = f"FAILED ({type(e).__name__}: {e})"
@@ -180,7 +166,7 @@ def diagnose() -> dict:
                         problems.append(f"{module}: the check GEMM {entry['gemm']}")
         frameworks[module] = entry
     report["frameworks"] = frameworks
-    report["tune_cache"] = _cache_state(pcr, info)
+    report["tune_cache"] = _cache_state(info)
     return report
 
 

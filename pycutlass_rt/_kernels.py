@@ -7,36 +7,10 @@ import dataclasses
 import functools
 
 from . import errors
-from ._abi import Dtype, Epilogue, Layout, Op, ScaleKind, Schedule, Split
+from ._abi import Epilogue, Layout, Op, ScaleKind, Schedule, Split
+from ._dtypes import DTYPE_BYTES, DTYPE_NAMES, DTYPE_TOKENS  # noqa: F401  (their old home)
 from ._lib import KernelDesc, load
 
-#: pcr_dtype -> the dtype's name, as torch spells it ("tfloat32": float32 tensors on TF32
-#: tensor cores)
-DTYPE_NAMES = {
-    Dtype.F16: "float16",
-    Dtype.BF16: "bfloat16",
-    Dtype.F32: "float32",
-    Dtype.F64: "float64",
-    Dtype.TF32: "tfloat32",
-    Dtype.E4M3: "float8_e4m3fn",
-    Dtype.E5M2: "float8_e5m2",
-    Dtype.S8: "int8",
-    Dtype.S32: "int32",
-}
-#: a kernel name's dtype word (the pcr_dtype's token: "bf16") -> the dtype's name
-DTYPE_TOKENS = {code.token: name for code, name in DTYPE_NAMES.items()}
-#: bytes per element, by dtype name (tfloat32: a float32 tensor)
-DTYPE_BYTES = {
-    "float16": 2,
-    "bfloat16": 2,
-    "float32": 4,
-    "float64": 8,
-    "tfloat32": 4,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "int8": 1,
-    "int32": 4,
-}
 LAYOUT_LETTERS = {Layout.ROW_MAJOR: "t", Layout.COL_MAJOR: "n"}  # as BLAS and kernel names
 
 

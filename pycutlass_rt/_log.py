@@ -54,7 +54,8 @@ def choices_logged() -> bool:
 def problem_words(p) -> str:
     """How a log record names a canonical problem: shape, dtypes, layout, epilogue."""
     from ._abi import Epilogue
-    from ._kernels import DTYPE_NAMES, layout_word
+    from ._dtypes import DTYPE_NAMES
+    from ._kernels import layout_word
 
     batch = f" x{p.batch}" if getattr(p, "batch", 1) > 1 else ""
     epi = Epilogue(p.epilogue).token

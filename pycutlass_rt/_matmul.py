@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from . import _gemm
+from ._dtypes import dtype_name
 from ._outputs import new_like
 from .errors import InvalidArgumentError
 
@@ -15,19 +19,19 @@ def _dtype_name(t) -> str:
 
 
 def matmul(
-    a,
-    b,
+    a: Any,
+    b: Any,
     *,
-    out=None,
-    out_dtype=None,
-    bias=None,
-    activation=None,
-    scale_a=None,
-    scale_b=None,
-    math=None,
-    stream=None,
-    kernel=None,
-):
+    out: Any = None,
+    out_dtype: Any = None,
+    bias: Any = None,
+    activation: str | tuple | None = None,
+    scale_a: Any = None,
+    scale_b: Any = None,
+    math: str | None = None,
+    stream: Any = None,
+    kernel: str | None = None,
+) -> Any:
     """Returns ``act(a @ b + bias)`` (dequantized by the scales, as :func:`gemm`).
 
     The result is ``out`` when given, else a new tensor of a's framework on its device
@@ -37,9 +41,9 @@ def matmul(
         a: (M, K) or (L, M, K).
         b: (K, N) or (L, K, N), of a's dtype.
         out: the output to write (then ``out_dtype`` must agree or be None).
-        out_dtype: the result's dtype as torch names it ("float32", ...; a torch dtype
-            too); None: a's for floats, int32 for int8 (bfloat16 with scales), bfloat16 for
-            float8.
+        out_dtype: the result's dtype as torch names it ("float32", ...), as kernel names
+            do ("f32", "bf16"), or a framework's dtype (``torch.float32``); None: a's for
+            floats, int32 for int8 (bfloat16 with scales), bfloat16 for float8.
         bias, activation, scale_a, scale_b, math, stream, kernel: as for :func:`gemm`.
 
     Returns:
@@ -48,6 +52,7 @@ def matmul(
     Raises:
         InvalidArgumentError: operands of a rank other than 2 or 3, or an ``out`` whose
             dtype is not ``out_dtype``; and whatever :func:`gemm` raises.
+        DTypeError: an ``out_dtype`` the library has no name for.
 
     Example:
         >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
@@ -56,14 +61,12 @@ def matmul(
         >>> pcr.matmul(a, w.t(), activation="gelu").shape  # doctest: +SKIP
         torch.Size([64, 256])
     """
-    from . import gemm
-
     a_shape, b_shape = tuple(getattr(a, "shape", ())), tuple(getattr(b, "shape", ()))
     if len(a_shape) not in (2, 3) or len(b_shape) not in (2, 3):
         raise InvalidArgumentError(
             f"matmul takes (M, K) or (L, M, K) and (K, N) or (L, K, N); got {a_shape} and {b_shape}"
         )
-    want = None if out_dtype is None else _dtype_name(out_dtype) or str(out_dtype)
+    want = None if out_dtype is None else dtype_name(out_dtype, "out_dtype")
     if out is not None:
         if want is not None and _dtype_name(out) != want:
             raise InvalidArgumentError(f"out is {_dtype_name(out)} but out_dtype is {want}")
@@ -77,7 +80,7 @@ def matmul(
         batch = max(len(a_shape), len(b_shape)) == 3
         lead = ((a_shape[0] if len(a_shape) == 3 else b_shape[0]),) if batch else ()
         out = new_like(a, (*lead, a_shape[-2], b_shape[-1]), want, what="a")
-    return gemm(
+    return _gemm.gemm(
         a,
         b,
         None,

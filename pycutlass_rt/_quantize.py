@@ -8,28 +8,30 @@ strides ``(1, M)``, so that a tile's rows at one K-block are contiguous.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from . import _call, _lib
 from ._abi import Quant
+from ._dtypes import dtype_name
 from ._outputs import new_like
-from .errors import InvalidArgumentError
+from .errors import DTypeError, InvalidArgumentError
 
 #: granularity name -> pcr_quant (its tokens: "tensor", "token", "group", "block")
 GRANULARITIES = {g.token: g for g in Quant}
-#: dtype names (as torch spells them, or as kernel names do) -> the output's torch name
-DTYPES = {"float8_e4m3fn": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "int8": "int8", "s8": "int8"}
+#: the dtypes q is made in
+DTYPES = ("float8_e4m3fn", "int8")
 
 
 def quantize(
-    x,
-    dtype="float8_e4m3fn",
-    granularity="group",
+    x: Any,
+    dtype: Any = "float8_e4m3fn",
+    granularity: str = "group",
     *,
-    scale=None,
-    out=None,
-    scale_out=None,
-    stream=None,
-):
+    scale: Any = None,
+    out: Any = None,
+    scale_out: Any = None,
+    stream: Any = None,
+) -> tuple[Any, Any]:
     """Quantizes ``x`` to fp8 e4m3 or int8: ``x ~= q * scale``, rounding to nearest and
     saturating (e4m3 to +-448, int8 to [-128, 127]).
 
@@ -51,7 +53,8 @@ def quantize(
 
     Args:
         x: the tensor to quantize (torch, cupy; GPU).
-        dtype: "float8_e4m3fn" (or "e4m3") or "int8".
+        dtype: "float8_e4m3fn" (or "e4m3", or ``torch.float8_e4m3fn``) or "int8" (or
+            "s8").
         granularity: "tensor", "token", "group" or "block".
         scale: None (dynamic), or the scales to divide by (static).
         out: q's destination (x's shape, ``dtype``, K contiguous); default: a new tensor
@@ -81,10 +84,13 @@ def quantize(
         raise InvalidArgumentError(
             f"granularity must be one of {', '.join(map(repr, GRANULARITIES))}; got {granularity!r}"
         )
-    name = DTYPES.get(dtype) if isinstance(dtype, str) else None
-    if name is None:
+    try:
+        name = dtype_name(dtype)
+    except DTypeError:
+        name = None
+    if name not in DTYPES:
         raise InvalidArgumentError(
-            f"dtype must be 'float8_e4m3fn' (or 'e4m3') or 'int8'; got {dtype!r}"
+            f"dtype must be 'float8_e4m3fn' (or 'e4m3') or 'int8' (or 's8'); got {dtype!r}"
         )
     shape = tuple(getattr(x, "shape", ()))
     if not shape:

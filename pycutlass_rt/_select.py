@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from . import _cache, _log, _table
 from ._abi import Epilogue, Grouped, Op, Ranked, RankReason, ScaleKind, Status
-from ._kernels import DTYPE_NAMES, KernelInfo, desc_of, kernels, layout_word
+from ._dtypes import DTYPE_NAMES
+from ._kernels import KernelInfo, desc_of, kernels, layout_word
 from ._lib import KernelDesc, Problem, load
 from .errors import UnsupportedError
 

@@ -14,11 +14,14 @@ import datetime
 import itertools
 import math
 import statistics
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import _backends, _cache, _kernels, _lib, _select, errors
 from ._abi import CMode, Dtype, Grouped, Op, ScaleKind
-from ._kernels import DTYPE_BYTES, DTYPE_NAMES, layout_word
+from ._dtypes import DTYPE_BYTES, DTYPE_NAMES, dtype_name
+from ._kernels import layout_word
 
 DEFAULT_REPEATS = 10
 #: input dtype -> the outputs tune() accepts for it (the build may hold fewer: the library's
@@ -103,7 +106,10 @@ def spec_of(
         raise errors.InvalidArgumentError(
             f"tune: a shape is (m, n, k) of positive integers or a dict with m, n, k; got {item!r}"
         ) from None
-    out_dtype = out_dtype or OUTPUTS.get(dtype, (dtype,))[0]
+    dtype = dtype_name(dtype, "tune: dtype")
+    out_dtype = (
+        dtype_name(out_dtype, "tune: out_dtype") if out_dtype else OUTPUTS.get(dtype, (dtype,))[0]
+    )
     if dtype not in OUTPUTS or out_dtype not in OUTPUTS[dtype]:
         raise errors.DTypeError(
             f"tune: got {dtype} -> {out_dtype}; inputs and their outputs are "
@@ -167,14 +173,14 @@ class Operands:
     conv: object = None  # a convolution's _conv_tensors.Geometry (its tensors packed NHWC)
 
     def call(self, kernel: str):
-        from . import _conv, gemm
+        from . import _conv, _gemm
 
         turn, extras, geo = itertools.cycle(self.sets), self.extras, self.conv
 
         def run():
             a, b, c, d = next(turn)
             if geo is None:
-                gemm(a, b, c, d, 1.0, self.beta, kernel=kernel, **extras)
+                _gemm.gemm(a, b, c, d, 1.0, self.beta, kernel=kernel, **extras)
             else:
                 views, mth = (a, b, c, d), extras.get("math")
                 _conv.run(geo, views, 1.0, self.beta, None, None, mth, None, kernel, False)
@@ -333,13 +339,13 @@ class TuneResult:
             "cache_files": list(self.cache_files),
         }
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tuned]:
         return iter(self.problems)
 
     def __len__(self) -> int:
         return len(self.problems)
 
-    def __getitem__(self, i) -> Tuned:
+    def __getitem__(self, i: int) -> Tuned:
         return self.problems[i]
 
     def __str__(self) -> str:
@@ -477,7 +483,7 @@ def _problems(lib, shapes_or_callable, dtype, out_dtype, layout):
 
 
 def tune(
-    shapes_or_callable,
+    shapes_or_callable: Iterable[Sequence[int] | Mapping[str, Any]] | Callable[[], object],
     *,
     dtype: str = "bfloat16",
     out_dtype: str | None = None,
@@ -486,7 +492,7 @@ def tune(
     repeats: int = DEFAULT_REPEATS,
     cache: bool = True,
     strict: bool = False,
-    progress=None,
+    progress: Callable[[int, int, str], object] | None = None,
 ) -> TuneResult:
     """Times every candidate kernel on this GPU and remembers the fastest per problem.
 
@@ -519,9 +525,11 @@ def tune(
             is recorded, then each recorded problem (dtypes, layouts, alignments, C) is
             tuned on its own device.
         dtype: A's and B's dtype for shapes without their own: a key of ``OUTPUTS``
-            ("tfloat32" times float32 tensors with ``math="tf32"``). A callable's
-            problems keep their own dtypes, math and dequantizing scales.
-        out_dtype: D's dtype, one of ``OUTPUTS[dtype]`` (default: the first).
+            ("tfloat32" times float32 tensors with ``math="tf32"``), or the word kernel
+            names use for it ("bf16", "tf32", "e4m3"). A callable's problems keep their
+            own dtypes, math and dequantizing scales.
+        out_dtype: D's dtype, one of ``OUTPUTS[dtype]`` (default: the first), spelled
+            either way.
         layout: A then B, "t" row-major, "n" column-major: "tn" is ``a @ w.T`` with
             row-major weights w.
         device: CUDA ordinal the shapes are tuned on.

@@ -25,6 +25,7 @@ import ctypes
 import functools
 import math
 import threading
+from typing import Any
 
 from . import _call, _kernels, _lib, _select
 from ._abi import (
@@ -37,6 +38,7 @@ from ._abi import (
     Problem,
     Verdict,
 )
+from ._dtypes import dtype_name
 from .errors import DTypeError, InvalidArgumentError, UnsupportedError
 
 __all__ = ["gemm", "linear", "available", "TARGET", "SYMBOL"]
@@ -243,18 +245,18 @@ def _kernels_attr(ops, batch, alpha, beta, activation) -> str:
 
 
 def gemm(
-    a,
-    b,
-    c=None,
-    alpha=1.0,
-    beta=0.0,
+    a: Any,
+    b: Any,
+    c: Any = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
     *,
-    bias=None,
-    activation=None,
-    transpose_a=False,
-    transpose_b=False,
-    out_dtype=None,
-):
+    bias: Any = None,
+    activation: str | tuple | None = None,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    out_dtype: Any = None,
+) -> Any:
     """Returns ``act(alpha * a @ b + beta * c + bias)`` as a new JAX array.
 
     Runs as one XLA operation on the library's kernels (a ``jax.ffi.ffi_call``), eagerly
@@ -283,8 +285,9 @@ def gemm(
             last and fused into the kernel's epilogue.
         transpose_a: read a's last two dimensions as (K, M).
         transpose_b: read b's last two dimensions as (N, K).
-        out_dtype: the result's dtype: a's dtype by default (int32 for int8 inputs,
-            bfloat16 for fp8); float32 for float16/bfloat16 inputs also exists.
+        out_dtype: the result's dtype (a jnp dtype, or its name spelled as torch or as
+            kernel names do: "float32", "f32"): a's dtype by default (int32 for int8
+            inputs, bfloat16 for fp8); float32 for float16/bfloat16 inputs also exists.
 
     Returns:
         A new (M, N) or (L, M, N) array.
@@ -319,7 +322,12 @@ def gemm(
     dt = _dtype_name(a, "a")
     if _dtype_name(b, "b") != dt:
         raise DTypeError(f"a is {dt} but b is {b.dtype}; a and b must share a dtype")
-    out = str(jnp.dtype(out_dtype)) if out_dtype is not None else _DEFAULT_OUT.get(dt, dt)
+    if out_dtype is None:
+        out = _DEFAULT_OUT.get(dt, dt)
+    else:  # a name spelled either way, or a dtype jnp knows
+        out = dtype_name(
+            out_dtype if isinstance(out_dtype, str) else jnp.dtype(out_dtype), "out_dtype"
+        )
     if out not in _DLPACK:
         raise DTypeError(f"out_dtype {out} is not one pycutlass_rt computes")
     for x, name in ((a, "a"), (b, "b")):
@@ -395,7 +403,7 @@ def gemm(
     )
 
 
-def linear(x, w, bias=None, activation=None):
+def linear(x: Any, w: Any, bias: Any = None, activation: str | tuple | None = None) -> Any:
     """``act(x @ w.T + bias)``: a linear layer (``torch.nn.functional.linear``'s shapes).
 
     One GEMM of all of x's rows (its leading dimensions flattened) against the weight as

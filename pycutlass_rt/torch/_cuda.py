@@ -11,12 +11,12 @@ epilogue, and the conv operators to torch's convolution (cuDNN); :data:`_TORCH_M
 import torch
 import torch.nn.functional as F
 
-from .. import conv2d as _pcr_conv2d
-from .. import conv2d_dgrad as _pcr_conv2d_dgrad
-from .. import conv2d_wgrad as _pcr_conv2d_wgrad
-from .. import gemm as _gemm
-from .. import moe_gemm as _moe_gemm
-from .. import quantize as _pcr_quantize
+from .._conv import conv2d as _pcr_conv2d
+from .._conv import conv2d_dgrad as _pcr_conv2d_dgrad
+from .._conv import conv2d_wgrad as _pcr_conv2d_wgrad
+from .._gemm import gemm as _gemm
+from .._grouped import moe_gemm as _moe_gemm
+from .._quantize import quantize as _pcr_quantize
 from ..errors import UnsupportedError
 from ._checks import (
     _act_name,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _conv_gemm, _conv_tensors
+from pycutlass_rt import _conv_gemm, _conv_tensors, _gemm
 from pycutlass_rt._abi import Op
 
 
@@ -114,7 +114,7 @@ def test_pointwise_convolutions_run_as_gemms(monkeypatch, op):
     (views, never copies), with the convolution's scalars, bias and activation; a named
     convolution kernel, a stride or padding keep the convolution kernels."""
     calls = []
-    monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
+    monkeypatch.setattr(_gemm, "gemm", lambda *args, **kw: calls.append((args, kw)))
     x, w, dy = nhwc(2, 5, 3, 16), nhwc(24, 1, 1, 16), nhwc(2, 5, 3, 24)
     if op == "fprop":
         out = pcr.conv2d(x, w, activation="relu", alpha=2.0)
@@ -148,7 +148,7 @@ def test_a_pointwise_convolution_no_gemm_kernel_takes_goes_to_the_convolution_ke
         tried.append(args)
         raise pcr.UnsupportedError("no GEMM kernel (this test)")
 
-    monkeypatch.setattr(pcr, "gemm", no_gemm_kernel)
+    monkeypatch.setattr(_gemm, "gemm", no_gemm_kernel)
     try:
         pcr.conv2d(nhwc(2, 5, 3, 16), nhwc(24, 1, 1, 16))  # without a GPU: NoDeviceError
     except pcr.Error as e:
@@ -172,7 +172,7 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(monkeypatc
     monkeypatch.setattr(_conv_gemm, "_on_gpu", lambda t: True)
     monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
     monkeypatch.setattr(_conv_gemm, "_unfold", unfold)
-    monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
+    monkeypatch.setattr(_gemm, "gemm", lambda *args, **kw: calls.append((args, kw)))
     x, w, dy = nhwc(2, 9, 9, 3), nhwc(8, 3, 3, 3), nhwc(2, 5, 5, 8)
     if op == "fprop":
         y = pcr.conv2d(x, w, stride=2, padding=1, activation="relu")
@@ -249,7 +249,7 @@ def test_dgrad_the_kernels_do_badly_runs_as_a_gemm_folded_back(
     monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
     monkeypatch.setattr(_conv_gemm, "_unfold", unfold)
     monkeypatch.setattr(_conv_gemm, "_fold", lambda *args: folds.append(args))
-    monkeypatch.setattr(pcr, "gemm", lambda *args, **kw: calls.append((args, kw)))
+    monkeypatch.setattr(_gemm, "gemm", lambda *args, **kw: calls.append((args, kw)))
     x_shape = (2, 9, 9, channels)
     p = (9 + 2 - dilation * 2 - 1) // stride + 1
     dy, w = nhwc(2, p, p, 8), nhwc(8, 3, 3, channels)
@@ -425,7 +425,7 @@ def test_gemm_routes_compute_the_convolution(monkeypatch, case, op, framework):
     monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
     monkeypatch.setattr(_conv_gemm, "_unfold", any_unfold)
     monkeypatch.setattr(_conv_gemm, "_fold", np_fold)
-    monkeypatch.setattr(pcr, "gemm", np_gemm)
+    monkeypatch.setattr(_gemm, "gemm", np_gemm)
     geo = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     xs, ws, dys = x, w, dy
     if framework == "torch":  # NCHW logically, NHWC in memory: channels_last
@@ -459,7 +459,7 @@ def test_float32_at_fp32_accuracy_runs_as_a_gemm_on_the_unfolded_input(monkeypat
     monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
     monkeypatch.setattr(_conv_gemm, "_unfold", any_unfold)
     monkeypatch.setattr(_conv_gemm, "_fold", np_fold)
-    monkeypatch.setattr(pcr, "gemm", gemm)
+    monkeypatch.setattr(_gemm, "gemm", gemm)
     rng = np.random.default_rng(1)
     x = rng.integers(-2, 3, (2, 7, 6, 16)).astype(np.float32)
     w = rng.integers(-2, 3, (8, 3, 3, 16)).astype(np.float32)
