@@ -26,7 +26,9 @@ its CUDA implementation allocates the output and makes one :func:`pycutlass_rt.g
 stream, with no synchronization, so ``mode="reduce-overhead"`` captures it in its CUDA
 graphs. ``mm``, ``linear`` and ``conv2d`` have autograd: the gradients are GEMMs (conv2d's:
 dgrad and wgrad convolutions) on pycutlass_rt's kernels, computed by torch only where the
-build has no kernel for their problem (:class:`UnsupportedError`).
+build's kernel list has none for their dtype and layout (logged once; never after one
+problem's refusal, which raises :class:`UnsupportedError`, and never under
+``PYCUTLASS_RT_STRICT=1``: ``_fallback`` says how).
 CPU tensors are computed by torch's own CPU operators (the library has no CPU kernels),
 so a model built on the CPU runs before it moves to the GPU.
 

@@ -184,15 +184,17 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     implicit GEMM on NHWC memory) with the bias and activation in its epilogue. Inputs
     that are not ``channels_last`` are copied to it first; the output is ``channels_last``
     (keep a network in that format to save the copies). Gradients of x and weight are the
-    library's dgrad and wgrad convolutions; the bias's is a sum. Where the build has no
-    kernel for the problem (``groups > 1``, float64, float32 with TF32 off for cuDNN
-    convolutions, or channel counts no kernel's alignment takes),
-    torch's own convolution (cuDNN) runs it instead, the activation after
-    (``pycutlass_rt.torch._cuda._TORCH_CONV`` lists those problems). float32 runs on
-    TF32 tensor cores, as torch's convolutions do by default. As :func:`linear`, with a
-    gradient needed and an activation whose gradient needs the pre-activation (gelu,
-    gelu_tanh, silu, hardswish), the convolution runs without it and torch's activation
-    follows, so autograd keeps the pre-activation.
+    library's dgrad and wgrad convolutions; the bias's is a sum. Where the build's kernel
+    list has nothing for the pass's dtype and form (float64 but pointwise, float32 on
+    TF32 in a build without TF32 convolution kernels, a depthwise convolution, a grouped
+    one with a bias), torch's own convolution (cuDNN) runs it instead, the activation
+    after, logged once (``pycutlass_rt.torch._cuda._TORCH_CONV`` lists those kinds); a
+    problem the library refuses otherwise raises, and under ``PYCUTLASS_RT_STRICT=1``
+    every one does. float32 runs on TF32 tensor cores, as torch's convolutions do by
+    default (with cuDNN's TF32 off, at fp32 accuracy on the GEMM's 3xTF32 kernels, the
+    input unfolded). As :func:`linear`, with a gradient needed and an activation whose
+    gradient needs the pre-activation (gelu, gelu_tanh, silu, hardswish), the convolution
+    runs without it and torch's activation follows, so autograd keeps the pre-activation.
 
     Args:
         x: (N, C, H, W) CUDA tensor, float16, bfloat16, float32 or float64.
@@ -208,6 +210,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
 
     Raises:
         RuntimeError: shapes, dtypes, devices or a geometry that do not fit.
+        UnsupportedError: a problem the library refuses where the build has kernels for
+            its dtype and form (an implicit GEMM too large, a pinned kernel that cannot
+            take it), or any problem without a kernel under ``PYCUTLASS_RT_STRICT=1``.
 
     Example:
         >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP

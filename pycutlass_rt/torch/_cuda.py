@@ -3,9 +3,12 @@
 Each allocates its output and makes one :func:`pycutlass_rt.gemm` (or
 :func:`pycutlass_rt.moe_gemm`, :func:`pycutlass_rt.conv2d`, ``conv2d_dgrad``,
 ``conv2d_wgrad``) call, with no synchronization, so CUDA graphs capture it. Where the
-build has no kernel, ``_grad_mm`` falls back to ``torch.mm``, ``linear`` to an unfused
-epilogue, and the conv operators to torch's convolution (cuDNN); :data:`_TORCH_MM`,
-:data:`_UNFUSED` and :data:`_TORCH_CONV` remember those cases.
+build has no kernel for the call's dtype and layout (:mod:`._fallback` decides, from the
+library's kernel list, never from one call's refusal), ``_grad_mm`` falls back to
+``torch.mm``, ``linear`` to an unfused epilogue, and the conv operators to torch's
+convolution (cuDNN); :data:`_TORCH_MM`, :data:`_UNFUSED` and :data:`_TORCH_CONV` hold the
+(operator, dtype, layout) of the fallbacks taken, each logged once. Everything the
+library refuses otherwise (UnsupportedError included) is raised.
 """
 
 import torch
@@ -17,7 +20,6 @@ from .._conv import conv2d_wgrad as _pcr_conv2d_wgrad
 from .._gemm import gemm as _gemm
 from .._grouped import moe_gemm as _moe_gemm
 from .._quantize import quantize as _pcr_quantize
-from ..errors import UnsupportedError
 from ._checks import (
     _act_name,
     _check_conv2d,
@@ -39,6 +41,7 @@ from ._checks import (
     _scaled_out_dtype,
     _with_strides_of,
 )
+from ._fallback import conv_alternatives, conv_form, falls_back, gemm_layouts, kernel_dtype
 from ._precision import tf32_conv, tf32_matmul
 from ._schema import _LIB
 
@@ -90,7 +93,17 @@ def _mm_out_cuda(a, b, *, out):
     _gemm(_mat(a), _mat(b), None, out, math=_math(a.dtype))
 
 
-#: (device, dtype, a row-major, b row-major) of backward GEMMs pycutlass_rt has no kernel for
+def _gemm_falls_back(taken, op, a, b, math, fused, instead):
+    """Whether the GEMM of matrices a and b (out in a's dtype) of operator ``op`` runs
+    ``instead``: where the build has no kernel for its dtype and layout (_fallback)."""
+    layouts = gemm_layouts(a, b)
+    dtype = kernel_dtype(a.dtype, math)
+    out = kernel_dtype(a.dtype)
+    need = (("gemm", layouts),)
+    return falls_back(taken, op, a.device.index, layouts[0], dtype, out, need, fused, instead)
+
+
+#: (operator, dtype, layout) of the backward GEMMs torch.mm runs: no kernel in the build
 _TORCH_MM: set = set()
 
 
@@ -99,13 +112,10 @@ def _grad_mm_cuda(a, b):
         _check_mm("pycutlass_rt::_grad_mm", _eager_check, a, b)
     a, b = _mat(a), _mat(b)
     out = a.new_empty((a.shape[0], b.shape[1]))
-    key = (a.device.index, a.dtype, a.stride(1) == 1, b.stride(1) == 1)
-    if key not in _TORCH_MM:
-        try:
-            return _gemm(a, b, None, out, math=_math(a.dtype))
-        except UnsupportedError:
-            _TORCH_MM.add(key)  # no kernel for this dtype and layout: torch's from now on
-    return torch.mm(a, b, out=out)
+    math = _math(a.dtype)
+    if _gemm_falls_back(_TORCH_MM, "_grad_mm", a, b, math, False, "torch.mm runs such calls"):
+        return torch.mm(a, b, out=out)
+    return _gemm(a, b, None, out, math=math)
 
 
 def _gelu_(y):
@@ -127,8 +137,10 @@ _ACT_INPLACE = {
     "hardswish": torch.ops.aten.hardswish_,
     "leaky_relu": torch.ops.aten.leaky_relu_,
 }
-#: (device, dtype, bias?, activation, x row-major, w row-major) with no fused kernel
+#: (operator, dtype, layout) of the linear calls whose bias and activation run unfused: no
+#: bias/activation kernel in the build
 _UNFUSED: set = set()
+_UNFUSED_WORDS = "the bias is added as C and torch's activation runs after"
 
 
 def _linear_cuda(x, w, bias=None, activation=None):
@@ -144,15 +156,9 @@ def _linear_cuda(x, w, bias=None, activation=None):
         _gemm(x2, wt, None, y, math=math)
     else:
         bias = _vec(bias)
-        key = (x.device.index, x.dtype, bias is not None, act, x2.stride(1) == 1, w.stride(1) == 1)
-        fused = key not in _UNFUSED
-        if fused:
-            try:
-                _gemm(x2, wt, None, y, bias=bias, activation=act, math=math)
-            except UnsupportedError:
-                _UNFUSED.add(key)
-                fused = False
-        if not fused:
+        if not _gemm_falls_back(_UNFUSED, "linear", x2, wt, math, True, _UNFUSED_WORDS):
+            _gemm(x2, wt, None, y, bias=bias, activation=act, math=math)
+        else:
             # No bias/activation kernel for this dtype and layout in the build: the bias
             # comes in as C (still one pycutlass_rt GEMM) and the activation runs after.
             c = None if bias is None else bias.expand(y.shape)
@@ -206,18 +212,28 @@ def _nhwc(t):
 
 def _conv_math(dtype):
     """The conv functions' math= for torch's float32 convolution setting: TF32 tensor cores
-    where torch allows them (_precision.tf32_conv: cuDNN's, on by default), else "ieee",
-    for which the build has no kernel: torch's convolution then (see _TORCH_CONV)."""
+    where torch allows them (_precision.tf32_conv: cuDNN's, on by default), else "ieee"
+    (fp32 accuracy: the library runs it as GEMMs on the unfolded input)."""
     if dtype is torch.float32:
         return "tf32" if tf32_conv() else "ieee"
     return None
 
 
-#: (pass, device, dtype, math, bias?, activation, C, w's shape, stride, padding, dilation,
-#: groups) of convolutions the build has no kernel for: torch's (cuDNN) from then on. The
-#: key is the problem but its batch and spatial sizes (the kernels' choice depends on the
-#: channels, the filter and the geometry; any size of the batch and image runs)
+#: (operator, dtype, layout) of the convolution passes torch's convolution (cuDNN) runs:
+#: no kernel in the build for the dtype and form (_fallback.conv_form)
 _TORCH_CONV: set = set()
+_TORCH_CONV_WORDS = "torch's convolution runs such calls"
+
+
+def _conv_falls_back(op, pass_, t, math, groups, filters, geometry, fused, bias=False):
+    """Whether a convolution pass of operator ``op`` on ``t``'s dtype and device, with
+    filters of shape ``filters`` (K, C/groups, R, S), runs torch's convolution instead."""
+    form = conv_form(pass_, groups, filters[1], filters[2:], geometry, bias)
+    dtype = kernel_dtype(t.dtype, math)
+    need = conv_alternatives(pass_, form, dtype)
+    out = kernel_dtype(t.dtype)
+    device = t.device.index
+    return falls_back(_TORCH_CONV, op, device, form, dtype, out, need, fused, _TORCH_CONV_WORDS)
 
 
 def _conv2d_cuda(
@@ -229,38 +245,29 @@ def _conv2d_cuda(
     p, q = _conv_extent(x.shape, w.shape, stride, padding, dilation)
     y = _conv_empty(x, (x.shape[0], w.shape[0], p, q))
     math = _conv_math(x.dtype)
-    geo = (tuple(stride), tuple(padding), tuple(dilation), groups)
-    key = ("fprop", x.device.index, x.dtype, math, bias is not None, act, x.shape[1], w.shape, *geo)
-    if key not in _TORCH_CONV:
-        try:
-            _pcr_conv2d(
-                x, w, bias, stride, padding, dilation, groups, activation=act, out=y, math=math
-            )
-            return y
-        except UnsupportedError:
-            _TORCH_CONV.add(key)  # no kernel for this problem: torch's from now on
+    geo = (stride, padding, dilation)
+    fused = bias is not None or act is not None
+    if not _conv_falls_back(
+        "conv2d", "fprop", x, math, groups, w.shape, geo, fused, bias is not None
+    ):
+        _pcr_conv2d(x, w, bias, stride, padding, dilation, groups, activation=act, out=y, math=math)
+        return y
     y = _with_strides_of(y, F.conv2d(x, w, bias, stride, padding, dilation, groups))
     return y if act is None else _ACT_INPLACE[act](y)
 
 
 def _conv_grad_cuda(pass_, library, fallback, dy, other, size, *geometry):
     """A gradient ``pass_`` ("dgrad": ``other`` is w; "wgrad": x) into a new channels_last
-    tensor of ``size``: ``library`` (pcr.conv2d_dgrad or _wgrad), or, remembered for the
-    problem where no kernel of the build runs it, ``fallback`` (torch's)."""
+    tensor of ``size``: ``library`` (pcr.conv2d_dgrad or _wgrad), or ``fallback`` (torch's)
+    where the build has no kernel for its dtype and form."""
     stride, padding, dilation, groups = geometry
     dy, other = _nhwc(dy), _nhwc(other)
     out = _conv_empty(dy, size)
     math = _conv_math(dy.dtype)
-    geo = (tuple(stride), tuple(padding), tuple(dilation), groups)
-    # the key's C and filter shape: dx's and w's, or x's and dw's
-    dgrad = pass_ == "dgrad"
-    channels, filters = (out.shape[1], other.shape) if dgrad else (other.shape[1], out.shape)
-    key = (pass_, dy.device.index, dy.dtype, math, False, None, channels, filters, *geo)
-    if key not in _TORCH_CONV:
-        try:
-            return library(dy, other, size, *geometry, out=out, math=math)
-        except UnsupportedError:
-            _TORCH_CONV.add(key)
+    filters = other.shape if pass_ == "dgrad" else out.shape  # w's, or dw's
+    geo = (stride, padding, dilation)
+    if not _conv_falls_back(f"_conv2d_{pass_}", pass_, dy, math, groups, filters, geo, False):
+        return library(dy, other, size, *geometry, out=out, math=math)
     return _with_strides_of(out, fallback(dy, other, out, *geometry))
 
 

@@ -8,10 +8,14 @@ formulas that the GPU runs with pycutlass_rt's kernels (tests/gpu/test_torch_ops
 Skipped where torch is not installed (CI).
 """
 
+import functools
+import logging
 import os
 import subprocess
 import sys
+import types
 
+import catalog  # native/catalog.py: tests/conftest.py puts native/ on sys.path
 import pytest
 from helpers import hf_mlp, reference_linear, torch_activations
 
@@ -609,19 +613,102 @@ def test_hf_mlp_block_compiles_without_graph_breaks():
 
 # ---- the CUDA kernels' own code, on an emulated library ------------------------------------
 
+#: native/catalog.py's dtype words -> the dtype names pycutlass_rt.kernels() gives
+CATALOG_DTYPES = {
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "tf32": "tfloat32",
+    "f64": "float64",
+    "s8": "int8",
+    "s32": "int32",
+    "e4m3": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
+}
+GEMM_LAYOUTS = ("tn", "nn", "nt", "tt")
+
+
+@functools.cache
+def default_build():
+    """The default build's kernels (native/catalog.py's default tier), with the fields of
+    pycutlass_rt.kernels()' records that say what a kernel takes."""
+    return tuple(
+        types.SimpleNamespace(
+            index=i,
+            name=k.name,
+            op=k.op,
+            dtype_a=CATALOG_DTYPES[k.a],
+            dtype_d=CATALOG_DTYPES[k.d],
+            layout=k.layout,
+            epilogue=k.epilogue,
+            grouped=k.grouped,
+            scale_m="groups" if k.block else "none",
+        )
+        for i, k in enumerate(k for k in catalog.catalogue() if k.default)
+    )
+
+
+def kernel_dtype(dtype, math=None):
+    """The kernels' name of a torch dtype under ``math`` (float32 on TF32: "tfloat32")."""
+    name = str(dtype).split(".")[-1]
+    return "tfloat32" if name == "float32" and math == "tf32" else name
+
+
+class Build:
+    """The kernels of the emulated library: what the emulations run and refuse, and the
+    kernel list the operators' fallback decisions read (pycutlass_rt.torch._fallback). The
+    default build's, less what a test drops; strict mode off, no fallback taken yet."""
+
+    def __init__(self, monkeypatch):
+        self.kernels = list(default_build())
+        monkeypatch.setattr(pt._fallback, "_kernel_list", lambda: self.kernels)
+        monkeypatch.setattr(pt._fallback, "_COVERED", {})
+        for taken in ("_TORCH_MM", "_UNFUSED", "_TORCH_CONV"):
+            monkeypatch.setattr(pt._cuda, taken, set())
+        monkeypatch.delenv("PYCUTLASS_RT_STRICT", raising=False)
+
+    def drop(self, unwanted):
+        """A build without the kernels ``unwanted(kernel)`` is true of."""
+        self.kernels = [k for k in self.kernels if not unwanted(k)]
+        pt._fallback._COVERED.clear()
+
+    def has(self, op, dtype, out, layouts, fused=False):
+        """Whether a kernel of ``op`` takes ``dtype`` inputs to ``out`` in one of
+        ``layouts``, with a bias/activation epilogue where ``fused`` (the library's screen)."""
+        return any(
+            k.op == op
+            and k.dtype_a == dtype
+            and k.dtype_d == out
+            and k.layout in layouts
+            and not k.grouped
+            and k.scale_m == "none"
+            and (not fused or k.epilogue != "linear")
+            for k in self.kernels
+        )
+
+
+def fallbacks(caplog):
+    """The fallback records the operators logged (pycutlass_rt's logger, WARNING)."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "pycutlass_rt" and r.levelno == logging.WARNING
+    ]
+
 
 class Library:
     """pycutlass_rt.gemm and moe_gemm as torch on the CPU, with the library's rules that
     the CUDA kernels depend on: operands row- or column-major (the layout rule of
-    native/src/problem.cpp), bias/activation kernels for float16/bfloat16 only (the default
-    build), c broadcast views read, offsets as E end offsets."""
+    native/src/problem.cpp), a kernel of ``build`` for the dtypes, layout and epilogue (or
+    UnsupportedError, as the library's screen), c broadcast views read, offsets as E end
+    offsets. ``refuse(a, b, d)`` may refuse one problem (a message: UnsupportedError)."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, build=None, refuse=None):
         self.calls = []
+        self.build = build or Build(monkeypatch)
+        self.refuse = refuse
         monkeypatch.setattr(pt._cuda, "_gemm", self.gemm)
         monkeypatch.setattr(pt._cuda, "_moe_gemm", self.moe_gemm)
-        monkeypatch.setattr(pt._cuda, "_UNFUSED", set())
-        monkeypatch.setattr(pt._cuda, "_TORCH_MM", set())
 
     @staticmethod
     def layout(t, name):
@@ -650,8 +737,12 @@ class Library:
         assert not (a.requires_grad or b.requires_grad), "exported a tensor that needs grad"
         layout = self.layout(a, "a") + self.layout(b, "b")
         fused = bias is not None or activation is not None
-        if fused and a.dtype not in (torch.float16, BF16):
-            raise pcr_errors.UnsupportedError("no bias/activation kernel for these dtypes")
+        dtype, out = kernel_dtype(a.dtype, math), kernel_dtype(d.dtype)
+        if not self.build.has("gemm", dtype, out, (layout,), fused and scale_a is None):
+            raise pcr_errors.UnsupportedError(f"no {dtype} {layout} kernel (emulated build)")
+        why = self.refuse and self.refuse(a, b, d)
+        if why:
+            raise pcr_errors.UnsupportedError(why)
         self.calls.append((layout, fused))
         r = a.double() @ b.double()
         if scale_a is not None:
@@ -673,11 +764,11 @@ class Library:
         return out
 
 
-@pytest.mark.parametrize("dtype", [BF16, F64])
+@pytest.mark.parametrize("dtype", [BF16, torch.float32, F64])
 @pytest.mark.parametrize("act", ACTS)
-def test_cuda_linear_on_an_emulated_library(monkeypatch, dtype, act):
-    """The fused call where the build has the kernel; elsewhere the bias as a broadcast C
-    and the activation in place after, remembered so later calls go there directly."""
+def test_cuda_linear_on_an_emulated_library(monkeypatch, caplog, dtype, act):
+    """The fused call: the default build has bias/activation kernels for every float dtype
+    (float32 and float64 included)."""
     lib = Library(monkeypatch)
     x, w, b = torch.randn(2, 3, 16, dtype=dtype), torch.randn(8, 16, dtype=dtype), torch.randn(8)
     b = b.to(dtype)
@@ -686,14 +777,37 @@ def test_cuda_linear_on_an_emulated_library(monkeypatch, dtype, act):
         y = pt._cuda._linear_cuda(x, w.requires_grad_(), b, act)
         torch.testing.assert_close(y.double(), want, rtol=1e-2, atol=1e-2)
         assert y.shape == (2, 3, 8)
-    fused = dtype == BF16
-    assert lib.calls == [("tn", True)] * 2 if fused else lib.calls == [("tn", False)] * 2
-    assert bool(pt._cuda._UNFUSED) is not fused
+    assert lib.calls == [("tn", True)] * 2
+    assert not pt._cuda._UNFUSED and not fallbacks(caplog)
     y = pt._cuda._linear_cuda(x[..., ::2], w[:, ::2].detach(), None, None)  # steps: copied first
-    torch.testing.assert_close(y.double(), F.linear(x[..., ::2], w[:, ::2]).double())
+    want = F.linear(x[..., ::2].double(), w[:, ::2].double())
+    torch.testing.assert_close(y.double(), want, rtol=1e-2, atol=1e-2)
 
 
-def test_cuda_mm_and_grad_mm_on_an_emulated_library(monkeypatch):
+@pytest.mark.parametrize("act", ["gelu", None])
+def test_cuda_linear_unfused_where_the_build_has_no_fused_kernel(monkeypatch, caplog, act):
+    """A build without float64 bias/activation kernels: the bias as a broadcast C and the
+    activation in place after, logged once; bfloat16 stays fused."""
+    build = Build(monkeypatch)
+    build.drop(lambda k: k.dtype_a == "float64" and k.epilogue != "linear")
+    lib = Library(monkeypatch, build)
+    x, w, b = (
+        torch.randn(5, 16, dtype=F64),
+        torch.randn(8, 16, dtype=F64),
+        torch.randn(8, dtype=F64),
+    )
+    for _ in range(3):
+        y = pt._cuda._linear_cuda(x, w, b, act)
+        torch.testing.assert_close(y, TORCH_ACT[act](F.linear(x, w, b)))
+    assert lib.calls == [("tn", False)] * 3
+    assert pt._cuda._UNFUSED == {("linear", "float64", "tn")}
+    (record,) = fallbacks(caplog)
+    assert "pycutlass_rt::linear" in record and "float64 tn bias/activation" in record
+    pt._cuda._linear_cuda(x.to(BF16), w.to(BF16), b.to(BF16), act)
+    assert lib.calls[-1] == ("tn", True) and len(fallbacks(caplog)) == 1
+
+
+def test_cuda_mm_and_grad_mm_on_an_emulated_library(monkeypatch, caplog):
     lib = Library(monkeypatch)
     a, b = torch.randn(6, 4, dtype=F64), torch.randn(4, 5, dtype=F64)
     torch.testing.assert_close(pt._cuda._mm_cuda(a, b.t().contiguous().t()), a @ b)
@@ -704,15 +818,67 @@ def test_cuda_mm_and_grad_mm_on_an_emulated_library(monkeypatch):
     g = torch.randn(5, dtype=F64).expand(6, 5)  # a gradient of sum(): strides (0, 1)
     torch.testing.assert_close(pt._cuda._grad_mm_cuda(g, b.t()), g @ b.t())
     assert lib.calls[-1] == ("tn", False)  # g copied to a row-major matrix first
+    assert not pt._cuda._TORCH_MM and not fallbacks(caplog)
 
-    def refuse(*args, **kwargs):
-        raise pcr_errors.UnsupportedError("no kernel (test)")
 
-    monkeypatch.setattr(pt._cuda, "_gemm", refuse)
-    torch.testing.assert_close(pt._cuda._grad_mm_cuda(a, b), a @ b)  # torch.mm instead
-    assert (None, F64, True, True) in pt._cuda._TORCH_MM
-    with pytest.raises(pcr_errors.UnsupportedError):
-        pt._cuda._mm_cuda(a, b)  # the forward operator raises; only backward falls back
+def test_a_dtype_without_kernels_falls_back_to_torch_logged_once(monkeypatch, caplog):
+    """Backward GEMMs of a dtype the build has no kernel for run on torch.mm, logged once
+    per (operator, dtype, layout); the forward operator raises (it never falls back)."""
+    build = Build(monkeypatch)
+    build.drop(lambda k: k.dtype_a == "float64")
+    lib = Library(monkeypatch, build)
+    a, b = torch.randn(6, 4, dtype=F64), torch.randn(4, 5, dtype=F64)
+    for _ in range(3):
+        torch.testing.assert_close(pt._cuda._grad_mm_cuda(a, b), a @ b)  # torch.mm instead
+    assert lib.calls == [] and pt._cuda._TORCH_MM == {("_grad_mm", "float64", "tt")}
+    (record,) = fallbacks(caplog)
+    assert "pycutlass_rt::_grad_mm" in record and "float64 tt" in record and "torch.mm" in record
+    torch.testing.assert_close(pt._cuda._grad_mm_cuda(a, b.t().contiguous().t()), a @ b)
+    assert len(fallbacks(caplog)) == 2  # another layout: its own record
+    with pytest.raises(pcr_errors.UnsupportedError, match="no float64"):
+        pt._cuda._mm_cuda(a, b)
+    pt._cuda._grad_mm_cuda(a.float(), b.float())  # float32 kernels are there
+    assert lib.calls == [("tt", False)] and len(fallbacks(caplog)) == 2
+
+
+def test_a_refusal_for_one_problem_leaves_the_op_working(monkeypatch, caplog):
+    """The library refusing one problem (an over-large batch, a pinned kernel) raises for
+    that call alone: the next problem of the same dtype and layout runs on the library."""
+    lib = Library(monkeypatch, refuse=lambda a, b, d: a.shape[0] > 64 and "too large (test)")
+    big, small, w = torch.randn(100, 16), torch.randn(8, 16), torch.randn(16, 4)
+    weight = torch.randn(4, 16)  # nn.Linear's (N, K)
+    for _ in range(2):
+        with pytest.raises(pcr_errors.UnsupportedError, match="too large"):
+            pt._cuda._grad_mm_cuda(big, w)
+        torch.testing.assert_close(pt._cuda._grad_mm_cuda(small, w), small @ w)
+        with pytest.raises(pcr_errors.UnsupportedError, match="too large"):
+            pt._cuda._linear_cuda(big, weight, torch.randn(4), "relu")
+        y = pt._cuda._linear_cuda(small, weight, None, "relu")
+        torch.testing.assert_close(y, F.relu(F.linear(small, weight)))
+    assert lib.calls == [("tt", False), ("tn", True)] * 2
+    assert not (pt._cuda._TORCH_MM or pt._cuda._UNFUSED) and not fallbacks(caplog)
+
+
+def test_strict_mode_raises_where_the_ops_would_fall_back(monkeypatch, caplog):
+    """PYCUTLASS_RT_STRICT=1: no torch fallback and no unfused epilogue; the library's typed
+    error reaches the caller, for a dtype without kernels as for a refused problem."""
+    build = Build(monkeypatch)
+    build.drop(lambda k: k.dtype_a == "float64")
+    strict_says = "PYCUTLASS_RT_STRICT=1 requires a tuned cache (test)"
+    lib = Library(monkeypatch, build, refuse=lambda a, b, d: a.dtype == BF16 and strict_says)
+    monkeypatch.setenv("PYCUTLASS_RT_STRICT", "1")
+    a, b = torch.randn(6, 4, dtype=F64), torch.randn(4, 5, dtype=F64)
+    with pytest.raises(pcr_errors.UnsupportedError, match="no float64"):
+        pt._cuda._grad_mm_cuda(a, b)
+    with pytest.raises(pcr_errors.UnsupportedError, match="no float64"):
+        pt._cuda._linear_cuda(a, b.t(), None, "relu")
+    with pytest.raises(pcr_errors.UnsupportedError, match="PYCUTLASS_RT_STRICT"):
+        pt._cuda._grad_mm_cuda(a.to(BF16), b.to(BF16))
+    assert lib.calls == [] and not (pt._cuda._TORCH_MM or pt._cuda._UNFUSED)
+    assert not fallbacks(caplog)
+    monkeypatch.delenv("PYCUTLASS_RT_STRICT")
+    torch.testing.assert_close(pt._cuda._grad_mm_cuda(a, b), a @ b)  # now torch's
+    assert len(fallbacks(caplog)) == 1
 
 
 def test_cuda_scaled_and_grouped_on_an_emulated_library(monkeypatch):
@@ -1022,58 +1188,77 @@ def test_conv2d_dynamic_shapes_trace_once():
 class ConvLibrary:
     """pycutlass_rt.conv2d, conv2d_dgrad and conv2d_wgrad as torch on the CPU, with the
     library's rules that the CUDA implementations depend on: packed channels_last torch
-    tensors that need no gradient, an ``out`` to write, and no kernel for groups > 1 or
-    math="ieee" (UnsupportedError), as the default build."""
+    tensors that need no gradient, an ``out`` to write, and the routes of
+    pycutlass_rt._conv.run on the kernels of ``build``: a pointwise pass, a grouped one
+    (but depthwise, or a grouped fprop with a bias) and float32 at fp32 accuracy as GEMMs
+    (any layout), the rest on the pass's convolution kernels; where none takes it,
+    UnsupportedError. ``refuse(x_or_dy)`` may refuse one problem (a message)."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, build=None, refuse=None):
         self.calls = []
+        self.build = build or Build(monkeypatch)
+        self.refuse = refuse
         monkeypatch.setattr(pt._cuda, "_pcr_conv2d", self.fprop)
         monkeypatch.setattr(pt._cuda, "_pcr_conv2d_dgrad", self.dgrad)
         monkeypatch.setattr(pt._cuda, "_pcr_conv2d_wgrad", self.wgrad)
-        monkeypatch.setattr(pt._cuda, "_TORCH_CONV", set())
 
-    def take(self, op, groups, math, *tensors):
+    def route(self, op, image, filters, geo, math, bias, fused):
+        """How the library would run the pass: "gemm", "conv", or None (no kernel)."""
+        stride, padding, _, groups = geo
+        dtype, out = kernel_dtype(image.dtype, math), kernel_dtype(image.dtype)
+        gemm = self.build.has("gemm", dtype, out, GEMM_LAYOUTS, fused)
+        pointwise = tuple(filters[2:]) == (1, 1) and tuple(stride) == (1, 1)
+        if pointwise and tuple(padding) == (0, 0) and groups == 1 and gemm:
+            return "gemm"
+        if groups > 1:
+            takes = filters[1] > 1 and not (op == "fprop" and bias is not None)
+            return "gemm" if takes and gemm else None
+        if dtype == "float32" and gemm:  # math="ieee": the GEMM's 3xTF32 kernels, unfolded
+            return "gemm"
+        return "conv" if self.build.has(op, dtype, out, ("nhwc",), fused) else None
+
+    def take(self, op, image, filters, geo, math, tensors, bias=None, activation=None):
         for t in tensors:
             assert not t.requires_grad, "exported a tensor that needs grad"
             assert t.permute(0, 2, 3, 1).is_contiguous(), "not channels_last"
-        if groups != 1 or math == "ieee":
-            raise pcr_errors.UnsupportedError(f"no {op} kernel (test)")
+        fused = bias is not None or activation is not None
+        if self.route(op, image, filters, geo, math, bias, fused) is None:
+            raise pcr_errors.UnsupportedError(f"no {op} kernel (emulated build)")
+        why = self.refuse and self.refuse(tensors[0])
+        if why:
+            raise pcr_errors.UnsupportedError(why)
         self.calls.append((op, math))
 
     def fprop(self, x, w, bias, stride, padding, dilation, groups, *, activation, out, math):
-        self.take("fprop", groups, math, x, w, out)
+        geo = (stride, padding, dilation, groups)
+        self.take("fprop", x, w.shape, geo, math, (x, w, out), bias, activation)
         b = None if bias is None else bias.double()
         y = F.conv2d(x.double(), w.double(), b, stride, padding, dilation, groups)
         return out.copy_(TORCH_ACT[activation](y))
 
     def dgrad(self, dy, w, input_size, stride, padding, dilation, groups, *, out, math):
-        self.take("dgrad", groups, math, dy, w, out)
+        geo = (stride, padding, dilation, groups)
+        self.take("dgrad", dy, w.shape, geo, math, (dy, w, out))
         args = (input_size, w.double(), dy.double(), stride, padding, dilation, groups)
         return out.copy_(torch.nn.grad.conv2d_input(*args))
 
     def wgrad(self, dy, x, weight_size, stride, padding, dilation, groups, *, out, math):
-        self.take("wgrad", groups, math, dy, x, out)
+        geo = (stride, padding, dilation, groups)
+        self.take("wgrad", x, weight_size, geo, math, (dy, x, out))
         args = (x.double(), weight_size, dy.double(), stride, padding, dilation, groups)
         return out.copy_(torch.nn.grad.conv2d_weight(*args))
 
 
-@pytest.mark.parametrize("dtype", [BF16, torch.float32])
-@pytest.mark.parametrize("case", CONVS, ids=CONV_IDS)
-def test_cuda_conv2d_on_an_emulated_library(monkeypatch, case, dtype):
-    """Inputs made channels_last, one library call per pass into a channels_last output;
-    groups > 1 (no kernel) runs torch's convolution, remembered in _TORCH_CONV."""
-    lib = ConvLibrary(monkeypatch)
-    torch.manual_seed(3)
-    (x, w, b), geo = conv_case(case, dtype, channels_last=False)  # NCHW: copied first
-    args = tuple(geo.values())
-    grouped = geo["groups"] > 1
+def conv_passes(x, w, b, args, act="relu"):
+    """conv2d (twice), then its dgrad and wgrad, through the CUDA implementations, each
+    checked against torch's float64 result."""
     tol = dict(rtol=2e-2, atol=2e-2)
-    want = F.relu(F.conv2d(x.double(), w.double(), b.double(), **geo))
+    want = TORCH_ACT[act](F.conv2d(x.double(), w.double(), b.double(), *args))
     for _ in range(2):
-        y = pt._cuda._conv2d_cuda(x, w.requires_grad_(), b, *args, "relu")
+        y = pt._cuda._conv2d_cuda(x, w.requires_grad_(), b, *args, act)
         torch.testing.assert_close(y.double(), want, **tol)
-        assert y.dtype == dtype and is_channels_last(y)
-    dy = torch.randn(want.shape, dtype=dtype)
+        assert y.dtype == x.dtype and is_channels_last(y)
+    dy = torch.randn(want.shape, dtype=x.dtype)
     dx = pt._cuda._conv2d_dgrad_cuda(dy, w, list(x.shape), *args)
     dw = pt._cuda._conv2d_wgrad_cuda(dy, x, list(w.shape), *args)
     dx_want = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), *args)
@@ -1081,13 +1266,92 @@ def test_cuda_conv2d_on_an_emulated_library(monkeypatch, case, dtype):
     torch.testing.assert_close(dx.double(), dx_want, **tol)
     torch.testing.assert_close(dw.double(), dw_want, **tol)
     assert is_channels_last(dx) and is_channels_last(dw)
+
+
+#: the passes the default build runs on the library, by case and dtype (float32: on TF32,
+#: torch's default for convolutions): the rest run on torch's convolution
+DEFAULT_BUILD_PASSES = {
+    (BF16, "3x3"): ("fprop", "dgrad", "wgrad"),
+    (BF16, "stride2"): ("fprop", "dgrad", "wgrad"),
+    (BF16, "groups2-dilated"): ("dgrad", "wgrad"),  # a grouped fprop with a bias: none
+    (BF16, "1x1"): ("fprop", "dgrad", "wgrad"),
+    (torch.float32, "3x3"): (),  # no TF32 convolution kernel in the default build
+    (torch.float32, "stride2"): (),
+    (torch.float32, "groups2-dilated"): ("dgrad", "wgrad"),  # grouped: TF32 GEMM kernels
+    (torch.float32, "1x1"): ("fprop", "dgrad", "wgrad"),  # pointwise: TF32 GEMM kernels
+}
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float32])
+@pytest.mark.parametrize("case", CONVS, ids=CONV_IDS)
+def test_cuda_conv2d_on_an_emulated_library(monkeypatch, caplog, case, dtype):
+    """Inputs made channels_last, one library call per pass into a channels_last output,
+    where the default build has a kernel (or GEMM form) for the pass's dtype and form;
+    elsewhere torch's convolution, logged once per pass."""
+    lib = ConvLibrary(monkeypatch)
+    torch.manual_seed(3)
+    (x, w, b), geo = conv_case(case, dtype, channels_last=False)  # NCHW: copied first
+    conv_passes(x, w, b, tuple(geo.values()))
     math = "tf32" if dtype == torch.float32 else None
-    if grouped:
-        assert lib.calls == [] and len(pt._cuda._TORCH_CONV) == 3  # one key per pass
-        assert {k[0] for k in pt._cuda._TORCH_CONV} == {"fprop", "dgrad", "wgrad"}
-    else:
-        passes = ["fprop", "fprop", "dgrad", "wgrad"]
-        assert lib.calls == [(p, math) for p in passes] and not pt._cuda._TORCH_CONV
+    on_library = DEFAULT_BUILD_PASSES[dtype, CONV_IDS[CONVS.index(case)]]
+    calls = [("fprop", math)] * 2 if "fprop" in on_library else []
+    calls += [(p, math) for p in on_library if p != "fprop"]
+    assert lib.calls == calls
+    names = {"fprop": "conv2d", "dgrad": "_conv2d_dgrad", "wgrad": "_conv2d_wgrad"}
+    torch_passes = {names[p] for p in ("fprop", "dgrad", "wgrad") if p not in on_library}
+    assert {key[0] for key in pt._cuda._TORCH_CONV} == torch_passes
+    assert len(fallbacks(caplog)) == len(torch_passes)  # fprop ran twice: logged once
+
+
+def test_conv2d_without_a_kernel_for_the_dtype_or_form_falls_back_logged_once(monkeypatch, caplog):
+    """float64 (no convolution kernel) and a depthwise convolution (no kernel of any kind)
+    run on torch's convolution, each pass logged once; a pointwise float64 convolution is a
+    GEMM the build has."""
+    lib = ConvLibrary(monkeypatch)
+    (x, w, b), geo = conv_case(CONVS[0], F64)
+    for _ in range(2):
+        conv_passes(x, w, b, tuple(geo.values()))
+    assert lib.calls == []
+    assert pt._cuda._TORCH_CONV == {
+        ("conv2d", "float64", "nhwc"),
+        ("_conv2d_dgrad", "float64", "nhwc"),
+        ("_conv2d_wgrad", "float64", "nhwc"),
+    }
+    assert len(fallbacks(caplog)) == 3 and "torch's convolution" in fallbacks(caplog)[0]
+    (x, w, b), geo = conv_case(CONVS[3], F64)  # 1x1
+    conv_passes(x, w, b, tuple(geo.values()))
+    assert lib.calls == [("fprop", None)] * 2 + [("dgrad", None), ("wgrad", None)]
+    x = torch.randn(2, 8, 6, 6, dtype=BF16).contiguous(memory_format=CL)
+    w = torch.randn(8, 1, 3, 3, dtype=BF16).contiguous(memory_format=CL)
+    conv_passes(x, w, torch.randn(8, dtype=BF16), ((1, 1), (1, 1), (1, 1), 8))
+    assert len(lib.calls) == 4 and len(fallbacks(caplog)) == 6
+    assert ("conv2d", "bfloat16", "nhwc depthwise") in pt._cuda._TORCH_CONV
+
+
+def test_a_refused_convolution_leaves_the_op_working(monkeypatch, caplog):
+    """One convolution the library refuses (say its implicit GEMM is too large) raises; the
+    next of the same dtype and form runs on the library, and nothing falls back."""
+    lib = ConvLibrary(monkeypatch, refuse=lambda t: t.shape[0] > 2 and "too large (test)")
+    (x, w, b), geo = conv_case(CONVS[0], BF16)
+    args = tuple(geo.values())
+    big = torch.randn(3, *x.shape[1:], dtype=BF16).contiguous(memory_format=CL)
+    for _ in range(2):
+        with pytest.raises(pcr_errors.UnsupportedError, match="too large"):
+            pt._cuda._conv2d_cuda(big, w, b, *args, "relu")
+        pt._cuda._conv2d_cuda(x, w, b, *args, "relu")
+    assert lib.calls == [("fprop", None)] * 2
+    assert not pt._cuda._TORCH_CONV and not fallbacks(caplog)
+
+
+def test_strict_mode_runs_every_convolution_on_the_library(monkeypatch, caplog):
+    """PYCUTLASS_RT_STRICT=1: a float64 convolution raises the library's UnsupportedError
+    instead of running torch's."""
+    lib = ConvLibrary(monkeypatch)
+    monkeypatch.setenv("PYCUTLASS_RT_STRICT", "1")
+    (x, w, b), geo = conv_case(CONVS[0], F64)
+    with pytest.raises(pcr_errors.UnsupportedError, match="no fprop kernel"):
+        pt._cuda._conv2d_cuda(x, w, b, *geo.values(), "relu")
+    assert lib.calls == [] and not pt._cuda._TORCH_CONV and not fallbacks(caplog)
 
 
 # torch >= 2.9: once a program sets an fp32_precision, reading the legacy allow_tf32 raises,
@@ -1142,9 +1406,10 @@ def test_float32_math_reads_torchs_setting_old_or_new(setting, want):
     assert r.stdout.split() == want.split()
 
 
-def test_cuda_conv2d_float32_ieee_runs_torchs(monkeypatch):
-    """float32 with torch.backends.cudnn.allow_tf32 off asks for math="ieee" (no kernel):
-    torch's convolution runs it, remembered; tf32 problems keep the library."""
+def test_cuda_conv2d_float32_ieee_runs_the_gemm_kernels(monkeypatch, caplog):
+    """float32 with torch.backends.cudnn.allow_tf32 off asks for math="ieee": the library
+    runs it as GEMMs on the unfolded input (3xTF32 kernels), with TF32 on on the
+    convolution kernels' TF32 (none in the default build: torch's convolution then)."""
     lib = ConvLibrary(monkeypatch)
     (x, w, b), geo = conv_case(CONVS[0], torch.float32)
     args = tuple(geo.values())
@@ -1153,7 +1418,8 @@ def test_cuda_conv2d_float32_ieee_runs_torchs(monkeypatch):
         y = pt._cuda._conv2d_cuda(x, w, b, *args, "gelu")
         torch.testing.assert_close(y, F.gelu(F.conv2d(x, w, b, **geo)))
         assert is_channels_last(y)
-    assert lib.calls == [] and len(pt._cuda._TORCH_CONV) == 1
+    assert lib.calls == [("fprop", "ieee")] * 2 and not pt._cuda._TORCH_CONV
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     pt._cuda._conv2d_cuda(x, w, b, *args, "gelu")
-    assert lib.calls == [("fprop", "tf32")]
+    assert len(lib.calls) == 2 and pt._cuda._TORCH_CONV == {("conv2d", "tfloat32", "nhwc")}
+    assert len(fallbacks(caplog)) == 1

@@ -3,7 +3,12 @@ scaled_mm operators (fake, CPU, opcheck, torch.compile) and QuantLinear in each 
 format (its state_dict, loading a checkpoint's tensors as stored, accuracy against the
 dequantized layer, refusals). The CUDA side: tests/gpu/test_torch_quantized_gpu.py."""
 
+import logging
+import re
+
 import pytest
+
+from pycutlass_rt import errors as pcr_errors
 
 torch = pytest.importorskip("torch")
 pt = pytest.importorskip("pycutlass_rt.torch")
@@ -108,6 +113,42 @@ def test_opcheck_block_scaled_mm():
         (qx, qw.t(), sx, sw.t(), None, BF16, "gelu"),
         test_utils=NO_SCHEMA,
     )
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_scaled_mm_raises_each_refusal_and_never_falls_back(monkeypatch, caplog, strict):
+    """scaled_mm (QuantLinear's GEMM) has no torch fallback: what the library refuses for
+    one problem (here: over 64 rows; in strict mode, its missing tuned cache) raises
+    UnsupportedError for that call alone, and the next problem runs on the library."""
+    why = "PYCUTLASS_RT_STRICT=1 requires a tuned cache (test)" if strict else "too large (test)"
+    if strict:
+        monkeypatch.setenv("PYCUTLASS_RT_STRICT", "1")
+    else:
+        monkeypatch.delenv("PYCUTLASS_RT_STRICT", raising=False)
+    calls = []
+
+    def gemm(a, b, c, d, *, bias=None, scale_a=None, scale_b=None, activation=None):
+        """pycutlass_rt.gemm emulated by the CPU operator, refusing problems of over 64 rows."""
+        if a.shape[0] > 64:
+            raise pcr_errors.UnsupportedError(why)
+        calls.append(a.shape[0])
+        return d.copy_(pt._cpu._scaled_mm_cpu(a, b, scale_a, scale_b, bias, d.dtype, activation))
+
+    monkeypatch.setattr(pt._cuda, "_gemm", gemm)
+    for m in (100, 8, 100, 8):
+        x, w, qx, sx, qw, sw = block_problem(m, 256, 384)
+        args = (qx, qw.t(), sx, sw.t(), None, BF16, "gelu")
+        if m > 64:
+            with pytest.raises(pcr_errors.UnsupportedError, match=re.escape(why)):
+                pt._cuda._scaled_mm_cuda(*args)
+        else:
+            torch.testing.assert_close(
+                pt._cuda._scaled_mm_cuda(*args), pt._cpu._scaled_mm_cpu(*args)
+            )
+    assert calls == [8, 8]
+    assert not [
+        r for r in caplog.records if r.name == "pycutlass_rt" and r.levelno >= logging.WARNING
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["block_fp8", "fp8", "int8"])
