@@ -157,13 +157,13 @@ def conv2d(
         InvalidArgumentError: shapes that do not fit the geometry, non-packed tensors.
         UnsupportedError: no kernel of this build for the dtypes or the geometry.
 
-    Example:
-        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
-        >>> cl = torch.channels_last  # doctest: +SKIP
-        >>> x = torch.randn(8, 64, 56, 56, device="cuda", dtype=torch.float16).to(memory_format=cl)  # doctest: +SKIP
-        >>> w = torch.randn(128, 64, 3, 3, device="cuda", dtype=torch.float16).to(memory_format=cl)  # doctest: +SKIP
-        >>> y = pcr.conv2d(x, w, stride=2, padding=1, activation="relu")  # doctest: +SKIP
-        >>> y.shape  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt as pcr
+        >>> cl = torch.channels_last
+        >>> x = torch.randn(8, 64, 56, 56, device="cuda", dtype=torch.float16).to(memory_format=cl)
+        >>> w = torch.randn(128, 64, 3, 3, device="cuda", dtype=torch.float16).to(memory_format=cl)
+        >>> y = pcr.conv2d(x, w, stride=2, padding=1, activation="relu")
+        >>> y.shape
         torch.Size([8, 128, 28, 28])
     """
     geo = geometry(Op.OP_FPROP, stride, padding, dilation, groups)

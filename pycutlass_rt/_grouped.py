@@ -36,12 +36,13 @@ def grouped_gemm(As, Bs, Cs, Ds, alpha=1.0, beta=0.0, *, stream=None, kernel=Non
             dtypes, layouts or device (the message names the group).
         UnsupportedError: no grouped kernel in this build for the dtypes and layouts.
 
-    Example:
-        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
-        >>> As = [torch.randn(m, 512, device="cuda", dtype=torch.bfloat16) for m in (7, 300, 64)]  # doctest: +SKIP
-        >>> Bs = [torch.randn(512, 256, device="cuda", dtype=torch.bfloat16) for _ in As]  # doctest: +SKIP
-        >>> Ds = [torch.empty(a.shape[0], 256, device="cuda", dtype=torch.bfloat16) for a in As]  # doctest: +SKIP
-        >>> pcr.grouped_gemm(As, Bs, None, Ds)  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt as pcr
+        >>> As = [torch.randn(m, 512, device="cuda", dtype=torch.bfloat16) for m in (7, 300, 64)]
+        >>> Bs = [torch.randn(512, 256, device="cuda", dtype=torch.bfloat16) for _ in As]
+        >>> Ds = [torch.empty(a.shape[0], 256, device="cuda", dtype=torch.bfloat16) for a in As]
+        >>> [tuple(d.shape) for d in pcr.grouped_gemm(As, Bs, None, Ds)]  # returns Ds
+        [(7, 256), (300, 256), (64, 256)]
     """
     lib = _lib.load()
     alpha, beta = _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta")
@@ -94,12 +95,14 @@ def moe_gemm(x, w, offsets, out, alpha=1.0, *, stream=None, kernel=None):
     Returns:
         ``out``.
 
-    Example:
-        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
-        >>> x = torch.randn(1000, 1024, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> w = torch.randn(8, 1024, 512, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> ends = torch.tensor([100, 100, 400, 420, 700, 800, 990, 1000], device="cuda", dtype=torch.int32)  # doctest: +SKIP
-        >>> out = pcr.moe_gemm(x, w, ends, torch.empty(1000, 512, device="cuda", dtype=torch.bfloat16))  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt as pcr
+        >>> x = torch.randn(1000, 1024, device="cuda", dtype=torch.bfloat16)
+        >>> w = torch.randn(8, 1024, 512, device="cuda", dtype=torch.bfloat16)
+        >>> ends = torch.tensor([100, 100, 400, 420, 700, 800, 990, 1000], device="cuda", dtype=torch.int32)
+        >>> out = pcr.moe_gemm(x, w, ends, torch.empty(1000, 512, device="cuda", dtype=torch.bfloat16))
+        >>> out.shape
+        torch.Size([1000, 512])
     """
     lib = _lib.load()
     alpha = _call.scalar(alpha, "alpha")

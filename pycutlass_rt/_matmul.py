@@ -54,11 +54,11 @@ def matmul(
             dtype is not ``out_dtype``; and whatever :func:`gemm` raises.
         DTypeError: an ``out_dtype`` the library has no name for.
 
-    Example:
-        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
-        >>> a = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> w = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> pcr.matmul(a, w.t(), activation="gelu").shape  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt as pcr
+        >>> a = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+        >>> w = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)
+        >>> pcr.matmul(a, w.t(), activation="gelu").shape
         torch.Size([64, 256])
     """
     a_shape, b_shape = tuple(getattr(a, "shape", ())), tuple(getattr(b, "shape", ()))

@@ -42,13 +42,17 @@ class Gemm:
     Raises:
         The errors of :func:`pycutlass_rt.gemm`; InvalidArgumentError for host arrays.
 
-    Example:
-        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
-        >>> a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> d = torch.empty_like(a)  # doctest: +SKIP
-        >>> plan = pcr.Gemm(a, a, None, d)  # doctest: +SKIP
-        >>> plan.run()  # d = a @ a on torch's current stream  # doctest: +SKIP
-        >>> plan(a, a.clone(), None, d)  # same problem, other tensors  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt as pcr
+        >>> a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+        >>> d = torch.empty_like(a)
+        >>> plan = pcr.Gemm(a, a, None, d)
+        >>> plan.shape
+        (64, 64, 64)
+        >>> plan.run()  # d = a @ a on torch's current stream
+        >>> d = plan(a, a.clone(), None, d)  # same problem, other tensors; returns d
+        >>> with pcr.Gemm(a, a, None, d) as plan:  # closed when the block ends
+        ...     plan.run()
     """
 
     _handle = None

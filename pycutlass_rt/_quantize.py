@@ -71,13 +71,18 @@ def quantize(
         UnsupportedError: an output this framework cannot make (cupy has no fp8: pass
             ``out=``), or host arrays.
 
-    Example:
-        >>> import torch, pycutlass_rt as pcr  # doctest: +SKIP
-        >>> x = torch.randn(4096, 7168, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> q, s = pcr.quantize(x)  # e4m3, per token and 128 of K: s is (4096, 56)  # doctest: +SKIP
-        >>> w8, ws = pcr.quantize(w, granularity="block")  # a weight, 128x128 blocks  # doctest: +SKIP
-        >>> y = torch.empty(4096, w.shape[0], device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> pcr.gemm(q, w8.t(), None, y, scale_a=s, scale_b=ws.t())  # doctest: +SKIP
+    Example (on a GPU with block-scaled fp8 kernels):
+        >>> import torch, pycutlass_rt as pcr
+        >>> x = torch.randn(4096, 7168, device="cuda", dtype=torch.bfloat16)
+        >>> q, s = pcr.quantize(x)  # e4m3, per token and 128 of K
+        >>> q.dtype, tuple(s.shape)
+        (torch.float8_e4m3fn, (4096, 56))
+        >>> w = torch.randn(2048, 7168, device="cuda", dtype=torch.bfloat16)  # (N, K)
+        >>> w8, ws = pcr.quantize(w, granularity="block")  # a weight, 128x128 blocks
+        >>> tuple(ws.shape)
+        (16, 56)
+        >>> y = torch.empty(4096, w.shape[0], device="cuda", dtype=torch.bfloat16)
+        >>> y = pcr.gemm(q, w8.t(), None, y, scale_a=s, scale_b=ws.t())  # ~ x @ w.T
     """
     gran = GRANULARITIES.get(granularity) if isinstance(granularity, str) else None
     if gran is None:

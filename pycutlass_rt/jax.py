@@ -299,16 +299,16 @@ def gemm(
         InvalidArgumentError: shapes that do not match, or a bad activation.
         DTypeError: a dtype the library does not take, or a and b of different dtypes.
 
-    Example:
-        >>> import jax, jax.numpy as jnp, pycutlass_rt.jax as pcr_jax  # doctest: +SKIP
-        >>> a = jnp.ones((128, 64), jnp.bfloat16); b = jnp.ones((64, 32), jnp.bfloat16)  # doctest: +SKIP
-        >>> pcr_jax.gemm(a, b)[0, :4]  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import jax, jax.numpy as jnp, pycutlass_rt.jax as pcr_jax
+        >>> a = jnp.ones((128, 64), jnp.bfloat16); b = jnp.ones((64, 32), jnp.bfloat16)
+        >>> pcr_jax.gemm(a, b)[0, :4]
         Array([64, 64, 64, 64], dtype=bfloat16)
-        >>> f = jax.jit(lambda a, b, c: pcr_jax.gemm(a, b, c, alpha=2.0, beta=1.0))  # doctest: +SKIP
-        >>> f(a, b, jnp.ones((128, 32), jnp.bfloat16))[0, 0]  # doctest: +SKIP
+        >>> f = jax.jit(lambda a, b, c: pcr_jax.gemm(a, b, c, alpha=2.0, beta=1.0))
+        >>> f(a, b, jnp.ones((128, 32), jnp.bfloat16))[0, 0]
         Array(129, dtype=bfloat16)
-        >>> x = jnp.ones((8, 128, 64), jnp.bfloat16)  # doctest: +SKIP
-        >>> jax.vmap(pcr_jax.gemm, in_axes=(0, None))(x, b).shape  # doctest: +SKIP
+        >>> x = jnp.ones((8, 128, 64), jnp.bfloat16)
+        >>> jax.vmap(pcr_jax.gemm, in_axes=(0, None))(x, b).shape
         (8, 128, 32)
     """
     _register()
@@ -422,13 +422,13 @@ def linear(x: Any, w: Any, bias: Any = None, activation: str | tuple | None = No
     Raises:
         UnsupportedError, InvalidArgumentError, DTypeError: as :func:`gemm`.
 
-    Example:
-        >>> import jax, jax.numpy as jnp, pycutlass_rt.jax as pcr_jax  # doctest: +SKIP
-        >>> x = jnp.ones((4, 16, 256), jnp.bfloat16); w = jnp.ones((512, 256), jnp.bfloat16)  # doctest: +SKIP
-        >>> bias = jnp.zeros((512,), jnp.bfloat16)  # doctest: +SKIP
-        >>> y = jax.jit(pcr_jax.linear, static_argnames="activation")(  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import jax, jax.numpy as jnp, pycutlass_rt.jax as pcr_jax
+        >>> x = jnp.ones((4, 16, 256), jnp.bfloat16); w = jnp.ones((512, 256), jnp.bfloat16)
+        >>> bias = jnp.zeros((512,), jnp.bfloat16)
+        >>> y = jax.jit(pcr_jax.linear, static_argnames="activation")(
         ...     x, w, bias, activation="gelu")
-        >>> y.shape  # doctest: +SKIP
+        >>> y.shape
         (4, 16, 512)
     """
     _register()

@@ -1,6 +1,36 @@
-"""Helpers shared by the CPU and GPU test trees."""
+"""Helpers shared by the CPU and GPU test trees.
+
+Without a GPU (or torch, or jax) the GPU suite skips, saying why. The GPU runs set
+``PYCUTLASS_RT_REQUIRE_GPU=1`` (:data:`REQUIRE_GPU`): then whatever would have skipped it
+for the environment's sake (no GPU, a broken driver, no torch, no jax or no JAX handler
+in the library, a build with no kernel for this GPU) is an error instead
+(:func:`environment_skip`, tests/gpu/conftest.py), and only what the build genuinely
+lacks still skips (:func:`require`).
+"""
 
 import functools
+import os
+import re
+
+#: the GPU runs' switch: set (to anything but "", "0", "false", "no" or "off"), a GPU suite
+#: that cannot run here in full fails instead of skipping
+REQUIRE_GPU = "PYCUTLASS_RT_REQUIRE_GPU"
+
+
+def require_gpu_mode():
+    """Whether ``PYCUTLASS_RT_REQUIRE_GPU`` is set: a GPU, torch and jax must be usable."""
+    value = os.environ.get(REQUIRE_GPU, "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
+
+
+def environment_skip(reason):
+    """Skips the calling test for a reason of this machine's (no GPU, no framework), or
+    under ``PYCUTLASS_RT_REQUIRE_GPU=1`` fails it with that reason."""
+    import pytest
+
+    if require_gpu_mode():
+        pytest.fail(f"{REQUIRE_GPU}=1, but {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 @functools.cache
@@ -12,9 +42,78 @@ def gpu_reason():
         info = pcr.info()
     except pcr.LibraryError as e:
         return f"library not loadable: {e}"
+    except pcr.Error as e:  # a driver that answers the device count but not the devices
+        return f"the GPUs cannot be queried: {e}"
     if not info["devices"]:
         return f"no usable GPU: {info['device_error']}"
     return None
+
+
+@functools.cache
+def torch_reason():
+    """None when torch can run the GPU suite's tensors and references (it imports and sees
+    a CUDA device), else why not."""
+    try:
+        import torch
+    except ImportError as e:
+        return f"the GPU suite uses torch for references and tensors; torch is not importable ({e})"
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        return f"torch {torch.__version__} ({build}) sees no CUDA device"
+    return None
+
+
+@functools.cache
+def jax_reason():
+    """None when pycutlass_rt.jax can run here (jax imports and sees a CUDA device, and the
+    library holds the JAX handler: ``info()["build"]["jax_handler"]``), else why not."""
+    # JAX takes 75% of the GPU when its backend starts unless told not to; the rest of the
+    # suite (torch) needs it
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+    except ImportError as e:
+        return f"jax is not importable ({e}): pip install 'jax[cuda13]'"
+    import pycutlass_rt as pcr
+    import pycutlass_rt.jax as pcr_jax
+
+    try:
+        handler = pcr.info()["build"].get("jax_handler") or {"built": False}
+    except pcr.Error as e:
+        return f"library not loadable: {e}"
+    if not handler.get("built") or not pcr_jax.available():
+        return (
+            f"the library has no JAX handler ({pcr_jax.SYMBOL}; build info {handler}): "
+            "rebuild it without PYCUTLASS_RT_XLA_FFI_INCLUDE=OFF"
+        )
+    try:
+        jax.devices("cuda")
+    except RuntimeError as e:
+        return f"jax {jax.__version__} sees no CUDA device ({e}): pip install 'jax[cuda13]'"
+    return None
+
+
+def gpu_suite_reasons():
+    """Why the GPU suite cannot run here in full, one reason a line ([]: it can): no GPU,
+    torch's and jax's reasons, a torch too old for pycutlass_rt.torch, no kernel of the
+    build for GPU 0."""
+    reasons = [r for r in (gpu_reason(), torch_reason(), jax_reason()) if r]
+    if torch_reason() is None:
+        import torch
+
+        major, minor = (int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+        if (major, minor) < (2, 4):
+            reasons.append(f"torch {torch.__version__} is older than pycutlass_rt.torch's 2.4")
+    if gpu_reason() is None:
+        import pycutlass_rt as pcr
+
+        dev = pcr.info()["devices"][0]
+        if not dev["kernels_runnable"]:
+            reasons.append(
+                f"no kernel of this build runs on GPU 0 ({dev['name']}, compute capability "
+                f"{dev['cc']}): build for its arch (PYCUTLASS_RT_ARCHS)"
+            )
+    return reasons
 
 
 def runnable_kernels(kind=None, grouped=False, op="gemm"):
@@ -24,19 +123,35 @@ def runnable_kernels(kind=None, grouped=False, op="gemm"):
     (one per family and split, say). ``grouped``: the grouped kernels instead of the
     others (they take pycutlass_rt.grouped_gemm / moe_gemm problems only). ``op``: the
     GEMM kernels, or a convolution pass's ("fprop", "dgrad", "wgrad"; None: every pass).
+
+    Under ``PYCUTLASS_RT_REQUIRE_GPU=1``, no GPU (rather than []) or a driver that cannot
+    say whether a kernel runs fails the calling test (or the collection of its module).
     """
     import ctypes
 
     import pycutlass_rt as pcr
 
-    if gpu_reason() is not None:
+    reason = gpu_reason()
+    if reason is not None:
+        if require_gpu_mode():
+            import pytest
+
+            pytest.fail(f"{REQUIRE_GPU}=1, but {reason}", pytrace=False)
         return []
     lib, seen, out = pcr._lib.load(), set(), []
     for k in pcr.kernels():
         if k.grouped != grouped or (k.op != op if op else k.op == "gemm"):
             continue
         runs = ctypes.c_int32()
-        if lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs)) != 0 or not runs.value:
+        st = lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs))
+        if st != 0 and require_gpu_mode():
+            import pytest
+
+            pytest.fail(
+                f"{REQUIRE_GPU}=1, but whether {k.name} runs on GPU 0 is unknown: {lib.error(st)}",
+                pytrace=False,
+            )
+        if st != 0 or not runs.value:
             continue
         if kind is not None:
             if kind(k) in seen:
@@ -55,13 +170,15 @@ def canonical_layout(la, lb, ld="t"):
     return la + lb if ld == "t" else FLIP[lb] + FLIP[la]
 
 
-def require(dtype, out=None, layout=None, epilogue="linear", any_alignment=False, op="gemm"):
-    """Skips the calling GPU test unless this build holds a kernel that runs here for
-    ``dtype`` inputs into ``out`` (default: ``dtype``), in the canonical ``layout`` ("tn",
-    ...; None: any), with ``epilogue`` or one that computes it, and (``any_alignment``)
-    reading operands of any alignment, for ``op`` (a GEMM, or a convolution pass: "fprop",
-    "dgrad", "wgrad"): tests ask the build what it holds before they run (development
-    builds filter kernels).
+def missing_kernel(
+    dtype, out=None, layout=None, epilogue="linear", any_alignment=False, op="gemm", scales=None
+):
+    """None where this build holds a kernel that runs here for ``dtype`` inputs into
+    ``out`` (default: ``dtype``), in the canonical ``layout`` ("tn", ...; None: any), with
+    ``epilogue`` or one that computes it, and (``any_alignment``) reading operands of any
+    alignment, for ``op`` (a GEMM, or a convolution pass: "fprop", "dgrad", "wgrad"),
+    reading ``scales`` (None: any; else ``(scale_m, scale_n)``, ("groups", "blocks") for
+    fp8 block scales); else what is missing. Asks the kernel list only (nothing runs).
 
     ``dtype`` and ``out`` are library dtype names or torch dtypes.
     """
@@ -80,14 +197,33 @@ def require(dtype, out=None, layout=None, epilogue="linear", any_alignment=False
             and (layout is None or k.layout == layout)
             and epilogue_serves(Epilogue.from_token(k.epilogue), need)
             and (not any_alignment or max(k.align) == 1)
+            and (scales is None or (k.scale_m, k.scale_n) == tuple(scales))
         ):
-            return
-    import pytest
-
+            return None
     where = f" in layout {layout}" if layout else ""
     where += " for operands of any alignment" if any_alignment else ""
+    where += f" with {scales[0]}/{scales[1]} scales" if scales else ""
     what = epilogue if op == "gemm" else f"{epilogue} {op}"
-    pytest.skip(f"no {what} kernel for {dtype} -> {out}{where} in this build runs here")
+    return f"no {what} kernel for {dtype} -> {out}{where} in this build runs here"
+
+
+def require(
+    dtype, out=None, layout=None, epilogue="linear", any_alignment=False, op="gemm", scales=None
+):
+    """Skips the calling GPU test unless this build holds a kernel that runs here for the
+    problem :func:`missing_kernel` describes: tests ask the build what it holds before
+    they run (development builds filter kernels), and never turn a call's refusal into a
+    skip, so a refusal past this check fails the test.
+
+    Skips only for what the build lacks (or holds for other GPUs only); without a GPU it
+    skips too, but under ``PYCUTLASS_RT_REQUIRE_GPU=1`` that fails the test instead
+    (:func:`runnable_kernels`).
+    """
+    missing = missing_kernel(dtype, out, layout, epilogue, any_alignment, op, scales)
+    if missing is not None:
+        import pytest
+
+        pytest.skip(missing)
 
 
 def torch_dtype(name):

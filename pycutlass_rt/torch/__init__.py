@@ -49,9 +49,13 @@ Example:
     >>> lin = pt.Linear(64, 32, activation="gelu")
     >>> sorted(lin.state_dict()) == sorted(torch.nn.Linear(64, 32).state_dict())
     True
-    >>> x = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-    >>> y = pt.linear(x, lin.weight.cuda().bfloat16(), activation="silu")  # doctest: +SKIP
-    >>> f = torch.compile(lambda x, w: pt.linear(x, w, None, "gelu"), fullgraph=True)  # doctest: +SKIP
+
+Example (on a GPU):
+    >>> x = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)
+    >>> y = pt.linear(x, lin.weight.cuda().bfloat16(), activation="silu")
+    >>> y.shape, y.dtype
+    (torch.Size([8, 32]), torch.bfloat16)
+    >>> f = torch.compile(lambda x, w: pt.linear(x, w, None, "gelu"), fullgraph=True)
 """
 
 # isort: off

@@ -46,11 +46,11 @@ def mm(a, b, *, out=None):
         RuntimeError: shapes, dtypes or devices that do not fit.
         UnsupportedError: no kernel of this build for the dtype and layout.
 
-    Example:
-        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
-        >>> a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)  # doctest: +SKIP
-        >>> b = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> pt.mm(a, b).sum().backward()  # a.grad: a GEMM of the library  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt.torch as pt
+        >>> a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        >>> b = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16)
+        >>> pt.mm(a, b).sum().backward()  # a.grad: a GEMM of the library
     """
     if out is None:
         return _mm(a, b)
@@ -82,11 +82,11 @@ def linear(x, weight, bias=None, activation=None):
     Returns:
         (..., N) tensor of x's dtype.
 
-    Example:
-        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
-        >>> x = torch.randn(4, 128, 1024, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> w = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> pt.linear(x, w, None, "silu").shape  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt.torch as pt
+        >>> x = torch.randn(4, 128, 1024, device="cuda", dtype=torch.bfloat16)
+        >>> w = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+        >>> pt.linear(x, w, None, "silu").shape
         torch.Size([4, 128, 4096])
     """
     return _fused_unless_kept(_linear, activation, x, weight, bias)
@@ -114,12 +114,14 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None
     Returns:
         (M, N) tensor of ``out_dtype``.
 
-    Example:
-        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
-        >>> a = torch.randn(64, 128, device="cuda").to(torch.float8_e4m3fn)  # doctest: +SKIP
-        >>> w = torch.randn(32, 128, device="cuda").to(torch.float8_e4m3fn)  # doctest: +SKIP
-        >>> sa = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")  # doctest: +SKIP
-        >>> pt.scaled_mm(a, w.t(), sa, sw, out_dtype=torch.bfloat16)  # doctest: +SKIP
+    Example (on a GPU with fp8 kernels):
+        >>> import torch, pycutlass_rt.torch as pt
+        >>> a = torch.randn(64, 128, device="cuda").to(torch.float8_e4m3fn)
+        >>> w = torch.randn(32, 128, device="cuda").to(torch.float8_e4m3fn)
+        >>> sa = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")
+        >>> y = pt.scaled_mm(a, w.t(), sa, sw, out_dtype=torch.bfloat16)
+        >>> y.shape, y.dtype
+        (torch.Size([64, 32]), torch.bfloat16)
     """
     return _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation)
 
@@ -166,12 +168,12 @@ def grouped_mm(x, w, offs):
     Returns:
         (T, N) tensor of x's dtype.
 
-    Example:
-        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
-        >>> x = torch.randn(1000, 1024, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> w = torch.randn(8, 1024, 512, device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP
-        >>> offs = torch.tensor([100, 100, 400, 420, 700, 800, 990, 1000], device="cuda", dtype=torch.int32)  # doctest: +SKIP
-        >>> pt.grouped_mm(x, w, offs).shape  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt.torch as pt
+        >>> x = torch.randn(1000, 1024, device="cuda", dtype=torch.bfloat16)
+        >>> w = torch.randn(8, 1024, 512, device="cuda", dtype=torch.bfloat16)
+        >>> offs = torch.tensor([100, 100, 400, 420, 700, 800, 990, 1000], device="cuda", dtype=torch.int32)
+        >>> pt.grouped_mm(x, w, offs).shape
         torch.Size([1000, 512])
     """
     return _grouped_mm(x, w, offs)
@@ -214,12 +216,12 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
             its dtype and form (an implicit GEMM too large, a pinned kernel that cannot
             take it), or any problem without a kernel under ``PYCUTLASS_RT_STRICT=1``.
 
-    Example:
-        >>> import torch, pycutlass_rt.torch as pt  # doctest: +SKIP
-        >>> cl = torch.channels_last  # doctest: +SKIP
-        >>> x = torch.randn(8, 64, 56, 56, device="cuda", dtype=torch.float16).to(memory_format=cl)  # doctest: +SKIP
-        >>> w = torch.randn(128, 64, 3, 3, device="cuda", dtype=torch.float16).to(memory_format=cl)  # doctest: +SKIP
-        >>> pt.conv2d(x, w, None, stride=2, padding=1, activation="relu").shape  # doctest: +SKIP
+    Example (on a GPU):
+        >>> import torch, pycutlass_rt.torch as pt
+        >>> cl = torch.channels_last
+        >>> x = torch.randn(8, 64, 56, 56, device="cuda", dtype=torch.float16).to(memory_format=cl)
+        >>> w = torch.randn(128, 64, 3, 3, device="cuda", dtype=torch.float16).to(memory_format=cl)
+        >>> pt.conv2d(x, w, None, stride=2, padding=1, activation="relu").shape
         torch.Size([8, 128, 28, 28])
     """
     geometry = (stride, padding, dilation, groups)

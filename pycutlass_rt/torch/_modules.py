@@ -30,8 +30,10 @@ class Linear(nn.Linear):
         >>> lin = pt.Linear(1024, 4096, activation="silu")
         >>> lin
         Linear(in_features=1024, out_features=4096, bias=True, activation='silu')
-        >>> lin = lin.to("cuda", torch.bfloat16)  # doctest: +SKIP
-        >>> lin(torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)).shape  # doctest: +SKIP
+
+    Example (on a GPU):
+        >>> lin = lin.to("cuda", torch.bfloat16)
+        >>> lin(torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)).shape
         torch.Size([8, 4096])
     """
 

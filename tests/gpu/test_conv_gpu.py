@@ -77,6 +77,20 @@ def need(op, epilogue="linear"):
     require(torch.float16, epilogue=epilogue, op=op)
 
 
+#: the canonical layout of the GEMM that runs a pass as a GEMM (pointwise, or on the
+#: unfolded operands), its matrices packed: fprop x (or its unfolding) @ w^T ("tn"), dgrad
+#: dy @ w ("tt"), wgrad dy^T @ x (or its unfolding) ("nt")
+GEMM_LAYOUT = {"fprop": "tn", "dgrad": "tt", "wgrad": "nt"}
+
+
+def need_gemm(op, dtype=torch.float16, epilogue="linear", any_alignment=False):
+    """Skips unless the build holds a GEMM kernel that runs ``op``'s GEMM form here (asked
+    of the kernel list before the call: a refusal past this fails the test). An unbatched
+    GEMM's misaligned operands are staged through aligned scratch, so any kernel of the
+    layout takes it; a batched one (groups) with misaligned groups needs ``any_alignment``."""
+    require(dtype, layout=GEMM_LAYOUT[op], epilogue=epilogue, any_alignment=any_alignment)
+
+
 @pytest.mark.parametrize(
     "stride,padding,dilation",
     [(1, 0, 1), (1, 1, 1), (2, 1, 1), (2, 3, 1), ((1, 2), (0, 2), 1), (1, 2, 2), (3, 0, 1)],
@@ -193,26 +207,22 @@ def test_graph_capture_replays_the_call():
 def test_pointwise_convolutions_run_on_gemm_kernels(op):
     """1x1 convolutions at unit stride are GEMMs on the flat NHWC views: a GEMM kernel runs
     them (explain says so), with torch's results."""
-    if not runnable_kernels(lambda k: (k.dtype_a, k.layout)):
-        pytest.skip("no GEMM kernel of this build runs here")
+    need_gemm(op)
     g = torch.Generator(device="cpu").manual_seed(11)
     x = torch.randn(4, 64, 12, 10, generator=g).half().cuda().contiguous(memory_format=CL)
     w = torch.randn(96, 64, 1, 1, generator=g).half().cuda().contiguous(memory_format=CL) / 8
     dy = torch.randn(4, 96, 12, 10, generator=g).half().cuda().contiguous(memory_format=CL)
-    try:
-        if op == "fprop":
-            told = pcr.conv2d(x, w, explain=True)
-            got, ref = pcr.conv2d(x, w), F.conv2d(x.float(), w.float())
-        elif op == "dgrad":
-            told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True)
-            got = pcr.conv2d_dgrad(dy, w, input_size=x.shape)
-            ref = torch.nn.grad.conv2d_input(x.shape, w.float(), dy.float())
-        else:
-            told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True)
-            got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape)
-            ref = torch.nn.grad.conv2d_weight(x.float(), w.shape, dy.float())
-    except pcr.UnsupportedError as e:
-        pytest.skip(f"no float16 GEMM kernel of this build takes it: {e}")
+    if op == "fprop":
+        told = pcr.conv2d(x, w, explain=True)
+        got, ref = pcr.conv2d(x, w), F.conv2d(x.float(), w.float())
+    elif op == "dgrad":
+        told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True)
+        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape)
+        ref = torch.nn.grad.conv2d_input(x.shape, w.float(), dy.float())
+    else:
+        told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True)
+        got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape)
+        ref = torch.nn.grad.conv2d_weight(x.float(), w.shape, dy.float())
     assert told.kernel and f"_{op}_" not in told.kernel, told
     assert any("pointwise" in note for note in told.notes)
     assert (got.float() - ref).norm() / ref.norm() < 2e-3
@@ -231,6 +241,7 @@ FEW_CHANNELS = {  # (c, h, w, k, r, s, stride, padding): stems and a patch embed
 def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(case, op, dtype):
     """Channels short of 16 bytes: the input unfolded (im2col) on the GPU, one GEMM kernel
     (explain says so), torch's results; fprop with its bias and activation fused."""
+    need_gemm(op, dtype, epilogue="biasact" if op == "fprop" else "linear")
     c, h, w_, k, r, s, stride, padding = FEW_CHANNELS[case]
     x = nchw(2, c, h, w_, dtype, seed=5)
     w = nchw(k, c, r, s, dtype, seed=6)
@@ -238,21 +249,18 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(case, op, 
     geo = dict(stride=stride, padding=padding)
     y_ref = F.conv2d(x.double(), w.double(), **geo)
     dy = nchw(*y_ref.shape, dtype, seed=7)
-    try:
-        if op == "fprop":
-            told = pcr.conv2d(x, w, bias, activation="relu", explain=True, **geo)
-            got = pcr.conv2d(x, w, bias, activation="relu", **geo)
-            ref = torch.relu(y_ref + bias.double()[None, :, None, None])
-        elif op == "dgrad":
-            told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True, **geo)
-            got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, alpha=2.0, beta=1.0, c=x, **geo)
-            ref = 2 * torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo) + x
-        else:
-            told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True, **geo)
-            got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
-            ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **geo)
-    except pcr.UnsupportedError as e:
-        pytest.skip(f"no {dtype} GEMM kernel of this build takes it: {e}")
+    if op == "fprop":
+        told = pcr.conv2d(x, w, bias, activation="relu", explain=True, **geo)
+        got = pcr.conv2d(x, w, bias, activation="relu", **geo)
+        ref = torch.relu(y_ref + bias.double()[None, :, None, None])
+    elif op == "dgrad":
+        told = pcr.conv2d_dgrad(dy, w, input_size=x.shape, explain=True, **geo)
+        got = pcr.conv2d_dgrad(dy, w, input_size=x.shape, alpha=2.0, beta=1.0, c=x, **geo)
+        ref = 2 * torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **geo) + x
+    else:
+        told = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, explain=True, **geo)
+        got = pcr.conv2d_wgrad(dy, x, weight_size=w.shape, **geo)
+        ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **geo)
     assert told.kernel and f"_{op}_" not in told.kernel, told
     assert any("im2col" in note for note in told.notes), told.notes
     err = (got.double() - ref).norm() / ref.norm()
@@ -263,14 +271,12 @@ def test_few_channel_convolutions_run_as_a_gemm_on_the_unfolded_input(case, op, 
 def test_strided_dilated_dgrad_runs_as_a_gemm_folded_back(dtype):
     """dgrad both strided and dilated (no convolution kernel takes it): dy @ w into the
     unfolded gradient, folded back into dx (col2im), torch's result."""
+    need_gemm("dgrad", dtype)
     x = nchw(2, 16, 17, 15, dtype, seed=8)
     w = nchw(24, 16, 3, 3, dtype, seed=9)
     geo = dict(stride=2, padding=2, dilation=2)
     dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, dtype, seed=10)
-    try:
-        got, ref = pass_and_reference("dgrad", x, w, dy, **geo)
-    except pcr.UnsupportedError as e:
-        pytest.skip(f"no {dtype} GEMM kernel of this build takes it: {e}")
+    got, ref = pass_and_reference("dgrad", x, w, dy, **geo)
     assert (got.double() - ref).norm() / ref.norm() < 1e-2
 
 
@@ -278,15 +284,15 @@ def test_strided_dilated_dgrad_runs_as_a_gemm_folded_back(dtype):
 @pytest.mark.parametrize("groups", [2, 4])
 def test_grouped_convolutions_run_as_batched_gemms(op, groups):
     """groups > 1 (not depthwise): one GEMM per group in a batch on the unfolded input
-    (dgrad: folded back), torch's results."""
+    (dgrad: folded back), torch's results. A batch is never staged: where a group's 48 /
+    groups filters fall short of 16 bytes, its matrices are misaligned, which the
+    any-alignment kernels read."""
+    need_gemm(op, any_alignment=(48 // groups * 2) % 16 != 0)
     x = nchw(2, 32, 10, 9, torch.float16, seed=12)
     w = nchw(48, 32 // groups, 3, 3, torch.float16, seed=13)
     geo = dict(stride=1, padding=1, groups=groups)
     dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, torch.float16, seed=14)
-    try:
-        got, ref = pass_and_reference(op, x, w, dy, **geo)
-    except pcr.UnsupportedError as e:
-        pytest.skip(f"no float16 GEMM kernel of this build takes it: {e}")
+    got, ref = pass_and_reference(op, x, w, dy, **geo)
     assert (got.double() - ref).norm() / ref.norm() < 1e-2
 
 
@@ -294,15 +300,13 @@ def test_grouped_convolutions_run_as_batched_gemms(op, groups):
 def test_float32_at_fp32_accuracy(op):
     """math="ieee": float32 convolutions through the GEMM's 3xTF32 kernels on the unfolded
     input, at fp32 accuracy (TF32 alone would be ~1e-3 off)."""
+    need_gemm(op, torch.float32)
     g = torch.Generator(device="cpu").manual_seed(15)
     x = torch.randn(2, 16, 11, 9, generator=g).cuda().contiguous(memory_format=CL)
     w = torch.randn(24, 16, 3, 3, generator=g).cuda().contiguous(memory_format=CL)
     geo = dict(stride=2, padding=1)
     dy = torch.randn(F.conv2d(x, w, **geo).shape, generator=g).cuda().contiguous(memory_format=CL)
-    try:
-        got, ref = pass_and_reference(op, x, w, dy, math="ieee", **geo)
-    except pcr.UnsupportedError as e:
-        pytest.skip(f"no float32 GEMM kernel of this build takes it: {e}")
+    got, ref = pass_and_reference(op, x, w, dy, math="ieee", **geo)
     assert (got.double() - ref).norm() / ref.norm() < 1e-5
 
 
@@ -324,14 +328,15 @@ def test_layers_the_conv_kernels_lag_on_run_as_gemms_on_unfolded_operands(
 
     monkeypatch.setattr(_conv_gemm, "UNFOLD_LAGGING", lagging)
     c, h, w_, k, stride, op = LAGGING[case]
+    if lagging:
+        need_gemm(op)
+    else:
+        need(op)
     x = nchw(2, c, h, w_, torch.float16, seed=16)
     w = nchw(k, c, 3, 3, torch.float16, seed=17)
     geo = dict(stride=stride, padding=1)
     dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, torch.float16, seed=18)
-    try:
-        told, got, ref = explained_pass(op, x, w, dy, **geo)
-    except pcr.UnsupportedError as e:
-        pytest.skip(f"no float16 kernel of this build takes it: {e}")
+    told, got, ref = explained_pass(op, x, w, dy, **geo)
     unfolded = any("im2col" in note for note in told.notes)
     assert unfolded == lagging, told
     assert (got.double() - ref).norm() / ref.norm() < 1e-2
@@ -342,13 +347,11 @@ def test_few_filters_run_as_a_gemm_on_the_unfolded_input(op):
     """Filters short of 16 bytes (a UNet's 320 -> 4 output convolution): y and dy have rows
     the convolution kernels read element by element; as a GEMM on the unfolded input the
     misaligned matrix is staged around a fast kernel (explain says so), torch's result."""
+    need_gemm(op)
     x = nchw(2, 64, 16, 16, torch.float16, seed=19)
     w = nchw(4, 64, 3, 3, torch.float16, seed=20)
     geo = dict(stride=1, padding=1)
     dy = nchw(*F.conv2d(x.double(), w.double(), **geo).shape, torch.float16, seed=21)
-    try:
-        told, got, ref = explained_pass(op, x, w, dy, **geo)
-    except pcr.UnsupportedError as e:
-        pytest.skip(f"no float16 GEMM kernel of this build takes it: {e}")
+    told, got, ref = explained_pass(op, x, w, dy, **geo)
     assert any("im2col" in note for note in told.notes), told.notes
     assert (got.double() - ref).norm() / ref.norm() < 1e-2
