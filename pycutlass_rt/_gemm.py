@@ -125,7 +125,7 @@ def gemm(
 
     Host (numpy) arrays are copied to the GPU and back, and the call then synchronizes.
 
-    Example:
+    Example (on a GPU):
         >>> import numpy as np, pycutlass_rt as pcr
         >>> a = np.ones((4, 8), np.float16); b = np.ones((8, 2), np.float16)
         >>> d = np.empty((4, 2), np.float16)
@@ -135,34 +135,10 @@ def gemm(
         >>> pcr.gemm(a, b, None, d, bias=bias, activation="relu")[0]
         array([0., 9.], dtype=float16)
 
-    fp8 with a scale per row of a and per column of b:
+    Example (on a GPU): a fused linear layer that keeps the activation's input, and one
+    that reduces amax:
 
         >>> import torch
-        >>> x8 = torch.randn(64, 128, device="cuda").to(torch.float8_e4m3fn)
-        >>> w8 = torch.randn(32, 128, device="cuda").to(torch.float8_e4m3fn)
-        >>> y = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)
-        >>> sx = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")
-        >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw) is y
-        True
-        >>> torch.allclose(y.float(), sx * (x8.float() @ w8.float().t()) * sw, 1e-2, 1e-2)
-        True
-
-    fp8 block scales (DeepSeek-V3's recipe):
-
-        >>> x8 = torch.randn(64, 512, device="cuda").to(torch.float8_e4m3fn)
-        >>> w8 = torch.randn(256, 512, device="cuda").to(torch.float8_e4m3fn)
-        >>> y = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
-        >>> sx = torch.rand(64, 4, device="cuda")  # per token and 128 of K
-        >>> sw = torch.rand(2, 4, device="cuda")  # per 128x128 block of w
-        >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw.t()) is y
-        True
-        >>> xs = x8.float() * sx.repeat_interleave(128, 1)
-        >>> ws = w8.float() * sw.repeat_interleave(128, 0).repeat_interleave(128, 1)
-        >>> torch.allclose(y.float(), xs @ ws.t(), 1e-2, 1e-2)
-        True
-
-    A fused linear layer that keeps the activation's input, and one that reduces amax:
-
         >>> x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
         >>> w = torch.randn(32, 128, device="cuda", dtype=torch.bfloat16)
         >>> y, z = x.new_empty(64, 32), x.new_empty(64, 32)
@@ -174,6 +150,31 @@ def gemm(
         >>> pcr.gemm(x, w.t(), None, y, amax=amax) is y
         True
         >>> torch.allclose(amax, y.abs().max().float(), 1e-2)
+        True
+
+    Example (on a GPU with fp8 kernels): a scale per row of a and per column of b:
+
+        >>> x8 = torch.randn(64, 128, device="cuda").to(torch.float8_e4m3fn)
+        >>> w8 = torch.randn(32, 128, device="cuda").to(torch.float8_e4m3fn)
+        >>> y = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)
+        >>> sx = torch.rand(64, 1, device="cuda"); sw = torch.rand(1, 32, device="cuda")
+        >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw) is y
+        True
+        >>> torch.allclose(y.float(), sx * (x8.float() @ w8.float().t()) * sw, 1e-2, 1e-2)
+        True
+
+    Example (on a GPU with block-scaled fp8 kernels): DeepSeek-V3's recipe:
+
+        >>> x8 = torch.randn(64, 512, device="cuda").to(torch.float8_e4m3fn)
+        >>> w8 = torch.randn(256, 512, device="cuda").to(torch.float8_e4m3fn)
+        >>> y = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
+        >>> sx = torch.rand(64, 4, device="cuda")  # per token and 128 of K
+        >>> sw = torch.rand(2, 4, device="cuda")  # per 128x128 block of w
+        >>> pcr.gemm(x8, w8.t(), None, y, scale_a=sx, scale_b=sw.t()) is y
+        True
+        >>> xs = x8.float() * sx.repeat_interleave(128, 1)
+        >>> ws = w8.float() * sw.repeat_interleave(128, 0).repeat_interleave(128, 1)
+        >>> torch.allclose(y.float(), xs @ ws.t(), 1e-2, 1e-2)
         True
     """
     # The hottest path (torch tensors, a plain GEMM on the producer's stream or a stream
