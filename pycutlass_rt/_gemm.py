@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from . import _call, _dlpack, _lib
-from ._abi import PCR_KERNEL_SELECT, PCR_STREAM_FROM_PRODUCER
+from ._abi import PCR_KERNEL_SELECT, PCR_STREAM_FROM_PRODUCER, Status
 
 #: the output tensor, whatever its framework: gemm() returns the one it was given
 T = TypeVar("T")
@@ -183,6 +183,7 @@ def gemm(
     # selects its first problem there.
     lib = _lib.loaded or _lib.load()
     x = _dlpack.EXCHANGE_TYPES
+    hot = 0
     if (
         type(alpha) in _SCALARS
         and type(beta) in _SCALARS
@@ -200,7 +201,8 @@ def gemm(
         and aux is None
         and amax is None
         and scale_d is None
-        and not lib.gemm(
+    ):
+        hot = lib.gemm(
             a,
             b,
             c,
@@ -212,10 +214,12 @@ def gemm(
             PCR_STREAM_FROM_PRODUCER if stream is None else 0,
             stream or 0,
         )
-    ):
-        return d
-    # Anything else; and a hot call that returned a status (a problem seen for the first
-    # time, or an error to explain), made again here the general way.
+        if not hot:
+            return d
+        if hot != Status.NEED_SELECTION:  # a failed call is never made again
+            raise lib.error(hot)
+    # Anything else; and a hot call's problem seen for the first time (nothing launched),
+    # selected here.
     call = _call.prepare(
         a,
         b,
@@ -235,7 +239,7 @@ def gemm(
         scale_d=scale_d,
     )
     args = call.gemm_args()
-    st = lib.gemm(*args)
+    st = hot or lib.gemm(*args)
     if st:
         _call.settle(lib, st, lambda: lib.gemm(*args), lambda: call.describe(lib))
     _lib.note_cuda_used()

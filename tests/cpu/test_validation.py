@@ -380,8 +380,10 @@ def test_stream_handles():
 
 def test_hot_path_is_one_c_call_with_the_stream_decided(monkeypatch):
     """A plain GEMM of exchange-API tensors goes to the library's builtin in one call: the
-    producer's stream without ``stream``, a handle as given (flags 0); a status sends the
-    call the general way, which refuses what the hot path did not check."""
+    producer's stream without ``stream``, a handle as given (flags 0); arguments it does
+    not check go the general way, which refuses them; a failed hot call raises at once
+    (work it enqueued never runs twice) and only a new problem is selected the general
+    way."""
 
     class Tensor:  # stands in for a type with __dlpack_c_exchange_api__ (C reads it)
         pass
@@ -411,10 +413,11 @@ def test_hot_path_is_one_c_call_with_the_stream_decided(monkeypatch):
         pcr.gemm(a, b, None, d, True)  # a bool is no scalar: refused the general way
     with pytest.raises(pcr.InvalidArgumentError, match="negative"):
         pcr.gemm(a, b, None, d, stream=-3)  # not an accepted handle: the general way
-    lib.status, lib.calls[:] = Status.ERR_INVALID_ARGUMENT, []
-    with pytest.raises(pcr.InvalidArgumentError):
-        pcr.gemm(a, b, None, d)
-    assert len(lib.calls) == 2  # the hot attempt, then the general one that raises
+    for status in (Status.ERR_INVALID_ARGUMENT, Status.ERR_CUDA):
+        lib.status, lib.calls[:] = status, []
+        with pytest.raises(errors.from_status(status, "").__class__, match="refused"):
+            pcr.gemm(a, b, None, d)
+        assert len(lib.calls) == 1, f"{status!r}: a failed call was made again"
 
 
 def test_valid_call_without_gpu_raises_no_device(has_gpu):
