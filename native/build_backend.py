@@ -142,6 +142,36 @@ def cuda_route(config_settings=None):
     return choice
 
 
+VARIANT_ENV = "PYCUTLASS_RT_CUDA_VARIANT"
+
+
+def cuda_major(nvcc: str) -> int:
+    """The CUDA major version of an nvcc (``nvcc --version``'s "release 12.4")."""
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"release (\d+)\.", out)
+    if not found:
+        raise RuntimeError(f"{nvcc} --version names no release:\n{out}")
+    return int(found.group(1))
+
+
+def set_cuda_variant(config_settings=None) -> None:
+    """Names the wheel's CUDA variant for pyproject.toml's override: a CUDA 12 toolkit
+    builds ``+cu12`` (drivers of the CUDA 12 line, Volta included), CUDA 13 the plain
+    version. A variable the caller set must agree with the toolkit found."""
+    major = 13
+    if cuda_route(config_settings) == "system":
+        major = cuda_major(system_nvcc(config_settings))
+    if major < 12:
+        raise RuntimeError(f"CUDA {major} is too old: pycutlass_rt builds with CUDA 12 or 13")
+    want = "cu12" if major == 12 else ""
+    given = os.environ.get(VARIANT_ENV)
+    if given is not None and given != want:
+        raise RuntimeError(
+            f"{VARIANT_ENV}={given!r}, but the toolkit found is CUDA {major} ({want or 'plain'})"
+        )
+    os.environ[VARIANT_ENV] = want
+
+
 def cuda_wheels_root():
     """The CUDA wheels' toolkit tree (nvidia/cu13): fetched into CUDA_CACHE, or installed in
     this Python; None where neither is."""
@@ -274,6 +304,16 @@ def _settings(config_settings):
     return settings
 
 
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    set_cuda_variant(config_settings)
+    return _skbuild.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+
+
+def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
+    set_cuda_variant(config_settings)
+    return _skbuild.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+
+
 def get_requires_for_build_wheel(config_settings=None):
     requires = _skbuild.get_requires_for_build_wheel(config_settings)
     return requires + _extra_requires(config_settings)
@@ -285,9 +325,11 @@ def get_requires_for_build_editable(config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    set_cuda_variant(config_settings)
     return _skbuild.build_wheel(wheel_directory, _settings(config_settings), metadata_directory)
 
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    set_cuda_variant(config_settings)
     settings = _settings(config_settings)
     return _skbuild.build_editable(wheel_directory, settings, metadata_directory)

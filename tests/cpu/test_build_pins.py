@@ -68,3 +68,48 @@ def test_unpacking_keeps_executable_bits(backend, tmp_path):
     backend._unpack(str(path), str(tmp_path / "tree"))
     tool = tmp_path / "tree" / "nvidia" / "cu13" / "bin" / "nvcc"
     assert os.access(tool, os.X_OK) and not (tmp_path / "tree" / "pkg-1.0.dist-info").exists()
+
+
+def fake_nvcc(folder, release):
+    path = os.path.join(folder, "nvcc")
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+@pytest.mark.parametrize("release, version", [("12.4", "+cu12"), ("12.9", "+cu12"), ("13.0", "")])
+def test_the_toolkit_names_the_wheels_cuda_variant(
+    backend, tmp_path, monkeypatch, release, version
+):
+    """A CUDA 12 toolkit builds the +cu12 local version (pyproject.toml's override), CUDA 13
+    the plain one: both variants of one release can sit on one index."""
+    monkeypatch.setenv(backend.VARIANT_ENV, "")  # restored as it was after the test
+    monkeypatch.delenv(backend.VARIANT_ENV)
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "md"
+    out.mkdir()
+    nvcc = fake_nvcc(str(tmp_path), release)
+    name = backend.prepare_metadata_for_build_wheel(
+        str(out), {"cmake.define.CMAKE_CUDA_COMPILER": nvcc}
+    )
+    from pycutlass_rt._version import __version__
+
+    assert name == f"pycutlass_rt-{__version__}{version}.dist-info"
+    metadata = (out / name / "METADATA").read_text()
+    assert f"\nVersion: {__version__}{version}\n" in metadata
+
+
+def test_a_variant_that_disagrees_with_the_toolkit_is_refused(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv(backend.VARIANT_ENV, "cu12")
+    nvcc = fake_nvcc(str(tmp_path), "13.0")
+    with pytest.raises(RuntimeError, match="CUDA 13"):
+        backend.set_cuda_variant({"cmake.define.CMAKE_CUDA_COMPILER": nvcc})
+
+
+def test_a_toolkit_older_than_cuda_12_is_refused(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv(backend.VARIANT_ENV, "")  # restored as it was after the test
+    monkeypatch.delenv(backend.VARIANT_ENV)
+    nvcc = fake_nvcc(str(tmp_path), "11.8")
+    with pytest.raises(RuntimeError, match="too old"):
+        backend.set_cuda_variant({"cmake.define.CMAKE_CUDA_COMPILER": nvcc})
