@@ -326,19 +326,43 @@ def test_backward_runs_on_the_librarys_kernels(monkeypatch, act):
     close(b.grad, gz.sum(0), TOL[BF16], "grad_bias")
 
 
-def test_backward_falls_back_to_torch_without_a_kernel(monkeypatch):
-    """A backward GEMM of a layout the build lacks (UnsupportedError) runs on torch.mm."""
+def test_backward_falls_back_to_torch_without_a_kernel(monkeypatch, caplog):
+    """A backward GEMM of a layout the build lacks (the kernel list has no bf16 nt GEMM)
+    runs on torch.mm, decided from the list before any library call, and logged once."""
     requires(BF16, "tn", "tt")
-    spy = Spy(monkeypatch, refuse=lambda layout: layout == "nt")
+    lacking = [k for k in pcr.kernels() if not (k.dtype_a == "bfloat16" and k.layout == "nt")]
+    monkeypatch.setattr(pt._fallback, "_kernel_list", lambda: lacking)
+    monkeypatch.setattr(pt._fallback, "_COVERED", {})
+    spy = Spy(monkeypatch)
     x = matrix(64, 128, "t", BF16).requires_grad_()
     w = matrix(96, 128, "t", BF16).requires_grad_()
     g = matrix(64, 96, "t", BF16)
+    with caplog.at_level("WARNING", logger="pycutlass_rt"):
+        pt.linear(x, w).backward(g)
+        pt.linear(x, w).backward(g)
+    assert spy.calls == ["tn", "tt", "tn", "tt"]  # grad_w (nt) never reached the library
+    assert ("_grad_mm", "bfloat16", "nt") in pt._cuda._TORCH_MM
+    assert sum("no bfloat16 nt" in r.getMessage() for r in caplog.records) == 1
+    close(w.grad, 2 * g.double().t() @ x.detach().double(), TOL[BF16], "grad_w on torch")
+
+
+def test_a_refusal_is_raised_for_that_call_and_the_next_call_runs(monkeypatch):
+    """The build holds the layout, but the library refuses one call (a pinned kernel, an
+    oversized batch): that call raises, nothing is remembered, the next call runs."""
+    requires(BF16, "tn", "tt", "nt")
+    refuse = [True]
+    spy = Spy(monkeypatch, refuse=lambda layout: layout == "nt" and refuse[0])
+    x = matrix(64, 128, "t", BF16).requires_grad_()
+    w = matrix(96, 128, "t", BF16).requires_grad_()
+    g = matrix(64, 96, "t", BF16)
+    with pytest.raises(pcr.UnsupportedError, match="refused nt"):
+        pt.linear(x, w).backward(g)
+    assert not pt._cuda._TORCH_MM
+    refuse[0] = False
+    w.grad = x.grad = None
     pt.linear(x, w).backward(g)
-    assert spy.calls == ["tn", "tt"]
-    assert (0, BF16, False, True) in pt._cuda._TORCH_MM  # (device, dtype, a row-major, b row-major)
-    close(w.grad, g.double().t() @ x.detach().double(), TOL[BF16], "grad_w on torch")
-    pt.linear(x, w).backward(g)  # remembered: straight to torch, no second refusal
-    assert spy.calls == ["tn", "tt", "tn", "tt"]
+    assert spy.calls[-3:] == ["tn", "tt", "nt"]
+    close(w.grad, g.double().t() @ x.detach().double(), TOL[BF16], "grad_w")
 
 
 # ---- training ---------------------------------------------------------------------------------
@@ -619,29 +643,25 @@ def test_conv2d_float32_follows_cudnns_tf32_setting(monkeypatch):
     close(pt.conv2d(x, w, b, padding=1, activation="relu"), want, 2e-3, "tf32")
 
 
-def test_conv2d_groups_fall_back_to_torch(monkeypatch):
+def test_conv2d_groups_fall_back_to_torch(monkeypatch, caplog):
     """A grouped convolution with a bias has no kernel or GEMM form in the build: torch's
-    convolution runs it, remembered in _TORCH_CONV so later calls go there directly (its
-    gradients run where the library has a form for them, else on torch too)."""
+    convolution runs it, decided from the kernel list before any library call and logged
+    once (its gradients run where the library has a form for them, else on torch too)."""
     conv_kernel("fprop", F16)
     x, w, b = conv_tensors(groups=2)
-    try:
-        pcr.conv2d(x, w, b, padding=1, groups=2)
-        pytest.skip("this build runs grouped convolutions with a bias")
-    except pcr.UnsupportedError:
-        pass
     spy = ConvSpy(monkeypatch)
     x.requires_grad_()
     w.requires_grad_()
-    for _ in range(2):
-        y = pt.conv2d(x, w, b, padding=1, groups=2, activation="relu")
-        close(y, conv_reference(x.detach(), w.detach(), b, "relu", padding=1, groups=2), TOL[F16])
-        assert y.is_contiguous(memory_format=CL)
-    assert spy.calls == ["fprop"]  # tried once, then remembered
-    assert [k[0] for k in pt._cuda._TORCH_CONV] == ["fprop"]
-    assert next(iter(pt._cuda._TORCH_CONV))[-1] == 2  # the key ends with groups
+    with caplog.at_level("WARNING", logger="pycutlass_rt"):
+        for _ in range(2):
+            y = pt.conv2d(x, w, b, padding=1, groups=2, activation="relu")
+            ref = conv_reference(x.detach(), w.detach(), b, "relu", padding=1, groups=2)
+            close(y, ref, TOL[F16])
+            assert y.is_contiguous(memory_format=CL)
+    assert "fprop" not in spy.calls  # never tried on the library
+    assert ("conv2d", "float16", "nhwc grouped bias") in pt._cuda._TORCH_CONV
+    assert sum("grouped bias" in r.getMessage() for r in caplog.records) == 1
     y.backward(torch.ones_like(y))
-    assert "fprop" in {k[0] for k in pt._cuda._TORCH_CONV}
     x64, w64 = (t.detach().double().cpu().requires_grad_() for t in (x, w))
     F.relu(F.conv2d(x64, w64, b.double().cpu(), padding=1, groups=2)).sum().backward()
     # fp16 gradients, torch's or the library's grouped GEMM forms' (4e-3 on the H200)
