@@ -237,6 +237,7 @@ int check_unfolding(const DLTensor* it, const char* image, const DLTensor* ct, c
                     int32_t r, int32_t s, const char* what, Unfolding* u) {
   if (!it || !ct || !cv)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: %s, cols and conv are required", what, image);
+  if (int st = check_tensors({{it, image}, {ct, "cols"}})) return st;
   if (r < 1 || s < 1 || cv->pad_h < 0 || cv->pad_w < 0 || cv->stride_h < 1 || cv->stride_w < 1 ||
       cv->dilation_h < 1 || cv->dilation_w < 1 || cv->groups < 1)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -322,6 +323,7 @@ int col2im(const DLTensor* ct, const DLTensor* dxt, const DLTensor* c, const pcr
     return set_error(PCR_ERR_UNSUPPORTED, "pcr_col2im: dx must be float16, bfloat16 or float32");
   Tensor4 in;
   if (c) {
+    if (int st = check_tensors({{c, "c"}})) return st;
     if (int st = load_packed(c, "c", "NHWC", &in)) return st;
     if (!std::equal(in.dim, in.dim + 4, u.image.dim) || in.flat.dtype != dx.dtype ||
         in.flat.device_type != dx.device_type || in.flat.device_id != dx.device_id)

@@ -328,6 +328,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   p.grouped = PCR_GROUPED_MOE;
   if (!x || !w || !offsets || !out_t)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "moe_gemm: x, w, offsets and out are required");
+  if (int st = check_tensors({{x, "x"}, {w, "w"}, {offsets, "offsets"}, {out_t, "out"}})) return st;
   if (w->ndim != 3)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "w must be 3-D (experts, K, N), got a %d-D tensor",
                      w->ndim);

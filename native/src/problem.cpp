@@ -10,6 +10,8 @@
 #include <cstring>
 #include <string>
 
+#include <initializer_list>
+
 #include "runtime.h"
 
 namespace pcr {
@@ -727,6 +729,19 @@ int check_places(const Matrix* const ops[kPlaces], const char* const names[kPlac
   return PCR_OK;
 }
 
+int check_tensors(std::initializer_list<std::pair<const DLTensor*, const char*>> tensors) {
+  for (const auto& [t, name] : tensors) {
+    if (!t) continue;
+    if (t->ndim < 0 || t->ndim > 32)
+      return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: its producer exported a rank of %d", name,
+                       t->ndim);
+    if (t->ndim > 0 && !t->shape)
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "%s: its producer exported %d dimensions without a shape", name, t->ndim);
+  }
+  return PCR_OK;
+}
+
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
              double alpha, double beta, const pcr_extras* extras, pcr_problem* p, Bound* bound) {
   clear_error();
@@ -739,6 +754,17 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   if (x.math != PCR_MATH_IEEE && x.math != PCR_MATH_TF32)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "unknown math code %d", x.math);
   if (!a || !b || !d) return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
+  if (int st = check_tensors({{a, "a"},
+                              {b, "b"},
+                              {c, "c"},
+                              {d, "d"},
+                              {x.bias, "bias"},
+                              {x.scale_a, "scale_a"},
+                              {x.scale_b, "scale_b"},
+                              {x.aux, "aux"},
+                              {x.amax, "amax"},
+                              {x.scale_d, "scale_d"}}))
+    return st;
   if (!std::isfinite(alpha) || !std::isfinite(beta))
     return set_error(PCR_ERR_INVALID_ARGUMENT, "alpha and beta must be finite numbers (got %g, %g)",
                      alpha, beta);

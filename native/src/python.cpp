@@ -155,18 +155,6 @@ struct Operand {
   bool present = false;
 };
 
-// What every producer's tensor must be before anything reads its dimensions: a rank the
-// library can hold and, with dimensions, a shape to read them from.
-int check_exported(const DLTensor& dl, const char* name) {
-  if (dl.ndim < 0 || dl.ndim > 32)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "%s: its producer exported a rank of %d", name,
-                     dl.ndim);
-  if (dl.ndim > 0 && !dl.shape)
-    return set_error(PCR_ERR_INVALID_ARGUMENT,
-                     "%s: its producer exported %d dimensions without a shape", name, dl.ndim);
-  return PCR_OK;
-}
-
 int ingest(void* object, const char* name, Operand* out) {
   const PyApi& P = py();
   auto* obj = static_cast<PyObject*>(object);
@@ -186,13 +174,13 @@ int ingest(void* object, const char* name, Operand* out) {
       out->dl = mt->dl_tensor;
       out->read_only = mt->flags & kFlagReadOnly;
       out->copied = mt->flags & kFlagIsCopied;
-      return check_exported(out->dl, name);
+      return check_tensors({{&out->dl, name}});
     }
     if (cname && std::strcmp(cname, "dltensor") == 0) {
       auto* mt = static_cast<DLManagedTensor*>(P.capsule_get_pointer(obj, cname));
       if (!mt) return set_error(PCR_ERR_PYTHON, "%s: its DLPack capsule holds no tensor", name);
       out->dl = mt->dl_tensor;
-      return check_exported(out->dl, name);
+      return check_tensors({{&out->dl, name}});
     }
     if (cname && std::strncmp(cname, "used_", 5) == 0)
       return set_error(PCR_ERR_INVALID_ARGUMENT,
@@ -213,7 +201,7 @@ int ingest(void* object, const char* name, Operand* out) {
   if (out->api->dltensor_from_py_object_no_sync(obj, &out->dl) != 0)
     return set_error(PCR_ERR_PYTHON, "%s: its producer's DLPack exchange API failed to export it",
                      name);
-  return check_exported(out->dl, name);
+  return check_tensors({{&out->dl, name}});
 }
 
 // An output as a producer exported it: writable, and the array itself (not a copy).

@@ -54,6 +54,7 @@ int quantize(const DLTensor* xt, const DLTensor* qt, const DLTensor* st_, int32_
              int32_t dynamic, cudaStream_t stream) {
   if (!xt || !qt || !st_)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "quantize: x, q and scale are required");
+  if (int st = check_tensors({{xt, "x"}, {qt, "q"}, {st_, "scale"}})) return st;
   if (granularity < PCR_QUANT_TENSOR || granularity > PCR_QUANT_BLOCK)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "quantize: unknown granularity %d", granularity);
   Matrix x, q, s;

@@ -5,8 +5,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "kernel.h"
 
@@ -113,6 +115,10 @@ struct Bound {
   ConvArgs conv{};  // a convolution's geometry (kind PCR_OP_GEMM for a GEMM)
 };
 
+// What every producer's tensor must be before anything reads its dimensions: a rank the
+// library can hold (0..32) and, with dimensions, a shape to read them from (NULL
+// tensors pass: the caller says which are required).
+int check_tensors(std::initializer_list<std::pair<const DLTensor*, const char*>> tensors);
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
              double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
              Bound* bound);
