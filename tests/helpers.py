@@ -116,13 +116,15 @@ def gpu_suite_reasons():
     return reasons
 
 
-def runnable_kernels(kind=None, grouped=False, op="gemm"):
+def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False):
     """The build's kernels that run on GPU 0 ([] without a GPU), in registry order.
 
     ``kind``: a function of a KernelInfo; only the first kernel of each kind is kept
     (one per family and split, say). ``grouped``: the grouped kernels instead of the
     others (they take pycutlass_rt.grouped_gemm / moe_gemm problems only). ``op``: the
     GEMM kernels, or a convolution pass's ("fprop", "dgrad", "wgrad"; None: every pass).
+    ``block_scaled``: False leaves out the kernels that take only block-scale grids
+    (tests/gpu/test_block_scaled.py runs those), True keeps only them, None keeps both.
 
     Under ``PYCUTLASS_RT_REQUIRE_GPU=1``, no GPU (rather than []) or a driver that cannot
     say whether a kernel runs fails the calling test (or the collection of its module).
@@ -141,6 +143,8 @@ def runnable_kernels(kind=None, grouped=False, op="gemm"):
     lib, seen, out = pcr._lib.load(), set(), []
     for k in pcr.kernels():
         if k.grouped != grouped or (k.op != op if op else k.op == "gemm"):
+            continue
+        if block_scaled is not None and (k.scale_m != "none") != block_scaled:
             continue
         runs = ctypes.c_int32()
         st = lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs))
