@@ -51,7 +51,7 @@ def empty_cache(device: int | None = None) -> None:
     torch's. Buffers that captured graphs hold stay. It synchronizes the device, so call
     it between steps, never inside a graph capture.
 
-    Example:
+    Example (on a GPU):
         >>> import pycutlass_rt as pcr
         >>> pcr.empty_cache()
         >>> pcr.memory_stats(0)["kept"]
