@@ -198,6 +198,10 @@ def cai_stream(obj: Any) -> int | None:
 IMMUTABLE = ("jax", "jaxlib")
 
 
+#: the positions of the outputs among prepare()'s operands (d, aux, amax)
+_OUTPUTS = (3, 7, 8)
+
+
 def prepare(operands, names, stream, device_of, wait=None):
     """Objects for the C call, the stream handle and flags, and values to keep alive.
 
@@ -245,17 +249,21 @@ def prepare(operands, names, stream, device_of, wait=None):
         handle = handle or 0
     code = dlpack_stream_code(handle)
 
-    if kinds[3] == DLPACK and type(operands[3]).__module__.split(".", 1)[0] in IMMUTABLE:
-        raise errors.ReadOnlyError(
-            f"d is a {type(operands[3]).__qualname__} from {type(operands[3]).__module__}: "
-            "JAX arrays are immutable, so pycutlass_rt does not write into them; pass a "
-            "writable output (torch, cupy, numba, numpy) and view it with jax.dlpack"
-        )
-    if kinds[3] == CAI and operands[3].__cuda_array_interface__["data"][1]:
-        raise errors.ReadOnlyError(
-            "d exposes a read-only __cuda_array_interface__ (its data's read-only flag is "
-            "set); pycutlass_rt does not write into it: pass a writable output"
-        )
+    for i in _OUTPUTS:  # d, aux, amax: written
+        if i >= len(operands) or operands[i] is None:
+            continue
+        x, name = operands[i], names[i]
+        if kinds[i] == DLPACK and type(x).__module__.split(".", 1)[0] in IMMUTABLE:
+            raise errors.ReadOnlyError(
+                f"{name} is a {type(x).__qualname__} from {type(x).__module__}: "
+                "JAX arrays are immutable, so pycutlass_rt does not write into them; pass a "
+                "writable output (torch, cupy, numba, numpy) and view it with jax.dlpack"
+            )
+        if kinds[i] == CAI and x.__cuda_array_interface__["data"][1]:
+            raise errors.ReadOnlyError(
+                f"{name} exposes a read-only __cuda_array_interface__ (its data's read-only "
+                "flag is set); pycutlass_rt does not write into it: pass a writable output"
+            )
     out, keep = [], []
     for x, kind, name in zip(operands, kinds, names):
         if kind == DLPACK:

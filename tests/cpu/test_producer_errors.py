@@ -494,3 +494,31 @@ def test_an_output_exported_as_a_copy_is_refused(lib):
     )
     assert not isinstance(error, pcr.ReadOnlyError)
     del keep, keep2
+
+
+class _ReadOnlyCai:
+    """A GPU-looking array whose __cuda_array_interface__ says its data is read-only."""
+
+    def __init__(self, shape, typestr):
+        self.shape, self.typestr = shape, typestr
+
+    @property
+    def __cuda_array_interface__(self):
+        data = (0x10000000, True)
+        return {"shape": self.shape, "typestr": self.typestr, "data": data, "version": 3}
+
+
+@pytest.mark.parametrize("output", ["d", "aux", "amax"])
+def test_a_read_only_cai_output_is_refused_before_anything(output):
+    """Every output (d, aux, amax), not d alone: nothing is read or written."""
+    a, b = np.ones((4, 8), F16), np.ones((8, 4), F16)
+    d = np.empty((4, 4), F16)
+    kwargs = {}
+    if output == "d":
+        d = _ReadOnlyCai((4, 4), "<f2")
+    elif output == "aux":
+        kwargs = dict(aux=_ReadOnlyCai((4, 4), "<f2"), activation="gelu")
+    else:
+        kwargs = dict(amax=_ReadOnlyCai((), "<f4"))
+    with pytest.raises(pcr.ReadOnlyError, match=f"{output} exposes a read-only"):
+        pcr.gemm(a, b, None, d, **kwargs)
