@@ -24,14 +24,11 @@ struct PreparedCache {
 };
 thread_local PreparedCache t_prepared;
 
-// Whether kernel k runs `g` as a programmatic dependent (PDL). Measured on the H200
-// (benchmarks/RESULTS.md, "PDL policy"): it saves 0.3-2 us per launch where the
-// launch latency shows (1024^3 7.3 -> 6.4 us), but a ping-pong kernel whose CTAs each hold
-// one tile over a long K, with two or more tile rows, or whose tiles outnumber the SMs,
-// ran 5-38% slower (256x4096x14336: 48 -> 65 us); those launch plainly. "Long" is
-// K > 2048, and K > 4096 for 1-byte inputs (rows of 4 KB, as 16-bit inputs' at 2048):
-// their decode shapes at K = 4096 gain 3-7% from PDL
-// (the same section, 2026-12-02).
+// Whether kernel k runs `g` as a programmatic dependent (PDL). PDL hides launch latency,
+// but a ping-pong kernel whose CTAs each hold one tile over a long K, with two or more
+// tile rows, or more tiles than SMs, runs slower as a dependent; those launch plainly.
+// "Long" is K > 2048, and K > 4096 for 1-byte inputs (rows of 4 KB, as 16-bit inputs'
+// at 2048). benchmarks/RESULTS.md, "PDL policy", has the measurements and commands.
 bool programmatic_suits(const pcr_kernel_desc& d, const GemmArgs& g) {
   const int64_t short_k = esize_of(d.dtype_a) == 1 ? 4096 : 2048;
   if (d.schedule != PCR_SCHED_PINGPONG || g.k <= short_k) return true;
