@@ -116,6 +116,17 @@ def gpu_suite_reasons():
     return reasons
 
 
+def built_kernels(block_scaled=False):
+    """This build's kernels, asked of the list only (nothing runs): those that read fp8
+    block scales (``block_scaled=True``), those that do not (the default: what a call without
+    block-scale grids can run), or all (None)."""
+    import pycutlass_rt as pcr
+
+    return [
+        k for k in pcr.kernels() if block_scaled is None or (k.scale_m != "none") == block_scaled
+    ]
+
+
 def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False):
     """The build's kernels that run on GPU 0 ([] without a GPU), in registry order.
 

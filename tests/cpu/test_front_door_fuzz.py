@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import built_kernels
 
 import pycutlass_rt as pcr
 
@@ -78,7 +79,7 @@ def build_has(dtype_in: str, dtype_out: str, epilogue: str = "linear") -> bool:
     rank = EPILOGUE_RANK[epilogue]
     return any(
         k.dtype_a == dtype_in and k.dtype_d == dtype_out and EPILOGUE_RANK[k.epilogue] >= rank
-        for k in pcr.kernels()
+        for k in built_kernels()
         if not k.grouped
     )
 

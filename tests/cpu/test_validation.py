@@ -8,6 +8,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from helpers import built_kernels
 
 import pycutlass_rt as pcr
 from pycutlass_rt import _call, _dlpack, _lib, errors
@@ -95,7 +96,7 @@ def expect_valid(lib, *args, **kw):
 def expect_valid_if_built(lib, dtypes, epilogue, *args, **kw):
     """expect_valid where the build holds a kernel of ``dtypes`` (input, output) and
     ``epilogue``; elsewhere (a filtered build) the UnsupportedError saying so."""
-    if any((k.dtype_a, k.dtype_d, k.epilogue) == (*dtypes, epilogue) for k in pcr.kernels()):
+    if any((k.dtype_a, k.dtype_d, k.epilogue) == (*dtypes, epilogue) for k in built_kernels()):
         return expect_valid(lib, *args, **kw)
     st, _ = describe(lib, *args, **kw)
     assert st == errors.ERR_UNSUPPORTED and "no kernel in this build computes" in lib.last_error()
@@ -623,7 +624,7 @@ def test_bias_and_activation_errors():
     # outside the default tier)
     d32 = np.zeros((4, 6), np.float32)
     f16_f32 = {
-        k.epilogue for k in pcr.kernels() if (k.dtype_a, k.dtype_d) == ("float16", "float32")
+        k.epilogue for k in built_kernels() if (k.dtype_a, k.dtype_d) == ("float16", "float32")
     }
     if "linear" in f16_f32 and "biasact" not in f16_f32:
         err(
@@ -1014,7 +1015,9 @@ def test_small_misaligned_problems_stage_only_without_an_any_alignment_kernel(li
     misaligned rows): otherwise it could not run at all. 181x1024x588 (a corpus shape) is
     staged either way: its K loop is long enough for the any-alignment kernels' slow
     loads to cost more than a copy."""
-    tn = [x for x in pcr.kernels() if (x.dtype_a, x.dtype_d, x.layout) == (dtype, "bfloat16", "tn")]
+    tn = [
+        x for x in built_kernels() if (x.dtype_a, x.dtype_d, x.layout) == (dtype, "bfloat16", "tn")
+    ]
     if not tn:
         pytest.skip(f"no {dtype} -> bfloat16 tn kernel in this build")
     code, bits = (
