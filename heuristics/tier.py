@@ -8,7 +8,7 @@ Greedy over the kernels a sweep timed (one dtype and layout's candidates): start
 the kernels every build needs (``--keep``: the any-alignment fallbacks, and what the
 catalogue marks core outside the sweep), then repeatedly add the kernel that raises the
 geometric mean of (best time in the set / best time of all swept kernels) the most per
-second of compile time (native/catalog.py's estimate for the default archs), until the
+second of compile time (native/catalog/units.py's estimate for the default archs), until the
 set reaches ``--target`` of the full set on the sweeps given (the fit part). ``--judge``
 reports each step's figure on other sweeps too (the held-out part: never chosen on).
 Figures are for the best kernel of the set; what the selector picks among them is

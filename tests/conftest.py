@@ -7,7 +7,7 @@ import pytest
 from helpers import gpu_reason
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "native"))  # catalog.py
+sys.path.insert(0, os.path.join(ROOT, "native"))  # the catalog package (native/catalog/)
 sys.path.append(ROOT)  # benchmarks/, never installed; last: an installed pycutlass_rt wins
 
 

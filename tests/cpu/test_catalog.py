@@ -1,13 +1,17 @@
 """The declarative catalogue, the build filter and the arch plan (no compiler needed)."""
 
+import dataclasses
 import doctest
+import importlib
 import os
+import pkgutil
 import re
 import subprocess
 import sys
 
 import catalog
 import pytest
+from catalog import archs, sources
 
 TYPES = "f16|bf16|tf32|f32|f64|s8|s32|e4m3|e5m2"
 #: the GEMM kernels (the convolutions' have tests of their own below)
@@ -295,30 +299,33 @@ def test_pip_install_with_no_knobs_builds_for_this_machines_gpus(monkeypatch):
     # pip passes pyproject's defaults as CMake defines: unset archs must mean what CMake's
     # unset means (this machine's GPUs, else the portable set), not the portable set always
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    root = os.path.dirname(os.path.dirname(catalog.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(catalog.__file__)))
     with open(os.path.join(root, "pyproject.toml"), "rb") as f:
         defines = tomllib.load(f)["tool"]["scikit-build"]["cmake"]["define"]
-    archs = defines["PYCUTLASS_RT_ARCHS"]["default"]
-    monkeypatch.setattr(catalog, "native_tokens", lambda: ["90", "90a"])
-    assert catalog.parse_archs(archs) == ["90", "90a"]
+    tokens = defines["PYCUTLASS_RT_ARCHS"]["default"]
+    monkeypatch.setattr(archs, "native_tokens", lambda: ["90", "90a"])
+    assert catalog.parse_archs(tokens) == ["90", "90a"]
 
     def no_gpu():
         raise SystemExit("no GPU")
 
-    monkeypatch.setattr(catalog, "native_tokens", no_gpu)
-    assert catalog.parse_archs(archs) == catalog.parse_archs("default")
+    monkeypatch.setattr(archs, "native_tokens", no_gpu)
+    assert catalog.parse_archs(tokens) == catalog.parse_archs("default")
     assert catalog.unit_size(defines["PYCUTLASS_RT_UNIT_SIZE"]["default"], 234, 2) == 8
 
 
 def test_generator_doctests():
-    assert doctest.testmod(catalog).failed == 0
+    for module in pkgutil.iter_modules(catalog.__path__):
+        assert doctest.testmod(importlib.import_module(f"catalog.{module.name}")).failed == 0
 
 
 def test_list_cli_all_archs():
     # the issue's command: every kernel of the full catalogue, one per line, no compiler
     env = {k: v for k, v in os.environ.items() if k != "PYCUTLASS_RT_KERNELS"}
+    native = os.path.dirname(os.path.dirname(catalog.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [native, env.get("PYTHONPATH")]))
     out = subprocess.run(
-        [sys.executable, catalog.__file__, "--list", "--archs", "all"],
+        [sys.executable, "-m", "catalog", "--list", "--archs", "all"],
         capture_output=True,
         text=True,
         check=True,
@@ -426,10 +433,10 @@ def test_split_k_kernels_wrap_their_unsplit_fp32_twin():
     for name, k in kernels.items():
         if k.split != "splitk":
             continue
-        inner = catalog.kernel_type(catalog.dataclasses.replace(k, d="f32"), unsplit=True)
+        inner = catalog.kernel_type(dataclasses.replace(k, d="f32"), unsplit=True)
         src = catalog.kernel_source(k)
         tm, tn, tk = k.tile
-        k_major = [catalog._cpp_bool(k.layout[0] == "t"), catalog._cpp_bool(k.layout[1] == "n")]
+        k_major = [sources._cpp_bool(k.layout[0] == "t"), sources._cpp_bool(k.layout[1] == "n")]
         assert (
             f"pcr::split::SplitK<{inner}, {catalog.DTYPES[k.d][0]}, {tm}, {tn}, {tk}, "
             f"{k_major[0]}, {k_major[1]}, {k.align}>" in src
@@ -450,7 +457,7 @@ def test_sass_of_an_older_gpu_of_the_same_major_is_not_compiled_again():
 
 
 def test_unset_archs_build_for_this_machines_gpus_else_the_portable_set(monkeypatch, capsys):
-    monkeypatch.setattr(catalog, "native_tokens", lambda: ["90", "90a"])
+    monkeypatch.setattr(archs, "native_tokens", lambda: ["90", "90a"])
     assert catalog.parse_archs("") == ["90", "90a"] and catalog.parse_archs("auto") == ["90", "90a"]
     assert "this machine's GPUs" in capsys.readouterr().err
     assert catalog.parse_archs("default") == ["80", "86", "89", "90", "90a"]  # asked for: kept
@@ -458,7 +465,7 @@ def test_unset_archs_build_for_this_machines_gpus_else_the_portable_set(monkeypa
     def no_gpu():
         raise SystemExit("PYCUTLASS_RT_ARCHS=native: nvidia-smi lists no GPU")
 
-    monkeypatch.setattr(catalog, "native_tokens", no_gpu)
+    monkeypatch.setattr(archs, "native_tokens", no_gpu)
     assert catalog.parse_archs("") == catalog.parse_archs("default")
 
 

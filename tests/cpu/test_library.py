@@ -13,7 +13,8 @@ import pytest
 import pycutlass_rt as pcr
 from pycutlass_rt import _abi, _lib, errors
 
-HEADER = os.path.join(os.path.dirname(catalog.__file__), "include", "pycutlass_rt.h")
+NATIVE = os.path.dirname(os.path.dirname(catalog.__file__))  # catalog is native/catalog/
+HEADER = os.path.join(NATIVE, "include", "pycutlass_rt.h")
 
 
 def header_text():

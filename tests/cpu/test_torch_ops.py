@@ -15,7 +15,7 @@ import subprocess
 import sys
 import types
 
-import catalog  # native/catalog.py: tests/conftest.py puts native/ on sys.path
+import catalog  # native/catalog/: tests/conftest.py puts native/ on sys.path
 import pytest
 from helpers import hf_mlp, reference_linear, torch_activations
 
@@ -613,7 +613,8 @@ def test_hf_mlp_block_compiles_without_graph_breaks():
 
 # ---- the CUDA kernels' own code, on an emulated library ------------------------------------
 
-#: native/catalog.py's dtype words -> the dtype names pycutlass_rt.kernels() gives
+#: the catalogue's dtype words (native/catalog/kernel.py) -> the dtype names that
+#: pycutlass_rt.kernels() gives
 CATALOG_DTYPES = {
     "f16": "float16",
     "bf16": "bfloat16",
@@ -630,8 +631,8 @@ GEMM_LAYOUTS = ("tn", "nn", "nt", "tt")
 
 @functools.cache
 def default_build():
-    """The default build's kernels (native/catalog.py's default tier), with the fields of
-    pycutlass_rt.kernels()' records that say what a kernel takes."""
+    """The default build's kernels (the default tier, native/catalog/tiers.py), with the
+    fields of pycutlass_rt.kernels()' records that say what a kernel takes."""
     return tuple(
         types.SimpleNamespace(
             index=i,
