@@ -1,4 +1,8 @@
-"""``python -m benchmarks``: arguments, the environment checks, then the suite."""
+"""``python -m benchmarks``: arguments, the environment checks, then the suite.
+
+Internal API relied on: ``pycutlass_rt._backends.load`` (the framework adapter that makes
+the tensors and times them, the one ``tune()`` uses).
+"""
 
 from __future__ import annotations
 

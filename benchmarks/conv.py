@@ -10,6 +10,11 @@ over every operand copy (cuDNN's autotuner, ``cudnn.benchmark``, picks its algor
 first call), then both are timed by CUDA-graph replays, interleaved A B A B, and their
 medians compared; operand copies are cycled so that one pass over them spans twice the L2.
 Tensors are NCHW logically and channels_last in memory, as pycutlass_rt requires.
+
+Internal API relied on: ``pycutlass_rt._backends`` (the framework adapter, as in the GEMM
+suite) and ``pycutlass_rt._conv_gemm.UNFOLD_LAGGING`` (``--no-unfold-lagging``: the routes
+with and without the GEMM unfolding of lagging layers); ``--profile``'s launch list is
+heuristics/profiling.py's.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import itertools
 import os
 import sys
 from collections import namedtuple
+
+from heuristics.profiling import launches
 
 from . import timing
 from .measure import MEMORY_FRACTION, _err
@@ -251,27 +258,6 @@ def run_case(fw, pcr, layer, dtype, pass_, settings, l2_bytes, profile=False) ->
         if timing.comparable(mine_s.method, peer_s.method, graph=True):
             row["ratio"] = peer_s.median_us / mine_s.median_us
     return row
-
-
-def launches(torch, fn, calls: int = 3, width: int | None = 60) -> str:
-    """The device kernels (and copies) ``fn()`` launches, from torch's profiler over
-    ``calls`` calls: "name µs; ..." per call, largest first, so that a route's time can be
-    told apart (the unfolding, the GEMM, a copy nobody asked for); names cut to ``width``
-    characters (None: whole)."""
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    per = {}
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        us = e.device_time_total
-        per[e.name] = per.get(e.name, 0.0) + us / calls
-    top = sorted(per.items(), key=lambda kv: -kv[1])
-    return "; ".join(f"{name[:width]} {us:.1f}" for name, us in top)
 
 
 def summarize(rows) -> list:

@@ -20,6 +20,9 @@ calls, operand sets (weights included) rotated over 2x the L2, contestants inter
 sample by sample; ratios of median device times, ours over the peer's (> 1: ours faster).
 Results go to ``DIR/quantized.json`` with the machine and versions; the summary (geomean
 per case and peer, M >= 1024 and all, and the worst five) is printed.
+
+Internal API relied on: ``pycutlass_rt._backends.load`` (the framework adapter the suite
+times with).
 """
 
 from __future__ import annotations

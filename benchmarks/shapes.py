@@ -1,8 +1,13 @@
 """The benchmark's shape groups A-L (benchmarks/README.md) and dtypes, as data.
 
-This module is the one place the shape lists live; ``heuristics/sweep.py`` imports its
-grids from here. Layouts name A then B, ``t`` = row-major and ``n`` = column-major (the
-library's kernel-name convention); D is row-major.
+This module is the one place the benchmark's shape lists live, but for the grids of groups
+A-D, which ``heuristics/sweep.py --grid`` times too: those live in heuristics/grids.py and
+are imported here (benchmarks/ imports from heuristics/, never the reverse). Layouts name
+A then B, ``t`` = row-major and ``n`` = column-major (the library's kernel-name
+convention); D is row-major.
+
+Internal API relied on: ``pycutlass_rt._dtypes.DTYPE_BYTES`` (bytes per element by dtype
+name, for the traffic a case moves; the package exports no such table).
 """
 
 from __future__ import annotations
@@ -11,30 +16,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from heuristics import corpus
-from pycutlass_rt._kernels import DTYPE_BYTES
+from heuristics.grids import (  # noqa: F401  (the groups' lists, re-exported)
+    AWKWARD,
+    DECODE,
+    DECODE_M,
+    NK_PAIRS,
+    PREFILL,
+    PREFILL_M,
+    SQUARE,
+    SQUARE_SIZES,
+)
+from pycutlass_rt._dtypes import DTYPE_BYTES
 
-#: (N, K) pairs of groups B and C: the projections of 8B- and 70B-class transformer layers.
-NK_PAIRS = [(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (28672, 8192), (8192, 28672)]
-DECODE_M = (1, 8, 16, 32, 64, 128, 256)
-PREFILL_M = (512, 2048, 8192)
-SQUARE_SIZES = (1024, 2048, 4096, 8192)
-
-SQUARE = [(s, s, s) for s in SQUARE_SIZES]
-DECODE = [(m, n, k) for m in DECODE_M for n, k in NK_PAIRS]
-PREFILL = [(m, n, k) for m in PREFILL_M for n, k in NK_PAIRS]
-#: 127x1000x4097 (no 16-byte alignment anywhere), 8191^3, N = 1, K in {16, 64}, long K,
-#: and odd vocabularies' projections (Whisper's 51866 at decode, GPT-2's 50257 at prefill):
-#: an odd N stages D but must not copy B
-AWKWARD = [
-    (127, 1000, 4097),
-    (8191, 8191, 8191),
-    (4096, 1, 4096),
-    (4096, 4096, 16),
-    (4096, 4096, 64),
-    (256, 256, 65536),
-    (4, 51866, 1280),
-    (300, 50257, 768),
-]
 EPILOGUE_SHAPES = [(4096, 4096, 4096)] + [(2048, n, k) for n, k in NK_PAIRS]
 HOST_SHAPES = [(64, 64, 64), (256, 4096, 4096)]
 #: batched (issue 5): L x the A and C shapes, against torch.bmm

@@ -349,7 +349,7 @@ def main(argv=None):
     sections = args.only or ["host", "compiled", "mlp"]
     print(
         f"torch {torch.__version__}, {torch.cuda.get_device_name()}, pycutlass_rt "
-        f"{pcr.__version__} ({pcr._lib.load().path})"
+        f"{pcr.__version__} ({pcr.info()['library']})"
     )
     results = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
     if "host" in sections:

@@ -34,6 +34,15 @@ fit part only: what the fit's settings are chosen by).
 effect when the sweep ran (its rank 0); where the sweep timed torch's cuBLAS call
 (``sweep.py --peer``), also the chosen and the best kernel against it. Run it on sweeps
 of the corpus's held-out part (heuristics/eval/) for figures on shapes no fit saw.
+
+Internal API relied on (a tool of the source tree, released with the library it fits):
+``pycutlass_rt._model`` (the analytic model and its features, which the calibration
+corrects), ``pycutlass_rt._select.ranked`` and ``families_for`` (the library's ranking
+under an alternative table, so --check and the second look judge what pcr_rank would
+do), ``pycutlass_rt._table.config_of`` (the configurations the table is keyed by),
+``pycutlass_rt._abi``'s enums (the words of kernel names, the rank reasons) and
+``pycutlass_rt._dtypes.DTYPE_TOKENS`` (a kernel name's dtype words); ``KernelInfo`` is
+public.
 """
 
 from __future__ import annotations
@@ -58,9 +67,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from pycutlass_rt import _model, _select, _table  # noqa: E402  (the model is the library's)
+from pycutlass_rt import KernelInfo, _model, _select, _table  # noqa: E402  (the library's model)
 from pycutlass_rt._abi import Epilogue, RankReason, Schedule, Split  # noqa: E402
-from pycutlass_rt._kernels import DTYPE_TOKENS, KernelInfo  # noqa: E402
+from pycutlass_rt._dtypes import DTYPE_TOKENS  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
 #: what _table.TABLE_FORMATS reads (5: feature calibrations, neighbours, second look)

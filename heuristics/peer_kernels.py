@@ -14,6 +14,10 @@ tile, cluster and schedule, which is what the catalogue may lack on those shapes
 
 Kernels chosen for the catalogue this way come from the fit part's shapes; the held-out
 part (heuristics/eval/) then judges them, so read it here only to see, not to choose.
+
+Internal API relied on: ``pycutlass_rt._tune`` (``backend``, ``spec_of``,
+``make_operands``: the sweep's own operand copies, so that the peer is profiled on what
+sweep.py timed it on).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt and benchmarks from it
+    sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt and heuristics from it
 
 from heuristics.sweep import PEER  # noqa: E402
 
@@ -79,7 +83,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from benchmarks.conv import launches
+    from heuristics.profiling import launches
     from heuristics.sweep import peer_call
     from pycutlass_rt import _tune
 

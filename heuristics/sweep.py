@@ -26,6 +26,12 @@ fp8, with the per-tensor scale tensors ``--scales tensor`` gives both; ``torch._
 for int8 -> int32). A shape the peer refuses (``_int_mm`` wants M > 16) gets no row. ``--append``
 resumes a sweep: shapes the file already holds are skipped; with ``--kernels``, only the
 matching kernels the file has not timed on a shape are timed (new kernels join a sweep).
+
+Internal API relied on (measuring is the library's own, so that sweeps and ``tune()`` time
+alike): ``pycutlass_rt._tune`` (operands in a problem's layout, the candidates the C side
+accepts in selection order, graph-replayed timing), ``pycutlass_rt._lib.load`` and
+``pycutlass_rt._cache.device_key`` (the device and build a row records), and
+``pycutlass_rt._abi.ScaleKind`` (per-tensor scales).
 """
 
 from __future__ import annotations
@@ -40,9 +46,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt and benchmarks from it
+    sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt and heuristics from it
 
-from benchmarks.shapes import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: E402,F401
+from heuristics.grids import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: E402,F401
 from pycutlass_rt._abi import ScaleKind  # noqa: E402
 
 #: few output tiles against a long K, where split-K and stream-K kernels compete with the
@@ -57,7 +63,7 @@ LONG_K = [
     (256, 1024, 8192),
     (384, 384, 24576),
 ]
-#: the shape lists of the benchmark's groups B, C, A and D (one copy, in benchmarks/shapes.py;
+#: the shape lists of the benchmark's groups B, C, A and D (one copy, in heuristics/grids.py;
 #: benchmarks/README.md describes the groups)
 GRIDS = {
     "decode": DECODE,

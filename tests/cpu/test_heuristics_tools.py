@@ -1,5 +1,6 @@
 """The sweep -> fit -> table pipeline of heuristics/, on synthetic sweep data."""
 
+import ast
 import csv
 import json
 import math
@@ -375,6 +376,59 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
     assert "cudaErrorLaunchFailure" in err and "skipped, operands do not fit" in err
     samples, _, _ = fit.read_samples([str(out)])
     assert len(samples) == 7 and all(s.order == [SMALL, BIG] for s in samples)
+
+
+def _privates(tree) -> set:
+    """pycutlass_rt's private modules a module's code reaches (imports, ``pcr._x``)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pycutlass_rt"):
+            parts = node.module.split(".")
+            if len(parts) > 1 and parts[1].startswith("_"):
+                out.add(parts[1])
+            elif len(parts) == 1:
+                out |= {a.name for a in node.names if a.name.startswith("_")}
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "pycutlass_rt" and len(parts) > 1 and parts[1].startswith("_"):
+                    out.add(parts[1])
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("pcr", "pycutlass_rt")
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            out.add(node.attr)
+    return out
+
+
+def test_tool_folders_depend_one_way_and_name_the_internal_api_they_use():
+    """benchmarks/ imports heuristics/, never the reverse; a private module of pycutlass_rt
+    a tool reaches is named in its module docstring (in benchmarks/, or the package's)."""
+    docs = {}
+    for folder in ("heuristics", "benchmarks"):
+        for name in sorted(os.listdir(os.path.join(ROOT, folder))):
+            if name.endswith(".py"):
+                with open(os.path.join(ROOT, folder, name)) as f:
+                    docs[f"{folder}/{name}"] = ast.parse(f.read())
+    package = ast.get_docstring(docs["benchmarks/__init__.py"]) or ""
+    used = {}
+    for path, tree in docs.items():
+        imported = set()
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Import):
+                imported |= {a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom):
+                imported.add(n.module or "")
+        if path.startswith("heuristics/"):
+            assert not any(m.split(".")[0] == "benchmarks" for m in imported), path
+        doc = (ast.get_docstring(tree) or "") + (package if path.startswith("bench") else "")
+        for private in _privates(tree):
+            used[path] = used.get(path, set()) | {private}
+            assert f"pycutlass_rt.{private}" in doc, f"{path}: {private} not in its docstring"
+    assert used["heuristics/fit.py"] >= {"_select", "_model", "_table"}  # the check sees them
 
 
 def test_fit_rejects_files_without_the_columns(tmp_path):
