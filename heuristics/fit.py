@@ -35,19 +35,25 @@ effect when the sweep ran (its rank 0); where the sweep timed torch's cuBLAS cal
 (``sweep.py --peer``), also the chosen and the best kernel against it. Run it on sweeps
 of the corpus's held-out part (heuristics/eval/) for figures on shapes no fit saw.
 
+The table is written compact (format 6): minified JSON whose long number arrays are
+packed as little-endian values into one zlib-compressed, base64 buffer, which
+pycutlass_rt/_table.py's ``read`` expands back into the lists, every value exact.
+
 Internal API relied on (a tool of the source tree, released with the library it fits):
 ``pycutlass_rt._model`` (the analytic model and its features, which the calibration
 corrects), ``pycutlass_rt._select.ranked`` and ``families_for`` (the library's ranking
 under an alternative table, so --check and the second look judge what pcr_rank would
-do), ``pycutlass_rt._table.config_of`` (the configurations the table is keyed by),
-``pycutlass_rt._abi``'s enums (the words of kernel names, the rank reasons) and
-``pycutlass_rt._dtypes.DTYPE_TOKENS`` (a kernel name's dtype words); ``KernelInfo`` is
-public.
+do), ``pycutlass_rt._table`` (``config_of``, the configurations the table is keyed by;
+``read`` and ``PACKED_TYPES``, the file this writes), ``pycutlass_rt._abi``'s enums (the
+words of kernel names, the rank reasons) and ``pycutlass_rt._dtypes.DTYPE_TOKENS`` (a
+kernel name's dtype words); ``KernelInfo`` is public.
 """
 
 from __future__ import annotations
 
 import argparse
+import array
+import base64
 import collections
 import csv
 import functools
@@ -59,6 +65,7 @@ import random
 import re
 import sys
 import types
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,8 +79,11 @@ from pycutlass_rt._abi import Epilogue, RankReason, Schedule, Split  # noqa: E40
 from pycutlass_rt._dtypes import DTYPE_TOKENS  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
-#: what _table.TABLE_FORMATS reads (5: feature calibrations, neighbours, second look)
-TABLE_FORMAT = 5
+#: what _table.TABLE_FORMATS reads (5: feature calibrations, neighbours, second look; 6:
+#: format 5 written compact, long number arrays packed: write_table)
+TABLE_FORMAT = 6
+#: a list of at least this many numbers (or of rows of numbers, one length) is packed
+PACK_MIN = 64
 PEER = "peer:cublas"  # sweep.py --peer's row: torch's cuBLAS call, not a kernel
 #: ridge strength toward the all-configuration weights (per-configuration fit) and toward
 #: zero (the all-configuration fit), in units of samples; a kernel's rows weigh
@@ -529,6 +539,92 @@ def fit(samples: list[Sample], sources: list[dict], base: dict | None = None) ->
     }
 
 
+# ---- the table file -------------------------------------------------------------------------
+
+
+def _int_code(lo: int, hi: int) -> str | None:
+    """The narrowest packed integer type that holds lo..hi (None: none does)."""
+    for code in ("<i1", "<i2", "<i4", "<i8"):
+        bound = 1 << (8 * int(code[2:]) - 1)
+        if -bound <= lo and hi < bound:
+            return code
+    return None
+
+
+def packed(values: list, arrays: bytearray) -> dict | None:
+    """Appends ``values`` (numbers, or rows of numbers of one length) to ``arrays`` as
+    little-endian values (at an offset a multiple of 8) and returns the packed form
+    _table.read expands: {"packed": "<f8" (or "<i1".."<i8", the narrowest that holds the
+    integers), "offset": bytes into ``arrays``, "count": values[, "shape": [rows,
+    columns]]}; None, appending nothing, where they do not pack exactly (integers mixed
+    with floats, ragged rows).
+
+    >>> arrays = bytearray(b"x")
+    >>> packed([1, 2, 300], arrays), len(arrays)
+    ({'packed': '<i2', 'offset': 8, 'count': 3}, 14)
+    >>> packed([[1.5, 2.0], [3.0, 4.0]], arrays)["shape"], packed([1, 2.5], arrays), len(arrays)
+    ([2, 2], None, 48)
+    """
+    shape = None
+    flat = values
+    if values and all(isinstance(v, list) for v in values):
+        widths = {len(v) for v in values}
+        if len(widths) != 1 or widths == {0}:
+            return None
+        shape = [len(values), widths.pop()]
+        flat = [x for row in values for x in row]
+    if not flat:
+        return None
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
+        code = _int_code(min(flat), max(flat))
+    elif all(isinstance(x, float) for x in flat):
+        code = "<f8"
+    else:
+        return None
+    if code is None:
+        return None
+    items = array.array(_table.PACKED_TYPES[code], flat)
+    if items.itemsize != int(code[2:]):
+        return None  # a platform whose C types have other sizes: the list as it is
+    if sys.byteorder == "big":
+        items.byteswap()
+    arrays.extend(bytes(-len(arrays) % 8))  # aligned for the reader's typed views
+    out = {"packed": code, "offset": len(arrays), "count": len(flat)}
+    arrays.extend(items.tobytes())
+    if shape:
+        out["shape"] = shape
+    return out
+
+
+def compact(table: dict) -> dict:
+    """``table`` as format 6 holds it: every list of PACK_MIN numbers or more packed
+    (:func:`packed`) into one buffer, which ends the table as ``"arrays"``: the base64 of
+    its zlib compression."""
+    arrays = bytearray()
+
+    def pack(obj):
+        if isinstance(obj, dict):
+            return {key: pack(value) for key, value in obj.items()}
+        if isinstance(obj, list):
+            if len(obj) >= PACK_MIN and (p := packed(obj, arrays)) is not None:
+                return p
+            return [pack(value) for value in obj]
+        return obj
+
+    out = pack(table)
+    if arrays:
+        out["arrays"] = base64.b64encode(zlib.compress(bytes(arrays), 9)).decode("ascii")
+    return out
+
+
+def write_table(table: dict, path: str) -> None:
+    """Writes ``table`` compact: minified JSON, long number arrays packed (format 6,
+    :func:`compact`); _table.read gives back ``table``'s lists, every value exact."""
+    text = json.dumps(compact(table), separators=(",", ":"))
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
 # ---- checking -----------------------------------------------------------------------------
 
 
@@ -669,18 +765,12 @@ def main(argv=None) -> int:
             print(f"{source}: best/chosen geomean {gm:.4f}, {close:5.1f}% within 5% of {n}")
         return 0
     if args.check:
-        with open(args.check) as f:
-            table = json.load(f)
+        table = _table.read(args.check)
     else:
         refuse_heldout(samples)
-        base = None
-        if args.base:
-            with open(args.base) as f:
-                base = json.load(f)
+        base = _table.read(args.base) if args.base else None
         table = fit(samples, sources, base)
-        with open(args.out, "w") as f:
-            json.dump(table, f, indent=1)
-            f.write("\n")
+        write_table(table, args.out)
         print(
             f"{args.out}: {', '.join(table['calibration'])} calibrated from {len(samples)} samples",
             file=sys.stderr,

@@ -1,22 +1,27 @@
 """The shipped selection table: the rules and calibrations heuristics/fit.py writes.
 
 Finds and reads ``heuristics/table_v1.json`` (installed beside the package, or in a source
-tree), checks its format, and resolves it against a list of kernels into the pcr_table the
-library ranks with (:func:`resolve`): each rule's patterns matched to the kernels' names,
-each calibration's configurations to the kernels' configurations. Kernel names reduce to
-configurations (config_of) here, so the fitter and the selector key the table the same way.
+tree; minified JSON whose long number arrays are packed, :func:`read`), checks its format,
+and resolves it against a list of kernels into the pcr_table the library ranks with
+(:func:`resolve`): each rule's patterns matched to the kernels' names, each calibration's
+configurations to the kernels' configurations. Kernel names reduce to configurations
+(config_of) here, so the fitter and the selector key the table the same way.
 """
 
 from __future__ import annotations
 
+import array
+import binascii
 import ctypes
 import fnmatch
 import functools
 import json
 import os
 import re
+import sys
 import warnings
 import weakref
+import zlib
 
 from ._abi import Calibration, Rule, Table
 from ._lib import load
@@ -24,10 +29,60 @@ from ._model import FEATURES, PAIR_FEATURES, WEIGHTS
 from .errors import InvalidArgumentError
 
 TABLE_FILE = "table_v1.json"
-TABLE_FORMATS = (4, 5)  # the "format" values of heuristics/*.json this module reads
+TABLE_FORMATS = (4, 5, 6)  # the "format" values of heuristics/*.json this module reads
+#: format 6 is format 5 written compact (heuristics/fit.py's write_table): minified, and a
+#: list of numbers may be {"packed": type, "offset": bytes, "count": values} (with "shape":
+#: [rows, columns] for a list of rows), its little-endian values at that offset of the
+#: table's "arrays" (base64 of a zlib-compressed buffer); read() gives back the list.
+#: Packed type -> array type code.
+PACKED_TYPES = {"<i1": "b", "<i2": "h", "<i4": "i", "<i8": "q", "<f8": "d"}
 
 
 # ---- the shipped table ----------------------------------------------------------------
+
+
+def _unpacked(spec: dict, arrays: memoryview) -> list:
+    """The list a packed one (PACKED_TYPES) stands for, from the table's arrays."""
+    code = PACKED_TYPES[spec["packed"]]
+    start = spec["offset"]
+    part = arrays[start : start + spec["count"] * int(spec["packed"][2:])]
+    if sys.byteorder == "little":
+        values = part.cast(code).tolist()
+    else:
+        items = array.array(code, part.tobytes())
+        items.byteswap()
+        values = items.tolist()
+    if "shape" in spec:
+        width = spec["shape"][1]
+        values = [values[i : i + width] for i in range(0, len(values), width)]
+    return values
+
+
+def _expand(node, arrays: memoryview):
+    """``node`` with every packed list in it (at any depth) expanded, in place."""
+    if isinstance(node, dict):
+        if "packed" in node:
+            return _unpacked(node, arrays)
+        for key, value in node.items():
+            if isinstance(value, (dict, list)):
+                node[key] = _expand(value, arrays)
+    else:
+        for i, value in enumerate(node):
+            if isinstance(value, (dict, list)):
+                node[i] = _expand(value, arrays)
+    return node
+
+
+def read(path: str) -> dict:
+    """A table file of any format, as format 5 holds it: packed lists (format 6) expanded
+    back into the lists they stand for, every value exact."""
+    with open(path, "rb") as f:
+        data = json.loads(f.read())
+    packed = data.pop("arrays", None) if isinstance(data, dict) else None
+    if packed is None:
+        return data
+    arrays = memoryview(zlib.decompress(binascii.a2b_base64(packed)))
+    return _expand(data, arrays)
 
 
 @functools.cache
@@ -39,8 +94,7 @@ def table() -> dict:
         os.path.join(os.path.dirname(here), "heuristics", TABLE_FILE),
     ):
         if os.path.exists(path):
-            with open(path) as f:
-                data = json.load(f)
+            data = read(path)
             if data.get("format") in TABLE_FORMATS:
                 return data
             warnings.warn(

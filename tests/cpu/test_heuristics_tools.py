@@ -203,6 +203,52 @@ def test_source_paths_are_relative_to_the_repository():
     )
 
 
+def test_the_table_is_written_compact_and_reads_back_exactly(tmp_path):
+    """fit.write_table: minified JSON whose long number arrays are packed into one
+    compressed buffer (format 6); _table.read gives back every list and value exactly, ints
+    as ints, floats bit for bit."""
+    values = [0.1 * i - 3.0 for i in range(100)] + [-0.0, 1e-300, 2.5e300, float("inf")]
+    table = {
+        "format": fit.TABLE_FORMAT,
+        "families": {"sm90": [{"max_m": 64, "prefer": [SMALL] * 70}]},  # strings stay
+        "calibration": {
+            "sm90": {
+                "weights": {"c": [float(v) for v in range(78)], "short": [1.5, 2.5]},
+                "neighbours": {
+                    "shapes": [[m, 4096, 8192] for m in range(1, 70)],
+                    "configs": {"c": {"at": list(range(300)), "r": values, "w": [1] * 63}},
+                },
+                "second_look": {"feature": [-1, 0, 127] * 30, "big": [1 << 40] * 64},
+                "mixed": [1, 2.0] * 40,
+            }
+        },
+    }
+    import doctest
+
+    assert doctest.testmod(fit).failed == 0  # packed()'s examples
+    path = tmp_path / "t.json"
+    fit.write_table(table, str(path))
+    text = path.read_text()
+    assert text.count("\n") == 1 and ": " not in text and '"packed":"<f8"' in text
+    back = _table.read(str(path))
+    assert json.dumps(back) == json.dumps(table)  # reprs: -0.0 and inf too
+    cal = back["calibration"]["sm90"]
+    assert [type(v) for v in cal["neighbours"]["configs"]["c"]["at"][:2]] == [int, int]
+    assert cal["neighbours"]["shapes"][0] == [1, 4096, 8192]
+    top = json.loads(text)
+    packed = top["calibration"]["sm90"]
+    assert packed["neighbours"]["configs"]["c"]["at"]["packed"] == "<i2"
+    assert packed["second_look"]["feature"]["packed"] == "<i1"
+    assert packed["second_look"]["big"]["packed"] == "<i8"
+    assert packed["neighbours"]["shapes"]["shape"] == [69, 3]
+    assert packed["mixed"] == [1, 2.0] * 40 and packed["weights"]["short"] == [1.5, 2.5]
+    assert packed["neighbours"]["configs"]["c"]["w"] == [1] * 63  # below PACK_MIN
+    assert list(top)[-1] == "arrays" and "arrays" not in back  # one buffer, at the end
+    plain = tmp_path / "plain.json"  # format 5 and before: plain JSON, read as it is
+    plain.write_text(json.dumps(table, indent=1))
+    assert json.dumps(_table.read(str(plain))) == json.dumps(table)
+
+
 def test_unmeasured_configurations_follow_in_model_order(tmp_path):
     table = fitted(tmp_path, small_vs_big())[0]
     ranked = [
@@ -270,7 +316,7 @@ def test_cli_fits_then_checks(tmp_path, capsys):
     assert fit.main([path, "--base", str(base), "--out", str(out)]) == 0
     out_text = capsys.readouterr().out
     assert "sm90   table       best/chosen geomean 1.000, 100.0% within 5%" in out_text
-    assert set(json.loads(out.read_text())["families"]) == {"sm75", "sm90"}
+    assert set(_table.read(str(out))["families"]) == {"sm75", "sm90"}
     assert fit.main([path, "--check", str(out)]) == 0
     assert "sm90   when swept" in capsys.readouterr().out
 
