@@ -9,9 +9,11 @@
 # sweep  heuristics/sweep.py: bf16 decode and awkward shapes, fp8 e4m3 -> bf16 (all tn),
 #        into build/sweeps (or the sweeps PCR_SWEEPS names)
 # corpus the rest of the shape corpus's fit part in bf16 (every candidate of the build,
-#        appended to heuristics/sweeps/h200_bf16_tn_corpus_fit.csv where it stopped) for
-#        at most PCR_CORPUS_TIMEOUT seconds (400); the file comes back in results.tgz
-# fit    heuristics/fit.py on the shipped sweeps plus build/sweeps: the table, recalibrated
+#        appended where it stopped to heuristics/data/sweeps/h200_bf16_tn_corpus_fit.csv.gz,
+#        unpacked into build/sweeps and packed back) for at most PCR_CORPUS_TIMEOUT seconds
+#        (400); the file comes back in results.tgz
+# fit    heuristics/fit.py on the shipped sweeps plus build/sweeps (packed into
+#        heuristics/data/sweeps): the table, recalibrated
 # test   the GPU test suite (compute-sanitizer cases last)
 # wheel  the default build exactly as the README says (pip wheel . with no knobs: the
 #        H200's own archs, 90;90a, and the default tier), kept in $OUT/wheel and installed
@@ -62,19 +64,22 @@ phase_sweep() {
 }
 
 phase_corpus() {
-  local fit=heuristics/sweeps/h200_bf16_tn_corpus_fit.csv
+  # sweep.py appends to plain CSV (flushed per shape): unpack, sweep, pack back
+  local packed=heuristics/data/sweeps/h200_bf16_tn_corpus_fit.csv.gz
+  local fit=build/sweeps/h200_bf16_tn_corpus_fit.csv
+  python3 heuristics/datafiles.py unpack "$packed" "$fit" || return
   timeout "${PCR_CORPUS_TIMEOUT:-400}" python3 heuristics/sweep.py --corpus-fit 2015 --seed 2 \
     --append --reps 6 --layouts tn --dtypes bfloat16 --out "$fit" 2>"$OUT/corpus.log"
   local rc=$?
-  cp "$fit" build/sweeps/
+  python3 heuristics/datafiles.py pack "$fit" "$packed" || return
   [ "$rc" -eq 124 ] && return 0 # out of time: resumed by the next call
   return "$rc"
 }
 
 phase_fit() {
   # the shipped table is fitted on the corpus's fit part only (heuristics/README.md)
-  cp build/sweeps/*.csv heuristics/sweeps/ &&
-    python3 heuristics/fit.py heuristics/sweeps/h200_*_corpus_fit.csv \
+  python3 heuristics/datafiles.py pack build/sweeps/*.csv heuristics/data/sweeps/ &&
+    python3 heuristics/fit.py heuristics/data/sweeps/h200_*_corpus_fit.csv.gz \
       --base heuristics/table_v1.json \
       --out heuristics/table_v1.json 2>&1 | tee "$OUT/fit.log"
 }

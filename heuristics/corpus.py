@@ -17,13 +17,15 @@ family a few ``tt`` rows (weights stored (K, N), as JAX/Flax ``Dense`` kernels a
 ``Conv1D`` keep them), ``nn`` rows (channels-first activations, as a 1x1 convolution of
 an NCHW feature map, times W.T) and batched rows (per-head attention, per-expert GEMMs).
 
-The CSV (``corpus/shapes_v1.csv``) is generated and checked in::
+The CSV (``data/corpus/shapes_v1.csv.gz``, gzip-compressed like the sweeps beside it:
+datafiles.py) is generated and checked in::
 
     python heuristics/corpus.py --write      # regenerate
     python heuristics/corpus.py --check      # exit 1 if the file is stale
     python heuristics/corpus.py --summary    # rows per part, kind and layout
 
-Tools read it with :func:`load` (stdlib only). Changing what a row holds (a model's
+Tools read it with :func:`load` (stdlib only); where the data folder is absent (an sdist
+ships none), :func:`load` generates the same rows from this module. Changing what a row holds (a model's
 numbers, the draws) changes the corpus: bump :data:`CORPUS_VERSION` and write a new file,
 so that figures quoted against ``v1`` stay reproducible.
 
@@ -46,6 +48,12 @@ import random
 import sys
 from dataclasses import dataclass
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)  # run as a script: heuristics.datafiles from the checkout
+
+from heuristics import datafiles  # noqa: E402
+
 CORPUS_VERSION = 1
 #: base of every random draw; each draw seeds its own generator from this and the names of
 #: what it draws for, so adding a model leaves the other models' rows as they were
@@ -64,8 +72,7 @@ MAX_L = 64
 #: case tile and alignment choices get wrong
 ODD_SHARE = 0.4
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CSV_PATH = os.path.join(HERE, "corpus", f"shapes_v{CORPUS_VERSION}.csv")
+CSV_PATH = os.path.join(datafiles.CORPUS, f"shapes_v{CORPUS_VERSION}.csv.gz")
 COLUMNS = (
     "corpus_version",
     "family",
@@ -1104,7 +1111,8 @@ def load(part: str | None = None, layout: str | None = None, path: str = CSV_PAT
     Args:
         part: ``"fit"`` or ``"heldout"``; None: both.
         layout: ``"tn"``, ``"tt"`` or ``"nn"``; None: all.
-        path: the CSV (default: this version's checked-in file).
+        path: the CSV, plain or ``.csv.gz`` (default: this version's checked-in file;
+            where it is absent, the rows :func:`rows` generates, which it holds).
 
     Returns:
         A list of :class:`Shape`, in file order.
@@ -1119,8 +1127,10 @@ def load(part: str | None = None, layout: str | None = None, path: str = CSV_PAT
         raise ValueError(f"unknown part {part!r}; choose from {', '.join(PARTS)}")
     if layout is not None and layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
-    with open(path, newline="") as f:
-        shapes = [Shape.from_row(r) for r in csv.DictReader(f)]
+    if path == CSV_PATH and not os.path.exists(path):
+        shapes = rows()  # no data folder (an sdist): what the checked-in file holds
+    else:
+        shapes = [Shape.from_row(r) for r in csv.DictReader(datafiles.open_text(path))]
     return [
         s
         for s in shapes
@@ -1153,15 +1163,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     text = render(rows())
     if args.write:
-        os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
-        with open(args.csv, "w", newline="") as f:
-            f.write(text)
+        datafiles.write_text(args.csv, text)  # gzip'd where the name ends in .gz
         print(f"wrote {args.csv}: {text.count(chr(10)) - 1} rows")
         return 0
     if args.check:
         try:
-            with open(args.csv, newline="") as f:
-                stale = f.read() != text
+            stale = datafiles.read_bytes(args.csv).decode("utf-8") != text
         except FileNotFoundError:
             stale = True
         if stale:

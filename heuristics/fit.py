@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Fit: raw sweep CSVs -> the shipped kernel-choice table; --check: a table's regret.
 
-    python heuristics/fit.py heuristics/sweeps/h200_*_corpus_fit.csv \\
+    python heuristics/fit.py heuristics/data/sweeps/h200_*_corpus_fit.csv.gz \\
         --base heuristics/table_v1.json --out heuristics/table_v1.json
-    python heuristics/fit.py heuristics/eval/h200_bf16_tn_heldout.csv \\
+    python heuristics/fit.py heuristics/data/eval/h200_bf16_tn_heldout.csv.gz \\
         --check heuristics/table_v1.json
 
 A sample is one swept problem (GPU, dtypes, layout, M, N, K) with the time of every
@@ -33,7 +33,13 @@ fit part only: what the fit's settings are chosen by).
 5% of the best, for the table, for the analytic model alone, and for the choice in
 effect when the sweep ran (its rank 0); where the sweep timed torch's cuBLAS call
 (``sweep.py --peer``), also the chosen and the best kernel against it. Run it on sweeps
-of the corpus's held-out part (heuristics/eval/) for figures on shapes no fit saw.
+of the corpus's held-out part (heuristics/data/eval/) for figures on shapes no fit saw.
+
+Sweeps are read as plain ``.csv`` or packed ``.csv.gz`` (datafiles.py); a table names
+each sweep it was fitted from by the sha256 of its CSV text (``sources``, and each
+calibration's ``source`` as ``path@first 16 hex digits``), the same packed or not, and
+--check verifies the named files that are present against those digests (exit status 1
+where one differs).
 
 The table is written compact (format 6): minified JSON whose long number arrays are
 packed as little-endian values into one zlib-compressed, base64 buffer, which
@@ -58,6 +64,7 @@ import collections
 import csv
 import functools
 import hashlib
+import io
 import json
 import math
 import os
@@ -74,6 +81,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from heuristics import datafiles  # noqa: E402
 from pycutlass_rt import KernelInfo, _model, _select, _table  # noqa: E402  (the library's model)
 from pycutlass_rt._abi import Epilogue, RankReason, Schedule, Split  # noqa: E402
 from pycutlass_rt._dtypes import DTYPE_TOKENS  # noqa: E402
@@ -168,7 +176,7 @@ class Sample:
     m: int
     n: int
     k: int
-    source: str  # path@sha256-prefix of the sweep file
+    source: str  # path@sha256-prefix of the sweep file's CSV text
     sm_count: int
     cc: int
     times: dict = field(default_factory=dict)  # kernel name -> us
@@ -198,7 +206,8 @@ class Sample:
 
 
 def file_label(path: str, digest: str) -> str:
-    """heuristics/sweeps/h200_bf16.csv@1a2b3c4d5e6f7a8b (relative to the repository)."""
+    """heuristics/data/sweeps/h200_bf16.csv.gz@1a2b3c4d5e6f7a8b (relative to the
+    repository)."""
     full = os.path.abspath(path)
     rel = os.path.relpath(full, ROOT) if full.startswith(ROOT + os.sep) else path
     return f"{rel}@{digest[:16]}"
@@ -210,11 +219,11 @@ def read_samples(paths: list[str]) -> tuple[list[Sample], list[dict], int]:
     peers: dict = {}  # (file, dtype, layout, m, n, k) -> us
     sources, skipped = [], 0
     for path in paths:
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
+        text = datafiles.read_bytes(path)  # decompressed: the digest is the CSV text's
+        digest = hashlib.sha256(text).hexdigest()
         label = file_label(path, digest)
         rows = 0
-        with open(path, newline="") as f:
+        with io.StringIO(text.decode("utf-8"), newline="") as f:
             reader = csv.DictReader(f)
             missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
             if missing:
@@ -625,6 +634,30 @@ def write_table(table: dict, path: str) -> None:
         f.write(text + "\n")
 
 
+def verify_sources(table: dict) -> tuple[list[str], list[str]]:
+    """(files that differ from the digest ``table`` names them by, files not here): the
+    ``sources`` and every calibration's ``source`` labels (``path@prefix``), paths relative
+    to the repository; digests of the CSV text (datafiles.digest), packed or not."""
+    named: dict = {}
+    for src in table.get("sources", []):
+        named.setdefault(src["file"], set()).add(src["sha256"])
+    for cal in table.get("calibration", {}).values():
+        for label in cal.get("source", []):
+            path, _, prefix = str(label).rpartition("@")
+            if path:
+                named.setdefault(path, set()).add(prefix)
+    differ, missing = [], []
+    for path, digests in sorted(named.items()):
+        full = path if os.path.isabs(path) else os.path.join(ROOT, path)
+        if not os.path.exists(full):
+            missing.append(path)
+            continue
+        have = datafiles.digest(full)
+        if not all(have.startswith(d) for d in digests):
+            differ.append(f"{path}: sha256 {have[:16]}, the table names {sorted(digests)}")
+    return differ, missing
+
+
 # ---- checking -----------------------------------------------------------------------------
 
 
@@ -764,8 +797,18 @@ def main(argv=None) -> int:
         for source, (gm, close, n) in report.items():
             print(f"{source}: best/chosen geomean {gm:.4f}, {close:5.1f}% within 5% of {n}")
         return 0
+    differ = []
     if args.check:
         table = _table.read(args.check)
+        differ, missing = verify_sources(table)
+        named = len(table.get("sources", []))
+        if missing:
+            print(
+                f"{args.check}: sweeps it names that are not here: {', '.join(missing)}",
+                file=sys.stderr,
+            )
+        elif not differ and named:
+            print(f"{args.check}: the {named} sweeps it names match their digests", file=sys.stderr)
     else:
         refuse_heldout(samples)
         base = _table.read(args.base) if args.base else None
@@ -776,6 +819,13 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
     print(format_report(check(table, samples)))
+    if differ:
+        print(
+            f"{args.check}: sweeps that differ from the digests it names:\n  "
+            + "\n  ".join(differ),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

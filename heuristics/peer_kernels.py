@@ -9,11 +9,12 @@ tile, cluster and schedule, which is what the catalogue may lack on those shapes
     # the fit part's peer rows, in a file of their own (no kernel matches "none")
     python heuristics/sweep.py --corpus-fit 2015 --seed 2 --peer --kernels none \\
         --layouts tn --dtypes bfloat16 --out build/sweeps/h200_bf16_tn_fit_peer.csv
-    python heuristics/peer_kernels.py heuristics/sweeps/h200_bf16_tn_corpus_fit.csv \\
+    python heuristics/peer_kernels.py heuristics/data/sweeps/h200_bf16_tn_corpus_fit.csv.gz \\
         build/sweeps/h200_bf16_tn_fit_peer.csv --below 0.95 --out build/sweeps/peer_kernels.csv
 
 Kernels chosen for the catalogue this way come from the fit part's shapes; the held-out
-part (heuristics/eval/) then judges them, so read it here only to see, not to choose.
+part (heuristics/data/eval/) then judges them, so read it here only to see, not to choose.
+Sweeps are read plain or packed (datafiles.py).
 
 Internal API relied on: ``pycutlass_rt._tune`` (``backend``, ``spec_of``,
 ``make_operands``: the sweep's own operand copies, so that the peer is profiled on what
@@ -31,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt and heuristics from it
 
+from heuristics import datafiles  # noqa: E402
 from heuristics.sweep import PEER  # noqa: E402
 
 COLUMNS = ["dtype", "dtype_d", "layout", "m", "n", "k", "ratio", "best", "best_us", "peer_us"]
@@ -75,8 +77,7 @@ def main(argv=None) -> int:
 
     rows = []
     for path in args.sweeps:
-        with open(path, newline="") as f:
-            rows += list(csv.DictReader(f))
+        rows += list(csv.DictReader(datafiles.open_text(path)))
     picked = lagging(rows, args.below)[: args.limit]
     if not picked:
         raise SystemExit(f"{' '.join(args.sweeps)}: no shape with a peer row below {args.below}x")

@@ -4,11 +4,17 @@
 Writes raw CSV, one row per (shape, dtype, layout, kernel), for heuristics/fit.py::
 
     python heuristics/sweep.py --grid decode prefill square --dtypes bfloat16 \\
-        --out heuristics/sweeps/h200_bf16.csv
+        --out build/sweeps/h200_bf16.csv
     python heuristics/sweep.py --corpus-fit 300 --layouts tn --dtypes bfloat16 \\
-        --out heuristics/sweeps/h200_bf16_corpus_fit.csv   # real models' shapes, fit part
+        --out build/sweeps/h200_bf16_corpus_fit.csv   # real models' shapes, fit part
     python heuristics/sweep.py --corpus-heldout 300 --peer --layouts tn --dtypes bfloat16 \\
-        --out heuristics/eval/h200_bf16_heldout.csv        # for judging only (fit.py refuses it)
+        --out build/sweeps/h200_bf16_heldout.csv      # for judging only (fit.py refuses it)
+    # done: into the data folder, compressed (fit.py reads either)
+    python heuristics/datafiles.py pack build/sweeps/h200_bf16.csv heuristics/data/sweeps/
+
+The CSV is plain text, flushed after every shape, so that a sweep cut short resumes
+(``--append``); datafiles.py packs a finished one into heuristics/data/ (``sweeps/`` to fit
+on, ``eval/`` for the held-out part) and unpacks a packed one to append to.
 
 Candidates are the kernels the C side accepts for the problem, in the selection order of
 the table and model at sweep time (column ``rank``; the tuned cache is ignored), each
@@ -48,6 +54,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # a source checkout: import pycutlass_rt and heuristics from it
 
+from heuristics import datafiles  # noqa: E402
 from heuristics.grids import AWKWARD, DECODE, NK_PAIRS, PREFILL, SQUARE  # noqa: E402,F401
 from pycutlass_rt._abi import ScaleKind  # noqa: E402
 
@@ -210,6 +217,12 @@ def main(argv=None) -> int:
         help="add the rows to --out (an earlier sweep of the same columns)",
     )
     args = ap.parse_args(argv)
+    if args.out.endswith(datafiles.GZ):
+        raise SystemExit(
+            f"{args.out}: a sweep is written as plain CSV (flushed per shape, so that one cut "
+            "short resumes with --append); pack it when done: python heuristics/datafiles.py "
+            "pack OUT.csv heuristics/data/sweeps/ (unpack a packed sweep to append to it)"
+        )
 
     lib = pcr._lib.load()
     dev = _cache.device_key(lib, args.device, [k.name for k in pcr.kernels()])

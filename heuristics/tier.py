@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Tier: which kernels the default build should hold, by measured coverage per compile-second.
 
-    python heuristics/tier.py heuristics/sweeps/h200_bf16_tn_corpus_fit.csv \\
-        --judge heuristics/eval/h200_bf16_tn_heldout.csv
+    python heuristics/tier.py heuristics/data/sweeps/h200_bf16_tn_corpus_fit.csv.gz \\
+        --judge heuristics/data/eval/h200_bf16_tn_heldout.csv.gz
 
 Greedy over the kernels a sweep timed (one dtype and layout's candidates): start from
 the kernels every build needs (``--keep``: the any-alignment fallbacks, and what the

@@ -2,6 +2,7 @@
 
 import ast
 import csv
+import hashlib
 import json
 import math
 import os
@@ -198,9 +199,64 @@ def test_each_calibration_names_the_sweeps_it_came_from(tmp_path):
 
 def test_source_paths_are_relative_to_the_repository():
     assert (
-        fit.file_label(os.path.join(ROOT, "heuristics", "sweeps", "h200.csv"), "ab" * 32)
-        == "heuristics/sweeps/h200.csv@" + "ab" * 8
+        fit.file_label(os.path.join(ROOT, "heuristics", "data", "sweeps", "h.csv.gz"), "ab" * 32)
+        == "heuristics/data/sweeps/h.csv.gz@" + "ab" * 8
     )
+
+
+def test_packed_sweeps_read_as_their_csv_with_its_digest(tmp_path):
+    """A sweep packed into the data folder (datafiles.py) reads as the CSV it came from,
+    and its digest is the CSV text's: packing leaves the digest a table names it by."""
+    import doctest
+
+    import datafiles
+
+    assert doctest.testmod(datafiles).failed == 0
+    plain = write_sweep(tmp_path / "s.csv", small_vs_big())
+    packed = datafiles.pack(plain, str(tmp_path / "data") + os.sep)
+    assert packed == str(tmp_path / "data" / "s.csv.gz")
+    with open(plain, "rb") as f:
+        text = f.read()
+    with open(packed, "rb") as f:
+        assert f.read(2) == b"\x1f\x8b" and len(f.read()) < len(text)  # gzip, smaller
+    assert datafiles.read_bytes(packed) == text
+    assert datafiles.digest(packed) == datafiles.digest(plain) == hashlib.sha256(text).hexdigest()
+    first = open(packed, "rb").read()
+    datafiles.pack(plain, packed)  # deterministic: no name or time in the header
+    assert open(packed, "rb").read() == first
+    (a, src_a, _), (b, src_b, _) = fit.read_samples([plain]), fit.read_samples([packed])
+    assert [s.times for s in a] == [s.times for s in b] and src_a[0]["sha256"] == src_b[0]["sha256"]
+    unpacked = datafiles.unpack(packed, str(tmp_path / "again") + os.sep)
+    assert unpacked.endswith("s.csv") and open(unpacked, "rb").read() == text
+    assert datafiles.main(["digest", packed]) == 0
+
+
+def test_the_shipped_table_names_the_packed_sweeps_it_came_from():
+    """heuristics/table_v1.json's sources are the data folder's packed sweeps, each still
+    the digest the table names (--check verifies the same way)."""
+    table = _table.read(os.path.join(ROOT, "heuristics", _table.TABLE_FILE))
+    assert table["format"] == fit.TABLE_FORMAT and table["format"] in _table.TABLE_FORMATS
+    files = [src["file"] for src in table["sources"]]
+    assert files and all(f.startswith("heuristics/data/sweeps/") for f in files)
+    assert all(f.endswith(".csv.gz") for f in files)
+    if not os.path.isdir(os.path.join(ROOT, "heuristics", "data")):
+        pytest.skip("an sdist: heuristics/data/ is not shipped")
+    assert fit.verify_sources(table) == ([], [])
+
+
+def test_check_verifies_the_digests_of_the_sweeps_a_table_names(tmp_path, capsys):
+    path = write_sweep(tmp_path / "h200.csv", small_vs_big())
+    out = tmp_path / "table.json"
+    assert fit.main([path, "--out", str(out)]) == 0
+    assert fit.main([path, "--check", str(out)]) == 0
+    assert "1 sweeps it names match their digests" in capsys.readouterr().err
+    with open(path, "a") as f:  # the sweep changed after the fit
+        f.write(open(path).read().splitlines()[-1] + "\n")
+    assert fit.main([path, "--check", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "differ from the digests" in err and "h200.csv" in err
+    os.remove(path)
+    assert fit.verify_sources(_table.read(str(out))) == ([], [path])
 
 
 def test_the_table_is_written_compact_and_reads_back_exactly(tmp_path):
@@ -422,6 +478,13 @@ def test_sweep_writes_what_fit_reads(tmp_path, monkeypatch, capsys):
     assert "cudaErrorLaunchFailure" in err and "skipped, operands do not fit" in err
     samples, _, _ = fit.read_samples([str(out)])
     assert len(samples) == 7 and all(s.order == [SMALL, BIG] for s in samples)
+
+
+def test_sweeps_are_written_plain_and_packed_after(tmp_path):
+    """sweep.py flushes plain CSV per shape (a sweep cut short resumes): a packed --out is
+    refused, with the way to pack one."""
+    with pytest.raises(SystemExit, match="datafiles.py pack"):
+        sweep.main(["--out", str(tmp_path / "s.csv.gz")])
 
 
 def _privates(tree) -> set:

@@ -234,7 +234,8 @@ def model_best(kernels, m, n, k, sms=132, cc=90):
     return _select.rank(p, kernels, [kernels[0].family], NO_TABLE).ranked[0][0]
 
 
-# What the H200 sweep (heuristics/sweeps/h200_bf16.csv) measured, the model must reproduce:
+# What the H200 sweep (heuristics/data/sweeps/h200_bf16.csv.gz) measured, the model must
+# reproduce:
 
 
 @pytest.mark.parametrize("m", [1, 16, 64])
