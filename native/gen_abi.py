@@ -17,6 +17,7 @@ knows this header's constructs and nothing more (no preprocessor, no libclang):
   fields and one-dimensional arrays (N an integer or a #define), and
   ``typedef struct tag name;`` (opaque: reached through pointers only);
 - ``typedef <type> name;`` aliases, such as ``typedef void pcr_py_object;``;
+- ``typedef <type> (*name)(<params>);`` function pointers (callbacks the library calls);
 - ``PCR_API <type> name(<params>);`` prototypes.
 
 Anything else outside comments is an error, so a construct the mirror would miss cannot
@@ -127,6 +128,7 @@ class Abi:
     enums: list = dataclasses.field(default_factory=list)
     structs: list = dataclasses.field(default_factory=list)
     aliases: dict = dataclasses.field(default_factory=dict)  # name -> CType
+    callbacks: list = dataclasses.field(default_factory=list)  # Function, one per typedef
     functions: list = dataclasses.field(default_factory=list)
 
 
@@ -272,25 +274,35 @@ def _statement(stmt: str, abi: Abi) -> None:
     if m:
         abi.structs.append(Struct(m[2], [], opaque=True))
         return
+    m = re.fullmatch(r"typedef ([\w\s\*]+?) ?\(\*(\w+)\)\((.*)\)", stmt)
+    if m:
+        abi.callbacks.append(_function(m[2], m[1] + " " + m[2], m[3]))
+        return
     m = re.fullmatch(r"typedef ([\w\s\*]+?) ?(\w+)", stmt)
     if m:
         abi.aliases[m[2]] = _declaration(m[1] + " _")[0]
         return
     m = re.fullmatch(rf"{API} (.+?)\((.*)\)", stmt)
     if m:
-        restype, name = _declaration(m[1])
+        name = _declaration(m[1])[1]
         if name is None:
             raise HeaderError(f"no function name in {stmt!r}")
-        declared = [x.strip() for x in m[2].split(",")] if m[2].strip() else ["void"]
-        params = []
-        if declared != ["void"]:
-            for i, param in enumerate(declared):
-                ctype, pname = _declaration(param)
-                params.append((pname or f"arg{i}", ctype))
-        returns = m[1][: m[1].rfind(name)].strip()
-        abi.functions.append(Function(name, restype, params, declared, returns))
+        abi.functions.append(_function(name, m[1], m[2]))
         return
     raise HeaderError(f"unrecognized declaration: {stmt[:120]!r}")
+
+
+def _function(name: str, head: str, params: str) -> Function:
+    """A prototype's (or a function pointer's) Function: ``head`` is its return type and
+    name as written, ``params`` its parameter list."""
+    restype = _declaration(head)[0]
+    declared = [x.strip() for x in params.split(",")] if params.strip() else ["void"]
+    typed = []
+    if declared != ["void"]:
+        for i, param in enumerate(declared):
+            ctype, pname = _declaration(param)
+            typed.append((pname or f"arg{i}", ctype))
+    return Function(name, restype, typed, declared, head[: head.rfind(name)].strip())
 
 
 # ---- Python names and ctypes ------------------------------------------------------------
@@ -324,6 +336,7 @@ class _Types:
         self.abi = abi
         self.enums = {e.name for e in abi.enums}
         self.structs = {s.name: s for s in abi.structs}
+        self.callbacks = {c.name for c in abi.callbacks}
         self.used: set = set()
 
     def _name(self, name: str) -> str:
@@ -358,6 +371,8 @@ class _Types:
             if base in self.enums:
                 return self._name("c_int")  # a C enum is an int
             if base in self.structs and not self.structs[base].opaque:
+                return class_name(base)
+            if base in self.callbacks:
                 return class_name(base)
             raise HeaderError(f"{where}: {base} cannot be passed or stored by value")
         if t.depth == 1:
@@ -485,6 +500,13 @@ def render(abi: Abi) -> str:
             "",
         ]
         out += _wrap("    _fields_ = [", fields, "]", " " * len("    _fields_ = ["))
+    for cb in abi.callbacks:
+        types.used.add("CFUNCTYPE")
+        restype = types.ctypes(cb.restype, cb.name)
+        args = [types.ctypes(t, f"{cb.name}({n})") for n, t in cb.params]
+        out += ["", "", f"#: the header's {cb.name}: a callback the library calls"]
+        head = f"{class_name(cb.name)} = CFUNCTYPE("
+        out += _wrap(head, [restype, *args], ")", " " * len(head))
     out += ["", "", "#: name -> signature of every function the library exports"]
     out.append("FUNCTIONS = {")
     for f in abi.functions:

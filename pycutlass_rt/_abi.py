@@ -12,8 +12,8 @@ names, and FUNCTIONS holds every exported function's ctypes signature.
 from __future__ import annotations
 
 import enum
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32, c_int64,
-                    c_size_t, c_uint16, c_uint32, c_uint64, c_uint8, c_void_p, py_object)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32,
+                    c_int64, c_size_t, c_uint16, c_uint32, c_uint64, c_uint8, c_void_p, py_object)
 from typing import NamedTuple
 
 
@@ -50,13 +50,15 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 17
+PCR_ABI_VERSION = 18
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
 PCR_MODEL_FEATURES = 11
 PCR_MODEL_WEIGHTS = 78
 PCR_PAIR_FEATURES = 30
+PCR_IDENTITY_MAX = 48
+PCR_SELECT_UNTUNED = 1
 PCR_STREAM_FROM_PRODUCER = 1
 
 
@@ -97,7 +99,6 @@ class Status(AbiEnum):
     ERR_CUDA = 11
     ERR_INTERNAL = 12
     ERR_PYTHON = 13
-    NEED_SELECTION = 100
 
 
 class Dtype(AbiEnum):
@@ -241,6 +242,8 @@ class RankReason(AbiEnum):
     RANK_CALIBRATED = 1
     RANK_MODEL = 2
     RANK_SECOND_LOOK = 3
+    RANK_TUNED = 4
+    RANK_PINNED = 5
 
 
 #: each enum's common member prefix, which ``AbiEnum.token`` drops
@@ -393,6 +396,20 @@ class Ranked(Structure):
                 ("rule", c_int32), ("us", c_double)]
 
 
+class Tuned(Structure):
+    """The header's pcr_tuned."""
+
+    _fields_ = [("identity", c_int64 * PCR_IDENTITY_MAX), ("kernel", c_int32), ("pinned", c_int32)]
+
+
+#: the header's pcr_select_provider_fn: a callback the library calls
+SelectProviderFn = CFUNCTYPE(None, c_int32, c_void_p)
+
+
+#: the header's pcr_select_observer_fn: a callback the library calls
+SelectObserverFn = CFUNCTYPE(None, POINTER(Problem), POINTER(Ranked), c_int32, c_int32, c_void_p)
+
+
 #: name -> signature of every function the library exports
 FUNCTIONS = {
     # int pcr_abi_version(void)
@@ -473,8 +490,6 @@ FUNCTIONS = {
     "pcr_plan_kernel": Function(c_int, (c_void_p, POINTER(c_int32)), False),
     # void pcr_plan_destroy(pcr_plan* plan)
     "pcr_plan_destroy": Function(None, (c_void_p,), False),
-    # int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count)
-    "pcr_select_put": Function(c_int, (POINTER(Problem), POINTER(c_int32), c_int32), False),
     # int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
     #     const DLTensor* const* c, const DLTensor* const* d, int32_t count, double alpha,
     #     double beta, int32_t kernel, void* stream, pcr_problem* problem)
@@ -487,8 +502,6 @@ FUNCTIONS = {
     "pcr_moe_gemm": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(DLTensor),
                                      POINTER(DLTensor), c_double, c_int32, c_void_p,
                                      POINTER(Problem)), False),
-    # int pcr_select_clear(void)
-    "pcr_select_clear": Function(c_int, (), False),
     # int pcr_problem_identity(const pcr_problem* problem, int64_t* values, int32_t capacity)
     "pcr_problem_identity": Function(c_int, (POINTER(Problem), POINTER(c_int64), c_int32), False),
     # const char* pcr_problem_identity_names(void)
@@ -512,8 +525,20 @@ FUNCTIONS = {
                                  POINTER(c_int32)), False),
     # int pcr_selector_set(const pcr_ranker* ranker)
     "pcr_selector_set": Function(c_int, (c_void_p,), False),
-    # int pcr_selector_enable(int32_t device, int32_t enabled)
-    "pcr_selector_enable": Function(c_int, (c_int32, c_int32), False),
+    # int pcr_select_tuned(int32_t device, const pcr_tuned* entries, int32_t count,
+    #     const char* source, const char* refusal)
+    "pcr_select_tuned": Function(c_int, (c_int32, POINTER(Tuned), c_int32, c_char_p,
+                                         c_char_p), False),
+    # int pcr_select_provider(pcr_select_provider_fn provider, void* context)
+    "pcr_select_provider": Function(c_int, (SelectProviderFn, c_void_p), False),
+    # int pcr_select_observe(pcr_select_observer_fn observer, void* context)
+    "pcr_select_observe": Function(c_int, (SelectObserverFn, c_void_p), False),
+    # int pcr_select_rank(const pcr_problem* problem, const pcr_verdict* verdicts, int32_t flags,
+    #     pcr_ranked* out, int32_t capacity, int32_t* count)
+    "pcr_select_rank": Function(c_int, (POINTER(Problem), POINTER(Verdict), c_int32,
+                                        POINTER(Ranked), c_int32, POINTER(c_int32)), False),
+    # int pcr_select_clear(void)
+    "pcr_select_clear": Function(c_int, (), False),
     # int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
     #     double alpha, double beta, pcr_py_object* extras, int32_t kernel, pcr_problem* problem,
     #     pcr_plan** plan)

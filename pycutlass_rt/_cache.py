@@ -20,7 +20,8 @@ each file to its writer alone and everyone else's selection would ignore it.
 With ``PYCUTLASS_RT_STRICT=1`` a device without a current cache (none, an unusable one,
 or only caches made on another GPU, driver or library build) is an error at selection.
 Entries that tune(strict=True) wrote are pinned: selection then offers that kernel alone,
-or raises (see _select.apply_tuned).
+or raises. The library's selector asks for a device's entries once (``tuned_for``, through
+_select's provider) and looks them up itself.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ import threading
 import warnings
 from dataclasses import dataclass
 
-from ._abi import Status
-from ._kernels import DTYPE_NAMES, layout_word
+from ._abi import Layout, Status, Tuned
+from ._kernels import DTYPE_NAMES, kernels, layout_word
 from ._lib import load
 from .errors import UnsupportedError
 
@@ -62,18 +63,6 @@ ENTRY_TYPES = {
     "candidates": int,
     "date": str,
 }
-
-
-@dataclass
-class Hit:
-    """A cache entry for one problem, and the file it came from."""
-
-    entry: dict
-    path: str
-
-    @property
-    def pinned(self) -> bool:
-        return bool(self.entry.get("pinned"))
 
 
 @dataclass
@@ -126,14 +115,17 @@ def strict() -> bool:
 @contextlib.contextmanager
 def bypassed():
     """Selection ignores the cache inside, strict mode and pins included: tune() runs the
-    user's callable so to record its problems even where the cache is stale or broken."""
+    user's callable so to record its problems even where the cache is stale or broken.
+    The library asks for every device's say again on the way in and out."""
     with _state.lock:
         _state.bypass += 1
+    load().pcr_select_clear()
     try:
         yield
     finally:
         with _state.lock:
             _state.bypass -= 1
+        load().pcr_select_clear()
 
 
 def problem_key(p) -> str:
@@ -150,7 +142,12 @@ def problem_key(p) -> str:
         '16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 sm90 batch=1 c_mode=0
          staged=0 bias=0 activation=0 align_bias=0 epilogue=0 grouped=0 scale_m=0 scale_n=0'
     """
-    f = dict(zip(_identity_names(), _identity_values(p)))
+    return _render(dict(zip(_identity_names(), _identity_values(p))))
+
+
+def _render(f: dict) -> str:
+    """problem_key's text of identity fields ``f`` (name -> value)."""
+    f = dict(f)
     dt = ",".join(DTYPE_NAMES.get(f.pop(f"dtype_{x}"), "-") for x in "abcd")
     lay = layout_word(f.pop("layout_a"), f.pop("layout_b"))
     align = ",".join(str(f.pop(f"align_{x}")) for x in "abcd")
@@ -162,6 +159,51 @@ def problem_key(p) -> str:
     tail = [f"op={op}", *(f"{n}={v}" for n, v in conv.items())] if op or any(conv.values()) else []
     tail += [f"{n}={v}" for n, v in later.items() if v]
     return " ".join([head, *(f"{name}={value}" for name, value in f.items()), *tail])
+
+
+def identity_of(key: str) -> list | None:
+    """The identity values (pcr_problem_identity's, in its order) of a problem key, or
+    None where ``key`` is not one :func:`problem_key` writes.
+
+    Example:
+        >>> key = "16x4096x4096 bfloat16,bfloat16,-,bfloat16 tn align=16,16,0,16 sm90 " \\
+        ...       "batch=1 c_mode=0 staged=0 bias=0 activation=0 align_bias=0 epilogue=0 " \\
+        ...       "grouped=0 scale_m=0 scale_n=0"
+        >>> values = identity_of(key)
+        >>> values[:3], _render(dict(zip(_identity_names(), values))) == key
+        ([16, 4096, 4096], True)
+        >>> identity_of("16x4096 bfloat16") is None
+        True
+    """
+    names = _identity_names()
+    f = dict.fromkeys(names, 0)
+    codes = {name: code for code, name in DTYPE_NAMES.items()}
+    layouts = {
+        layout_word(x, y): (x, y)
+        for x in Layout
+        for y in Layout
+        if (x == Layout.NHWC) == (y == Layout.NHWC)
+    }
+    try:
+        mnk, dtypes, layout, align, sm, *rest = key.split(" ")
+        f["m"], f["n"], f["k"] = (int(v) for v in mnk.split("x"))
+        for x, word in zip("abcd", dtypes.split(","), strict=True):
+            f[f"dtype_{x}"] = 0 if word == "-" else codes[word]
+        f["layout_a"], f["layout_b"] = layouts[layout]
+        for x, v in zip("abcd", align.removeprefix("align=").split(","), strict=True):
+            f[f"align_{x}"] = int(v)
+        f["cc"] = int(sm.removeprefix("sm"))
+        conv = False  # past "op=": a convolution's geometry, its names without "conv."
+        for item in rest:
+            name, value = item.split("=")
+            conv |= name == "op"
+            name = f"conv.{name}" if conv and f"conv.{name}" in f else name
+            if name not in f:
+                return None
+            f[name] = int(value)
+    except (ValueError, KeyError):
+        return None
+    return [f[n] for n in names] if _render(f) == key else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -201,14 +243,50 @@ def _query_device(lib, device: int, kernel_names) -> dict | None:
     }
 
 
-def has_say(lib, device: int, kernel_names) -> bool:
-    """Whether the tuned cache has a say in kernel choice on CUDA device ``device``: strict
-    mode, tune() recording (the bypass), or a cache file of the device. Where it has none,
-    the library may rank new problems itself (_select.hand_over)."""
-    if _state.bypass or strict():
-        return True
-    dev = device_key(lib, device, kernel_names)
-    return dev is not None and loaded(dev) is not None
+def tuned_for(lib, device: int) -> tuple[list, str, str | None]:
+    """What the library's selector is handed for CUDA device ``device``: its tuned entries
+    (pcr_tuned records), where they came from ("cache file PATH", "" for none), and strict mode's
+    refusal (the message every selection there then raises; None where selection may go
+    on). tune() recording (the bypass) hands nothing over."""
+    if _state.bypass:
+        return [], "", None
+    names = [k.name for k in kernels()]
+    dev = device_key(lib, device, names)
+    if dev is None:
+        return [], "", None
+    cf = loaded(dev)
+    if cf is None:
+        return [], "", str(_stale_error(dev)) if strict() else None
+    index = {name: i for i, name in enumerate(names)}
+    entries = []
+    for key, entry in cf.entries.items():
+        values, kernel = identity_of(key), index.get(entry["kernel"])
+        if values is None or kernel is None:  # edited by hand: the file's key is this build's
+            warnings.warn(
+                f"ignoring tuned cache {cf.path}'s entry {key!r}: "
+                + (
+                    "not a problem key"
+                    if values is None
+                    else f"{entry['kernel']} is missing from this build"
+                ),
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        record = Tuned(kernel=kernel, pinned=bool(entry.get("pinned")))
+        record.identity[: len(values)] = values
+        entries.append(record)
+    return entries, f"cache file {cf.path}", None
+
+
+def source_of(lib, device: int) -> str:
+    """How messages name where ``device``'s tuned entries come from: "cache file PATH"
+    ("" for none; files are read once, so this reads none anew)."""
+    if _state.bypass or device < 0:
+        return ""
+    dev = device_key(lib, device, [k.name for k in kernels()])
+    cf = loaded(dev) if dev is not None else None
+    return f"cache file {cf.path}" if cf else ""
 
 
 def device_key(lib, device: int, kernel_names) -> dict | None:
@@ -398,26 +476,6 @@ def _stale_error(dev: dict) -> UnsupportedError:
         f"Run pycutlass_rt.tune(..., strict=True) here, or unset {STRICT_ENV} to let the "
         "shipped table choose"
     )
-
-
-def lookup(lib, problem, kernel_names) -> Hit | None:
-    """The tuned entry for ``problem`` on its device, or None.
-
-    Raises:
-        UnsupportedError: strict mode, and the device has no current cache file.
-    """
-    if _state.bypass:
-        return None
-    dev = device_key(lib, problem.device, kernel_names)
-    if dev is None:
-        return None
-    cf = loaded(dev)
-    if cf is None:
-        if strict():
-            raise _stale_error(dev)
-        return None
-    entry = cf.entries.get(problem_key(problem))
-    return Hit(entry, cf.path) if entry is not None else None
 
 
 def store(dev: dict, entries: dict) -> str:

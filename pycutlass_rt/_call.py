@@ -7,9 +7,9 @@ import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import _dlpack, _kernels, _lib, _log, _select
-from ._abi import PCR_KERNEL_SELECT, Activation, Epilogue, Math, Status, Verdict
-from .errors import DTypeError, Error, InvalidArgumentError, NoKernelForArchError, UnsupportedError
+from . import _dlpack, _kernels, _lib
+from ._abi import PCR_KERNEL_SELECT, Activation, Math, Verdict
+from .errors import DTypeError, InvalidArgumentError
 
 NAMES = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "aux", "amax", "scale_d")
 #: activation name -> pcr_activation: the constants' tokens ("gelu_tanh" is ACT_GELU_TANH)
@@ -232,25 +232,16 @@ def prepare(
     return Call(objs, alpha, beta, act, mth, extra, kidx, handle, flags, keep)
 
 
-def settle(lib, status: int, again, judged) -> None:
-    """Finishes an entry point whose first attempt returned ``status``: a problem seen for
-    the first time (PCR_NEED_SELECTION) gets its kernels ranked from ``judged()`` (a
-    :class:`Judged`), then ``again()`` runs; any failure raises the library's error."""
-    if status == Status.NEED_SELECTION:
-        remember_problem(lib, judged())
-        status = again()
-    if status:
-        raise lib.error(status)
-
-
 @dataclass
 class Judged:
     """A described problem and each kernel's verdict on it, as the C side judged them:
     ``verdicts[i]`` is (status, reason) of the build's kernel ``i`` (status 0: it runs
-    the problem). What selection and explain() rank, so they agree with the launch."""
+    the problem), ``array`` the pcr_verdict records they came from (what the selector
+    ranks by: _select.ranking)."""
 
     problem: _lib.Problem
     verdicts: list
+    array: object = None
 
 
 def _verdicts(array) -> list:
@@ -266,7 +257,7 @@ def describe(lib, objs, alpha: float, beta: float, extra=None) -> Judged:
     lib.check(
         lib.pcr_py_describe(a, b, c, d, alpha, beta, extra, ctypes.byref(problem), array, count)
     )
-    return Judged(problem, _verdicts(array))
+    return Judged(problem, _verdicts(array), array)
 
 
 def judge(lib, problem) -> Judged:
@@ -275,57 +266,4 @@ def judge(lib, problem) -> Judged:
     count = len(_kernels.kernels())
     array = (Verdict * count)()
     lib.check(lib.pcr_kernel_verdicts(ctypes.byref(problem), array, count))
-    return Judged(problem, _verdicts(array))
-
-
-#: called with each problem that reaches selection (pycutlass_rt.tune records with it)
-selection_hooks: list = []
-
-
-def remember_problem(lib, judged: Judged) -> None:
-    """Ranks the kernels for a judged problem and hands the ranking to C."""
-    problem = judged.problem
-    for hook in selection_hooks:
-        hook(problem)
-    choice = _select.choose(lib, problem, judged.verdicts, _kernels.kernels())
-    if not choice.ranked:
-        raise no_candidates(problem, choice)
-    _log.choice(problem, choice.ranked)
-    ids = [k.index for k, _ in choice.ranked[:8]]
-    lib.check(
-        lib.pcr_select_put(ctypes.byref(problem), (ctypes.c_int32 * len(ids))(*ids), len(ids))
-    )
-    if not selection_hooks:
-        _select.hand_over(lib, problem.device)
-
-
-#: pcr_epilogue -> how messages say what a problem's epilogue needs
-EPILOGUE_WORDS = {
-    Epilogue.EPI_LINEAR: "",
-    Epilogue.EPI_BIASACT: " with a fused bias/activation epilogue",
-    Epilogue.EPI_SCALED: " with scale_a/scale_b (a dequantizing epilogue)",
-    Epilogue.EPI_AUX: " with a fused bias/activation epilogue writing aux or amax",
-}
-
-
-def no_candidates(problem, choice) -> Error:
-    """The error for a problem no kernel of the build takes, with the reasons."""
-    every = _kernels.kernels()
-    if not any(k.family in _select.families_for(problem.cc) for k in every):
-        families = sorted({f"sm{k.family}" for k in every})
-        return NoKernelForArchError(
-            f"this GPU is compute {problem.cc // 10}.{problem.cc % 10}, and the build holds "
-            f"kernels only for {', '.join(families) or 'no arch'}: rebuild with "
-            "PYCUTLASS_RT_ARCHS=native (or include this GPU's arch)"
-        )
-    reasons = "\n".join(
-        f"  {k.name}: {why}"
-        for k, why in choice.rejected
-        if _select.static_match(k, problem) is None
-    )
-    fused = EPILOGUE_WORDS[problem.epilogue]
-    return UnsupportedError(
-        "no kernel of this build can run this problem "
-        f"({problem.m}x{problem.n}x{problem.k}{fused}); candidates and why they were "
-        "rejected:\n" + (reasons or f"  (no kernel has these dtypes and layouts{fused})")
-    )
+    return Judged(problem, _verdicts(array), array)

@@ -74,14 +74,7 @@ def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kerne
         return explanation(lib, call)
     o = call.objs
     args = (o[0], o[1], o[2], o[3], call.alpha, call.beta, call.extra, call.kernel)
-    st = lib.gemm(*args, call.flags, call.handle)
-    if st:
-        _call.settle(
-            lib,
-            st,
-            lambda: lib.gemm(*args, call.flags, call.handle),
-            lambda: call.describe(lib),
-        )
+    lib.check(lib.gemm(*args, call.flags, call.handle))
     _lib.note_cuda_used()
 
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from . import _call, _kernels, _lib, _select
 from ._abi import PCR_KERNEL_SELECT, BiasAxis, CMode, Epilogue, Op, ScaleKind, Staged
 from ._kernels import kernels
-from .errors import InvalidArgumentError
+from .errors import Error, InvalidArgumentError
 
 
 @dataclass
@@ -211,11 +211,13 @@ def explanation(lib, call) -> Explanation:
             "launch of the kernel; padding all of N would copy all of b"
         )
     # a problem without GEMM work takes no kernel, whatever the build holds
-    choice = (
-        _select.choose(lib, problem, judged.verdicts, kernels()) if work else _select.Choice([])
-    )
-    ranked = [(k.name, why) for k, why in choice.ranked]
-    rejected = [(k.name, why) for k, why in choice.rejected]
+    refused = None
+    try:
+        chosen = _select.ranking(lib, problem, judged.array) if work else []
+    except Error as e:  # what the call would raise: shown, not raised
+        chosen, refused = [], str(e)
+    ranked = [(k.name, why) for k, why in chosen]
+    rejected = _rejected(problem, judged, {k.name for k, _ in chosen})
     if forced_index != PCR_KERNEL_SELECT:
         status, why = judged.verdicts[forced_index]
         if status:
@@ -234,7 +236,33 @@ def explanation(lib, call) -> Explanation:
             notes,
         )
     if not ranked:
-        return Explanation(
-            None, str(_call.no_candidates(problem, choice)), pdict, ranked, rejected, notes
-        )
+        return Explanation(None, refused or "no kernel runs it", pdict, ranked, rejected, notes)
     return Explanation(ranked[0][0], ranked[0][1], pdict, ranked, rejected, notes)
+
+
+def _rejected(problem, judged, ranked: set) -> list:
+    """[(name, why)] for the build's kernels that will not run ``problem``: their verdicts'
+    reasons, and why the selector passed over the others of its kind."""
+    families = _select.families_for(problem.cc)
+    out = []
+    for kern in kernels():
+        if kern.name in ranked:
+            continue
+        status, why = judged.verdicts[kern.index]
+        if status:
+            out.append((kern.name, why))
+        elif kern.family not in families:
+            out.append(
+                (
+                    kern.name,
+                    f"sm{kern.family} kernels do not run on compute "
+                    f"{problem.cc // 10}.{problem.cc % 10}",
+                )
+            )
+        elif Epilogue.from_token(kern.epilogue) != Epilogue(problem.epilogue):
+            out.append(
+                (kern.name, f"epilogue {kern.epilogue}: a kernel of the problem's own runs it")
+            )
+        else:
+            out.append((kern.name, "pinned: another kernel alone runs it"))
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from . import _call, _dlpack, _lib
-from ._abi import PCR_KERNEL_SELECT, PCR_STREAM_FROM_PRODUCER, Status
+from ._abi import PCR_KERNEL_SELECT, PCR_STREAM_FROM_PRODUCER
 
 #: the output tensor, whatever its framework: gemm() returns the one it was given
 T = TypeVar("T")
@@ -214,12 +214,10 @@ def gemm(
             PCR_STREAM_FROM_PRODUCER if stream is None else 0,
             stream or 0,
         )
-        if not hot:
-            return d
-        if hot != Status.NEED_SELECTION:  # a failed call is never made again
+        if hot:  # a failed call is never made again
             raise lib.error(hot)
-    # Anything else; and a hot call's problem seen for the first time (nothing launched),
-    # selected here.
+        return d
+    # anything else: its Python objects prepared here
     call = _call.prepare(
         a,
         b,
@@ -238,9 +236,8 @@ def gemm(
         amax=amax,
         scale_d=scale_d,
     )
-    args = call.gemm_args()
-    st = hot or lib.gemm(*args)
+    st = lib.gemm(*call.gemm_args())
     if st:
-        _call.settle(lib, st, lambda: lib.gemm(*args), lambda: call.describe(lib))
+        raise lib.error(st)
     _lib.note_cuda_used()
     return d

@@ -122,8 +122,6 @@ def moe_gemm(x, w, offsets, out, alpha=1.0, *, stream=None, kernel=None):
 
 
 def _run(lib, fn, args, problem) -> None:
-    """Calls ``fn``; on the first sight of a problem (described into ``problem`` by that
-    call), ranks its kernels (judged on the problem: the sizes live on the GPU) and calls
-    again."""
-    _call.settle(lib, fn(*args), lambda: fn(*args), lambda: _call.judge(lib, problem))
+    """Calls ``fn`` (which describes its problem into ``problem``); raises its error."""
+    lib.check(fn(*args))
     _lib.note_cuda_used()

@@ -159,6 +159,20 @@ def _refuse_without_gil() -> None:
 _refuse_without_gil()
 
 
+#: called with the library once it is loaded (on_load): what must be in place before its
+#: first call, such as the selector's provider (_select.install)
+_load_hooks: list = []
+
+
+def on_load(hook) -> None:
+    """Calls ``hook(library)`` once the library is loaded (now, if it is)."""
+    with _lock:
+        _load_hooks.append(hook)
+        now = loaded
+    if now is not None:
+        hook(now)
+
+
 def load() -> Library:
     """The library, loaded on first use (raises LibraryError with the paths tried)."""
     global loaded
@@ -183,4 +197,6 @@ def load() -> Library:
                     + f". Build and install the package (pip install .), or set {LIBRARY_ENV} "
                     "to the library's path"
                 )
+            for hook in _load_hooks:
+                hook(loaded)
     return loaded

@@ -114,9 +114,7 @@ class Gemm:
             ctypes.byref(problem),
             ctypes.byref(handle),
         )
-        # a plan that needs a selection asks for it; its operands are judged for it
-        create = lambda: lib.pcr_py_plan_create(*args)  # noqa: E731
-        _call.settle(lib, create(), create, lambda: call.describe(lib))
+        lib.check(lib.pcr_py_plan_create(*args))
         _lib.note_cuda_used()
         self._handle = handle.value
         # Freed when the plan is collected, not at close(): a run in another thread may

@@ -1,39 +1,51 @@
-"""Kernel choice: tuned cache, then the shipped table, then an analytic model.
+"""Kernel choice, as the library makes it (pycutlass_rt.h, "the selector").
 
-A problem arrives in canonical form (D row-major, see pcr_problem). Candidates are the
-build's kernels of the right dtypes and layouts that the C side accepts (alignment,
-image for this GPU). They are ordered by (1) the per-device tuned cache written by
-``pycutlass_rt.tune`` (an exact-problem dictionary look-up; a pinned entry admits its
-kernel only), (2) the first rule of the shipped table matching the shape, whose patterns
-name kernels best first, (3) for a family the table calibrates from measured sweeps, the
-analytic model corrected per kernel configuration by a fitted function of its features
-(waves, K-loop length, intensity, tile fill, split fix-up) and by what that function
-left at nearby swept shapes, (4) the device's family preference (sm90a before the sm80
-family on Hopper) and the plain model for the rest. Steps 2-4 are the library's
-(``pcr_rank``, native/src/rank.cpp): this module screens, hands the ranking to C, and
-adds the tuned cache. The C side memoizes the ranked list per problem, so this runs once
-per distinct shape; on a device whose choice has no tuned cache, the library ranks a
-new problem itself (``pcr_selector_enable``), without coming back here.
+The library ranks every problem itself: the device's tuned entries (written by
+``pycutlass_rt.tune``; a pinned one alone), then the first rule of the shipped table
+matching the shape, whose patterns name kernels best first, then for a family the table
+calibrates from measured sweeps the analytic model corrected per kernel configuration by
+a fitted function of its features (waves, K-loop length, intensity, tile fill, split
+fix-up) and by what that function left at nearby swept shapes, then the device's family
+preference (sm90a before the sm80 family on Hopper) and the plain model for the rest
+(native/src/choose.cpp and rank.cpp).
+
+This module hands the library what it ranks with, when it first asks for a device
+(:func:`install`'s provider): the shipped table resolved against this build's kernels, and
+the device's tuned entries, or strict mode's refusal (``_cache``). It watches the
+library's choices for the logger and for tune()'s recording (:func:`watching`), and asks
+for rankings with their reasons (:func:`ranking`: explain(), tune()). :func:`rank` orders
+kernel descriptions under other tables, for the table's fitter (heuristics/fit.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
-import os
+import threading
+import warnings
 from dataclasses import dataclass, field
 
-from . import _cache, _log, _table
-from ._abi import Epilogue, Grouped, Op, Ranked, RankReason, ScaleKind, Status
-from ._dtypes import DTYPE_NAMES
-from ._kernels import KernelInfo, desc_of, kernels, layout_word
+from . import _cache, _lib, _log, _table
+from ._abi import (
+    PCR_SELECT_UNTUNED,
+    Epilogue,
+    Op,
+    Ranked,
+    RankReason,
+    ScaleKind,
+    SelectObserverFn,
+    SelectProviderFn,
+    Status,
+    Verdict,
+)
+from ._kernels import KernelInfo, desc_of, kernels
 from ._lib import KernelDesc, Problem, load
-from .errors import UnsupportedError
 
 
 @dataclass
 class Choice:
-    """Ranked candidates for one problem, with the reasons others were rejected."""
+    """Ranked candidates for one problem (by :func:`rank`)."""
 
     ranked: list  # [(KernelInfo, why chosen in this place)]
     rejected: list = field(default_factory=list)  # [(KernelInfo, reason)]
@@ -152,91 +164,157 @@ def _ranked(problem, candidates, family_order, rules):
     return out[: count.value], resolved
 
 
-def _why(r: Ranked, resolved) -> str:
+def _why(r: Ranked, resolved, source: str = "") -> str:
     if r.reason == RankReason.RANK_RULE:
         return f"table rule {resolved.rules[r.rule]['prefer'][r.pattern]!r}"
     if r.reason == RankReason.RANK_CALIBRATED:
         return f"calibrated model (~{r.us:.3g} us)"
     if r.reason == RankReason.RANK_SECOND_LOOK:
         return f"calibrated model (~{r.us:.3g} us), moved first by the second look"
+    if r.reason in (RankReason.RANK_TUNED, RankReason.RANK_PINNED):
+        how = "pinned by tune(strict=True)" if r.reason == RankReason.RANK_PINNED else "tuned"
+        return f"{how} on this device" + (f" ({source})" if source else "")
     return f"analytic model (~{r.us:.3g} us)"
 
 
-#: ``PYCUTLASS_RT_NATIVE_SELECT=0``: every new problem is ranked here, never handed over
-NATIVE_ENV = "PYCUTLASS_RT_NATIVE_SELECT"
+# ---- the library's selector: what it is handed, what it is asked -------------------------
+
+#: the most candidates a ranking returns (a launch keeps 8; explain() shows them all)
+MAX_RANKED = 4096
 
 
-def hand_over(lib, device: int) -> None:
-    """Lets the library rank problems first seen on ``device`` itself (the same pcr_rank,
-    microseconds instead of a trip through Python), unless the tuned cache has a say there
-    or ``PYCUTLASS_RT_NATIVE_SELECT=0``, or choices are being logged (``_log``): the
-    library's ranking would pass the logger by. pcr_select_clear (tune(), _cache.reset) takes it
-    back until the next selection here."""
-    if os.environ.get(NATIVE_ENV, "").strip() == "0" or _log.choices_logged():
-        return
-    if _cache.has_say(lib, device, [k.name for k in kernels()]):
-        return
-    build_table()
-    lib.check(lib.pcr_selector_enable(device, 1))
+def ranking(lib, problem, verdicts=None, *, tuned: bool = True) -> list:
+    """The library's ranking of a described problem, as a launch would take it:
+    [(KernelInfo, why)], best first; [] for a problem without GEMM work.
 
+    Args:
+        lib: the loaded library.
+        problem: a described pcr_problem.
+        verdicts: the ``pcr_verdict`` array pcr_describe filled (the operands judged too),
+            or None (the problem alone).
+        tuned: False leaves the tuned cache and strict mode out (the table and model's
+            order: what tune() times).
 
-def apply_tuned(choice: Choice, hit: _cache.Hit | None, problem=None) -> Choice:
-    """Puts the tuned kernel first; a pinned entry leaves it alone or raises. ``problem``
-    (for the log): the problem the entry is for."""
-    if hit is None:
-        return choice
-    name, where = hit.entry["kernel"], f"cache file {hit.path}"
-    tuned = next((c for c, _ in choice.ranked if c.name == name), None)
-    if tuned is None:
-        if hit.pinned:
-            reason = next(
-                (why for c, why in choice.rejected if c.name == name),
-                "the kernel is missing from this build",
-            )
-            raise UnsupportedError(
-                f"kernel {name} is pinned for this problem ({where}, tune(strict=True)) but "
-                f"cannot run it: {reason}. Re-run pycutlass_rt.tune(..., strict=True) with "
-                f"this build and device, or remove the entry from the cache file"
-            )
-        if problem is not None:
-            why = next((w for c, w in choice.rejected if c.name == name), "not in this build")
-            _log.cache_unused(problem, f"{name} ({where}) cannot run it here: {why}")
-        return choice  # a stale suggestion: the table and model decide
-    why = ("pinned by tune(strict=True)" if hit.pinned else "tuned") + f" on this device ({where})"
-    rest = [] if hit.pinned else [(c, w) for c, w in choice.ranked if c is not tuned]
-    return Choice(ranked=[(tuned, why)] + rest, rejected=choice.rejected)
-
-
-def static_match(kern: KernelInfo, problem) -> str | None:
-    """Why ``kern`` cannot take ``problem`` by dtype/layout alone, or None."""
-    op = Op(getattr(problem, "op", Op.OP_GEMM)).token
-    if kern.op != op:
-        return f"a {kern.op} kernel, the problem is a {op}"
-    want = (
-        DTYPE_NAMES.get(problem.dtype_a),
-        DTYPE_NAMES.get(problem.dtype_b),
-        DTYPE_NAMES.get(problem.dtype_d),
+    Raises:
+        UnsupportedError, NoKernelForArchError: the error the launch would raise (no kernel
+            takes the problem, a pinned kernel cannot, or strict mode without a cache).
+    """
+    install(lib)
+    resolved, every = build_table(), kernels()  # the table in the library before it ranks
+    out, count = (Ranked * MAX_RANKED)(), ctypes.c_int32()
+    lib.check(
+        lib.pcr_select_rank(
+            ctypes.byref(problem),
+            verdicts,
+            0 if tuned else PCR_SELECT_UNTUNED,
+            out,
+            MAX_RANKED,
+            ctypes.byref(count),
+        )
     )
-    if (kern.dtype_a, kern.dtype_b, kern.dtype_d) != want:
-        return "dtypes differ"
-    layout = layout_word(problem.layout_a, problem.layout_b)
-    if kern.layout != layout:
-        return f"layout {kern.layout}, problem is {layout}"
-    grouped = getattr(problem, "grouped", Grouped.GROUPED_NONE) != Grouped.GROUPED_NONE
-    if kern.grouped != grouped:
-        return "grouped kernel" if kern.grouped else "not a grouped kernel"
-    if getattr(problem, "out_scale", 0) and not kern.out_scale:
-        return "reduces no amax and applies no scale_d (out_scale)"
-    blocks = block_scales(problem)
-    if (kern.scale_m, kern.scale_n) != blocks:
-        if blocks == ("none", "none"):
-            return "a block-scaled kernel"
-        return f"block scales {kern.scale_m}/{kern.scale_n}, problem has {'/'.join(blocks)}"
-    # an epilogue computes every plainer one's result (see screen() for the preference)
-    want = Epilogue(getattr(problem, "epilogue", Epilogue.EPI_LINEAR))
-    if not epilogue_serves(Epilogue.from_token(kern.epilogue), want):
-        return f"epilogue {kern.epilogue}, problem needs {want.token}"
-    return None
+    source = _cache.source_of(lib, problem.device) if tuned else ""
+    return [(every[r.candidate], _why(r, resolved, source)) for r in out[: count.value]]
+
+
+class _Selector:
+    """The callbacks the library holds, kept alive here, and who watches its choices."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.lib = None  # the library they were handed to
+        self.provider = SelectProviderFn(_provide)
+        self.observer = SelectObserverFn(_observed)
+        self.watchers: list = []  # fn(problem, [(KernelInfo, why)], unused tuned KernelInfo)
+
+
+def install(lib) -> None:
+    """Hands ``lib`` the provider of each device's say and the observer of its choices
+    (once: the library calls them from then on)."""
+    if _selector.lib is lib:
+        return
+    with _selector.lock:
+        if _selector.lib is not lib:
+            lib.check(lib.pcr_select_provider(_selector.provider, None))
+            lib.check(lib.pcr_select_observe(_selector.observer, None))
+            _selector.lib = lib
+
+
+def _provide(device: int, _context) -> None:
+    """The library's first question about ``device``: its table and tuned entries. Runs on
+    the selecting thread; an error here leaves the device with the table alone, said once."""
+    lib = _selector.lib
+    try:
+        build_table()  # in the library from its first use on
+        entries, source, refusal = _cache.tuned_for(lib, device)
+        array = (_cache.Tuned * max(len(entries), 1))(*entries)
+        lib.check(
+            lib.pcr_select_tuned(
+                device,
+                array,
+                len(entries),
+                source.encode() if source else None,
+                refusal.encode() if refusal is not None else None,
+            )
+        )
+    except Exception as e:  # noqa: BLE001 - a callback from C: nothing above it can catch
+        warnings.warn(
+            f"pycutlass_rt: device {device}'s tuned kernels were not loaded: {e}",
+            RuntimeWarning,
+            stacklevel=1,
+        )
+
+
+def _observed(problem_p, ranked_p, count: int, unused: int, _context) -> None:
+    """The library ranked a problem for a launch: the watchers and the logger hear of it."""
+    if not _selector.watchers and not _log.choices_logged():
+        return
+    try:
+        problem = Problem.from_buffer_copy(problem_p.contents)
+        every, resolved = kernels(), build_table()
+        source = _cache.source_of(_selector.lib, problem.device)
+        ranked = [(every[r.candidate], _why(r, resolved, source)) for r in ranked_p[:count]]
+        stale = every[unused] if unused >= 0 else None
+        for watch in list(_selector.watchers):
+            watch(problem, ranked, stale)
+        _log.choice(problem, ranked)
+        if stale is not None:
+            _log.cache_unused(
+                problem,
+                f"{stale.name} ({source}) cannot run it here: "
+                f"{_refusal(_selector.lib, problem, stale)}",
+            )
+    except Exception as e:  # noqa: BLE001 - a callback from C: nothing above it can catch
+        warnings.warn(
+            f"pycutlass_rt: a kernel choice went unwatched: {e}", RuntimeWarning, stacklevel=1
+        )
+
+
+def _refusal(lib, problem, kern: KernelInfo) -> str:
+    verdicts = (Verdict * len(kernels()))()
+    lib.check(lib.pcr_kernel_verdicts(ctypes.byref(problem), verdicts, len(verdicts)))
+    v = verdicts[kern.index]
+    return (
+        v.reason.decode(errors="replace")
+        if v.status != Status.OK
+        else "another epilogue's kernel runs it"
+    )
+
+
+@contextlib.contextmanager
+def watching(fn):
+    """Inside the block, ``fn(problem, ranked, stale)`` hears of every problem the library
+    ranks for a launch (a thread's first meeting with it): the pcr_problem, its
+    [(KernelInfo, why)] best first, and a tuned kernel that could not run it (or None)."""
+    install(load())
+    _selector.watchers.append(fn)
+    try:
+        yield
+    finally:
+        _selector.watchers.remove(fn)
+
+
+_selector = _Selector()  # after the callbacks it wraps
+_lib.on_load(install)
 
 
 def block_scales(problem) -> tuple[str, str]:
@@ -271,51 +349,3 @@ def epilogue_serves(kernel: Epilogue, problem: Epilogue) -> bool:
         or problem == Epilogue.EPI_LINEAR
         or (problem == Epilogue.EPI_BIASACT and kernel != Epilogue.EPI_LINEAR)
     )
-
-
-def screen(problem, verdicts, all_kernels: list[KernelInfo]) -> tuple[list, list]:
-    """(accepted kernels, [(kernel, why rejected)]): static checks, then the C side's
-    ``verdicts`` ((status, reason) per kernel index, see _call.Judged)."""
-    accepted, rejected = [], []
-    order = families_for(problem.cc)
-    for kern in all_kernels:
-        reason = static_match(kern, problem)
-        if reason is None and kern.family not in order:
-            reason = (
-                f"sm{kern.family} kernels do not run on compute "
-                f"{problem.cc // 10}.{problem.cc % 10}"
-            )
-        if reason is None and verdicts[kern.index][0] != Status.OK:
-            reason = verdicts[kern.index][1]
-        if reason is None:
-            accepted.append(kern)
-        else:
-            rejected.append((kern, reason))
-    # a problem takes a richer epilogue (slower) only where no kernel has its own; forcing
-    # one works
-    want = Epilogue(getattr(problem, "epilogue", Epilogue.EPI_LINEAR))
-    if any(Epilogue.from_token(k.epilogue) == want for k in accepted):
-        richer = [k for k in accepted if Epilogue.from_token(k.epilogue) > want]
-        accepted = [k for k in accepted if Epilogue.from_token(k.epilogue) == want]
-        rejected += [(k, f"epilogue {k.epilogue}: one of {want.token} exists") for k in richer]
-    return accepted, rejected
-
-
-def choose(
-    lib, problem, verdicts, all_kernels: list[KernelInfo], *, use_cache: bool = True
-) -> Choice:
-    """Ranks the kernels whose ``verdicts`` (see screen) accept ``problem``.
-
-    With ``use_cache`` (the default) the device's tuned cache comes first; tune() and the
-    sweep pass False to see every candidate in table/model order.
-
-    Raises:
-        UnsupportedError: a pinned kernel cannot run the problem, or PYCUTLASS_RT_STRICT=1
-            and the device has no current tuned cache (see pycutlass_rt.tune).
-    """
-    accepted, rejected = screen(problem, verdicts, all_kernels)
-    choice = rank(problem, accepted, families_for(problem.cc))
-    choice.rejected = rejected
-    if not use_cache:
-        return choice
-    return apply_tuned(choice, _cache.lookup(lib, problem, [k.name for k in all_kernels]), problem)

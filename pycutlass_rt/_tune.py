@@ -371,26 +371,18 @@ class TuneResult:
 
 @contextlib.contextmanager
 def recording(lib):
-    """Collects every problem that reaches selection inside the block (key -> Problem).
+    """Collects every problem the library ranks inside the block (key -> Problem).
 
-    The C side's memo is cleared first, so problems seen before reach selection again;
-    the cache is bypassed meanwhile (a stale cache must not stop a re-tune).
+    The library forgets its choices first, so problems seen before are ranked again; the
+    cache is bypassed meanwhile (a stale cache must not stop a re-tune).
     """
-    from . import _call
-
     seen: dict = {}
 
-    def hook(problem):
-        seen.setdefault(_cache.problem_key(problem), _lib.Problem.from_buffer_copy(problem))
+    def watch(problem, ranked, stale):
+        seen.setdefault(_cache.problem_key(problem), problem)
 
-    lib.pcr_select_clear()
-    _call.selection_hooks.append(hook)
-    try:
-        with _cache.bypassed():
-            yield seen
-    finally:
-        _call.selection_hooks.remove(hook)
-        lib.pcr_select_clear()
+    with _cache.bypassed(), _select.watching(watch):
+        yield seen
 
 
 def record(lib, fn) -> list:
@@ -406,10 +398,13 @@ def record(lib, fn) -> list:
 def candidates(lib, judged, problem=None) -> list:
     """Every kernel whose verdict in ``judged`` (see describe) accepts its problem, in the
     table/model order for ``problem`` (default: the judged one; the cache is ignored)."""
-    choice = _select.choose(
-        lib, problem or judged.problem, judged.verdicts, _kernels.kernels(), use_cache=False
-    )
-    return [k for k, _ in choice.ranked]
+    # the operands timed judge the kernels; the problem tuned orders them
+    try:
+        return [
+            k for k, _ in _select.ranking(lib, problem or judged.problem, judged.array, tuned=False)
+        ]
+    except errors.UnsupportedError:
+        return []
 
 
 def tune_one(

@@ -9,9 +9,10 @@ under ``jit``, ``jax.eval_shape`` and ``vmap``: vmap batches them with
 launch; dimensions over which operands are batched unevenly, such as a batched bias, are
 looped over, a launch per index). There is no differentiation rule (``jax.grad`` raises).
 
-Kernels are chosen while tracing (tuned cache, shipped table, model, as for
-:func:`pycutlass_rt.gemm`), for the problem as traced and for its vmapped form; the
-names travel in the call's attributes, so a trace belongs to the process's GPU and build.
+Kernels are chosen by the library when the handler runs (tuned cache, shipped table,
+model, as for :func:`pycutlass_rt.gemm`), so a trace holds no kernel names and serves any
+GPU and build. Tracing checks that some kernel runs the problem (raising the error the
+call would) and hands the library the device's tuned kernels on the tracing thread.
 
 Every build holds the handler (:func:`available`), compiled against the XLA FFI headers
 the project vendors, so no jax is needed to build; only a build configured with
@@ -177,11 +178,11 @@ class _Views:
         return self._tensor(dtype, tuple(dims), None)
 
 
-def _ranking(lib, views, batches, ops, alpha, beta, activation, record) -> list:
-    """Kernel names, best first, for the problem of ``ops`` (name -> (dtype, matrix dims,
-    transposed)) with ``batches`` (name -> matrices in the launch) as the handler will see
-    it; [] for a problem without GEMM work. ``record``: the problem as traced (tune's
-    recording sees it, and a problem no kernel runs raises)."""
+def _check(lib, views, batches, ops, alpha, beta, activation) -> None:
+    """Ranks the problem of ``ops`` (name -> (dtype, matrix dims, transposed)) with
+    ``batches`` (name -> matrices in the launch) as the handler will see it, so that a
+    problem no kernel runs raises while tracing; the library is asked for the device's
+    tuned kernels here, on the tracing thread, and not on XLA's."""
     t = {
         k: views.matrices(dtype, dims, batches[k], transposed)
         for k, (dtype, dims, transposed) in ops.items()
@@ -212,33 +213,19 @@ def _ranking(lib, views, batches, ops, alpha, beta, activation, record) -> list:
         verdicts,
         len(every),
     )
-    if status and not record:
-        return []  # a vmapped form the library refuses: vmap then gets its own error
     lib.check(status)
-    if not (problem.m and problem.n and problem.k and problem.batch):
-        return []  # no GEMM work: the handler needs no kernel
-    if record:
-        for hook in _call.selection_hooks:
-            hook(problem)
-    choice = _select.choose(lib, problem, _call._verdicts(verdicts), every)
-    if not choice.ranked and record:
-        raise _call.no_candidates(problem, choice)
-    return [k.name for k, _ in choice.ranked[:8]]
+    _select.ranking(lib, problem, verdicts)
 
 
-def _kernels_attr(ops, batch, alpha, beta, activation) -> str:
-    """The handler's ``kernels`` attribute: the ranking of the problem as traced, '|', that
-    of its vmapped form (every matrix operand batched)."""
+def _trace_check(ops, batch, alpha, beta, activation) -> None:
+    """:func:`_check` of the problem as traced (nothing where JAX sees no GPU: the handler
+    then says so)."""
     device = _gpu_ordinal()
     if device is None:
-        return ""  # JAX sees no GPU: nothing to choose for (the handler then says so)
-    lib = _lib.load()
+        return
     counts = {k: (batch if dims_batch else 1) for k, (dims_batch, *_) in ops.items()}
     plain = {k: v[1:] for k, v in ops.items()}
-    traced = _ranking(lib, _Views(device), counts, plain, alpha, beta, activation, True)
-    wide = {k: max(batch, 2) for k in ops}
-    vmapped = _ranking(lib, _Views(device), wide, plain, alpha, beta, activation, False)
-    return ",".join(traced) + "|" + ",".join(vmapped)
+    _check(_lib.load(), _Views(device), counts, plain, alpha, beta, activation)
 
 
 # ---- the operations ---------------------------------------------------------------------
@@ -384,7 +371,7 @@ def gemm(
     described["d"] = (True, out, (m, n), False)
     if bias is not None:
         described["bias"] = (False, str(bias.dtype), bias.shape, False)
-    kernels = _kernels_attr(described, batch, alpha, beta, act)
+    _trace_check(described, batch, alpha, beta, act)
 
     call = jax.ffi.ffi_call(TARGET, jax.ShapeDtypeStruct(shape, out), vmap_method="expand_dims")
     return call(
@@ -399,7 +386,6 @@ def gemm(
         activation_alpha=np.float64(act.alpha),
         activation_beta=np.float64(act.beta),
         rank=np.int32(len(shape)),
-        kernels=kernels,
     )
 
 

@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 17
+#define PCR_ABI_VERSION 18
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -90,8 +90,7 @@ typedef enum {
   PCR_ERR_KERNEL_NOT_FOUND = 10,  /* unknown kernel index or name */
   PCR_ERR_CUDA = 11,              /* a CUDA call failed; the message names the error */
   PCR_ERR_INTERNAL = 12,          /* out of host memory, or a library bug; the message says */
-  PCR_ERR_PYTHON = 13,            /* a producer failed (Python-object entry points): see there */
-  PCR_NEED_SELECTION = 100        /* not an error: see pcr_gemm's `kernel` argument */
+  PCR_ERR_PYTHON = 13             /* a producer failed (Python-object entry points): see there */
 } pcr_status;
 
 /* Element types, the library's own codes (stable across ABI versions). */
@@ -281,8 +280,7 @@ typedef struct {
 } pcr_conv_shape;
 
 /* A validated problem in canonical form (D row-major; see `transposed`). Filled by
- * pcr_describe and by pcr_gemm when selection is needed; pass it back to
- * pcr_select_put with the chosen kernel. */
+ * pcr_describe and by the launching entry points (when they get that far). */
 typedef struct {
   int64_t m, n, k;
   int32_t dtype_a, dtype_b, dtype_c, dtype_d; /* dtype_c = PCR_DTYPE_INVALID without C */
@@ -394,26 +392,23 @@ PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c
                          pcr_verdict* verdicts, int32_t count);
 
 /* The `kernel` argument of the launching entry points: an index (pcr_kernel_info) forces
- * that kernel; PCR_KERNEL_SELECT takes the one remembered by pcr_select_put. A plan of a
- * problem that launches no kernel reports PCR_KERNEL_NONE (pcr_plan_kernel). */
+ * that kernel; PCR_KERNEL_SELECT lets the library choose ("kernel choice" below). A plan
+ * of a problem that launches no kernel reports PCR_KERNEL_NONE (pcr_plan_kernel). */
 #define PCR_KERNEL_SELECT (-1)
 #define PCR_KERNEL_NONE (-1)
 
 /* d = act(alpha * (scale_a * a) @ (b * scale_b) + beta * c + bias) on `stream` (a
  * cudaStream_t; NULL = legacy default); `extras` may be NULL.
- * kernel >= 0 forces that kernel. kernel == PCR_KERNEL_SELECT takes the kernel
- * remembered for this problem by pcr_select_put; when none is remembered, nothing is
- * launched, *problem is filled and PCR_NEED_SELECTION is returned: choose,
- * pcr_select_put, and call again. A problem without GEMM work (M, N, K or the batch 0)
- * needs no kernel: with PCR_KERNEL_SELECT it never asks for a selection (K = 0 computes
- * d = act(beta * c + bias) elementwise).
+ * kernel >= 0 forces that kernel; PCR_KERNEL_SELECT takes the library's choice
+ * (pcr_select_rank's first candidate that accepts these operands). A problem without
+ * GEMM work (M, N, K or the batch 0) needs no kernel (K = 0 computes
+ * d = act(beta * c + bias) elementwise). *problem is filled once the call has described
+ * the problem (also when it then fails).
  * Host (kDLCPU) operands are staged through device memory and the call synchronizes. */
 PCR_API int pcr_gemm(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
                      double alpha, double beta, const pcr_extras* extras, int32_t kernel,
                      void* stream, pcr_problem* problem);
 
-/* Remembers candidate kernels, best first, for every later problem equal to *problem;
- * a call takes the first that can implement it (at most 8 are kept). */
 /* A convolution's input unfolded for one GEMM (im2col): x (N x H x W x C, packed NHWC, on
  * a GPU) for an r x s filter under conv's padding, stride, dilation and groups (its op is
  * ignored) into cols, a contiguous row-major (N*P*Q x width) matrix of x's dtype, in one
@@ -456,8 +451,7 @@ PCR_API int pcr_quantize(const DLTensor* x, const DLTensor* q, const DLTensor* s
  * A plan is one problem with its kernel chosen and its launch parameters built: running
  * it is a launch and nothing else (with scratch where the problem needs a workspace or
  * staging, as pcr_gemm gets it), so it is cheap and safe inside CUDA-graph capture.
- * Create: like pcr_gemm (PCR_KERNEL_SELECT needs a remembered selection, else
- * PCR_NEED_SELECTION with *problem filled). The tensors given at
+ * Create: like pcr_gemm (the kernel forced or chosen once, here). The tensors given at
  * creation are bound (the caller keeps them alive); pcr_plan_run_with takes others that
  * describe the same problem. A plan holds no device memory: runs may go to any stream,
  * one thread at a time per plan; destroying it leaves graphs that captured its runs valid. */
@@ -474,8 +468,6 @@ PCR_API int pcr_plan_run_with(pcr_plan* plan, const DLTensor* a, const DLTensor*
 /* The plan's kernel index; PCR_KERNEL_NONE for a problem without GEMM work. */
 PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
 PCR_API void pcr_plan_destroy(pcr_plan* plan);
-
-PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
 
 /* ---- grouped GEMM ----------------------------------------------------------------
  * One launch for `count` independent GEMMs d[g] = alpha * a[g] @ b[g] + beta * c[g],
@@ -496,7 +488,6 @@ PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
 PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
                          const DLTensor* out, double alpha, int32_t kernel, void* stream,
                          pcr_problem* problem);
-PCR_API int pcr_select_clear(void);
 
 /* A problem's identity: the fields its kernel choice may hinge on, as the selection memo
  * keys on them (a grouped problem's M bucketed to a power of two). pcr_problem_identity
@@ -509,10 +500,8 @@ PCR_API const char* pcr_problem_identity_names(void);
 /* ---- kernel choice: the time model and the ranking --------------------------------
  * Selection's arithmetic lives here, once: pcr_model_terms estimates one kernel on one
  * problem (any kernel description, in this build or not: the table's fitter uses it),
- * pcr_rank orders candidates by the shipped table and the model, and once
- * pcr_selector_set has handed the library the table (resolved against this build's
- * kernels), a problem first seen on a device that pcr_selector_enable enabled is ranked
- * inside pcr_gemm and the plan and conv entry points, without PCR_NEED_SELECTION.
+ * pcr_rank orders candidates by a table and the model, and pcr_selector_set hands the
+ * selector (below) the table it ranks with.
  *
  * The model: max(compute, memory) + 0.1 min(compute, memory) + split fix-up, in
  * microseconds, from the kernel's tile, cluster, schedule and split mode and the device's
@@ -593,13 +582,15 @@ typedef struct {
 } pcr_table;
 /* Why a candidate ranks where it does. */
 typedef enum {
-  PCR_RANK_RULE = 0,       /* a table rule's pattern names it (`pattern`) */
-  PCR_RANK_CALIBRATED = 1, /* the calibrated model's time (`us`) */
-  PCR_RANK_MODEL = 2,      /* the analytic model's time (`us`) */
-  PCR_RANK_SECOND_LOOK = 3 /* calibrated (`us`), moved ahead of the first by the second look */
+  PCR_RANK_RULE = 0,        /* a table rule's pattern names it (`pattern`) */
+  PCR_RANK_CALIBRATED = 1,  /* the calibrated model's time (`us`) */
+  PCR_RANK_MODEL = 2,       /* the analytic model's time (`us`) */
+  PCR_RANK_SECOND_LOOK = 3, /* calibrated (`us`), moved ahead of the first by the second look */
+  PCR_RANK_TUNED = 4,       /* the device's tuned entry (pcr_select_tuned) */
+  PCR_RANK_PINNED = 5       /* the device's pinned tuned entry: the only candidate */
 } pcr_rank_reason;
 typedef struct {
-  int32_t candidate; /* index into pcr_rank's candidates */
+  int32_t candidate; /* index into pcr_rank's candidates (pcr_select_rank: a kernel index) */
   int32_t reason;    /* pcr_rank_reason */
   int32_t pattern;   /* PCR_RANK_RULE: the pattern's index in the rule */
   int32_t rule;      /* PCR_RANK_RULE: the rule's index in the table */
@@ -631,11 +622,59 @@ PCR_API int pcr_rank(const pcr_problem* problem, const int32_t* families, int32_
  * kernels; the library keeps what it needs, the caller may destroy it); NULL: none.
  * Clears every remembered selection. */
 PCR_API int pcr_selector_set(const pcr_ranker* ranker);
-/* Whether problems first seen on `device` are ranked by the library itself (1) or handed
- * to the caller as PCR_NEED_SELECTION (0, the start): a caller with its own say in the
- * choice (a tuned cache, problems being recorded) keeps it at 0. pcr_select_clear resets
- * every device to 0. */
-PCR_API int pcr_selector_enable(int32_t device, int32_t enabled);
+
+/* ---- kernel choice: the selector ------------------------------------------------
+ * A launching entry point given PCR_KERNEL_SELECT ranks its problem's kernels the first
+ * time the calling thread meets that problem (pcr_problem_identity; remembered per
+ * thread) and takes the first candidate that accepts the operands. The ranking: a tuned
+ * entry of the problem's device (pcr_select_tuned) first (a pinned one alone), then the
+ * table pcr_selector_set holds (none: the model alone) as pcr_rank orders. Where several
+ * epilogues serve a problem, only kernels of its own run it while any exists. A problem
+ * no kernel takes fails with PCR_ERR_NO_KERNEL_FOR_ARCH (no kernel for the GPU's arch)
+ * or PCR_ERR_UNSUPPORTED, the message listing the candidates and why each refused.
+ *
+ * The selector asks its provider (pcr_select_provider) for a device's say the first time
+ * it ranks a problem of that device, and again after pcr_select_clear: the callback may
+ * call pcr_selector_set and pcr_select_tuned. It runs on the selecting thread, with no
+ * lock of the library held, possibly on several threads at once. */
+
+/* Tuned entries: a problem's identity (pcr_problem_identity's values, the rest zero) and
+ * the kernel measured fastest for it; pinned: that kernel alone, or an error naming it. */
+#define PCR_IDENTITY_MAX 48
+typedef struct {
+  int64_t identity[PCR_IDENTITY_MAX];
+  int32_t kernel;
+  int32_t pinned;
+} pcr_tuned;
+/* Replaces `device`'s tuned entries (count may be 0) and clears every remembered
+ * selection. `source` (NULL: none) names where they came from in messages. `refusal`
+ * (NULL: none): every problem of the device then fails with PCR_ERR_UNSUPPORTED and this
+ * message instead of being ranked (a strict mode without a current tuned cache). */
+PCR_API int pcr_select_tuned(int32_t device, const pcr_tuned* entries, int32_t count,
+                             const char* source, const char* refusal);
+typedef void (*pcr_select_provider_fn)(int32_t device, void* context);
+/* Sets the callback that provides a device's say (NULL: none; each device then has no
+ * tuned entries) and clears every remembered selection. */
+PCR_API int pcr_select_provider(pcr_select_provider_fn provider, void* context);
+/* Called with each problem the selector ranks for a launch (a thread's first meeting),
+ * after it ranked it: the problem, its candidates best first (pcr_select_rank's), and
+ * the kernel of a tuned entry that could not run it (-1: none). On the selecting
+ * thread, with no lock of the library held. */
+typedef void (*pcr_select_observer_fn)(const pcr_problem* problem, const pcr_ranked* ranked,
+                                       int32_t count, int32_t unused_tuned, void* context);
+PCR_API int pcr_select_observe(pcr_select_observer_fn observer, void* context);
+/* The selector's ranking of a described problem, as a launch would take it. `verdicts`:
+ * pcr_describe's (pcr_kernel_count() of them) to judge the operands too, or NULL to judge
+ * the problem alone (pcr_kernel_verdicts'). flags: PCR_SELECT_UNTUNED leaves the tuned
+ * entries and any refusal out (the table and model's order: what pycutlass_rt.tune times).
+ * Writes up to `capacity` candidates (candidate: the kernel index), best first, and their
+ * number to *count; the reasons include PCR_RANK_TUNED and PCR_RANK_PINNED. None: the
+ * error the launch would give, *count 0. */
+#define PCR_SELECT_UNTUNED 1
+PCR_API int pcr_select_rank(const pcr_problem* problem, const pcr_verdict* verdicts, int32_t flags,
+                            pcr_ranked* out, int32_t capacity, int32_t* count);
+/* Forgets every thread's remembered selections and every device's say (asked again). */
+PCR_API int pcr_select_clear(void);
 
 /* ---- Python-object entry points -------------------------------------------------
  * For callers inside a CPython process (loaded with ctypes.PyDLL: the GIL is held).

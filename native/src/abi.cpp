@@ -162,10 +162,6 @@ PCR_API void pcr_plan_destroy(pcr_plan* plan) {
   guarded([&] { plan_destroy(plan); });
 }
 
-PCR_API int pcr_select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count) {
-  return guarded([&] { return select_put(problem, kernels, count); });
-}
-
 // ---- grouped GEMM ----------------------------------------------------------------
 
 PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
@@ -180,10 +176,6 @@ PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* o
                          const DLTensor* out, double alpha, int32_t kernel, void* stream,
                          pcr_problem* problem) {
   return guarded([&] { return moe_gemm(x, w, offsets, out, alpha, kernel, stream, problem); });
-}
-
-PCR_API int pcr_select_clear(void) {
-  return guarded([&] { select_clear(); });
 }
 
 PCR_API int pcr_quantize(const DLTensor* x, const DLTensor* q, const DLTensor* scale,
@@ -248,8 +240,29 @@ PCR_API int pcr_selector_set(const pcr_ranker* ranker) {
   return guarded([&] { return selector_set(ranker); });
 }
 
-PCR_API int pcr_selector_enable(int32_t device, int32_t enabled) {
-  return guarded([&] { return selector_enable(device, enabled); });
+PCR_API int pcr_select_tuned(int32_t device, const pcr_tuned* entries, int32_t count,
+                             const char* source, const char* refusal) {
+  return guarded([&] { return select_tuned(device, entries, count, source, refusal); });
+}
+
+PCR_API int pcr_select_provider(pcr_select_provider_fn provider, void* context) {
+  return guarded([&] { return select_provider(provider, context); });
+}
+
+PCR_API int pcr_select_observe(pcr_select_observer_fn observer, void* context) {
+  return guarded([&] { return select_observe(observer, context); });
+}
+
+PCR_API int pcr_select_rank(const pcr_problem* problem, const pcr_verdict* verdicts, int32_t flags,
+                            pcr_ranked* out, int32_t capacity, int32_t* count) {
+  return guarded([&] {
+    clear_error();
+    return select_rank(problem, verdicts, flags, out, capacity, count);
+  });
+}
+
+PCR_API int pcr_select_clear(void) {
+  return guarded([&] { select_clear(); });
 }
 
 PCR_API int pcr_problem_identity(const pcr_problem* problem, int64_t* values, int32_t capacity) {

@@ -602,11 +602,6 @@ int rank_candidates(const pcr_problem& p, const int32_t* order, int nfam,
   return Ranker(p, order, nfam, t, cands).run(out);
 }
 
-// ---- the library's own selection ------------------------------------------------------
-// Per device, the selection-memo generation at which the caller enabled it (0: never).
-constexpr int kMaxDevices = 64;
-std::atomic<uint64_t> g_enabled_at[kMaxDevices];
-
 }  // namespace
 
 int ranker_create(const pcr_table* table, pcr_ranker** ranker) {
@@ -651,53 +646,17 @@ int selector_set(const pcr_ranker* ranker) {
     std::lock_guard<std::mutex> lock(g_table_mutex);
     g_table = ranker ? ranker->table : nullptr;
   }
-  select_clear();
+  forget_choices();
   return PCR_OK;
 }
 
-int selector_enable(int32_t device, int32_t enabled) {
-  if (device < 0 || device >= kMaxDevices)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_selector_enable: device %d out of range",
-                     device);
-  g_enabled_at[device].store(enabled ? select_generation() : 0, std::memory_order_release);
-  return PCR_OK;
-}
-
-int select_here(const pcr_problem& p, const Bound* bound, int32_t* kernels, int capacity) {
-  if (p.device < 0 || p.device >= kMaxDevices ||
-      g_enabled_at[p.device].load(std::memory_order_acquire) != select_generation())
-    return 0;
+int rank_kernels(const pcr_problem& p, const int32_t* order, int nfam,
+                 const std::vector<int32_t>& kernels, pcr_ranked* out) {
   std::shared_ptr<const Table> t = build_table();
-  if (!t) return 0;
-  int32_t order[3];
-  const int nfam = kernel_families(p.cc, order, 3);
-  // The cheap checks first, without messages; check_kernel (CUTLASS's can_implement on
-  // these operands) for the kernels left. Then an epilogue richer than the problem needs
-  // only where no kernel has its own (as _select.screen).
   std::vector<Candidate> cands;
-  bool exact = false;
-  for (int i = 0; i < kKernelCount; ++i) {
-    const pcr_kernel_desc& kd = kKernels[i]->info;
-    if (kd.op != p.op || kd.dtype_a != p.dtype_a || kd.dtype_b != p.dtype_b ||
-        kd.dtype_d != p.dtype_d || kd.layout_a != p.layout_a || kd.layout_b != p.layout_b ||
-        std::find(order, order + nfam, kd.family) == order + nfam ||
-        check_kernel(i, p, bound) != PCR_OK)
-      continue;
-    exact |= kd.epilogue == p.epilogue;
-    cands.push_back({&kd, i, i});
-  }
-  clear_error();
-  if (exact)
-    cands.erase(std::remove_if(cands.begin(), cands.end(),
-                               [&](const Candidate& c) { return c.kd->epilogue != p.epilogue; }),
-                cands.end());
-  if (cands.empty()) return 0;  // the caller explains why nothing runs it
-  std::vector<pcr_ranked> out(cands.size());
-  const int n = rank_candidates(p, order, nfam, cands, t.get(), out.data());
-  int put = 0;
-  for (int i = 0; i < n && put < capacity; ++i)
-    kernels[put++] = out[i].candidate;  // candidates are numbered by kernel index
-  return put;
+  cands.reserve(kernels.size());
+  for (int32_t k : kernels) cands.push_back({&kKernels[k]->info, k, k});
+  return rank_candidates(p, order, nfam, cands, t.get(), out);
 }
 
 }  // namespace pcr

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernel.h"
 
@@ -276,21 +277,42 @@ const char* epilogue_words(int epilogue);
 // A forced kernel (checked against the problem), the selected one, or -1 for a problem
 // without GEMM work (unless forced).
 int kernel_for(const pcr_problem& problem, const Bound& bound, int32_t forced, int* kernel);
-// The kernel for a described problem: the memoized selection's first candidate that
-// accepts it, PCR_NEED_SELECTION when nothing is memoized, or the rejections.
+// The kernel for a described problem: the first of its ranked candidates (remembered per
+// thread) that accepts the operands, or the error that no kernel runs it.
 int select(const pcr_problem& problem, const Bound& bound, int* kernel);
-// pcr_select_put and pcr_select_clear: the calling thread's memo, and every thread's.
-int select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count);
+// pcr_select_clear: every thread's remembered choices and every device's say.
 void select_clear();
+// Every thread's remembered choices only (a new table or tuned entries).
+void forget_choices();
 // pcr_problem_identity and pcr_problem_identity_names: the memo key's fields, for Python.
 int identity(const pcr_problem* problem, int64_t* values, int32_t capacity);
 const char* identity_names();
-// The memo's generation: pcr_select_clear starts a new one.
-uint64_t select_generation();
+// A problem's identity as bytes (a map key): of a problem, or of pcr_problem_identity's values.
+std::string identity_key(const pcr_problem& problem);
+std::string identity_key(const int64_t* values);
+
+// ---- the selector (choose.cpp) ----
+// The ranked candidates for a described problem (pcr_select_rank's, kernel indices): the
+// device's tuned entry, then the table and model; `bound` (the operands) or `verdicts`
+// (NULL: judged here) decide which kernels take it. *unused_tuned: a tuned kernel that
+// does not (-1: none). Else the error that no kernel runs it, ranked empty.
+int choose(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts, int flags,
+           std::vector<pcr_ranked>* ranked, int32_t* unused_tuned);
+// Tells the observer (pcr_select_observe) of a problem ranked for a launch.
+void observe(const pcr_problem& p, const std::vector<pcr_ranked>& ranked, int32_t unused_tuned);
+// Every device's say is asked of the provider again.
+void forget_says();
+// pcr_select_rank, pcr_select_tuned, pcr_select_provider and pcr_select_observe.
+int select_rank(const pcr_problem* p, const pcr_verdict* verdicts, int32_t flags, pcr_ranked* out,
+                int32_t capacity, int32_t* count);
+int select_tuned(int32_t device, const pcr_tuned* entries, int32_t count, const char* source,
+                 const char* refusal);
+int select_provider(pcr_select_provider_fn provider, void* context);
+int select_observe(pcr_select_observer_fn observer, void* context);
 
 // ---- the time model and ranking (rank.cpp) ----
 // pcr_model_terms, pcr_kernel_families (the count, its first `capacity` written),
-// pcr_ranker_create, pcr_rank, pcr_selector_set and pcr_selector_enable.
+// pcr_ranker_create, pcr_rank and pcr_selector_set.
 int model_terms(const pcr_kernel_desc& kernel, int64_t m, int64_t n, int64_t k, int64_t batch,
                 int sm_count, int cc, pcr_model* out);
 int kernel_families(int cc, int32_t* families, int capacity);
@@ -300,11 +322,11 @@ int rank(const pcr_problem* problem, const int32_t* families, int32_t family_cou
          const pcr_kernel_desc* candidates, const int32_t* ids, int32_t count,
          const pcr_ranker* ranker, pcr_ranked* out, int32_t* ranked);
 int selector_set(const pcr_ranker* ranker);
-int selector_enable(int32_t device, int32_t enabled);
-// The library's own choice for a problem first seen (pcr_selector_enable): up to `capacity`
-// kernel indices, best first, into `kernels`; 0 where the caller chooses (not enabled on
-// the problem's device, no table) or no kernel accepts it.
-int select_here(const pcr_problem& problem, const Bound* bound, int32_t* kernels, int capacity);
+// This build's kernels (indices, each accepted for p) ranked with the selector's table
+// (none: the model) for a device of kernel families order[0..nfam): pcr_ranked records,
+// candidate = the kernel index, best first. Returns their number.
+int rank_kernels(const pcr_problem& p, const int32_t* order, int nfam,
+                 const std::vector<int32_t>& kernels, pcr_ranked* out);
 // Whether two described problems are one to the memo, with the same orientation, memory
 // (host or GPU) and device: what a plan checks of the tensors it is run on.
 bool same_problem(const pcr_problem& x, const pcr_problem& y);

@@ -1,8 +1,10 @@
-// Kernel choice: the per-thread selection memo Python fills, and the kernel a call takes.
+// Kernel choice's memo: each thread remembers the candidates it ranked for a problem
+// (choose.cpp), and a call takes the first that accepts its operands.
 #include <atomic>
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime.h"
 
@@ -10,11 +12,9 @@ namespace pcr {
 namespace {
 
 // ---- selection memo ------------------------------------------------------------
-// A problem seen for the first time is ranked once: by the library itself (rank.cpp) on a
-// device where the caller enabled that, else by Python (tuned cache > shipped table >
-// model), which hands the ranked candidates down; later calls find them here.
-// Each thread keeps its own map, so lookups take no lock; a global generation number
-// lets pcr_select_clear invalidate every thread's map.
+// A problem seen for the first time is ranked once per thread (choose.cpp); later calls
+// find the candidates here. Each thread keeps its own map, so lookups take no lock; a
+// global generation number lets the selector invalidate every thread's map.
 
 // A problem's identity: every field its kernel choice may hinge on. The memo keys on it,
 // pcr_problem_identity hands the same list to Python's tune cache (_cache.problem_key), and
@@ -98,10 +98,15 @@ int select(const pcr_problem& p, const Bound& bd, int* kernel) {
   const Key key = key_of(p);
   auto it = m.map.find(key);
   if (it == m.map.end()) {
+    std::vector<pcr_ranked> ranked;
+    int32_t unused_tuned;
+    int st = choose(p, &bd, nullptr, 0, &ranked, &unused_tuned);
+    if (st != PCR_OK) return st;
     Candidates fresh{};
-    fresh.count = select_here(p, &bd, fresh.kernel, kMaxCandidates);
-    if (!fresh.count) return PCR_NEED_SELECTION;
-    it = m.map.emplace(key, fresh).first;
+    for (const pcr_ranked& r : ranked)
+      if (fresh.count < kMaxCandidates) fresh.kernel[fresh.count++] = r.candidate;
+    observe(p, ranked, unused_tuned);  // first: it may call back in (and clear the memo)
+    it = memo().map.emplace(key, fresh).first;
   }
   Candidates& cand = it->second;
   if (cand.resolved >= 0) {
@@ -137,26 +142,26 @@ int kernel_for(const pcr_problem& p, const Bound& bd, int32_t forced, int* kerne
   return st;
 }
 
-int select_put(const pcr_problem* problem, const int32_t* kernels, int32_t count) {
-  if (!problem || (count > 0 && !kernels) || count < 0)
-    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_select_put: bad arguments");
-  Candidates cand{};
-  for (int i = 0; i < count && cand.count < kMaxCandidates; ++i) {
-    if (kernels[i] < 0 || kernels[i] >= kKernelCount)
-      return set_error(PCR_ERR_KERNEL_NOT_FOUND, "kernel index %d out of range", kernels[i]);
-    cand.kernel[cand.count++] = kernels[i];
-  }
-  memo().map[key_of(*problem)] = cand;
-  return PCR_OK;
+void forget_choices() { g_generation.fetch_add(1, std::memory_order_acq_rel); }
+
+void select_clear() {
+  forget_says();
+  forget_choices();
 }
-
-void select_clear() { g_generation.fetch_add(1, std::memory_order_acq_rel); }
-
-uint64_t select_generation() { return g_generation.load(std::memory_order_acquire); }
 
 const char* identity_names() { return kIdentityNames; }
 
+std::string identity_key(const pcr_problem& p) {
+  const Key key = key_of(p);
+  return std::string(reinterpret_cast<const char*>(key.v), sizeof key.v);
+}
+
+std::string identity_key(const int64_t* values) {
+  return std::string(reinterpret_cast<const char*>(values), sizeof(int64_t) * kIdentityFields);
+}
+
 int identity(const pcr_problem* problem, int64_t* values, int32_t capacity) {
+  static_assert(kIdentityFields <= PCR_IDENTITY_MAX, "pcr_tuned's identity is too short");
   if (!problem || !values || capacity < kIdentityFields)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "pcr_problem_identity: needs a problem and room for %d values",

@@ -10,12 +10,11 @@
 // which a, b and c are each whole or shared (and the bias shared) is one batched GEMM;
 // any dimensions before it are looped over, one launch per index.
 //
-// Kernel choice: the selection memo is per thread and XLA runs the handler on its own
-// threads, so the kernels ranked when the call was traced travel in the `kernels`
-// attribute (names, best first) and fill this thread's memo the first time it meets
-// the problem. Nothing here synchronizes or allocates outside the library's scratch, as
-// with pcr_gemm; the handler does not declare itself command-buffer compatible, so XLA
-// runs it on its stream rather than tracing it into a CUDA graph of its own.
+// Kernel choice is the library's (pcr_gemm's selector), as for every other caller: the
+// package hands each device's say over when the call is traced, so that the handler's
+// threads never wait on Python. Nothing here synchronizes or allocates outside the
+// library's scratch, as with pcr_gemm; the handler does not declare itself command-buffer
+// compatible, so XLA runs it on its stream rather than tracing it into a CUDA graph of its own.
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -113,42 +112,12 @@ struct View {
   }
 };
 
-// Hands this thread's memo the kernels ranked at trace time for `p`: the names before '|'
-// are the ranking of the problem as traced, those after it of its batched form (vmap's),
-// which a vmapped call tries first.
-int remember(const pcr_problem& p, std::string_view kernels, bool vmapped) {
-  const size_t bar = kernels.find('|');
-  std::string_view traced = kernels.substr(0, bar);
-  std::string_view batched = bar == std::string_view::npos ? "" : kernels.substr(bar + 1);
-  int32_t ids[8];
-  int count = 0;
-  for (std::string_view list : {vmapped ? batched : traced, vmapped ? traced : batched}) {
-    while (!list.empty() && count < 8) {
-      const size_t comma = list.find(',');
-      int32_t k;
-      if (kernel_find(std::string(list.substr(0, comma)).c_str(), &k) == PCR_OK &&
-          std::find(ids, ids + count, k) == ids + count)
-        ids[count++] = k;
-      list = comma == std::string_view::npos ? "" : list.substr(comma + 1);
-    }
-  }
-  if (!count)
-    return set_error(PCR_ERR_UNSUPPORTED,
-                     "no kernel of this build was chosen for this %lldx%lldx%lld problem when "
-                     "it was traced (JAX saw no GPU then, or the trace came from another "
-                     "build); trace it where JAX sees the GPU",
-                     static_cast<long long>(p.m), static_cast<long long>(p.n),
-                     static_cast<long long>(p.k));
-  return select_put(&p, ids, count);
-}
-
 struct Attrs {
   double alpha, beta;
   bool transpose_a, transpose_b, has_c, has_bias;
   int32_t activation;
   double activation_alpha, activation_beta;
   int32_t rank;  // d's rank when traced: another rank means vmap added batch dimensions
-  std::string_view kernels;
 };
 
 int run(cudaStream_t stream, const ffi::RemainingArgs& args, const ffi::AnyBuffer& out,
@@ -218,7 +187,6 @@ int run(cudaStream_t stream, const ffi::RemainingArgs& args, const ffi::AnyBuffe
         DLTensor{nullptr, {kDLCUDA, device}, bias.rank - n, bias.dtype, bias_shape, nullptr, 0};
     extras.bias = &bias_t;
   }
-  const bool vmapped = n + 2 != at.rank;
   for (int64_t l = 0; l < loops; ++l) {
     int64_t off[5] = {};  // a, b, c, d, bias: the loop index's first elements
     const Operand* all[5] = {&a, &b, &c, &d, &bias};  // c and bias absent: strides 0
@@ -236,8 +204,6 @@ int run(cudaStream_t stream, const ffi::RemainingArgs& args, const ffi::AnyBuffe
     const DLTensor* ct = at.has_c ? &vc.t : nullptr;
     pcr_problem p;
     st = gemm(&va.t, &vb.t, ct, &vd.t, at.alpha, at.beta, &extras, PCR_KERNEL_SELECT, stream, &p);
-    if (st == PCR_NEED_SELECTION && (st = remember(p, at.kernels, vmapped)) == PCR_OK)
-      st = gemm(&va.t, &vb.t, ct, &vd.t, at.alpha, at.beta, &extras, PCR_KERNEL_SELECT, stream, &p);
     if (st != PCR_OK) return st;
   }
   return PCR_OK;
@@ -261,10 +227,9 @@ ffi::ErrorCode error_code(int status) {
 ffi::Error handle(cudaStream_t stream, ffi::RemainingArgs args, ffi::Result<ffi::AnyBuffer> out,
                   double alpha, double beta, int32_t transpose_a, int32_t transpose_b,
                   int32_t has_c, int32_t has_bias, int32_t activation, double activation_alpha,
-                  double activation_beta, int32_t rank, std::string_view kernels) {
-  Attrs at{alpha,           beta,          transpose_a != 0, transpose_b != 0,
-           has_c != 0,      has_bias != 0, activation,       activation_alpha,
-           activation_beta, rank,          kernels};
+                  double activation_beta, int32_t rank) {
+  Attrs at{alpha,         beta,       transpose_a != 0, transpose_b != 0, has_c != 0,
+           has_bias != 0, activation, activation_alpha, activation_beta,  rank};
   const int st = run(stream, args, *out, at);
   if (st == PCR_OK) return ffi::Error::Success();
   return ffi::Error(error_code(st), std::string("pycutlass_rt: ") + last_error());
@@ -284,8 +249,7 @@ XLA_FFI_DEFINE_HANDLER(kGemm, handle,
                            .Attr<int32_t>("activation")
                            .Attr<double>("activation_alpha")
                            .Attr<double>("activation_beta")
-                           .Attr<int32_t>("rank")
-                           .Attr<std::string_view>("kernels"));
+                           .Attr<int32_t>("rank"));
 
 }  // namespace
 

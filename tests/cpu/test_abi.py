@@ -163,7 +163,7 @@ def test_check_reports_a_stale_mirror_with_a_diff(tmp_path):
 
 
 def test_status_codes_and_errors():
-    assert _abi.Status.OK == 0 and _abi.Status.NEED_SELECTION == 100
+    assert _abi.Status.OK == 0 and "NEED_SELECTION" not in _abi.Status.__members__
     assert _abi.Status.ERR_INVALID_ARGUMENT == errors.ERR_INVALID_ARGUMENT == 1
     # every exception class carries its status as a member of the generated enum
     for status, cls in errors._BY_STATUS.items():

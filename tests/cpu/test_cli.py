@@ -165,25 +165,33 @@ def test_tune_json_without_gpu_fails_cleanly(has_gpu):
 
 
 def test_the_log_switch_names_each_new_problems_kernel(monkeypatch):
-    """PYCUTLASS_RT_LOG=info: each problem reaching selection logs its kernel and why; the
-    library's own ranking is not handed the device meanwhile (it would pass the log by)."""
-    from pycutlass_rt import _abi, _log, _select
+    """PYCUTLASS_RT_LOG=info: each problem the library ranks for a launch logs its kernel and
+    why, through the selector's observer (what the library calls it with, built here), and a
+    tuned entry that could not run it says so; logging off, the observer does nothing."""
+    import ctypes
 
+    from pycutlass_rt import _abi, _lib, _log, _select
+
+    lib = _lib.load()
+    every = pcr.kernels()
+    kern, stale = every[0], every[-1]
+    p = _abi.Problem(m=7, n=8, k=9, dtype_a=1, dtype_b=1, dtype_d=1, device=-1, cc=90)
+    ranked = (_abi.Ranked * 1)(
+        _abi.Ranked(candidate=kern.index, reason=_abi.RankReason.RANK_MODEL, us=3.0)
+    )
+    records = []
     monkeypatch.setattr(_log.LOGGER, "level", _log.LOGGER.level)
+    monkeypatch.setattr(_log.LOGGER, "info", lambda fmt, *a: records.append(fmt % a))
+    _log.configure("0")
+    _select._observed(ctypes.pointer(p), ranked, 1, -1, None)
+    assert records == []
     _log.configure("info")
     try:
-        assert _log.choices_logged()
-        handed = []
-        monkeypatch.setattr(_select, "build_table", lambda: handed.append(1))
-        _select.hand_over(None, 0)
-        assert handed == []  # not handed over while logging
-        kern = pcr.kernels()[0]
-        p = _abi.Problem(m=7, n=8, k=9, dtype_a=1, dtype_d=1, device=0)
-        records = []
-        monkeypatch.setattr(_log.LOGGER, "info", lambda fmt, *a: records.append(fmt % a))
-        _log.choice(p, [(kern, "table rule 'x'")])
-        assert records and records[0].startswith("7x8x9 float16 -> float16")
-        assert kern.name in records[0] and "table rule 'x'" in records[0]
+        assert _log.choices_logged() and _select._selector.lib is lib
+        _select._observed(ctypes.pointer(p), ranked, 1, stale.index, None)
+        assert records[0].startswith("7x8x9 float16 -> float16")
+        assert kern.name in records[0] and "analytic model (~3 us)" in records[0]
+        assert stale.name in records[1] and "tuned cache entry not used" in records[1]
     finally:
         _log.configure("0")
     assert not _log.choices_logged()

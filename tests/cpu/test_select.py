@@ -400,12 +400,12 @@ def test_device_params_take_the_nearest_known_arch_below(cc, expect):
     assert (t.tflops_sm, t.gbps_sm) == expect
 
 
-def test_choose_checks_through_the_library(lib):
-    """Candidates come from the real build; the C side rejects misaligned ones."""
-    ks = pcr.kernels()
-    k0 = ks[0]
+def plain_problem(lib, **kw):
+    """A described-like bf16 tn GEMM problem of this build's first plain kernel's dtypes and
+    layout (device -1: judged without a GPU), with ``kw`` set."""
+    k0 = next(k for k in pcr.kernels() if k.op == "gemm" and not k.grouped and k.scale_m == "none")
     code = {"float16": 1, "bfloat16": 2, "float32": 3}
-    p = _lib.Problem(
+    fields = dict(
         m=127,
         n=1000,
         k=4097,
@@ -414,7 +414,7 @@ def test_choose_checks_through_the_library(lib):
         dtype_d=code[k0.dtype_d],
         layout_a="tn".index(k0.layout[0]),
         layout_b="tn".index(k0.layout[1]),
-        align_a=2,
+        align_a=16,
         align_b=16,
         align_c=16,
         align_d=16,
@@ -422,47 +422,138 @@ def test_choose_checks_through_the_library(lib):
         cc=90,
         sm_count=132,
         batch=1,
-    )  # as describe()
-    choice = _select.choose(lib, p, pcr._call.judge(lib, p).verdicts, ks)
-    for k, _ in choice.ranked:
-        assert k.align[0] == 1, f"{k.name} accepted a 2-byte-aligned A"
-    # rejections after the dtype and layout checks, the ones this problem is about
-    later = [
-        (k, why)
-        for k, why in choice.rejected
-        if k.op == "gemm" and "dtypes" not in why and "layout" not in why
-    ]
-    misaligned = [
-        why
-        for k, why in later
-        if k.align[0] == 8 and k.family in (90, 80) and k.epilogue == "linear" and not k.grouped
-    ]
-    # a plain problem never takes a grouped kernel, nor a fused one while a plain one fits
-    assert all(
-        why.startswith(("epilogue", "grouped")) or "alignment" in why
-        for k, why in later
-        if (k.epilogue != "linear" or k.grouped) and k.family in (90, 80)
     )
-    assert all("alignment" in w for w in misaligned)
-    assert all("do not run on compute 9.0" in why for k, why in later if k.family == 100)
+    fields.update(kw)
+    return _lib.Problem(**fields)
 
 
-def test_select_memo_round_trip(lib):
-    p = _lib.Problem(m=1, n=2, k=3, dtype_a=2, dtype_b=2, dtype_d=2, cc=90)
-    ids = (ctypes.c_int32 * 1)(0)
-    assert lib.pcr_select_put(ctypes.byref(p), ids, 1) == 0
-    bad = (ctypes.c_int32 * 1)(10**6)
-    assert lib.pcr_select_put(ctypes.byref(p), bad, 1) == errors.ERR_KERNEL_NOT_FOUND
-    assert lib.pcr_select_clear() == 0
+def test_the_library_ranks_only_kernels_that_take_the_problem(lib):
+    """Candidates come from the real build; the library's screen drops misaligned ones,
+    other archs' and richer epilogues' while a plain one fits."""
+    p = plain_problem(lib, align_a=2)
+    ranked = _select.ranking(lib, p)
+    assert ranked
+    for k, why in ranked:
+        assert k.align[0] == 1, f"{k.name} accepted a 2-byte-aligned A"
+        assert k.family in (90, 80) and k.epilogue == "linear" and not k.grouped, k.name
+        assert why.startswith(("table rule", "calibrated model", "analytic model")), why
+    aligned = _select.ranking(lib, plain_problem(lib))
+    assert len(aligned) > len(ranked)  # the 16-byte-aligned A opens the others
+
+
+def ids(ranking):
+    return [k.index for k, _ in ranking]
+
+
+@pytest.fixture
+def selector(lib):
+    """The library's selector, its devices' says forgotten before and after."""
+    lib.check(lib.pcr_select_clear())
+    yield lib
+    lib.check(lib.pcr_select_clear())
+
+
+def tuned(lib, p, kernel, pinned=False):
+    """A pcr_tuned record of problem ``p`` (its identity as the library keys it)."""
+    values = (ctypes.c_int64 * _abi.PCR_IDENTITY_MAX)()
+    lib.check(lib.pcr_problem_identity(ctypes.byref(p), values, len(values)))
+    return _abi.Tuned(identity=values, kernel=kernel, pinned=int(pinned))
+
+
+def test_tuned_entries_lead_pins_stand_alone_and_refusals_refuse(selector):
+    """pcr_select_tuned: a device's tuned kernel ranks first, a pinned one alone; a pinned
+    kernel that cannot run the problem, and a device's refusal, are the call's error;
+    PCR_SELECT_UNTUNED leaves them all out. Verdicts judged without a GPU stand in for
+    the device's (device 0 has none here)."""
+    lib = selector
+    p = plain_problem(lib, device=0)
+    verdicts = pcr._call.judge(lib, plain_problem(lib)).array
+    rank = lambda tuned=True: _select.ranking(lib, p, verdicts, tuned=tuned)  # noqa: E731
+    table_order = ids(rank(tuned=False))
+    last = table_order[-1]
+    lib.check(
+        lib.pcr_select_tuned(0, (_abi.Tuned * 1)(tuned(lib, p, last)), 1, b"cache file X", None)
+    )
+    first, why = rank()[0]
+    assert (
+        first.index == last
+        and why == "tuned on this device (cache file X)"
+        or why.startswith("tuned")
+    )
+    assert ids(rank())[1:] == table_order[:-1] and ids(rank(tuned=False)) == table_order
+    lib.check(lib.pcr_select_tuned(0, (_abi.Tuned * 1)(tuned(lib, p, last, True)), 1, b"F", None))
+    assert [(k.index, why.split(" ")[0]) for k, why in rank()] == [(last, "pinned")]
+    other = next(k for k in pcr.kernels() if k.dtype_a != first.dtype_a)
+    lib.check(
+        lib.pcr_select_tuned(0, (_abi.Tuned * 1)(tuned(lib, p, other.index, True)), 1, b"F", None)
+    )
+    with pytest.raises(pcr.UnsupportedError, match=f"kernel {other.name} is pinned .*F, tune"):
+        rank()
+    assert ids(rank(tuned=False)) == table_order
+    lib.check(lib.pcr_select_tuned(0, None, 0, None, b"strict: no cache here"))
+    with pytest.raises(pcr.UnsupportedError, match="strict: no cache here"):
+        rank()
+    bad = (_abi.Tuned * 1)(tuned(lib, p, 10**6))
+    assert lib.pcr_select_tuned(0, bad, 1, None, None) == errors.ERR_KERNEL_NOT_FOUND
+    assert lib.pcr_select_tuned(-1, None, 0, None, None) == errors.ERR_INVALID_ARGUMENT
+
+
+def test_the_provider_is_asked_once_per_device_until_cleared(selector):
+    """The library asks its provider for a device's say at the device's first ranking, and
+    again after pcr_select_clear only; what it hands over (here: a refusal) holds."""
+    lib = selector
+    asked = []
+
+    def provide(device, _context):
+        asked.append(device)
+        lib.pcr_select_tuned(device, None, 0, None, b"refused by the test")
+
+    callback = _abi.SelectProviderFn(provide)
+    p = plain_problem(lib, device=3)
+    verdicts = pcr._call.judge(lib, plain_problem(lib)).array
+    lib.check(lib.pcr_select_provider(callback, None))
+    try:
+        for _ in range(3):
+            with pytest.raises(pcr.UnsupportedError, match="refused by the test"):
+                _select.ranking(lib, p, verdicts)
+        assert asked == [3]
+        lib.check(lib.pcr_select_clear())
+        with pytest.raises(pcr.UnsupportedError):
+            _select.ranking(lib, p, verdicts)
+        assert asked == [3, 3]
+        assert _select.ranking(lib, p, verdicts, tuned=False)  # the say left out
+    finally:
+        lib.check(lib.pcr_select_provider(_select._selector.provider, None))
 
 
 def test_no_kernel_for_this_arch_names_the_built_archs(lib):
-    p = _lib.Problem(m=64, n=64, k=64, dtype_a=2, dtype_b=2, dtype_d=2, cc=61, sm_count=80)
-    choice = _select.choose(lib, p, pcr._call.judge(lib, p).verdicts, pcr.kernels())
-    assert choice.ranked == []
-    e = pcr._call.no_candidates(p, choice)
-    assert isinstance(e, pcr.NoKernelForArchError) and "compute 6.1" in str(e)
-    assert all(f"sm{k.family}" in str(e) for k in pcr.kernels())
+    p = _lib.Problem(
+        m=64, n=64, k=64, batch=1, dtype_a=2, dtype_b=2, dtype_d=2, cc=61, sm_count=80, device=-1
+    )
+    with pytest.raises(pcr.NoKernelForArchError) as e:
+        _select.ranking(lib, p)
+    assert "compute 6.1" in str(e.value)
+    assert all(f"sm{k.family}" in str(e.value) for k in pcr.kernels())
+
+
+def test_no_kernel_lists_the_candidates_and_their_reasons(lib):
+    """A problem none of the kernels of its kind takes: the library's error names each
+    candidate with its reason (every line, however many: no 1 KB message buffer)."""
+    p = plain_problem(lib, align_a=1, align_b=1, align_d=1)
+    kind = [
+        k
+        for k in pcr.kernels()
+        if (k.dtype_a, k.layout, k.op, k.grouped, k.scale_m)
+        == (pcr.kernels()[0].dtype_a, "tn", "gemm", False, "none")
+    ]
+    try:
+        ranked = _select.ranking(lib, p)
+    except pcr.UnsupportedError as e:
+        assert "no kernel of this build can run this problem (127x1000x4097)" in str(e)
+        assert str(e).count("\n  ") >= 2 and "alignment" in str(e)
+    else:
+        assert all(max(k.align) == 1 for k, _ in ranked), "any-alignment kernels only"
+    assert kind is not None
 
 
 def test_kernel_verdicts_cover_the_build_in_one_call(lib):
@@ -481,25 +572,3 @@ def test_kernel_verdicts_cover_the_build_in_one_call(lib):
     assert array[0].status == judged.verdicts[0][0] and array[1].status == 12345
     assert lib.pcr_kernel_verdicts(ctypes.byref(p), array, -1) == errors.ERR_INVALID_ARGUMENT
     assert lib.pcr_kernel_verdicts(None, array, 1) == errors.ERR_INVALID_ARGUMENT
-
-
-def test_the_library_takes_over_new_problems_unless_told_or_a_cache_has_a_say(monkeypatch):
-    """hand_over: pcr_selector_enable(device, 1) after a device's first selection, except
-    where the tuned cache has a say or PYCUTLASS_RT_NATIVE_SELECT=0."""
-    enabled = []
-    lib = types.SimpleNamespace(
-        pcr_selector_enable=lambda device, on: enabled.append((device, on)) or 0,
-        check=lambda status: None,
-    )
-    say = {"cache": False}
-    monkeypatch.setattr(_select._cache, "has_say", lambda lib, device, names: say["cache"])
-    monkeypatch.setattr(_select, "build_table", lambda: None)
-    monkeypatch.delenv(_select.NATIVE_ENV, raising=False)
-    _select.hand_over(lib, 0)
-    assert enabled == [(0, 1)]
-    monkeypatch.setenv(_select.NATIVE_ENV, "0")
-    _select.hand_over(lib, 1)
-    monkeypatch.delenv(_select.NATIVE_ENV)
-    say["cache"] = True
-    _select.hand_over(lib, 2)
-    assert enabled == [(0, 1)]

@@ -8,8 +8,7 @@ import warnings
 
 import pytest
 
-from pycutlass_rt import _cache, _call, _kernels, _select, _table, _tune, errors
-from pycutlass_rt._abi import Status
+from pycutlass_rt import _abi, _cache, _call, _kernels, _select, _table, _tune, errors
 from pycutlass_rt._kernels import KernelInfo
 from pycutlass_rt._lib import Problem
 
@@ -99,9 +98,6 @@ class FakeLib:
         self.clears += 1
         return 0
 
-    def pcr_select_put(self, problem, ids, count):
-        return 0
-
     def pcr_py_describe(self, a, b, c, d, alpha, beta, extras, out, array, count):
         ctypes.pointer(out._obj)[0] = problem(a)  # "a" carries the problem's m
         self._fill(array, count)
@@ -124,6 +120,7 @@ def problem(m=16, n=4096, k=4096, device=0, **kw):
         align_d=16,
         cc=90,
         sm_count=132,
+        batch=1,
     )
     return Problem(m=m, n=n, k=k, device=device, **{**fields, **kw})
 
@@ -150,9 +147,57 @@ def pin(lib, kernel, pinned=True, p=None):
     )
 
 
-def ranked(lib, p=None, kernels=KERNELS):
-    choice = _select.choose(lib, p or problem(), lib.verdicts(), kernels)
-    return [(k.name, why) for k, why in choice.ranked]
+def real_kernels():
+    """Three of this build's plain sm90 bf16 tn kernels and one of another dtype: what the
+    selection tests pin and rank (the library ranks its own kernels only)."""
+    import pycutlass_rt as pcr
+
+    mine = [
+        k
+        for k in pcr.kernels()
+        if (k.family, k.dtype_a, k.dtype_d, k.layout, k.op, k.grouped, k.epilogue, k.scale_m)
+        == (90, "bfloat16", "bfloat16", "tn", "gemm", False, "linear", "none")
+        and k.align[0] == 8
+    ]
+    other = next(k for k in pcr.kernels() if k.dtype_a != "bfloat16")
+    if len(mine) < 3:
+        pytest.skip("this build holds fewer than 3 plain sm90 bf16 tn kernels")
+    return mine, other
+
+
+@pytest.fixture
+def selector(cache_dir, monkeypatch):
+    """The real library's selector, handed the cache of FakeLib()'s device key for device 0
+    (no GPU here: the verdicts of the same problem judged without one stand in)."""
+    from pycutlass_rt import _lib
+
+    lib = _lib.load()
+    dev = dev_of(FakeLib())
+    monkeypatch.setattr(
+        _cache, "device_key", lambda lib_, device, names: dev if device == 0 else None
+    )
+    lib.check(lib.pcr_select_clear())
+    yield lib
+    _cache.reset()
+
+
+def ranked(lib, p=None, tuned=True):
+    """[(name, why)]: the library's ranking of ``p`` on device 0."""
+    p = p or problem()
+    alone = Problem.from_buffer_copy(p)
+    alone.device = -1
+    verdicts = _call.judge(lib, alone).array
+    return [(k.name, why) for k, why in _select.ranking(lib, p, verdicts, tuned=tuned)]
+
+
+def pin_real(kernel, pinned=True, p=None):
+    """pin() of a real kernel into FakeLib()'s file, read anew by the library."""
+    path = _cache.store(
+        dev_of(FakeLib()),
+        {_cache.problem_key(p or problem()): {"kernel": kernel.name, "us": 1.0, "pinned": pinned}},
+    )
+    _cache.reset()
+    return path
 
 
 # ---- where the cache lives, and its key ---------------------------------------------------
@@ -192,11 +237,11 @@ def test_build_id_covers_the_kernel_list():
     assert _cache.build_id(lib, NAMES) != _cache.build_id(lib, NAMES[:-1])
 
 
-def test_no_device_means_no_cache(cache_dir):
-    lib = FakeLib()
-    pin(lib, SK)
-    assert _cache.lookup(lib, problem(device=-1), NAMES) is None
-    assert _cache.lookup(lib, problem(device=3), NAMES) is None
+def test_no_device_means_no_cache(selector):
+    mine, _ = real_kernels()
+    pin_real(mine[-1])
+    for device in (-1, 3):  # no such device: nothing is handed over
+        assert ranked(selector, problem(device=device)) == ranked(selector, tuned=False)
 
 
 # ---- writing and reading ------------------------------------------------------------------
@@ -244,7 +289,8 @@ def test_a_failed_write_keeps_the_old_file(cache_dir, monkeypatch):
         ("FOREIGN", "made for NVIDIA A100"),
     ],
 )
-def test_corrupt_or_foreign_files_are_ignored_with_a_warning(content, why, cache_dir):
+def test_corrupt_or_foreign_files_are_ignored_with_a_warning(content, why, selector, cache_dir):
+    mine, _ = real_kernels()
     lib = FakeLib()
     path = _cache.path_for(dev_of(lib))
     os.makedirs(cache_dir)
@@ -259,82 +305,85 @@ def test_corrupt_or_foreign_files_are_ignored_with_a_warning(content, why, cache
         )
     with open(path, "w") as f:
         f.write(content)
+    untuned = ranked(selector, tuned=False)
     with pytest.warns(RuntimeWarning, match=why):
-        order = ranked(lib)
-    assert order[0][0] == BIG.name  # the table decides, nothing crashed
+        assert ranked(selector) == untuned  # the table decides, nothing crashed
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        ranked(lib, problem(m=32))  # read once: no second warning
+        selector.check(selector.pcr_select_clear())
+        ranked(selector, problem(m=32))  # read once: no second warning
     with pytest.warns(RuntimeWarning, match="replacing"):
-        pin(lib, SK)  # a write replaces the broken file
-    _cache.reset()
-    assert ranked(lib)[0][0] == SK.name
+        pin_real(mine[-1])  # a write replaces the broken file
+    assert ranked(selector)[0][0] == mine[-1].name
 
 
-def test_files_are_read_once(cache_dir):
-    lib = FakeLib()
-    path = pin(lib, SK, pinned=False)
-    _cache.reset()
-    assert ranked(lib)[0][0] == SK.name
+def test_files_are_read_once(selector):
+    mine, _ = real_kernels()
+    path = pin_real(mine[-1], pinned=False)
+    assert ranked(selector)[0][0] == mine[-1].name
     os.unlink(path)
-    assert ranked(lib)[0][0] == SK.name  # the loaded copy serves this process
+    selector.check(selector.pcr_select_clear())  # asked again: the loaded copy serves
+    assert ranked(selector)[0][0] == mine[-1].name
 
 
 # ---- selection order ----------------------------------------------------------------------
 
 
-def test_cache_then_table_then_model(cache_dir, monkeypatch):
-    lib = FakeLib()
-    order = ranked(lib)
-    assert order[0] == (BIG.name, "table rule 'sm90_*_128x256x64_c2x1_coop_a8'")
-    assert [n for n, _ in order[1:]] == [SMALL.name, SK.name]  # the model orders the rest
-    assert all("analytic model" in why for _, why in order[1:])
-
-    monkeypatch.setattr(_table, "table", lambda: {"families": {}})
-    assert [n for n, _ in ranked(lib)] == [SMALL.name, SK.name, BIG.name]
-
-    path = pin(lib, SK, pinned=False)
-    order = ranked(lib)
-    assert order[0] == (SK.name, f"tuned on this device (cache file {path})")
-    assert [n for n, _ in order[1:]] == [SMALL.name, BIG.name]
-    assert ranked(lib, problem(m=17))[0][0] == SMALL.name  # another problem: no entry
+def test_cache_then_table_then_model(selector):
+    """The library's order: the tuned entry, then the table and model's (unchanged)."""
+    mine, _ = real_kernels()
+    untuned = ranked(selector, tuned=False)
+    assert ranked(selector) == untuned
+    assert untuned[0][1].startswith(("table rule", "calibrated model", "analytic model"))
+    last = next(n for n, _ in reversed(untuned) if n in {k.name for k in mine})
+    path = pin_real(next(k for k in mine if k.name == last), pinned=False)
+    order = ranked(selector)
+    assert order[0] == (last, f"tuned on this device (cache file {path})")
+    assert order[1:] == [(n, w) for n, w in untuned if n != last]
+    assert ranked(selector, problem(m=17)) == ranked(selector, problem(m=17), tuned=False)
 
 
-def test_cache_ignored_when_asked(cache_dir):
-    lib = FakeLib()
-    pin(lib, SMALL)
-    choice = _select.choose(lib, problem(), lib.verdicts(), KERNELS, use_cache=False)
-    assert choice.ranked[0][0].name == BIG.name and len(choice.ranked) == 3
+def test_cache_ignored_when_asked(selector):
+    mine, _ = real_kernels()
+    untuned = ranked(selector, tuned=False)
+    pin_real(mine[-1])
+    assert ranked(selector, tuned=False) == untuned and len(ranked(selector)) == 1
 
 
-def test_unpinned_entry_for_a_kernel_that_cannot_run_is_skipped(cache_dir):
-    lib = FakeLib(reject={SMALL.index: "A needs 16-byte alignment"})
-    pin(lib, SMALL, pinned=False)
-    assert ranked(lib)[0][0] == BIG.name
+def test_unpinned_entry_for_a_kernel_that_cannot_run_is_skipped(selector):
+    """A 2-byte-aligned A: the tuned 8-aligned kernel cannot take it; the others rank."""
+    mine, _ = real_kernels()
+    p = problem(align_a=2)
+    pin_real(mine[0], pinned=False, p=p)
+    order = ranked(selector, p)
+    assert order == ranked(selector, p, tuned=False) and mine[0].name not in dict(order)
 
 
-def test_pinned_kernel_admits_no_other(cache_dir):
-    lib = FakeLib()
-    path = pin(lib, SMALL)
-    assert ranked(lib) == [
-        (SMALL.name, f"pinned by tune(strict=True) on this device (cache file {path})")
+def test_pinned_kernel_admits_no_other(selector):
+    mine, _ = real_kernels()
+    path = pin_real(mine[1])
+    assert ranked(selector) == [
+        (mine[1].name, f"pinned by tune(strict=True) on this device (cache file {path})")
     ]
 
 
-@pytest.mark.parametrize(
-    "case, kernels, reject, reason",
-    [
-        ("missing", [BIG, SK], {}, "missing from this build"),
-        ("rejected", KERNELS, {SMALL.index: "A needs 16-byte alignment"}, "16-byte alignment"),
-        ("other arch", KERNELS, {}, "do not run on compute 9.0"),
-    ],
-)
-def test_pinned_kernel_that_cannot_run_is_an_error(case, kernels, reject, reason, cache_dir):
-    lib = FakeLib(reject=reject)
-    pinned = B100 if case == "other arch" else SMALL
-    path = pin(lib, pinned)
+@pytest.mark.parametrize("case", ["misaligned", "other dtypes", "missing"])
+def test_pinned_kernel_that_cannot_run_is_an_error(case, selector):
+    mine, other = real_kernels()
+    p = problem(align_a=2) if case == "misaligned" else problem()
+    pinned = other if case == "other dtypes" else mine[0]
+    path = pin_real(pinned, p=p)
+    if case == "missing":  # a file edited by hand: the entry is dropped, saying so
+        doc = json.load(open(path))
+        doc["entries"][_cache.problem_key(p)]["kernel"] = "sm90_no_such_kernel"
+        json.dump(doc, open(path, "w"))
+        _cache.reset()
+        with pytest.warns(RuntimeWarning, match="sm90_no_such_kernel is missing from this build"):
+            assert ranked(selector, p) == ranked(selector, p, tuned=False)
+        return
+    reason = "16-byte alignment" if case == "misaligned" else "computes"
     with pytest.raises(errors.UnsupportedError) as e:
-        ranked(lib, kernels=kernels)
+        ranked(selector, p)
     assert pinned.name in str(e.value) and path in str(e.value) and reason in str(e.value)
 
 
@@ -344,22 +393,26 @@ def test_pinned_kernel_that_cannot_run_is_an_error(case, kernels, reject, reason
 @pytest.mark.parametrize(
     "made_on", [None, {"gpu": "NVIDIA H100 80GB HBM3"}, {"driver": 12040}, {"build": b'{"abi": 0}'}]
 )
-def test_strict_mode_refuses_a_stale_or_missing_cache(made_on, cache_dir, monkeypatch):
-    if made_on is not None:
-        pin(FakeLib(**made_on), SK)
+def test_strict_mode_refuses_a_stale_or_missing_cache(made_on, selector, monkeypatch):
+    mine, _ = real_kernels()
+    if made_on is not None:  # a cache of another device key (not the fixture's patched one)
+        other = _cache._query_device(FakeLib(**made_on), 0, NAMES)
+        key = _cache.problem_key(problem())
+        _cache.store(other, {key: {"kernel": mine[-1].name, "us": 1.0, "pinned": True}})
         _cache.reset()
-    lib = FakeLib()
-    assert ranked(lib)[0][0] == BIG.name  # lenient: the table chooses again
+    untuned = ranked(selector, tuned=False)
+    assert ranked(selector) == untuned  # lenient: the table chooses again
     _cache.reset()
     monkeypatch.setenv(_cache.STRICT_ENV, "1")
     with pytest.raises(errors.UnsupportedError, match="PYCUTLASS_RT_STRICT=1") as e:
-        ranked(lib)
+        ranked(selector)
     expect = "only caches made elsewhere" if made_on else "no tuned cache at all"
     assert expect in str(e.value) and "NVIDIA H200" in str(e.value)
     with _cache.bypassed():  # tune() recording a callable
-        assert ranked(lib)[0][0] == BIG.name
-    pin(lib, SK, pinned=False)  # a current cache: fine, for tuned and untuned problems
-    assert ranked(lib)[0][0] == SK.name and ranked(lib, problem(m=8))[0][0] == BIG.name
+        assert ranked(selector) == untuned
+    pin_real(mine[-1], pinned=False)  # a current cache: fine, for tuned and untuned problems
+    assert ranked(selector)[0][0] == mine[-1].name
+    assert ranked(selector, problem(m=8)) == ranked(selector, problem(m=8), tuned=False)
 
 
 # ---- tune() -------------------------------------------------------------------------------
@@ -431,23 +484,28 @@ def test_recorded_problems_are_rebuilt_exactly(fields, spec):
 
 
 def test_recording_collects_each_problem_once(cache_dir, monkeypatch):
-    lib = FakeLib()
-    monkeypatch.setattr(_kernels, "kernels", lambda: KERNELS)
+    """Inside recording(), each problem the library ranks for a launch (what its observer
+    is called with: built here, as pcr_gemm would on a GPU) is collected once; the
+    library forgets its choices on the way in and out, and the watch ends with the block."""
+    from pycutlass_rt import _lib
+
+    lib = _lib.load()
+    clears = []
+    real_clear = lib.pcr_select_clear
+    monkeypatch.setattr(lib, "pcr_select_clear", lambda: clears.append(1) or real_clear())
     monkeypatch.setenv(_cache.STRICT_ENV, "1")  # no cache: would refuse outside recording
+    ranked_one = (_abi.Ranked * 1)(_abi.Ranked(candidate=0))
 
     def model():
-        for m in (16, 64, 16):  # what gemm does on a miss: describe, rank, call again
-            objs = [m, None, None, None, None]
-            again = lambda: 0  # noqa: E731 - the second attempt succeeds
-            describe = lambda objs=objs: _call.describe(lib, objs, 1.0, 0.0)  # noqa: E731
-            _call.settle(lib, Status.NEED_SELECTION, again, describe)
+        for m in (16, 64, 16):
+            _select._observed(ctypes.pointer(problem(m=m)), ranked_one, 1, -1, None)
 
     problems = _tune.record(lib, model)
-    assert [p.m for p in problems] == [16, 64] and lib.clears == 2
-    assert not _call.selection_hooks
+    assert [p.m for p in problems] == [16, 64] and len(clears) == 2
+    assert not _select._selector.watchers
     with pytest.raises(RuntimeError), _tune.recording(lib):
         raise RuntimeError("the model failed")
-    assert not _call.selection_hooks
+    assert not _select._selector.watchers
 
 
 class FakeBackend:
@@ -469,6 +527,8 @@ def fake_tuning(monkeypatch, lib, times):
         _tune, "describe", lambda lib_, ops: _call.Judged(problem(m=ops.sets[0][0]), lib.verdicts())
     )
     monkeypatch.setattr(_tune.Operands, "call", lambda self, name: name)
+    # the library ranks its own kernels only: the fakes' table order, as it would give it
+    monkeypatch.setattr(_tune, "candidates", lambda lib_, judged, problem=None: [BIG, SMALL, SK])
 
     def time_us(bk, name, repeats):
         if times[name] is None:
@@ -491,9 +551,8 @@ def test_tune_measures_persists_and_selection_follows(strict, cache_dir, monkeyp
     assert "gain 2.50x" in str(result)
     entry = json.load(open(result.cache_files[0]))["entries"][t.problem]
     assert entry["kernel"] == SK.name and entry["pinned"] is strict
-    _cache.reset()  # a new process reads the file
-    assert [n for n, _ in ranked(lib)][:1] == [SK.name]
-    assert len(ranked(lib)) == (1 if strict else 3)
+    _cache.reset()  # a new process reads the file (what the library is then handed: above)
+    assert _cache.loaded(dev_of(lib)).entries[t.problem]["kernel"] == SK.name
 
 
 def test_tune_without_cache_only_measures(cache_dir, monkeypatch):
@@ -609,3 +668,43 @@ def test_concurrent_writers_keep_each_others_entries(tmp_path):
         pool.map(_store_many, [(str(tmp_path), w) for w in range(4)])
     (path,) = [p for p in tmp_path.iterdir() if p.suffix == ".json"]
     assert len(json.loads(path.read_text())["entries"]) == 80
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"layout_a": 1, "layout_b": 0, "dtype_c": BF16, "c_mode": 1, "align_c": 8},
+        {"out_scale": 1, "scale_m": 3, "scale_n": 4, "epilogue": 2},
+        {"grouped": 2, "m": 5000},
+        {"op": 1, "layout_a": 2, "layout_b": 2},  # a convolution: its geometry spelled out
+    ],
+)
+def test_problem_keys_read_back_into_the_identity_the_library_keys_on(fields):
+    """The cache's keys (text) are read back into pcr_problem_identity's values, which
+    the library's selector looks tuned entries up by: the round trip is exact."""
+    from pycutlass_rt._abi import ConvShape
+
+    p = problem(**fields)
+    if fields.get("op"):
+        p.conv = ConvShape(
+            n=2,
+            h=14,
+            w=14,
+            c=64,
+            k=128,
+            r=3,
+            s=3,
+            p=14,
+            q=14,
+            pad_h=1,
+            pad_w=1,
+            stride_h=1,
+            stride_w=1,
+            dilation_h=1,
+            dilation_w=1,
+            groups=1,
+        )
+    key = _cache.problem_key(p)
+    assert _cache.identity_of(key) == _cache._identity_values(p)
+    assert _cache.identity_of(key + " x=1") is None and _cache.identity_of(key[:-1] + "9x") is None
