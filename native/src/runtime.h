@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernel.h"
+#include "pycutlass_rt_tables.h"
 
 namespace pcr {
 

@@ -174,7 +174,7 @@ def test_status_codes_and_errors():
 
 C_LAYOUT = """#include <stddef.h>
 #include <stdio.h>
-#include "pycutlass_rt.h"
+#include "pycutlass_rt_tables.h"
 int main(void) {
 %s  return 0;
 }
@@ -186,7 +186,8 @@ def test_structs_have_the_c_compilers_layout(tmp_path):
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
-    abi = gen_abi.parse(open(gen_abi.HEADER).read())
+    headers = (gen_abi.HEADER, gen_abi.TABLES_HEADER)
+    abi = gen_abi.parse("\n".join(open(h).read() for h in headers))
     lines, expect = [], []
     for s in (s for s in abi.structs if not s.opaque):
         cls = getattr(_abi, gen_abi.class_name(s.name))

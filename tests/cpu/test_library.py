@@ -18,8 +18,12 @@ HEADER = os.path.join(NATIVE, "include", "pycutlass_rt.h")
 
 
 def header_text():
-    with open(HEADER) as f:
-        return f.read()
+    """The public header, then the package's private one (the selector's tables)."""
+    texts = []
+    for path in (HEADER, os.path.join(NATIVE, "include", "pycutlass_rt_tables.h")):
+        with open(path) as f:
+            texts.append(f.read())
+    return "\n".join(texts)
 
 
 def c_struct_fields(name):
