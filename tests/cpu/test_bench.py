@@ -940,3 +940,24 @@ def test_group_l_judges_the_choice_on_the_held_out_shapes():
     """L: H's measurement (every candidate forced) over K's shapes, never the fit grid."""
     assert shapes.GROUPS["L"].kind == "regret" and shapes.GROUPS["L"].title == "heldout-regret"
     assert shapes.GROUPS["L"].shapes == shapes.GROUPS["K"].shapes
+
+
+def test_the_selection_benchmark_ranks_every_problem(capsys):
+    """benchmarks.selection times the library's ranking on the CPU: each problem ranks
+    (some kernel takes it) and it reports both the table's and the model's cost."""
+    import ctypes
+
+    from benchmarks import selection
+    from pycutlass_rt import _lib
+    from pycutlass_rt._abi import Ranked
+
+    if not any(k.family == 90 and k.dtype_a == "bfloat16" for k in pcr.kernels()):
+        pytest.skip("no sm90 bf16 kernel in this build")
+    lib = _lib.load()
+    out, count = (Ranked * 8)(), ctypes.c_int32()
+    for p in selection.problems(20, seed=1):
+        lib.check(lib.pcr_select_rank(ctypes.byref(p), None, 0, out, 8, ctypes.byref(count)))
+        assert count.value >= 1
+    assert selection.main(["--problems", "20"]) == 0
+    text = capsys.readouterr().out
+    assert "shipped table:" in text and "model alone:" in text
