@@ -30,11 +30,10 @@ SM90_CONFIGS = [
     ((64, 128, 64), (1, 1, 1), "pingpong", "none", "linear", True),
     ((128, 128, 64), (2, 1, 1), "pingpong", "none", "extended", True),
     ((64, 256, 64), (1, 1, 1), "pingpong", "none", "linear", True),
-    # mid-size M (300-3000) against N of 1-5K, where even the best of the tiles above ran
-    # at 0.66-0.84x cuBLAS on the held-out sweep: 192 columns come closer to whole waves
-    # (769x3072: 112 tiles of 128x192 for 132 SMs, 84 of 128x256). tier.py's first pick
-    # over the default tiles on the fit part (2026-12-04): the held-out bf16 best-of-set
-    # 0.979 -> 0.986 of the catalogue's, up to 1.27x faster (769x3072x4096)
+    # mid-size M (300-3000) against N of 1-5K, where even the best of the tiles above
+    # trailed cuBLAS on the held-out sweep: 192 columns come closer to whole waves
+    # (769x3072: 112 tiles of 128x192 for 132 SMs, 84 of 128x256); tier.py's first pick
+    # over the default tiles on the fit part (its figures: benchmarks/RESULTS.md)
     ((128, 192, 64), (1, 1, 1), "coop", "none", "linear", False),
     ((64, 64, 128), (1, 1, 1), "pingpong", "none", "extended", False),
     # decode (M <= 64, large N and K): narrow tiles put a CTA on every SM
@@ -176,8 +175,8 @@ SM80_F32_CONFIGS = [  # 3xTF32: three MMAs per product, warp tiles half as wide
 SM80_F64_CONFIGS = [  # the fused epilogue computes in double (mma_gemm.cuh's ComputeOf)
     ((128, 128, 16), (4, 2, 1), 3, 1, "none", "core", ("linear",)),
     ((64, 64, 16), (2, 2, 1), 4, 1, "none", "extended", ("linear",)),
-    # float64 with a bias or activation in the default build (~0.5 min more on 2 cores):
-    # every layout ran on the H200 against float64 torch, every activation (2026-12-04)
+    # float64 with a bias or activation in the default build: a small build cost for a
+    # dtype torch users fuse too (its GPU runs: docs/verification.md)
     ((64, 64, 16), (2, 2, 1), 4, 1, "none", "core", ("biasact",)),
 ]
 #: int8 -> int32 with a bias or activation computes in int32, exactly (relu and clamp)
@@ -261,9 +260,9 @@ SM100_BLOCK_CONFIGS = [((128, 128, 128), (1, 1, 1), "1sm", "none", "extended", (
 BLOCK_KINDS = {"gb": None, "gg": "extended", "bg": "extended"}
 FP8 = ("e4m3", "e5m2")
 #: the second outputs ("aux": the pre-activation, amax), for a Linear's forward pass (tn),
-#: on the default fused tiles of each family. The sm90a ping-pong tile serves M <= ~1024:
-#: bf16 + GELU at 512x4096x4096 in 32.6 us without storing z, where the 128x256 tile took
-#: 59.2 storing it (the store cost 1-4% on other shapes; H200, 2026-12-04)
+#: on the default fused tiles of each family. The sm90a ping-pong tile serves M <= ~1024,
+#: where the large tile's store of z cost more than the tile gained (benchmarks/RESULTS.md,
+#: "A Linear + GELU keeping the pre-activation")
 AUX_CONFIGS = {
     "sm90": [
         ((128, 256, 64), (2, 1, 1), "coop", "none", "core", ("aux",)),

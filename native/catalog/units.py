@@ -13,10 +13,9 @@ from .kernel import Kernel
 from .sources import header_of
 
 #: compile cost, in seconds of one core with CUDA 13.0: a kernel's translation unit (front
-#: end and host code) plus each SASS target's device compile. Fitted to the default build
-#: (2026-12: 36.8 min on 2 cores, 6.3 min on 16, with sm_86 and sm_89 SASS of the sm80
-#: family, no longer built) and nvcc --time of single kernels, where cicc takes 64% of an
-#: sm90a kernel.
+#: end and host code) plus each SASS target's device compile, fitted to measured builds
+#: and nvcc --time of single kernels (docs/install.md has the build minutes), so that the
+#: build's estimate and the units' balance follow what the compiler spends.
 COMPILE_SECONDS = {"unit": 8.0, "target": 4.0, "arch_specific": 40.0}
 
 #: Kernels compiled as one translation unit share the parsing of their headers and most
