@@ -18,7 +18,7 @@ from ._grouped import grouped_gemm, moe_gemm
 from ._info import info
 from ._kernels import KernelInfo, kernels
 from ._matmul import matmul
-from ._memory import empty_cache, memory_stats, set_scratch_limit
+from ._memory import empty_cache, memory_stats, set_allocator, set_scratch_limit
 from ._plan import Gemm
 from ._quantize import quantize
 from ._tune import Tuned, TuneResult, tune
@@ -54,6 +54,7 @@ __all__ = [
     "kernels",
     "info",
     "memory_stats",
+    "set_allocator",
     "empty_cache",
     "set_scratch_limit",
     "KernelInfo",

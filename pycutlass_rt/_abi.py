@@ -349,7 +349,7 @@ class MemoryUsage(Structure):
 
     _fields_ = [("kept_bytes", c_uint64), ("graph_bytes", c_uint64), ("pool_reserved", c_uint64),
                 ("pool_used", c_uint64), ("limit", c_uint64), ("kept_streams", c_int32),
-                ("reserved", c_int32)]
+                ("lent", c_int32)]
 
 
 class Ranked(Structure):
@@ -403,6 +403,14 @@ class Table(Structure):
                 ("rules", POINTER(Rule)), ("calibrations", POINTER(Calibration))]
 
 
+#: the header's pcr_alloc_fn: a callback the library calls
+AllocFn = CFUNCTYPE(c_void_p, c_size_t, c_int32, c_void_p, c_void_p)
+
+
+#: the header's pcr_release_fn: a callback the library calls
+ReleaseFn = CFUNCTYPE(None, c_void_p, c_size_t, c_int32, c_void_p, c_void_p)
+
+
 #: the header's pcr_select_provider_fn: a callback the library calls
 SelectProviderFn = CFUNCTYPE(None, c_int32, c_void_p)
 
@@ -449,6 +457,8 @@ FUNCTIONS = {
     "pcr_empty_cache": Function(c_int, (c_int32,), False),
     # int pcr_set_scratch_limit(int64_t bytes)
     "pcr_set_scratch_limit": Function(c_int, (c_int64,), False),
+    # int pcr_set_allocator(pcr_alloc_fn alloc, pcr_release_fn release, void* context)
+    "pcr_set_allocator": Function(c_int, (AllocFn, ReleaseFn, c_void_p), False),
     # int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
     #     double alpha, double beta, const pcr_extras* extras, pcr_problem* out,
     #     pcr_verdict* verdicts, int32_t count)

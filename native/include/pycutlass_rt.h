@@ -369,7 +369,7 @@ typedef struct {
   uint64_t pool_used;     /* of which in use (kept, retired, or calls' own in flight) */
   uint64_t limit;         /* the cap on kept_bytes */
   int32_t kept_streams;   /* streams keeping buffers */
-  int32_t reserved;
+  int32_t lent;           /* 1: eager calls' scratch comes from pcr_set_allocator's */
 } pcr_memory_usage;
 PCR_API int pcr_memory_stats(int32_t device, pcr_memory_usage* out);
 /* Frees every kept buffer (not those retired into graphs) of `device` (-1: every device)
@@ -380,6 +380,21 @@ PCR_API int pcr_empty_cache(int32_t device);
  * with an optional K, M or G suffix); 0 keeps nothing. Buffers kept already stay until
  * pcr_empty_cache. */
 PCR_API int pcr_set_scratch_limit(int64_t bytes);
+/* Scratch from the caller's allocator (a framework's caching allocator, so that its memory
+ * statistics see the library's workspaces): alloc returns `bytes` of `device`'s memory for
+ * use in stream order on `stream` (a cudaStream_t), or NULL when it has none; release
+ * takes it back once the work the call enqueued on `stream` is ordered before any later
+ * use (the caller's allocator keeps stream order, as a caching allocator does). With one
+ * set, each eager call's scratch comes from it and is given back when the call returns,
+ * nothing is kept per stream, and a call whose alloc fails returns PCR_ERR_CUDA having
+ * written nothing. Calls inside a CUDA-graph capture still take the graph's own memory
+ * (the library's pool): a capture's scratch must outlive the call. Both NULL: the
+ * library's own pool again. Kept buffers from before stay until pcr_empty_cache. The
+ * callbacks run on the calling thread with no lock of the library held. */
+typedef void* (*pcr_alloc_fn)(size_t bytes, int32_t device, void* stream, void* context);
+typedef void (*pcr_release_fn)(void* ptr, size_t bytes, int32_t device, void* stream,
+                               void* context);
+PCR_API int pcr_set_allocator(pcr_alloc_fn alloc, pcr_release_fn release, void* context);
 
 /* ---- GEMM ---------------------------------------------------------------------- */
 /* Validates and canonicalizes a problem without touching the GPU's queues. `c` may be

@@ -111,6 +111,10 @@ PCR_API int pcr_set_scratch_limit(int64_t bytes) {
   });
 }
 
+PCR_API int pcr_set_allocator(pcr_alloc_fn alloc, pcr_release_fn release, void* context) {
+  return guarded([&] { return set_allocator(alloc, release, context); });
+}
+
 // ---- GEMM ----------------------------------------------------------------------
 
 PCR_API int pcr_describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,

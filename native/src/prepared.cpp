@@ -54,7 +54,8 @@ int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* 
 
 int run_prepared(int k, const GemmArgs& g, cudaStream_t stream, PreparedLaunch* own) {
   const size_t bytes = workspace_size(k, g, own);
-  Scratch ws;  // the stream's kept workspace: the prepared launch's address stays valid
+  Scratch ws;  // kept, or lent by a caching allocator: mostly the same address, so the
+               // prepared launch stays valid
   int st = ws.allocate(g.device, stream, bytes, ScratchKind::kWorkspace, kKernels[k]->info.grouped);
   return st != PCR_OK ? st : run_prepared(k, g, stream, own, ws.get(), bytes);
 }

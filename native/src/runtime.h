@@ -238,8 +238,9 @@ size_t workspace_size(int k, const GemmArgs& g, const PreparedLaunch* own);
 enum class ScratchKind { kWorkspace, kStaging, kGroupArrays, kHostCopy };
 // `bytes` of device memory for the work a call enqueues on `stream` while this object
 // lives (declare it before those launches, in the scope that enqueues them): under
-// capture, the graph's own; otherwise the stream's kept buffer of `kind`, locked until
-// the object goes (see scratch.cpp). Zeroed on request where newly allocated.
+// capture, the graph's own; otherwise the caller's allocator's (pcr_set_allocator) or the
+// stream's kept buffer of `kind`, locked until the object goes (see scratch.cpp). Zeroed
+// on request where newly allocated.
 class Scratch {
  public:
   Scratch() = default;
@@ -255,6 +256,10 @@ class Scratch {
   void* ptr_ = nullptr;
   bool owned_ = false;  // ptr_ is this call's own, freed on stream_ (which may be the
                         // legacy default stream, handle 0: ownership is not the handle)
+  pcr_release_fn give_back_ = nullptr;  // ptr_ was lent (pcr_set_allocator): returned here
+  void* lender_ = nullptr;              // the allocator's context
+  size_t bytes_ = 0;
+  int device_ = -1;
   cudaStream_t stream_ = nullptr;
   std::unique_lock<std::mutex> lock_;
 };
@@ -263,6 +268,7 @@ class Scratch {
 int empty_cache(int device);
 int memory_stats(int device, pcr_memory_usage* out);
 int set_scratch_limit(int64_t bytes);
+int set_allocator(pcr_alloc_fn alloc, pcr_release_fn release, void* context);
 
 // ---- kernel choice (select.cpp) ----
 // Whether a described problem runs a GEMM kernel at all (no empty extent, K > 0).

@@ -25,6 +25,11 @@
 //   every kernel replay slower). Any other captured call's scratch is the graph's own
 //   (cudaMallocFromPoolAsync / cudaFreeAsync on the capturing stream become its memory
 //   nodes, freed with the graph), so capture needs no warm-up.
+// - With the caller's allocator set (pcr_set_allocator: pycutlass_rt.torch lends torch's
+//   caching allocator, so that torch's statistics see the workspaces), every eager call's
+//   scratch is its own, from that allocator, given back when the call returns: nothing is
+//   kept, and no lock of the library is held while the allocator runs (it may wait for
+//   Python's GIL, which another thread inside the library may hold).
 // Host-array copies are always the call's own. Memory comes from the library's pool per
 // device, so the application's default pool and its settings are untouched; the pool keeps
 // up to kPoolKeep of freed memory across synchronizations (a steady state allocates from
@@ -122,7 +127,21 @@ std::map<int, std::set<unsigned long long>> g_keeping;  // device -> ids of stre
 std::map<std::pair<int, cudaStream_t>, unsigned long long> g_ids;
 // Buffers retired into captures: (device, capture id, capturing stream, kind).
 std::map<std::tuple<int, unsigned long long, cudaStream_t, int>, Kept> g_retired;
-std::atomic<uint64_t> g_kept_bytes[kMaxDevices];     // kept for eager calls, per device
+std::atomic<uint64_t> g_kept_bytes[kMaxDevices];  // kept for eager calls, per device
+
+// The caller's allocator (pcr_set_allocator), read whole under its lock.
+struct Lender {
+  pcr_alloc_fn alloc = nullptr;
+  pcr_release_fn release = nullptr;
+  void* context = nullptr;
+};
+std::mutex g_lender_mutex;
+Lender g_lender;
+
+Lender lender() {
+  std::lock_guard<std::mutex> lock(g_lender_mutex);
+  return g_lender;
+}
 std::atomic<uint64_t> g_retired_bytes[kMaxDevices];  // retired into graphs, per device
 
 // "1073741824", "512M", "2GiB": bytes, with an optional binary K/M/G suffix; -1: not one.
@@ -223,6 +242,18 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
                        "cudaStreamGetCaptureInfo");
   if (st != PCR_OK) return st;
   const bool capturing = capture != cudaStreamCaptureStatusNone;
+  if (const Lender lend = lender(); lend.alloc && !capturing) {
+    ptr_ = lend.alloc(bytes, device, stream, lend.context);
+    if (!ptr_)
+      return set_error(PCR_ERR_CUDA,
+                       "the allocator set by pcr_set_allocator has no %zu bytes of scratch on "
+                       "device %d",
+                       bytes, device);
+    owned_ = true, give_back_ = lend.release, lender_ = lend.context;
+    bytes_ = bytes, device_ = device, stream_ = stream;
+    return zeroed ? cuda_status(cudaMemsetAsync(ptr_, 0, bytes, stream), "cudaMemsetAsync(scratch)")
+                  : PCR_OK;
+  }
   Kept* kept = nullptr;
   if (capturing && kind != ScratchKind::kHostCopy) {
     kept = retired_for(device, stream, capture_id, bytes, kind);
@@ -259,9 +290,17 @@ int Scratch::allocate(int device, cudaStream_t stream, size_t bytes, ScratchKind
 }
 
 void Scratch::release() noexcept {
-  if (ptr_ && owned_) cudaFreeAsync(ptr_, stream_);  // after the work enqueued so far
+  if (ptr_ && give_back_) {
+    give_back_(ptr_, bytes_, device_, stream_, lender_);  // to the allocator that lent it
+  } else if (ptr_ && owned_) {
+    cudaFreeAsync(ptr_, stream_);  // after the work enqueued so far
+  }
   ptr_ = nullptr;
   owned_ = false;
+  give_back_ = nullptr;
+  lender_ = nullptr;
+  bytes_ = 0;
+  device_ = -1;
   stream_ = nullptr;
   if (lock_.owns_lock()) lock_.unlock();
 }
@@ -313,6 +352,7 @@ int memory_stats(int device, pcr_memory_usage* out) {
   out->kept_bytes = g_kept_bytes[device];
   out->graph_bytes = g_retired_bytes[device];
   out->limit = limit();
+  out->lent = lender().alloc != nullptr;
   {
     std::lock_guard<std::mutex> lock(g_kept_mutex);
     auto keeping = g_keeping.find(device);
@@ -342,6 +382,15 @@ int set_scratch_limit(int64_t bytes) {
     return set_error(PCR_ERR_INVALID_ARGUMENT, "the scratch limit is %lld bytes: not >= 0",
                      (long long)bytes);
   limit() = uint64_t(bytes);
+  return PCR_OK;
+}
+
+int set_allocator(pcr_alloc_fn alloc, pcr_release_fn release, void* context) {
+  if (!alloc != !release)
+    return set_error(PCR_ERR_INVALID_ARGUMENT,
+                     "pcr_set_allocator: alloc and release come together (both NULL: none)");
+  std::lock_guard<std::mutex> lock(g_lender_mutex);
+  g_lender = Lender{alloc, release, context};
   return PCR_OK;
 }
 

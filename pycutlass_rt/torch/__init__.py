@@ -29,6 +29,8 @@ dgrad and wgrad convolutions) on pycutlass_rt's kernels, computed by torch only 
 build's kernel list has none for their dtype and layout (logged once; never after one
 problem's refusal, which raises :class:`UnsupportedError`, and never under
 ``PYCUTLASS_RT_STRICT=1``: ``_fallback`` says how).
+The library's scratch memory comes from torch's caching allocator while this package is
+imported (:func:`use_caching_allocator`), so torch's memory statistics count it.
 CPU tensors are computed by torch's own CPU operators (the library has no CPU kernels),
 so a model built on the CPU runs before it moves to the GPU.
 
@@ -43,6 +45,7 @@ this order, so each registration happens once, after the schemas):
 - ``_autograd``: the backward formulas.
 - ``_api``, ``_modules`` and ``_quantized``: the functions, ``Linear`` with
   ``replace_linear``, and ``QuantLinear``.
+- ``_allocator``: the library's scratch from torch's caching allocator.
 
 Example:
     >>> import torch, pycutlass_rt.torch as pt
@@ -64,6 +67,7 @@ Example (on a GPU):
 from . import _schema, _fake, _cuda, _cpu, _autograd  # noqa: F401
 
 # isort: on
+from ._allocator import use_caching_allocator
 from ._api import conv2d, grouped_mm, linear, mm, quantize, scaled_mm
 from ._checks import ACTIVATIONS
 from ._modules import Linear, replace_linear
@@ -80,4 +84,5 @@ __all__ = [
     "quantize",
     "replace_linear",
     "scaled_mm",
+    "use_caching_allocator",
 ]

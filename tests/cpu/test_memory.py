@@ -88,3 +88,76 @@ def test_empty_cache_without_a_gpu_says_why(has_gpu):
         pytest.skip("this host has a GPU: tests/gpu covers empty_cache there")
     with pytest.raises(errors.Error):
         _memory.empty_cache()
+
+
+def test_an_allocator_is_handed_over_whole_and_taken_back():
+    """set_allocator: stats say the scratch is lent while one is set; alloc without
+    release (or the reverse) is refused, leaving the one set; None, None: the pool again."""
+    import pycutlass_rt as pcr
+
+    lent = []
+    pcr.set_allocator(lambda n, dev, stream: lent.append(n) or 0, lambda *a: None)
+    try:
+        assert _memory.memory_stats(0)["lent"] is True
+        with pytest.raises(errors.InvalidArgumentError, match="come together"):
+            pcr.set_allocator(lambda n, dev, stream: 0)
+        assert _memory.memory_stats(0)["lent"] is True
+    finally:
+        pcr.set_allocator()
+    assert _memory.memory_stats(0)["lent"] is False and lent == []  # nothing ran
+
+
+def test_the_callbacks_reach_the_python_functions_and_failures_return_null(recwarn):
+    """What the library calls (the ctypes callbacks it was handed), called as it would:
+    an address back, 0 and a raising allocator as NULL (with a warning), release called
+    with what was lent."""
+    import ctypes
+
+    import pycutlass_rt as pcr
+
+    released = []
+
+    def alloc(n, dev, stream):
+        if n > 1000:
+            raise MemoryError("no room")
+        return 0x7000 + n if n else 0
+
+    pcr.set_allocator(alloc, lambda *a: released.append(a))
+    try:
+        lend, take_back = _memory._Lent.callbacks[-1]
+        assert lend(64, 0, None, None) == 0x7000 + 64
+        assert lend(0, 0, None, None) is None and lend(4096, 0, None, None) is None
+        assert "no room" in str(recwarn.pop(RuntimeWarning).message)
+        take_back(ctypes.c_void_p(0x7040), 64, 0, ctypes.c_void_p(5), None)
+        assert released == [(0x7040, 64, 0, 5)]
+    finally:
+        pcr.set_allocator()
+
+
+def test_pycutlass_rt_torch_lends_torch_caching_allocator_unless_told(monkeypatch):
+    """Importing pycutlass_rt.torch hands the library torch's caching allocator when the
+    library loads (here: a fresh process); PYCUTLASS_RT_TORCH_ALLOCATOR=0 keeps the pool."""
+    pytest.importorskip("torch")
+    code = (
+        "import pycutlass_rt.torch, pycutlass_rt as p; print(p.memory_stats(0)['lent']);"
+        "pycutlass_rt.torch.use_caching_allocator(False); print(p.memory_stats(0)['lent'])"
+    )
+    for value, first in ((None, "True"), ("0", "False")):
+        env = dict(os.environ)
+        env.pop("PYCUTLASS_RT_TORCH_ALLOCATOR", None)
+        if value is not None:
+            env["PYCUTLASS_RT_TORCH_ALLOCATOR"] = value
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.split() == [first, "False"], out.stderr
+
+
+def test_the_c_abi_refuses_half_an_allocator():
+    from pycutlass_rt import _abi, _lib
+
+    lib = _lib.load()
+    alloc = _abi.AllocFn(lambda n, dev, stream, ctx: None)
+    assert lib.pcr_set_allocator(alloc, _abi.ReleaseFn(), None) == errors.ERR_INVALID_ARGUMENT
+    assert "come together" in lib.last_error()
+    assert lib.pcr_set_allocator(_abi.AllocFn(), _abi.ReleaseFn(), None) == 0

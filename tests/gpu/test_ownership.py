@@ -21,6 +21,20 @@ torch = pytest.importorskip("torch")
 BF16 = torch.bfloat16
 
 
+@pytest.fixture(autouse=True)
+def own_pool():
+    """These tests are about the library's own pool and kept buffers: torch's caching
+    allocator, which pycutlass_rt.torch lends (tests/gpu/test_torch_allocator.py), is set
+    aside meanwhile and lent again after."""
+    lent = pcr.memory_stats(0)["lent"]
+    pcr.set_allocator()
+    yield
+    if lent:
+        import pycutlass_rt.torch as pt
+
+        pt.use_caching_allocator()
+
+
 def first(split):
     ks = [
         k.name
