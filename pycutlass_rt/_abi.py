@@ -135,6 +135,8 @@ class Schedule(AbiEnum):
     SCHED_1SM = 4
     SCHED_2SM = 5
     SCHED_WS = 6
+    SCHED_COOPFA = 7
+    SCHED_PINGPONGFA = 8
 
 
 class Epilogue(AbiEnum):
@@ -174,6 +176,7 @@ class Math(AbiEnum):
 
     MATH_IEEE = 0
     MATH_TF32 = 1
+    MATH_FAST_ACCUM = 2
 
 
 class CMode(AbiEnum):
@@ -335,7 +338,7 @@ class Problem(Structure):
                 ("batch", c_int64), ("bias", c_int32), ("activation", c_int32),
                 ("align_bias", c_int32), ("epilogue", c_int32), ("grouped", c_int32),
                 ("scale_m", c_int32), ("scale_n", c_int32), ("op", c_int32), ("conv", ConvShape),
-                ("split_n", c_int64), ("out_scale", c_int32), ("reserved", c_int32)]
+                ("split_n", c_int64), ("out_scale", c_int32), ("fast_accum", c_int32)]
 
 
 class Verdict(Structure):

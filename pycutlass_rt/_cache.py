@@ -155,7 +155,7 @@ def _render(f: dict) -> str:
     # a convolution's pass and geometry; a GEMM's (all zero) are left out, so its keys stay;
     # likewise the fields added later, where they are zero (keys made before them stay)
     op, conv = f.pop("op"), {n[5:]: f.pop(n) for n in list(f) if n.startswith("conv.")}
-    later = {n: f.pop(n) for n in ("out_scale",) if n in f}
+    later = {n: f.pop(n) for n in ("out_scale", "fast_accum") if n in f}
     tail = [f"op={op}", *(f"{n}={v}" for n, v in conv.items())] if op or any(conv.values()) else []
     tail += [f"{n}={v}" for n, v in later.items() if v]
     return " ".join([head, *(f"{name}={value}" for name, value in f.items()), *tail])

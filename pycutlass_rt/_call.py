@@ -14,7 +14,8 @@ from .errors import DTypeError, InvalidArgumentError
 NAMES = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "aux", "amax", "scale_d")
 #: activation name -> pcr_activation: the constants' tokens ("gelu_tanh" is ACT_GELU_TANH)
 ACTIVATIONS = {act.token: act for act in Activation}
-#: math name -> pcr_math: float32 inputs at fp32 accuracy ("ieee"), or on TF32 tensor cores
+#: math name -> pcr_math: float32 inputs at fp32 accuracy ("ieee") or on TF32 tensor cores;
+#: fp8 inputs accumulated into fp32 every 128 of K ("ieee") or fast ("fast_accum")
 MATHS = {m.token: m for m in Math}
 
 

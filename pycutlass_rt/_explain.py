@@ -172,6 +172,13 @@ def explanation(lib, call) -> Explanation:
         notes.append("math='tf32': float32 tensors multiplied on TF32 tensor cores")
     elif pdict["dtype_a"] == "float32":
         notes.append("float32 at fp32 accuracy (3xTF32); math='tf32' is faster and coarser")
+    elif pdict["dtype_a"] in ("float8_e4m3fn", "float8_e5m2"):
+        notes.append(
+            "math='fast_accum': fp8 products may be accumulated in the MMA's own precision"
+            if problem.fast_accum
+            else "fp8 partial sums added into float32 every 128 of K; math='fast_accum' "
+            "allows faster kernels that skip it"
+        )
     if problem.epilogue != Epilogue.EPI_LINEAR:
         words = _call.activation_words(act) if act.code else None
         what = [x for x in (_BIAS_WORDS[problem.bias], words) if x]

@@ -93,7 +93,12 @@ def gemm(
             float32 (kernels named ``_blk``, e.g. ``_blkgb``: per-token a, per-block b).
         math: for float32 inputs: None or "ieee" (default: fp32 accuracy, 3xTF32 tensor
             cores) or "tf32" (TF32 tensor cores: 10-bit mantissas, faster, like torch's
-            ``allow_tf32``). Ignored for other dtypes.
+            ``allow_tf32``). For fp8 inputs: None or "ieee" (default: partial sums added
+            into float32 every 128 of K, as cuBLAS and ``torch._scaled_mm`` do) or
+            "fast_accum" (kernels named ``_coopfa`` / ``_pingpongfa`` may accumulate in
+            the MMA's reduced precision, like ``torch._scaled_mm(use_fast_accum=True)``:
+            faster, less exact over a long K; where the build has none for the problem,
+            the default's run it). Ignored for other dtypes.
         stream: a CUDA stream (int handle, or an object with ``__cuda_stream__``,
             ``.cuda_stream`` or ``.ptr``). Default: the producer framework's current stream.
         kernel: force a kernel by name (see :func:`kernels`).

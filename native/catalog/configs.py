@@ -220,6 +220,14 @@ SM90_FP8_CONFIGS = [
     # a third fewer bytes
     ((64, 64, 128), (1, 1, 1), "pingpong", "none", "linear", ("linear", "scaled")),
 ]
+#: fp8 with fast accumulation (pcr_math FAST_ACCUM; torch._scaled_mm's use_fast_accum): no
+#: promotion, so no third register set, and the 128x256 tile the promotion spills fits
+#: again. One of each schedule; no sweep has timed them yet, so the table and tier leave
+#: them to the model
+SM90_FP8_FASTACCUM_CONFIGS = [
+    ((128, 256, 128), (2, 1, 1), "coopfa", "none", "linear", ("linear", "scaled")),
+    ((64, 128, 128), (1, 1, 1), "pingpongfa", "none", "linear", ("linear", "scaled")),
+]
 #: fp8 decode (M <= 64 against large weights): SM90_SWAP_CONFIGS' tiles and tiers, with
 #: the dequantizing epilogue too (scale_a/scale_b at decode: 0.62-0.81x torch._scaled_mm
 #: on the H200 through the unswapped tiles alone)
@@ -295,6 +303,7 @@ MORE_TYPES = [
     ("sm90", "s8", ("bf16", "f16", "s8"), ("tn",), SM90_S8_SCALED_CONFIGS),
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_CONFIGS) for a in FP8],
     *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_SWAP_CONFIGS, "swap") for a in FP8],
+    *[("sm90", a, ("bf16", "f16", "f32"), ("tn",), SM90_FP8_FASTACCUM_CONFIGS) for a in FP8],
     ("sm90", "e4m3", ("e4m3",), ("tn",), SM90_FP8_OUT_CONFIGS),
     *[
         ("sm90", a, (d,), ("tn",), [c[:4] + ("extended",) + c[5:] for c in SM90_FP8_OUT_CONFIGS])

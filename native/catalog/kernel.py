@@ -50,6 +50,8 @@ SCHEDULES = {
     "1sm": "PCR_SCHED_1SM",
     "2sm": "PCR_SCHED_2SM",
     "ws": "PCR_SCHED_WS",
+    "coopfa": "PCR_SCHED_COOPFA",
+    "pingpongfa": "PCR_SCHED_PINGPONGFA",
 }
 #: work decomposition -> (pcr_split, CUTLASS 3.x tile scheduler, CUTLASS 2.x swizzle).
 #: "streamk": CUTLASS's stream-K, whose heuristic spreads the K loop of too few output

@@ -39,6 +39,8 @@ MATH_OPERATORS = {
 TMA_SCHEDULES = {
     "coop": "Sm90Cooperative",
     "pingpong": "Sm90Pingpong",
+    "coopfa": "Sm90CooperativeFastAccum",
+    "pingpongfa": "Sm90PingpongFastAccum",
     "1sm": "Sm100OneSm",
     "2sm": "Sm100TwoSm",
 }

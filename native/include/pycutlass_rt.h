@@ -123,7 +123,9 @@ typedef enum {
   PCR_SCHED_PINGPONG = 3,   /* sm90a: TMA warp-specialized ping-pong */
   PCR_SCHED_1SM = 4,        /* sm100a: tcgen05 MMA on one SM */
   PCR_SCHED_2SM = 5,        /* sm100a: tcgen05 MMA shared by a CTA pair */
-  PCR_SCHED_WS = 6          /* sm90a convolutions: TMA warp-specialized, a CTA per tile */
+  PCR_SCHED_WS = 6,         /* sm90a convolutions: TMA warp-specialized, a CTA per tile */
+  PCR_SCHED_COOPFA = 7,     /* sm90a fp8: COOP with fast accumulation (PCR_MATH_FAST_ACCUM) */
+  PCR_SCHED_PINGPONGFA = 8  /* sm90a fp8: PINGPONG with fast accumulation */
 } pcr_schedule;
 
 /* Epilogues: LINEAR computes alpha * acc + beta * c; BIASACT adds an optional bias
@@ -155,10 +157,15 @@ typedef enum {
 /* Work decompositions: SPLITK cuts K into slices whose partials a second kernel sums;
  * STREAMK is CUTLASS's stream-K (the K loops of too few tiles spread over every SM). */
 typedef enum { PCR_SPLIT_NONE = 0, PCR_SPLIT_SPLITK = 1, PCR_SPLIT_STREAMK = 2 } pcr_split;
-/* How float32 inputs are multiplied: at fp32 accuracy (3xTF32 tensor-op or SIMT kernels),
- * or on TF32 tensor cores (10-bit mantissas; kernels whose dtype_a is PCR_TF32). Ignored
- * for other dtypes. */
-typedef enum { PCR_MATH_IEEE = 0, PCR_MATH_TF32 = 1 } pcr_math;
+/* How inputs are multiplied. float32: at fp32 accuracy (IEEE: 3xTF32 tensor-op or SIMT
+ * kernels), or on TF32 tensor cores (TF32: 10-bit mantissas; kernels whose dtype_a is
+ * PCR_TF32). fp8: Hopper's MMAs accumulate fp8 products in reduced precision, so kernels
+ * add their partial sums into fp32 every 128 of K (IEEE, the default, as cuBLAS and
+ * torch._scaled_mm do by default); FAST_ACCUM lets kernels of the FA schedules skip that
+ * (torch._scaled_mm's use_fast_accum=True: faster, less exact over a long K), where the
+ * build holds one for the problem (else the default's run it). Each is ignored for the
+ * other dtypes. */
+typedef enum { PCR_MATH_IEEE = 0, PCR_MATH_TF32 = 1, PCR_MATH_FAST_ACCUM = 2 } pcr_math;
 
 /* The coded fields of pcr_problem (the struct keeps them as int32_t: its layout is fixed). */
 /* c_mode: how C reaches the kernel. */
@@ -313,7 +320,8 @@ typedef struct {
                         B are copied (an odd N pads D, and a padded N would copy all of B) */
   int32_t out_scale; /* 1: quantized inputs with amax or scale_d, taken by a kernel whose
                         descriptor sets out_scale */
-  int32_t reserved;
+  int32_t
+      fast_accum; /* 1: fp8 inputs whose products may be accumulated fast (PCR_MATH_FAST_ACCUM) */
 } pcr_problem;
 
 /* A kernel's verdict on one problem: whether it runs it and, if not, why. */

@@ -307,6 +307,14 @@ struct Sm90Pingpong {
   using BlockScaledMainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
+// fp8 with fast accumulation: CUTLASS's FP8FastAccum schedules take the plain mainloop (no
+// promotion into fp32 every 128 of K), so WithOverlappedPromotion leaves them alone
+struct Sm90CooperativeFastAccum : Sm90Cooperative {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
+};
+struct Sm90PingpongFastAccum : Sm90Pingpong {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
+};
 // Grouped (pointer-array) schedules: per-group TMA descriptors are rewritten on the GPU
 struct Sm90GroupedCooperative {
   using Arch = cutlass::arch::Sm90;

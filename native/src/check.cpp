@@ -53,6 +53,11 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
                      "%s reads no scale tensors; this call needs a dequantizing epilogue, or "
                      "scales given as numbers (folded into alpha)",
                      kd.name);
+  if (is_fast_accum(kd) && !p.fast_accum)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "%s accumulates fp8 products without adding them into fp32 every 128 of K "
+                     "(fast accumulation), which this call did not allow (math='fast_accum')",
+                     kd.name);
   if (!epilogue_serves(kd.epilogue, p.epilogue))
     return set_error(PCR_ERR_UNSUPPORTED, "%s has a %s epilogue; this call needs a %s one", kd.name,
                      epilogue_words(kd.epilogue), epilogue_words(p.epilogue));

@@ -112,7 +112,7 @@ std::string refusal_of(int32_t k, const pcr_problem& p, const Bound* bound,
 Screened screen(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts,
                 const int32_t* order, int nfam) {
   Screened s;
-  bool exact = false;
+  bool exact = false, fast = false;
   for (int32_t k = 0; k < kKernelCount; ++k) {
     const pcr_kernel_desc& kd = kKernels[k]->info;
     if (!same_kind(kd, p)) continue;
@@ -122,8 +122,14 @@ Screened screen(const pcr_problem& p, const Bound* bound, const pcr_verdict* ver
       continue;
     }
     exact |= kd.epilogue == p.epilogue;
+    fast |= is_fast_accum(kd);
     s.accepted.push_back(k);
   }
+  // fast accumulation allowed: its kernels only, where the build holds one that runs it
+  if (fast)
+    s.accepted.erase(std::remove_if(s.accepted.begin(), s.accepted.end(),
+                                    [&](int32_t k) { return !is_fast_accum(kKernels[k]->info); }),
+                     s.accepted.end());
   // a richer epilogue (slower) only where no kernel has the problem's own; forcing one works
   if (exact)
     s.accepted.erase(

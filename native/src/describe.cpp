@@ -29,7 +29,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   const pcr_extras& x = extras ? *extras : none;
   const DLTensor* bias = x.bias;
   const int activation = x.activation;
-  if (x.math != PCR_MATH_IEEE && x.math != PCR_MATH_TF32)
+  if (x.math != PCR_MATH_IEEE && x.math != PCR_MATH_TF32 && x.math != PCR_MATH_FAST_ACCUM)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "unknown math code %d", x.math);
   if (!a || !b || !d) return set_error(PCR_ERR_INVALID_ARGUMENT, "a, b and d are required");
   if (int st = check_tensors({{a, "a"},
@@ -183,6 +183,7 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
   p->dtype_d = D.dtype;
   if (x.math == PCR_MATH_TF32 && A.dtype == PCR_F32)  // TF32 kernels carry their own dtype
     p->dtype_a = p->dtype_b = PCR_TF32;
+  p->fast_accum = x.math == PCR_MATH_FAST_ACCUM && (A.dtype == PCR_E4M3 || A.dtype == PCR_E5M2);
   p->scale_m = scale_a;
   p->scale_n = scale_b;
   // Scale tensors dequantize int8 and fp8 inputs; on 16-bit ones they are a per-row or

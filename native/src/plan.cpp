@@ -64,7 +64,9 @@ int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor*
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "a plan runs on a, b, (c,) d (and the extras' tensors) together");
     const bool tf32 = pl->problem.dtype_a == PCR_TF32;
-    const bool f32 = tf32 || pl->problem.dtype_a == PCR_F32;  // math matters to fp32 only
+    const bool fp8 = pl->problem.dtype_a == PCR_E4M3 || pl->problem.dtype_a == PCR_E5M2;
+    // math matters to fp32 (TF32 or not) and fp8 (fast accumulation or not) only
+    const bool matters = tf32 || fp8 || pl->problem.dtype_a == PCR_F32;
     const ActivationArgs& act = pl->bound.activation;
     // a convolution plan's tensors are the same convolution's
     const ConvArgs& cv = pl->bound.conv;
@@ -74,14 +76,16 @@ int plan_run(pcr_plan* pl, const DLTensor* a, const DLTensor* b, const DLTensor*
                  nullptr,
                  nullptr,
                  act.kind,
-                 tf32 ? PCR_MATH_TF32 : PCR_MATH_IEEE,
+                 tf32                     ? PCR_MATH_TF32
+                 : pl->problem.fast_accum ? PCR_MATH_FAST_ACCUM
+                                          : PCR_MATH_IEEE,
                  act.alpha,
                  act.beta,
                  cv.kind != PCR_OP_GEMM ? &conv : nullptr};
     if (extras) {
       const ActivationArgs given = activation_of(*extras);
       if (given.kind != act.kind || given.alpha != act.alpha || given.beta != act.beta ||
-          (f32 && extras->math != x.math))
+          (matters && extras->math != x.math))
         return set_error(PCR_ERR_INVALID_ARGUMENT,
                          "a plan runs with the activation (and its parameters) and math it was "
                          "built with");

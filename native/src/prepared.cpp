@@ -31,7 +31,8 @@ thread_local PreparedCache t_prepared;
 // at 2048). benchmarks/RESULTS.md, "PDL policy", has the measurements and commands.
 bool programmatic_suits(const pcr_kernel_desc& d, const GemmArgs& g) {
   const int64_t short_k = esize_of(d.dtype_a) == 1 ? 4096 : 2048;
-  if (d.schedule != PCR_SCHED_PINGPONG || g.k <= short_k) return true;
+  const bool pingpong = d.schedule == PCR_SCHED_PINGPONG || d.schedule == PCR_SCHED_PINGPONGFA;
+  if (!pingpong || g.k <= short_k) return true;
   const int64_t rows = (g.m + d.tile_m - 1) / d.tile_m;
   return rows == 1 && (g.n + d.tile_n - 1) / d.tile_n <= g.sm_count;
 }

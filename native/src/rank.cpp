@@ -92,10 +92,12 @@ const DeviceRates& rates(int cc) {  // the nearest known compute capability belo
 double schedule_efficiency(int schedule) {
   switch (schedule) {
     case PCR_SCHED_COOP:
+    case PCR_SCHED_COOPFA:  // no sweep has timed fast accumulation: as its promoted twin
     case PCR_SCHED_1SM:
     case PCR_SCHED_MULTISTAGE:
       return 0.80;
     case PCR_SCHED_PINGPONG:
+    case PCR_SCHED_PINGPONGFA:
       return 0.78;
     case PCR_SCHED_2SM:
       return 0.85;

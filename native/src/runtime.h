@@ -279,6 +279,10 @@ inline bool epilogue_serves(int kernel, int problem) {
   return kernel == problem || problem == PCR_EPI_LINEAR ||
          (problem == PCR_EPI_BIASACT && kernel != PCR_EPI_LINEAR);
 }
+// Whether a kernel accumulates fp8 products fast (the FA schedules: PCR_MATH_FAST_ACCUM).
+inline bool is_fast_accum(const pcr_kernel_desc& kd) {
+  return kd.schedule == PCR_SCHED_COOPFA || kd.schedule == PCR_SCHED_PINGPONGFA;
+}
 // How messages name a pcr_epilogue ("plain", "fused bias/activation", ...).
 const char* epilogue_words(int epilogue);
 // A forced kernel (checked against the problem), the selected one, or -1 for a problem

@@ -26,7 +26,7 @@ namespace {
   X(activation) X(align_bias) X(epilogue) X(grouped) X(scale_m) X(scale_n) X(out_scale) X(op)   \
   X(conv.n) X(conv.h) X(conv.w) X(conv.c) X(conv.k) X(conv.r) X(conv.s) X(conv.pad_h)         \
   X(conv.pad_w) X(conv.stride_h) X(conv.stride_w) X(conv.dilation_h) X(conv.dilation_w)      \
-  X(conv.groups)
+  X(conv.groups) X(fast_accum)
 // clang-format on
 #define PCR_COUNT(field) +1
 constexpr int kIdentityFields = 0 PCR_IDENTITY(PCR_COUNT);

@@ -92,7 +92,9 @@ def linear(x, weight, bias=None, activation=None):
     return _fused_unless_kept(_linear, activation, x, weight, bias)
 
 
-def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None):
+def scaled_mm(
+    a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None, use_fast_accum=False
+):
     """``act((scale_a * a) @ (b * scale_b) + bias)`` for float8 and int8, like
     ``torch._scaled_mm`` (its tensorwise, rowwise and blockwise recipes).
 
@@ -110,6 +112,9 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None
         bias: optional (N,) vector of the output dtype.
         out_dtype: bfloat16 (default), float16, float32 (for float8), or int8 (for int8).
         activation: None or one of ``ACTIVATIONS``, fused after the bias.
+        use_fast_accum: float8 only, as ``torch._scaled_mm``'s: lets kernels accumulate
+            the products in the MMA's reduced precision (``math="fast_accum"`` of
+            :func:`pycutlass_rt.gemm`) instead of adding them into float32 every 128 of K.
 
     Returns:
         (M, N) tensor of ``out_dtype``.
@@ -123,7 +128,7 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None
         >>> y.shape, y.dtype
         (torch.Size([64, 32]), torch.bfloat16)
     """
-    return _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation)
+    return _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, activation, use_fast_accum)
 
 
 def quantize(x, dtype=None, granularity="group"):

@@ -91,7 +91,9 @@ def _block_product(a, b, scale_a, scale_b):
     return y
 
 
-def _scaled_mm_cpu(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None):
+def _scaled_mm_cpu(
+    a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None, use_fast_accum=False
+):  # float64 products: use_fast_accum (a permission) changes nothing here
     _check_scaled_mm(_eager_check, a, b, scale_a, scale_b, bias, out_dtype, activation)
     out = _scaled_out_dtype(out_dtype)
     if _scale_grids(a, b, scale_a, scale_b):

@@ -168,7 +168,9 @@ def _linear_cuda(x, w, bias=None, activation=None):
     return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
 
 
-def _scaled_mm_cuda(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None):
+def _scaled_mm_cuda(
+    a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None, use_fast_accum=False
+):
     _check_scaled_mm(_eager_check, a, b, scale_a, scale_b, bias, out_dtype, activation)
     out = a.new_empty((a.shape[0], b.shape[1]), dtype=_scaled_out_dtype(out_dtype))
     # a and b as given: the kernels take K-major operands (a row-major, b column-major),
@@ -177,7 +179,18 @@ def _scaled_mm_cuda(a, b, scale_a, scale_b, bias=None, out_dtype=None, activatio
     if not _scale_grids(a, b, scale_a, scale_b):
         scale_a, scale_b = _vec(scale_a), _vec(scale_b)
     act = _act_name(activation)
-    return _gemm(a, b, None, out, bias=_vec(bias), scale_a=scale_a, scale_b=scale_b, activation=act)
+    math = "fast_accum" if use_fast_accum else None  # int8 ignores it, as torch does
+    return _gemm(
+        a,
+        b,
+        None,
+        out,
+        bias=_vec(bias),
+        scale_a=scale_a,
+        scale_b=scale_b,
+        activation=act,
+        math=math,
+    )
 
 
 def _quantize_cuda(x, dtype, granularity):

@@ -51,7 +51,9 @@ def _linear_fake(x, w, bias=None, activation=None):
 
 
 @torch.library.register_fake("pycutlass_rt::scaled_mm", lib=_LIB)
-def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None):
+def _scaled_mm_fake(
+    a, b, scale_a, scale_b, bias=None, out_dtype=None, activation=None, use_fast_accum=False
+):
     _check_scaled_mm(_fake_check, a, b, scale_a, scale_b, bias, out_dtype, activation)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=_scaled_out_dtype(out_dtype))
 

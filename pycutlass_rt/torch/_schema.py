@@ -26,7 +26,7 @@ _LIB.define("mm.out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()")
 _LIB.define("linear(Tensor x, Tensor w, Tensor? bias=None, str? activation=None) -> Tensor")
 _LIB.define(
     "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
-    "ScalarType? out_dtype=None, str? activation=None) -> Tensor"
+    "ScalarType? out_dtype=None, str? activation=None, bool use_fast_accum=False) -> Tensor"
 )
 # x quantized to fp8 e4m3 or int8 with its scales (pycutlass_rt.quantize): (q, scale)
 _LIB.define("quantize(Tensor x, ScalarType dtype, str granularity) -> (Tensor, Tensor)")

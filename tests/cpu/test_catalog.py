@@ -19,7 +19,7 @@ GEMMS = [k for k in catalog.catalogue() if not k.conv]
 NAME = re.compile(
     r"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?:(?P<op>fprop|dgrad|wgrad)_)?"
     rf"(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_(?P<d>{TYPES})_"
-    r"(?P<layout>[tn]{2}|nhwc)_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coop|pingpong|1sm|2sm|ws)|"
+    r"(?P<layout>[tn]{2}|nhwc)_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coopfa|pingpongfa|coop|pingpong|1sm|2sm|ws)|"
     r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_blk(?P<block>[gb]{2}))?"
     r"(?:_(?P<epi>biasact|scaled|aux))?(?:_(?P<split>streamk|splitk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$"
@@ -178,7 +178,8 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
 
 def test_sm90_variety():
     sm90 = [k for k in GEMMS if k.family == "sm90"]
-    assert {k.schedule for k in sm90} == {"coop", "pingpong"}
+    assert {k.schedule for k in sm90} == {"coop", "pingpong", "coopfa", "pingpongfa"}
+    assert all(k.a in ("e4m3", "e5m2") for k in sm90 if k.schedule.endswith("fa"))
     assert len({k.tile for k in sm90}) >= 3 and len({k.cluster for k in sm90}) >= 2
     assert len({k.tile for k in catalog.catalogue() if k.family == "sm80"}) >= 3
 
@@ -195,7 +196,7 @@ def test_sm90_variety():
         (
             "sm90_*;!*_pingpong_*",
             lambda ks, all_: (
-                ks and all("pingpong" not in k.name and k.family == "sm90" for k in ks)
+                ks and all("_pingpong_" not in k.name and k.family == "sm90" for k in ks)
             ),
         ),
         ("!sm80_*", lambda ks, all_: ks and all(k.family != "sm80" for k in ks)),
