@@ -1,4 +1,6 @@
-"""Results: summaries per group and dtype, JSON, the printed table and one PNG per group.
+"""Results: summaries per group and dtype, JSON, the printed table and one PNG per group;
+``python -m benchmarks.report --figures DIR`` draws the figures of the data kept in git
+(benchmarks/figures.py: held-out sweeps against cuBLAS, the GPU x feature grid) as SVG.
 
 Every ratio is a throughput ratio, ours over the peer's: > 1 means pycutlass_rt is faster
 (for group G: its call costs less host time; for group H: the chosen kernel's speed over
@@ -254,3 +256,32 @@ def _plot(plt, group, recs, gpu):
     bottom.axhline(1.0, color="gray", linewidth=0.8)
     fig.tight_layout()
     return fig
+
+
+def write_figures(out_dir: str) -> list:
+    """Draws the figures of the recorded measurements (benchmarks/figures.py) into ``out_dir``.
+
+    Args:
+        out_dir: the folder to write the SVG files to (docs/figures for the docs' copies).
+
+    Returns:
+        the paths written.
+    """
+    from . import figures  # reads the sweeps, the table and the catalogue: only when asked
+
+    return figures.render_all(out_dir)
+
+
+def main(argv=None) -> int:
+    """``python -m benchmarks.report --figures DIR``; the exit status."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__)
+    ap.add_argument("--figures", metavar="DIR", required=True, help="write the SVG figures here")
+    for path in write_figures(ap.parse_args(argv).figures):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
