@@ -6,6 +6,11 @@ the operands judged without a GPU: the ranking a launch makes, minus CUTLASS's
 ``can_implement`` on real operands) and prints microseconds per problem: the table the
 package ships, and the model alone. A launch ranks a problem once per thread; repeats of
 it cost a hash look-up.
+
+Internal API relied on (it times the library's own ranking, which no public call exposes
+alone): ``pycutlass_rt._lib.load`` (the library and its ``pcr_select_rank``),
+``pycutlass_rt._select.build_table`` (the shipped table's ranker) and
+``pycutlass_rt._abi`` (the Problem and Ranked records and their enums).
 """
 
 from __future__ import annotations

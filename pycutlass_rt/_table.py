@@ -33,8 +33,8 @@ TABLE_FORMATS = (4, 5, 6)  # the "format" values of heuristics/*.json this modul
 #: format 6 is format 5 written compact (heuristics/fit.py's write_table): minified, and a
 #: list of numbers may be {"packed": type, "offset": bytes, "count": values} (with "shape":
 #: [rows, columns] for a list of rows), its little-endian values at that offset of the
-#: table's "arrays" (base64 of a zlib-compressed buffer); read() gives back the list.
-#: Packed type -> array type code.
+#: table's "arrays" ({"size": bytes, "deflate": the buffer's raw deflate stream in hex
+#: digits}); read() gives back the list. Packed type -> array type code.
 PACKED_TYPES = {"<i1": "b", "<i2": "h", "<i4": "i", "<i8": "q", "<f8": "d"}
 
 
@@ -81,8 +81,14 @@ def read(path: str) -> dict:
     packed = data.pop("arrays", None) if isinstance(data, dict) else None
     if packed is None:
         return data
-    arrays = memoryview(zlib.decompress(binascii.a2b_base64(packed)))
-    return _expand(data, arrays)
+    if isinstance(packed, str):  # as the first format-6 tables held it: a zlib stream
+        arrays = zlib.decompress(binascii.a2b_base64(packed))
+    else:  # raw deflate into one buffer of the stated size: no growing, no checksum pass
+        size = packed["size"]
+        arrays = zlib.decompress(binascii.a2b_hex(packed["deflate"]), -15, size)
+        if len(arrays) != size:
+            raise InvalidArgumentError(f"{path}: packed arrays of {len(arrays)} bytes, not {size}")
+    return _expand(data, memoryview(arrays))
 
 
 @functools.cache

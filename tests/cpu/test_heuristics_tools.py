@@ -1,6 +1,7 @@
 """The sweep -> fit -> table pipeline of heuristics/, on synthetic sweep data."""
 
 import ast
+import base64
 import csv
 import hashlib
 import json
@@ -8,6 +9,7 @@ import math
 import os
 import sys
 import types
+import zlib
 
 import numpy as np
 import pytest
@@ -300,6 +302,16 @@ def test_the_table_is_written_compact_and_reads_back_exactly(tmp_path):
     assert packed["mixed"] == [1, 2.0] * 40 and packed["weights"]["short"] == [1.5, 2.5]
     assert packed["neighbours"]["configs"]["c"]["w"] == [1] * 63  # below PACK_MIN
     assert list(top)[-1] == "arrays" and "arrays" not in back  # one buffer, at the end
+    assert set(top["arrays"]) == {"size", "deflate"}  # raw deflate, inflated at once
+    top["arrays"]["size"] += 1  # a buffer of another length than it says: refused
+    path.write_text(json.dumps(top))
+    with pytest.raises(ValueError, match="packed arrays of"):
+        _table.read(str(path))
+    size = top["arrays"]["size"] - 1  # the first format-6 tables: a base64 zlib stream
+    buffer = zlib.decompress(bytes.fromhex(top["arrays"]["deflate"]), -15, size)
+    top["arrays"] = base64.b64encode(zlib.compress(buffer)).decode()
+    path.write_text(json.dumps(top))
+    assert json.dumps(_table.read(str(path))) == json.dumps(table)
     plain = tmp_path / "plain.json"  # format 5 and before: plain JSON, read as it is
     plain.write_text(json.dumps(table, indent=1))
     assert json.dumps(_table.read(str(plain))) == json.dumps(table)
