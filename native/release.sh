@@ -37,8 +37,7 @@ names = zipfile.ZipFile(wheel).namelist()
 for lic in ("LICENSE", "THIRD_PARTY_NOTICES.md"):
     assert any(n.endswith("/licenses/" + lic) for n in names), f"{lic} missing from the wheel"
 members = tarfile.open(sdist).getnames()
-bad = [m for m in members if "/heuristics/sweeps/" in m or "/heuristics/eval/" in m
-       or "bench-results" in m]
+bad = [m for m in members if "/heuristics/data/" in m or "bench-results" in m]
 assert not bad, f"measurements in the sdist: {bad[:5]}"
 print(f"release.sh: {wheel}: {len(names)} files; sdist: {len(members)} files, no measurements")
 PY
