@@ -22,7 +22,9 @@ library which arch families it selects from on each compute capability; which GP
 the kernels is :data:`GPUS`, the README's GPU table.
 
 Every figure needs a built library (``PYCUTLASS_RT_LIBRARY`` or a build of the checkout),
-but no GPU. The SVG is written element by element (``xml.etree``), deterministically:
+but no GPU. Internal API it relies on, as ``heuristics/fit.py`` does:
+``pycutlass_rt._table`` (the table's file format) and ``pycutlass_rt._select.families_for``
+(the arch families the library selects from on a compute capability). The SVG is written element by element (``xml.etree``), deterministically:
 the same data and table give the same bytes.
 """
 

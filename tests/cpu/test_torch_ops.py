@@ -72,8 +72,8 @@ def test_schemas():
         ops.linear.default: "pycutlass_rt::linear(Tensor x, Tensor w, Tensor? bias=None, "
         "str? activation=None) -> Tensor",
         ops.scaled_mm.default: "pycutlass_rt::scaled_mm(Tensor a, Tensor b, Tensor scale_a, "
-        "Tensor scale_b, Tensor? bias=None, ScalarType? out_dtype=None, str? activation=None) "
-        "-> Tensor",
+        "Tensor scale_b, Tensor? bias=None, ScalarType? out_dtype=None, str? activation=None, "
+        "bool use_fast_accum=False) -> Tensor",
         ops.quantize.default: "pycutlass_rt::quantize(Tensor x, ScalarType dtype, "
         "str granularity) -> (Tensor, Tensor)",
         ops.grouped_mm.default: "pycutlass_rt::grouped_mm(Tensor x, Tensor w, Tensor offs) "

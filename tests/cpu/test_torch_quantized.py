@@ -127,7 +127,7 @@ def test_scaled_mm_raises_each_refusal_and_never_falls_back(monkeypatch, caplog,
         monkeypatch.delenv("PYCUTLASS_RT_STRICT", raising=False)
     calls = []
 
-    def gemm(a, b, c, d, *, bias=None, scale_a=None, scale_b=None, activation=None):
+    def gemm(a, b, c, d, *, bias=None, scale_a=None, scale_b=None, activation=None, math=None):
         """pycutlass_rt.gemm emulated by the CPU operator, refusing problems of over 64 rows."""
         if a.shape[0] > 64:
             raise pcr_errors.UnsupportedError(why)
@@ -149,6 +149,27 @@ def test_scaled_mm_raises_each_refusal_and_never_falls_back(monkeypatch, caplog,
     assert not [
         r for r in caplog.records if r.name == "pycutlass_rt" and r.levelno >= logging.WARNING
     ]
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_use_fast_accum_reaches_the_library_as_its_math(monkeypatch, fast):
+    """scaled_mm's use_fast_accum (torch._scaled_mm's) is the library's math="fast_accum";
+    the fake implementation takes it too, so torch.compile traces it."""
+    seen = []
+
+    def gemm(a, b, c, d, *, math=None, **kw):
+        seen.append(math)
+        return d
+
+    monkeypatch.setattr(pt._cuda, "_gemm", gemm)
+    _, _, qx, sx, qw, sw = block_problem(8, 256, 384)
+    pt._cuda._scaled_mm_cuda(qx, qw.t(), sx, sw.t(), None, BF16, None, fast)
+    assert seen == ["fast_accum" if fast else None]
+    real = (qx, qw.t(), sx, sw.t())
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) for t in real]
+        out = torch.ops.pycutlass_rt.scaled_mm(*fake, None, BF16, None, fast)
+    assert out.shape == (8, 256) and out.dtype == BF16
 
 
 @pytest.mark.parametrize("fmt", ["block_fp8", "fp8", "int8"])
