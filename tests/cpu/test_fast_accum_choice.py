@@ -1,6 +1,6 @@
 """fp8 fast accumulation (pcr_math FAST_ACCUM, torch._scaled_mm's use_fast_accum): what a
 call asks for, which kernels may take it, and how selection prefers them. The GPU side:
-tests/gpu/test_fast_accum.py."""
+tests/gpu/test_fast_accum.py (test modules need distinct basenames: pytest imports them by it)."""
 
 import ctypes
 
