@@ -67,6 +67,10 @@ class QuantLinear(nn.Module):
         format: "block_fp8", "fp8" or "int8".
         out_dtype: the output's dtype (and the bias's): bfloat16 (default) or float16.
         activation: None or one of ``ACTIVATIONS``, fused after the bias.
+        fast_accum: for the fp8 formats, let the GEMM accumulate the products in the MMA's
+            reduced precision (``torch._scaled_mm``'s ``use_fast_accum``; the "fp8" format's
+            kernels have it, block scales add each 128 of K in float32 anyway); off by
+            default. The int8 format ignores it.
         device: where the buffers live.
 
     Example:
@@ -92,6 +96,7 @@ class QuantLinear(nn.Module):
         out_dtype: torch.dtype = torch.bfloat16,
         activation: str | None = None,
         device=None,
+        fast_accum: bool = False,
     ):
         super().__init__()
         if format not in FORMATS:
@@ -103,6 +108,7 @@ class QuantLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.out_dtype = out_dtype
         self.activation = _act_name(activation)
+        self.fast_accum = bool(fast_accum)
         self.register_buffer(
             "weight", torch.empty(out_features, in_features, dtype=fmt.weight_dtype, device=device)
         )
@@ -184,6 +190,7 @@ class QuantLinear(nn.Module):
             self.bias,
             self.out_dtype,
             self.activation,
+            self.fast_accum,
         )
         return y.reshape(*shape[:-1], self.out_features)
 
@@ -197,6 +204,7 @@ class QuantLinear(nn.Module):
 
     def extra_repr(self) -> str:
         act = f", activation={self.activation!r}" if self.activation else ""
+        act += ", fast_accum=True" if self.fast_accum else ""
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, format={self.format_name!r}{act}"

@@ -234,3 +234,17 @@ def test_quant_linear_compiles_in_one_graph():
     torch.testing.assert_close(f(x), layer(x))
     graph_ops = [n.target for g in counter.graphs for n in g.graph.nodes if n.op == "call_function"]
     assert ops.quantize.default in graph_ops and ops.scaled_mm.default in graph_ops
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_quant_linear_hands_fast_accum_to_its_gemm(monkeypatch, fast):
+    seen = []
+
+    def scaled_mm(*args):
+        seen.append(args[7])
+        return torch.zeros(args[0].shape[0], args[1].shape[1], dtype=args[5])
+
+    monkeypatch.setattr(pt._quantized, "scaled_mm", scaled_mm)
+    q = pt.QuantLinear(256, 64, format="fp8", fast_accum=fast)
+    assert q(torch.randn(3, 256, dtype=BF16)).shape == (3, 64) and seen == [fast]
+    assert ("fast_accum=True" in repr(q)) == fast
