@@ -112,8 +112,8 @@ def gemm(
             the same kernel as it writes ``d`` (an fp8 recipe's next scale; 0 for an empty
             ``d``, NaN when ``d`` holds a NaN). The ``_aux`` kernels, with or without
             ``aux``; with int8 or fp8 inputs (or scale tensors), the quantized epilogues
-            of sm90a and sm100a kernels (``KernelInfo.out_scale``), which take it before
-            ``scale_d``.
+            (``KernelInfo.out_scale``: every family's ``_scaled`` kernels, and sm90a and
+            sm100a kernels reading scale tensors), which take it before ``scale_d``.
         scale_d: None, or a float32 tensor of one element on ``d``'s GPU: with int8 or
             fp8 inputs (or scale tensors) ``d = saturate(scale_d * result)``, an fp8
             output's scale (1 / its dequantizing scale; e4m3 saturates at +-448). Kernels

@@ -178,9 +178,11 @@ class Kernel:
     @property
     def out_scale(self) -> bool:
         """The epilogue of quantized inputs (or scaled 16-bit ones) also reduces max |D|
-        into amax and multiplies D by scale_d (tma_gemm.cuh, QuantizedOutput)."""
-        return self.family in TMA_FAMILIES and (
-            self.tensor_scales or self.epilogue == "scaled" or bool(self.block)
+        into amax and multiplies D by scale_d: every family's dequantizing epilogue
+        (tma_gemm.cuh's QuantizedOutput, mma_gemm.cuh's ScaledTree), and the sm90a/sm100a
+        linear ones that read scale tensors or block scales."""
+        return self.epilogue == "scaled" or (
+            self.family in TMA_FAMILIES and (self.tensor_scales or bool(self.block))
         )
 
     def block_granularity(self) -> tuple[int, int]:

@@ -228,9 +228,11 @@ struct BiasActTree {
   }
 };
 // The dequantizing epilogue of quantized inputs (int8, fp8), as tma_gemm.cuh's:
-//   D = act(beta * C + (sa_m[m] * (sb_n[n] * (alpha * sa * sb * acc)) + bias_n[n]) + bias_m[m])
+//   R = act(beta * C + (sa_m[m] * (sb_n[n] * (alpha * sa * sb * acc)) + bias_n[n]) + bias_m[m])
+//   D = scale_d * R, with max |R| reduced into GemmArgs::amax
 // sa and sb are per-tensor scales read from the GPU (null: 1), sa_m and sb_n per-row and
-// per-column float vectors (null: 1), biases in D's dtype (null: 0).
+// per-column float vectors (null: 1), biases in D's dtype (null: 0), amax and scale_d as
+// tma_gemm.cuh's QuantizedOutput takes them (null: none, and 1).
 template <class ThreadMap, class ElementD>
 struct ScaledTree {
   using Scalars = VisitorScalarBroadcast<float, Stride<_0, _0, _0>, 3>;  // alpha, sa, sb
@@ -249,27 +251,32 @@ struct ScaledTree {
       Sm80EVT<VisitorCompute<cutlass::plus, float, float, kRound>, ColScaledPlusRow, ColBias>;
   using BetaC = Sm80EVT<Fma, Scalar, OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
   using Act = Sm80EVT<ActivationNode<ElementD>, BetaC>;
-  using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, Act>;
+  using Checked = Sm80EVT<AmaxReduction<ThreadMap>, Act>;
+  using OutScaled = Sm80EVT<Times, Scalar, Checked>;
+  using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, OutScaled>;
 
   static typename Type::Arguments arguments(const GemmArgs& p) {
     auto* c = p.beta == 0.0 ? nullptr : static_cast<ElementD*>(const_cast<void*>(p.c));
     const Dequant q = dequant_of(p);
     typename Scalars::Arguments scalars{{float(p.alpha), 1.0f, 1.0f},
                                         {nullptr, q.scale_a, q.scale_b}};
-    return {{ // act(...)
-             {// beta*C + Z
-              {{float(p.beta)}},
-              {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
-              { // Z + col bias
-               {// sa_m*Y + row bias
-                {q.row_scales, 1.0f, {}},
-                {{q.col_scales, 1.0f, {}}, {scalars, {}, {}}, {}},
-                {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}},
+    return {{{{1.0f}, {p.scale_d}},  // scale_d * max|.|-checked act(...)
+             {{                      // act(...)
+               {                     // beta*C + Z
+                {{float(p.beta)}},
+                {c, ElementD(0), {p.ldc, _1{}, p.batch_c}},
+                { // Z + col bias
+                 {// sa_m*Y + row bias
+                  {q.row_scales, 1.0f, {}},
+                  {{q.col_scales, 1.0f, {}}, {scalars, {}, {}}, {}},
+                  {static_cast<const ElementD*>(p.bias_n), ElementD(0), {}},
+                  {}},
+                 {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
+                 {}},
                 {}},
-               {static_cast<const ElementD*>(p.bias_m), ElementD(0), {}},
-               {}},
-              {}},
-             {p.activation}},
+               {p.activation}},
+              {p.amax}},
+             {}},
             {static_cast<ElementD*>(p.d), {p.ldd, _1{}, p.batch_d}}};
   }
 };

@@ -38,8 +38,8 @@ int check_kernel(int k, const pcr_problem& p, const Bound* bound) {
   const bool grids = is_grid(p.scale_m);
   if (p.out_scale && !kd.out_scale)
     return set_error(PCR_ERR_UNSUPPORTED,
-                     "%s reduces no amax and applies no scale_d (kernels with out_scale: "
-                     "quantized inputs on sm90a and sm100a)",
+                     "%s reduces no amax and applies no scale_d (kernels with out_scale: the "
+                     "dequantizing epilogues, and sm90a/sm100a quantized kernels)",
                      kd.name);
   if (!same_block_scales(kd, p)) {
     if (!grids) return set_error(PCR_ERR_UNSUPPORTED, "%s takes fp8 block-scale grids", kd.name);

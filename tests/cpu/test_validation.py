@@ -740,7 +740,7 @@ def test_amax_is_one_float32_value_overlapping_nothing(lib):
     frozen = np.zeros((), np.float32)
     frozen.flags.writeable = False
     err(pcr.ReadOnlyError, "amax is read-only", a, b, None, d, amax=frozen)
-    # with quantized inputs amax rides the dequantizing epilogue (sm90a/sm100a: out_scale)
+    # with quantized inputs amax rides the dequantizing epilogue (out_scale)
     x8, w8 = np.ones((4, 16), np.int8), np.ones((6, 16), np.int8).T
     st, p = describe(
         lib, x8, w8, None, d, scale_a=np.ones(4, np.float32), amax=np.zeros((), np.float32)

@@ -293,6 +293,36 @@ def test_amax_and_scale_d_on_every_quantized_epilogue(kern):
         close(y, want, out)
 
 
+def int8_out_scale_kernels():
+    return [
+        k
+        for k in runnable_kernels()
+        if k.out_scale and k.dtype_a == "int8" and k.dtype_d in ("bfloat16", "float16")
+    ]
+
+
+@pytest.mark.parametrize("kern", int8_out_scale_kernels(), ids=lambda k: k.name)
+def test_amax_and_scale_d_on_int8_dequantizing_epilogues(kern):
+    """W8A8 int8 with per-token and per-channel scales: every family's dequantizing
+    epilogue (the sm80 family's too) reduces max |result| into amax before scale_d."""
+    m, n, k = 200, 384, 1024
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randint(-127, 128, (m, k), device="cuda", generator=g, dtype=torch.int8)
+    w = torch.randint(-127, 128, (n, k), device="cuda", generator=g, dtype=torch.int8)
+    sx = torch.rand(m, device="cuda", generator=g) * 1e-3 + 1e-4
+    sw = torch.rand(n, device="cuda", generator=g) * 1e-3 + 1e-4
+    ref = (x.double() @ w.double().t()) * sx.double()[:, None] * sw.double()[None, :]
+    out = getattr(torch, kern.dtype_d)
+    y = torch.empty(m, n, device="cuda", dtype=out)
+    amax = torch.full((), float("nan"), device="cuda")
+    scale_d = torch.tensor([0.5], device="cuda")
+    pcr.gemm(
+        x, w.t(), None, y, scale_a=sx, scale_b=sw, amax=amax, scale_d=scale_d, kernel=kern.name
+    )
+    torch.testing.assert_close(amax.double(), ref.abs().max(), rtol=1e-5, atol=0)
+    close(y, ref * 0.5, out)
+
+
 @pytest.mark.skipif(not out_scale_kernels("float8_e4m3fn"), reason="no fp8-output kernel here")
 def test_fp8_outputs_saturate_and_follow_an_fp8_recipe():
     """A delayed-scaling step: the next scale from amax, the output saturating at 448."""
