@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import array
 import binascii
+import collections
 import ctypes
 import fnmatch
 import functools
+import itertools
 import json
+import operator
 import os
 import re
 import sys
@@ -190,8 +193,18 @@ class Resolved:
         weakref.finalize(self, lib.pcr_ranker_destroy, handle)
 
 
+#: ctypes scalar -> the array module's code of the same C type
+_CODES = {ctypes.c_int32: "i", ctypes.c_double: "d"}
+
+
 def _array(ctype, values):
-    return (ctype * len(values))(*values)
+    """A ctypes array of ``values``: numbers copied in C through an ``array.array`` (the
+    table's arrays hold some 100,000 of them), structures one by one."""
+    code = _CODES.get(ctype)
+    if code is None or array.array(code).itemsize != ctypes.sizeof(ctype):
+        return (ctype * len(values))(*values)
+    items = array.array(code, values)
+    return (ctype * len(items)).from_buffer(items)  # it keeps `items` alive
 
 
 def resolve(rules: dict, kernels) -> Resolved:
@@ -256,22 +269,27 @@ def _calibrations(rules: dict) -> list:
             continue
         index = {c: i for i, c in enumerate(cal["weights"])}
         near = cal.get("neighbours") or {"shapes": [], "configs": {}}
-        rows: list = [[] for _ in near["shapes"]]
-        for config, per in near["configs"].items():
-            if config in index:  # leftovers of a configuration without weights add nothing
-                for at, r, w in zip(per["at"], per["r"], per["w"]):
-                    rows[at].append((index[config], w, w * r))
-        start = [0]
-        for own in rows:
-            start.append(start[-1] + len(own))
-        flat_rows = [row for own in rows for row in own]
+        # each swept shape's rows (configuration, weight, weight * leftover), in the order
+        # of the configurations and then of their entries: a stable sort by shape
+        at, config, weight, weighted = [], [], [], []
+        for name, per in near["configs"].items():
+            if name in index:  # leftovers of a configuration without weights add nothing
+                at += per["at"]
+                config += [index[name]] * len(per["at"])
+                weight += per["w"]
+                weighted += map(operator.mul, per["w"], per["r"])
+        order = sorted(range(len(at)), key=at.__getitem__)
+        counts = collections.Counter(at)
+        start = list(
+            itertools.accumulate((counts[s] for s in range(len(near["shapes"]))), initial=0)
+        )
         arrays = (
             _array(ctypes.c_double, [x for w in cal["weights"].values() for x in w]),
             _array(ctypes.c_double, [float(v) for shape in near["shapes"] for v in shape]),
             _array(ctypes.c_int32, start),
-            _array(ctypes.c_int32, [r[0] for r in flat_rows]),
-            _array(ctypes.c_double, [r[1] for r in flat_rows]),
-            _array(ctypes.c_double, [r[2] for r in flat_rows]),
+            _array(ctypes.c_int32, _in_order(config, order)),
+            _array(ctypes.c_double, _in_order(weight, order)),
+            _array(ctypes.c_double, _in_order(weighted, order)),
             _second_look(cal.get("second_look")),
         )
         out.append((int(key[2:]), cal, arrays))
@@ -279,6 +297,13 @@ def _calibrations(rules: dict) -> list:
         _CALIBRATIONS.clear()
     _CALIBRATIONS[id(rules)] = (rules, out)
     return out
+
+
+def _in_order(values: list, order: list) -> list:
+    """``values`` taken in ``order`` (indices), in one C call where there are several."""
+    if len(order) < 2:
+        return [values[i] for i in order]
+    return list(operator.itemgetter(*order)(values))
 
 
 def _second_look(trees: dict | None) -> tuple:
