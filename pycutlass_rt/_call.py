@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -96,7 +97,7 @@ def math_code(math) -> Math:
     code = MATHS.get(math) if isinstance(math, str) else None
     if code is None:
         raise InvalidArgumentError(
-            f"math must be None, {' or '.join(map(repr, MATHS))}; got {math!r}"
+            f"math must be None or one of {', '.join(map(repr, MATHS))}; got {math!r}"
         )
     return code
 
@@ -105,10 +106,19 @@ def host_scales(alpha: float, scale_a, scale_b):
     """Folds Python-number scales into alpha: (alpha, scale_a, scale_b) with only tensor
     scales left (read on the GPU by the kernel's epilogue)."""
     if isinstance(scale_a, numbers.Real):
-        alpha, scale_a = alpha * scalar(scale_a, "scale_a"), None
+        alpha, scale_a = alpha * finite(scale_a, "scale_a"), None
     if isinstance(scale_b, numbers.Real):
-        alpha, scale_b = alpha * scalar(scale_b, "scale_b"), None
+        alpha, scale_b = alpha * finite(scale_b, "scale_b"), None
     return alpha, scale_a, scale_b
+
+
+def finite(value, name: str) -> float:
+    """A host scale as a finite float, named in the error otherwise (folded into alpha,
+    a NaN or infinity would otherwise be blamed on alpha)."""
+    x = scalar(value, name)
+    if not math.isfinite(x):
+        raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}")
+    return x
 
 
 def kernel_index(kernel) -> int:

@@ -577,10 +577,10 @@ EPI_FAULTS = {
     "scale_ndim": (pcr.InvalidArgumentError, "{s} must be a scalar or a vector, got 3-D"),
     "scale_misaligned": (pcr.MisalignedError, "{s} must be a contiguous vector at a 16-byte"),
     "scale_type": (pcr.DTypeError, "{s}: "),
-    "scale_nonfinite": (pcr.InvalidArgumentError, "alpha and beta must be finite numbers"),
+    "scale_nonfinite": (pcr.InvalidArgumentError, "{s} must be a finite number"),
     "scale_int32_fraction": (pcr.InvalidArgumentError, "int32 outputs are computed exactly"),
     "scale_overlaps_d": (pcr.OverlapError, "d overlaps {s}"),
-    "math": (pcr.InvalidArgumentError, "math must be None, 'ieee' or 'tf32'"),
+    "math": (pcr.InvalidArgumentError, "math must be None or one of 'ieee', 'tf32', 'fast_accum'"),
     "kernel_name": (pcr.KernelNotFoundError, "no kernel named"),
 }
 

@@ -883,7 +883,7 @@ def test_math_selects_tf32_kernels(lib):
     assert p.dtype_a == 1, "math does not apply to half precision"
     st, _ = describe(lib, a, b, None, d, math=7)
     assert st == errors.ERR_INVALID_ARGUMENT and "math" in lib.last_error()
-    err(pcr.InvalidArgumentError, "'ieee' or 'tf32'", a, b, None, d, math="fast")
+    err(pcr.InvalidArgumentError, "'ieee', 'tf32', 'fast_accum'", a, b, None, d, math="fast")
 
 
 def test_unsupported_combination_lists_the_existing_ones():
@@ -1057,3 +1057,14 @@ def test_addresses_off_the_element_size_are_refused(lib, operand):
 def test_alpha_past_floats_range_is_an_invalid_argument():
     a, b, d = mats()
     err(pcr.InvalidArgumentError, "alpha must be finite", a, b, None, d, alpha=10**400)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("which", ["scale_a", "scale_b"])
+def test_a_non_finite_host_scale_is_named(which, bad):
+    """A Python-number scale is folded into alpha: a NaN or infinity is refused under its
+    own name, not alpha's, before anything runs."""
+    a, b, d = np.ones((4, 8), F16), np.ones((8, 4), F16), np.zeros((4, 4), F16)
+    with pytest.raises(pcr.InvalidArgumentError, match=f"{which} must be a finite number"):
+        pcr.gemm(a, b, None, d, **{which: bad})
+    assert not d.any()
