@@ -249,6 +249,15 @@ def by_m_group(shapes) -> list:
     return [[s for s in shapes if lo <= s.m <= hi] for _, lo, hi in M_GROUPS]
 
 
+def _headed(root, title: str, sweeps, note: str):
+    """``root`` with a speed figure's heading: its title, where the sweeps came from, and
+    how to read it."""
+    _text(root, 20, 26, title, 15, font_weight="bold")
+    _text(root, 20, 46, _provenance(sweeps), 10.5, fill="#444444")
+    _text(root, 20, 62, note, 10.5, fill="#444444")
+    return root
+
+
 def _provenance(sweeps) -> str:
     """GPU, SM count, dates and files of the sweeps, for a figure's subtitle."""
     gpus = sorted({g for s in sweeps for g in s.gpus})
@@ -417,15 +426,13 @@ def speed_by_m_svg(sweeps) -> ET.Element:
         if ss
     ]
     axis = LogAxis.around([v for c in cells for v in c[3:]], top, bottom)
-    root = _svg(W, H, "pycutlass_rt against cuBLAS on held-out shapes, by M")
-    title = "pycutlass_rt's chosen kernel against cuBLAS on shapes no fit saw, by M"
-    _text(root, 20, 26, title, 15, font_weight="bold")
-    _text(root, 20, 46, _provenance(sweeps), 10.5, fill="#444444")
-    note = (
+    root = _headed(
+        _svg(W, H, "pycutlass_rt against cuBLAS on held-out shapes, by M"),
+        "pycutlass_rt's chosen kernel against cuBLAS on shapes no fit saw, by M",
+        sweeps,
         "Geomean of peer time / ours per M range (> 1: pycutlass_rt faster); kernel chosen by "
-        "heuristics/table_v1.json; tn; CUDA-graph replays, operands cycled past L2."
+        "heuristics/table_v1.json; tn; CUDA-graph replays, operands cycled past L2.",
     )
-    _text(root, 20, 62, note, 10.5, fill="#444444")
     # legend: one entry per dtype with its overall geomean, then the best kernel's tick
     for i, s in enumerate(sweeps):
         x, y = 20.0 + 440.0 * (i % 2), 74.0 + 16.0 * (i // 2)
@@ -516,15 +523,13 @@ def speed_per_shape_svg(sweeps) -> ET.Element:
     ratios = [x.ratio for s in sweeps for x in s.shapes]
     m_max = max(x.m for s in sweeps for x in s.shapes)
     m_hi = 4 ** math.ceil(math.log(max(m_max, 2), 4))  # the last M tick (ticks: powers of 4)
-    root = _svg(W, H, "pycutlass_rt against cuBLAS, every held-out shape")
-    title = "pycutlass_rt's chosen kernel against cuBLAS, every held-out shape"
-    _text(root, 20, 26, title, 15, font_weight="bold")
-    _text(root, 20, 46, _provenance(sweeps), 10.5, fill="#444444")
-    note = (
+    root = _headed(
+        _svg(W, H, "pycutlass_rt against cuBLAS, every held-out shape"),
+        "pycutlass_rt's chosen kernel against cuBLAS, every held-out shape",
+        sweeps,
         "One dot per shape (M×N×K, tn): peer time / ours (> 1: pycutlass_rt faster), both "
-        "axes log scales; kernel chosen by heuristics/table_v1.json."
+        "axes log scales; kernel chosen by heuristics/table_v1.json.",
     )
-    _text(root, 20, 62, note, 10.5, fill="#444444")
     for i, s in enumerate(sweeps):
         ox = 90 + (i % cols) * (pw + 110)
         oy = head + (i // cols) * (ph + 58) + 26
