@@ -7,9 +7,9 @@ prints those records to stderr; ``debug`` adds the runners-up. The records go to
 logger either way, so an application's own logging configuration sees them too once it
 enables the ``pycutlass_rt`` logger at INFO.
 
-While the logger is enabled for INFO, every new problem is ranked through Python (the
-library's own ranking, which would pass Python by, is not handed the device), so that
-each choice is logged; the choice itself is the same.
+The library ranks every problem itself and tells the package of each new one (its
+selector's observer, _select.py), which logs it here while the logger is enabled for INFO:
+logging changes nothing of the choice, and costs only while it is on.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def configure(value: str | None = None) -> None:
 
 
 def choices_logged() -> bool:
-    """Whether kernel choices are being logged (new problems then stay in Python)."""
+    """Whether kernel choices are being logged (the observer then formats and logs them)."""
     return LOGGER.isEnabledFor(logging.INFO)
 
 
