@@ -29,11 +29,9 @@ from dataclasses import dataclass, field
 from . import _cache, _lib, _log, _table
 from ._abi import (
     PCR_SELECT_UNTUNED,
-    Epilogue,
     Op,
     Ranked,
     RankReason,
-    ScaleKind,
     SelectObserverFn,
     SelectProviderFn,
     Status,
@@ -315,37 +313,3 @@ def watching(fn):
 
 _selector = _Selector()  # after the callbacks it wraps
 _lib.on_load(install)
-
-
-def block_scales(problem) -> tuple[str, str]:
-    """A problem's fp8 block-scale kinds (scale_m, scale_n tokens: "groups", "blocks"), as a
-    block-scaled kernel's must be; ("none", "none") without block scales.
-
-    >>> from pycutlass_rt._abi import Problem, ScaleKind
-    >>> block_scales(Problem(scale_m=ScaleKind.SCALE_GROUPS, scale_n=ScaleKind.SCALE_BLOCKS))
-    ('groups', 'blocks')
-    >>> block_scales(Problem(scale_m=ScaleKind.SCALE_VECTOR, scale_n=ScaleKind.SCALE_TENSOR))
-    ('none', 'none')
-    """
-    grid = (ScaleKind.SCALE_GROUPS, ScaleKind.SCALE_BLOCKS)
-    kinds = (getattr(problem, "scale_m", 0), getattr(problem, "scale_n", 0))
-    if kinds[0] not in grid:
-        return "none", "none"
-    return ScaleKind(kinds[0]).token, ScaleKind(kinds[1]).token
-
-
-def epilogue_serves(kernel: Epilogue, problem: Epilogue) -> bool:
-    """Whether a kernel of epilogue ``kernel`` computes a problem needing ``problem``
-    (pcr_epilogue's rule, as the C side's epilogue_serves): its own, and those it extends
-    (every one extends LINEAR; SCALED and AUX extend BIASACT).
-
-    >>> epilogue_serves(Epilogue.EPI_AUX, Epilogue.EPI_BIASACT)
-    True
-    >>> epilogue_serves(Epilogue.EPI_AUX, Epilogue.EPI_SCALED)
-    False
-    """
-    return (
-        kernel == problem
-        or problem == Epilogue.EPI_LINEAR
-        or (problem == Epilogue.EPI_BIASACT and kernel != Epilogue.EPI_LINEAR)
-    )

@@ -202,7 +202,6 @@ def missing_kernel(
     if layout is not None and (len(layout) != 2 or set(layout) - {"t", "n"}):
         raise ValueError(f"require: layout is two of 't'/'n', got {layout!r}")
     from pycutlass_rt._abi import Epilogue
-    from pycutlass_rt._select import epilogue_serves
 
     need = Epilogue.from_token(epilogue)
     for k in runnable_kernels(op=op):
@@ -220,6 +219,19 @@ def missing_kernel(
     where += f" with {scales[0]}/{scales[1]} scales" if scales else ""
     what = epilogue if op == "gemm" else f"{epilogue} {op}"
     return f"no {what} kernel for {dtype} -> {out}{where} in this build runs here"
+
+
+def epilogue_serves(kernel, problem) -> bool:
+    """Whether a kernel of pcr_epilogue ``kernel`` computes a problem needing ``problem``:
+    the library's rule (its own, and those it extends: every one extends LINEAR; SCALED
+    and AUX extend BIASACT), for asking the kernel list without a GPU."""
+    from pycutlass_rt._abi import Epilogue
+
+    return (
+        kernel == problem
+        or problem == Epilogue.EPI_LINEAR
+        or (problem == Epilogue.EPI_BIASACT and kernel != Epilogue.EPI_LINEAR)
+    )
 
 
 def require(

@@ -8,8 +8,8 @@ import pytest
 from helpers import built_kernels
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _gemm, _lib, _quantize, errors
-from pycutlass_rt._abi import DLDataTypeCode, DLDeviceType, Epilogue, Quant, ScaleKind
+from pycutlass_rt import _call, _gemm, _lib, _quantize, errors
+from pycutlass_rt._abi import DLDataTypeCode, DLDeviceType, Dtype, Epilogue, Quant, ScaleKind
 
 E4M3 = (DLDataTypeCode.Float8_e4m3fn, 8)
 BF16 = (DLDataTypeCode.Bfloat, 16)
@@ -167,13 +167,10 @@ def test_d_may_not_overlap_a_grid(lib):
     assert st == errors.ERR_OVERLAP and "d overlaps scale_a" in lib.last_error()
 
 
-def test_block_scaled_kernels_take_only_their_grids():
-    """The catalogue's _blk kernels say which grids their mainloop reads; selection
-    screens on them (static_match), and no other kernel takes a grid."""
-    from pycutlass_rt import _select
-
-    groups_blocks = _lib.Problem(scale_m=GROUPS, scale_n=BLOCKS)
-    plain = _lib.Problem()
+def test_block_scaled_kernels_take_only_their_grids(lib):
+    """The catalogue's _blk kernels say which grids their mainloop reads, and the library
+    judges by them: a problem with per-token and per-block grids is refused by every
+    kernel without those grids, saying so, and by none of the _blkgb ones for it."""
     for kern in pcr.kernels():
         if "_blk" in kern.name:
             word = kern.name.split("_blk")[1][:2]
@@ -182,10 +179,40 @@ def test_block_scaled_kernels_take_only_their_grids():
             assert kern.dtype_a == "float8_e4m3fn" and not kern.tensor_scales
         else:
             assert (kern.scale_m, kern.scale_n) == ("none", "none")
-        blocks = (kern.scale_m, kern.scale_n) == ("groups", "blocks")
-        why = _select.block_scales(groups_blocks), _select.block_scales(plain)
-        assert why == (("groups", "blocks"), ("none", "none"))
-        assert blocks == ((kern.scale_m, kern.scale_n) == why[0])
+    e4m3 = Dtype.E4M3
+    p = _lib.Problem(
+        m=256,
+        n=512,
+        k=1024,
+        batch=1,
+        dtype_a=e4m3,
+        dtype_b=e4m3,
+        cc=90,
+        dtype_d=Dtype.BF16,
+        layout_b=1,
+        align_a=16,
+        align_b=16,
+        align_d=16,
+        scale_m=GROUPS,
+        scale_n=BLOCKS,
+        device=-1,
+        epilogue=Epilogue.EPI_LINEAR,
+    )
+    verdicts = _call.judge(lib, p).verdicts
+    for kern in pcr.kernels():
+        status, why = verdicts[kern.index]
+        same = (kern.dtype_a, kern.dtype_d, kern.layout, kern.op) == (
+            "float8_e4m3fn",
+            "bfloat16",
+            "tn",
+            "gemm",
+        )
+        if not same or kern.grouped:
+            continue
+        if (kern.scale_m, kern.scale_n) == ("groups", "blocks") and kern.family == 90:
+            assert status == 0 or "block" not in why, (kern.name, why)
+        elif (kern.scale_m, kern.scale_n) != ("groups", "blocks"):
+            assert status and "block scales" in why, (kern.name, why)
 
 
 # ---- quantize ---------------------------------------------------------------------------
