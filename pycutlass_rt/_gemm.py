@@ -241,8 +241,6 @@ def gemm(
         amax=amax,
         scale_d=scale_d,
     )
-    st = lib.gemm(*call.gemm_args())
-    if st:
-        raise lib.error(st)
+    lib.check(lib.gemm(*call.gemm_args()))
     _lib.note_cuda_used()
     return d

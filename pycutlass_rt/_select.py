@@ -26,7 +26,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 
-from . import _cache, _lib, _log, _table
+from . import _cache, _call, _lib, _log, _table
 from ._abi import (
     PCR_SELECT_UNTUNED,
     Op,
@@ -35,7 +35,6 @@ from ._abi import (
     SelectObserverFn,
     SelectProviderFn,
     Status,
-    Verdict,
 )
 from ._kernels import KernelInfo, desc_of, kernels
 from ._lib import KernelDesc, Problem, load
@@ -198,7 +197,7 @@ def ranking(lib, problem, verdicts=None, *, tuned: bool = True) -> list:
             takes the problem, a pinned kernel cannot, or strict mode without a cache).
     """
     install(lib)
-    resolved, every = build_table(), kernels()  # the table in the library before it ranks
+    build_table()  # in the library before it ranks
     out, count = (Ranked * MAX_RANKED)(), ctypes.c_int32()
     lib.check(
         lib.pcr_select_rank(
@@ -210,8 +209,18 @@ def ranking(lib, problem, verdicts=None, *, tuned: bool = True) -> list:
             ctypes.byref(count),
         )
     )
-    source = _cache.source_of(lib, problem.device) if tuned else ""
-    return [(every[r.candidate], _why(r, resolved, source)) for r in out[: count.value]]
+    return _named(lib, problem, out[: count.value])
+
+
+def _named(lib, problem, records) -> list:
+    """[(KernelInfo, why)] of the library's pcr_ranked ``records`` for ``problem``; the
+    tuned cache's file is looked up only where a record names a tuned entry."""
+    every, resolved = kernels(), build_table()
+    tuned = (RankReason.RANK_TUNED, RankReason.RANK_PINNED)
+    source = (
+        _cache.source_of(lib, problem.device) if any(r.reason in tuned for r in records) else ""
+    )
+    return [(every[r.candidate], _why(r, resolved, source)) for r in records]
 
 
 class _Selector:
@@ -267,35 +276,23 @@ def _observed(problem_p, ranked_p, count: int, unused: int, _context) -> None:
     if not _selector.watchers and not _log.choices_logged():
         return
     try:
-        problem = Problem.from_buffer_copy(problem_p.contents)
-        every, resolved = kernels(), build_table()
-        source = _cache.source_of(_selector.lib, problem.device)
-        ranked = [(every[r.candidate], _why(r, resolved, source)) for r in ranked_p[:count]]
-        stale = every[unused] if unused >= 0 else None
+        lib, problem = _selector.lib, Problem.from_buffer_copy(problem_p.contents)
+        ranked = _named(lib, problem, ranked_p[:count])
+        stale = kernels()[unused] if unused >= 0 else None
         for watch in list(_selector.watchers):
             watch(problem, ranked, stale)
         _log.choice(problem, ranked)
         if stale is not None:
+            status, why = _call.judge(lib, problem).verdicts[stale.index]
             _log.cache_unused(
                 problem,
-                f"{stale.name} ({source}) cannot run it here: "
-                f"{_refusal(_selector.lib, problem, stale)}",
+                f"{stale.name} ({_cache.source_of(lib, problem.device)}) cannot run it here: "
+                + (why if status != Status.OK else "another epilogue's kernel runs it"),
             )
     except Exception as e:  # noqa: BLE001 - a callback from C: nothing above it can catch
         warnings.warn(
             f"pycutlass_rt: a kernel choice went unwatched: {e}", RuntimeWarning, stacklevel=1
         )
-
-
-def _refusal(lib, problem, kern: KernelInfo) -> str:
-    verdicts = (Verdict * len(kernels()))()
-    lib.check(lib.pcr_kernel_verdicts(ctypes.byref(problem), verdicts, len(verdicts)))
-    v = verdicts[kern.index]
-    return (
-        v.reason.decode(errors="replace")
-        if v.status != Status.OK
-        else "another epilogue's kernel runs it"
-    )
 
 
 @contextlib.contextmanager
