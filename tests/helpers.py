@@ -261,8 +261,11 @@ def torch_dtype(name):
 
 
 def math_of(kernel):
-    """The ``math=`` a kernel answers: "tf32" for TF32 kernels, else None."""
-    return "tf32" if kernel.dtype_a == "tfloat32" else None
+    """The ``math=`` a kernel answers: "tf32" for TF32 kernels, "fast_accum" for fp8 kernels
+    of the fast-accumulation schedules (which a call must allow), else None."""
+    if kernel.dtype_a == "tfloat32":
+        return "tf32"
+    return "fast_accum" if kernel.schedule in ("coopfa", "pingpongfa") else None
 
 
 def output_tolerance(out):
@@ -271,6 +274,8 @@ def output_tolerance(out):
     import torch
 
     return {
+        torch.float8_e4m3fn: 5e-2,  # 3 mantissa bits: rounding alone gives about 2.7e-2
+        torch.float8_e5m2: 1e-1,
         torch.float16: 2e-3,
         torch.bfloat16: 1.6e-2,
         torch.float32: 1e-5,

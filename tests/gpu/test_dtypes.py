@@ -2,7 +2,7 @@
 int8 and fp8 with per-tensor, per-row and per-column scales, against fp64 references."""
 
 import pytest
-from helpers import canonical_layout, matrix, reference, require, runnable_kernels
+from helpers import canonical_layout, math_of, matrix, reference, require, runnable_kernels
 
 import pycutlass_rt as pcr
 
@@ -121,7 +121,19 @@ def test_scaled_kernel(name, kinds):
     d = torch.empty(m, n, device="cuda", dtype=out_dt)
     bias = None if out_dt == torch.int8 else torch.randn(n, device="cuda").to(out_dt)
     act = None if out_dt == torch.int8 else "silu"
-    pcr.gemm(x, w, None, d, small, bias=bias, activation=act, scale_a=sa, scale_b=sb, kernel=name)
+    pcr.gemm(
+        x,
+        w,
+        None,
+        d,
+        small,
+        bias=bias,
+        activation=act,
+        scale_a=sa,
+        scale_b=sb,
+        math=math_of(k),
+        kernel=name,
+    )
     torch.cuda.synchronize()
     sa_ref = sa if torch.is_tensor(sa) else torch.tensor(sa, device="cuda")
     sb_ref = sb if sb is not None else torch.tensor(1.0, device="cuda")
@@ -151,10 +163,12 @@ def test_plain_kernel_applies_per_tensor_scale_tensors(name):
     sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
     for scales, factor in (((sa, sb), 0.125), ((sa, None), 0.5), ((None, sb), 0.25)):
         d.fill_(float("nan"))
-        pcr.gemm(x, w, None, d, 2.0, scale_a=scales[0], scale_b=scales[1], kernel=name)
+        pcr.gemm(
+            x, w, None, d, 2.0, scale_a=scales[0], scale_b=scales[1], math=math_of(k), kernel=name
+        )
         assert rel_err(d, reference(x, w, alpha=2.0 * factor)) <= TOL[d.dtype], (name, factor)
     sa.fill_(4.0)  # read on the GPU at every launch: a new value needs no new call setup
-    pcr.gemm(x, w, None, d, scale_a=sa, scale_b=sb, kernel=name)
+    pcr.gemm(x, w, None, d, scale_a=sa, scale_b=sb, math=math_of(k), kernel=name)
     assert rel_err(d, reference(x, w, alpha=1.0)) <= TOL[d.dtype], name
 
 

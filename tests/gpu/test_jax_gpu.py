@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from helpers import environment_skip, jax_reason, require
 
-import pycutlass_rt as pcr
 import pycutlass_rt.jax as pcr_jax
 
 # JAX takes 75% of the GPU at its first use unless told not to; the rest of the suite
@@ -84,10 +83,9 @@ def test_gemm_matches_matmul(dtype, m, n, k):
     jitted = jax.jit(pcr_jax.gemm)(a, b)
     close(jitted, matmul(a, b), dtype, "jit")
     assert np.array_equal(np.asarray(eager), np.asarray(jitted))  # one kernel: bitwise equal
+    # one FFI call of the library's handler, which ranks the kernels itself at run time
     text = jax.jit(pcr_jax.gemm).lower(a, b).as_text()
-    names = {kern.name for kern in pcr.kernels()}
-    chosen = text.split('kernels = "')[1].split('"')[0].replace("|", ",").split(",")
-    assert chosen[0] in names, chosen  # chosen while tracing, from this build
+    assert text.count(pcr_jax.TARGET) == 1 and "kernels" not in text
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -241,7 +239,7 @@ def test_handler_errors_carry_the_library_message():
     """A failure inside the handler reaches JAX as an error with the library's message."""
     pcr_jax._register()
     call = jax.ffi.ffi_call(pcr_jax.TARGET, jax.ShapeDtypeStruct((8, 3), jnp.bfloat16))
-    attrs = {"alpha": np.float64(1), "beta": np.float64(0), "kernels": ""}
+    attrs = {"alpha": np.float64(1), "beta": np.float64(0)}
     attrs.update({k: np.int32(0) for k in ("transpose_a", "transpose_b", "has_bias")})
     attrs.update(has_c=np.int32(1), activation=np.int32(0), rank=np.int32(2))  # c is missing
     attrs.update(activation_alpha=np.float64(0), activation_beta=np.float64(0))
