@@ -250,7 +250,8 @@ struct ScaledTree {
   using PlusCol =
       Sm80EVT<VisitorCompute<cutlass::plus, float, float, kRound>, ColScaledPlusRow, ColBias>;
   using BetaC = Sm80EVT<Fma, Scalar, OptionalAuxLoad<ThreadMap, ElementD, StrideMat>, PlusCol>;
-  using Act = Sm80EVT<ActivationNode<ElementD>, BetaC>;
+  // in float up to the store: amax sees R itself, and D is rounded once (after scale_d)
+  using Act = Sm80EVT<ActivationNode<float>, BetaC>;
   using Checked = Sm80EVT<AmaxReduction<ThreadMap>, Act>;
   using OutScaled = Sm80EVT<Times, Scalar, Checked>;
   using Type = Sm80EVT<VisitorAuxStore<ThreadMap, ElementD, kRound, StrideMat>, OutScaled>;
