@@ -51,7 +51,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 18
+PCR_ABI_VERSION = 19
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -506,16 +506,18 @@ FUNCTIONS = {
     "pcr_plan_destroy": Function(None, (c_void_p,), False),
     # int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
     #     const DLTensor* const* c, const DLTensor* const* d, int32_t count, double alpha,
-    #     double beta, int32_t kernel, void* stream, pcr_problem* problem)
+    #     double beta, const pcr_extras* const* extras, int32_t kernel, void* stream,
+    #     pcr_problem* problem)
     "pcr_grouped_gemm": Function(c_int, (POINTER(POINTER(DLTensor)), POINTER(POINTER(DLTensor)),
                                          POINTER(POINTER(DLTensor)), POINTER(POINTER(DLTensor)),
-                                         c_int32, c_double, c_double, c_int32, c_void_p,
-                                         POINTER(Problem)), False),
+                                         c_int32, c_double, c_double, POINTER(POINTER(Extras)),
+                                         c_int32, c_void_p, POINTER(Problem)), False),
     # int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
-    #     const DLTensor* out, double alpha, int32_t kernel, void* stream, pcr_problem* problem)
+    #     const DLTensor* out, double alpha, const pcr_extras* extras, int32_t kernel, void* stream,
+    #     pcr_problem* problem)
     "pcr_moe_gemm": Function(c_int, (POINTER(DLTensor), POINTER(DLTensor), POINTER(DLTensor),
-                                     POINTER(DLTensor), c_double, c_int32, c_void_p,
-                                     POINTER(Problem)), False),
+                                     POINTER(DLTensor), c_double, POINTER(Extras), c_int32,
+                                     c_void_p, POINTER(Problem)), False),
     # int pcr_problem_identity(const pcr_problem* problem, int64_t* values, int32_t capacity)
     "pcr_problem_identity": Function(c_int, (POINTER(Problem), POINTER(c_int64), c_int32), False),
     # const char* pcr_problem_identity_names(void)
@@ -550,17 +552,18 @@ FUNCTIONS = {
                                         c_double, py_object, POINTER(Problem), POINTER(Verdict),
                                         c_int32), True),
     # int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_object** c,
-    #     pcr_py_object** d, int32_t count, double alpha, double beta, int32_t kernel,
-    #     int32_t flags, void* stream, pcr_problem* problem)
+    #     pcr_py_object** d, pcr_py_object** extras, int32_t count, double alpha, double beta,
+    #     int32_t kernel, int32_t flags, void* stream, pcr_problem* problem)
     "pcr_py_grouped_gemm": Function(c_int, (POINTER(py_object), POINTER(py_object),
-                                            POINTER(py_object), POINTER(py_object), c_int32,
-                                            c_double, c_double, c_int32, c_int32, c_void_p,
-                                            POINTER(Problem)), True),
+                                            POINTER(py_object), POINTER(py_object),
+                                            POINTER(py_object), c_int32, c_double, c_double,
+                                            c_int32, c_int32, c_void_p, POINTER(Problem)), True),
     # int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
-    #     pcr_py_object* out, double alpha, int32_t kernel, int32_t flags, void* stream,
-    #     pcr_problem* problem)
+    #     pcr_py_object* out, double alpha, pcr_py_object* extras, int32_t kernel, int32_t flags,
+    #     void* stream, pcr_problem* problem)
     "pcr_py_moe_gemm": Function(c_int, (py_object, py_object, py_object, py_object, c_double,
-                                        c_int32, c_int32, c_void_p, POINTER(Problem)), True),
+                                        py_object, c_int32, c_int32, c_void_p,
+                                        POINTER(Problem)), True),
     # int pcr_py_quantize(pcr_py_object* x, pcr_py_object* q, pcr_py_object* scale,
     #     int32_t granularity, int32_t dynamic, int32_t flags, void* stream)
     "pcr_py_quantize": Function(c_int, (py_object, py_object, py_object, c_int32, c_int32, c_int32,

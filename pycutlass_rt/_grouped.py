@@ -10,21 +10,45 @@ from __future__ import annotations
 import ctypes
 
 from . import _call, _dlpack, _lib
-from ._abi import PCR_STREAM_FROM_PRODUCER
 from .errors import InvalidArgumentError
 
 
-def grouped_gemm(As, Bs, Cs, Ds, alpha=1.0, beta=0.0, *, stream=None, kernel=None):
-    """Computes ``Ds[g] = alpha * As[g] @ Bs[g] + beta * Cs[g]`` for every g, in one launch.
+def grouped_gemm(
+    As,
+    Bs,
+    Cs,
+    Ds,
+    alpha=1.0,
+    beta=0.0,
+    *,
+    bias=None,
+    activation=None,
+    scale_a=None,
+    scale_b=None,
+    math=None,
+    stream=None,
+    kernel=None,
+):
+    """Computes ``Ds[g] = act(alpha * As[g] @ Bs[g] + beta * Cs[g] + bias[g])`` for every g,
+    in one launch.
 
     Each group has its own M, N and K; the groups share dtypes and, after orienting each
     ``Ds[g]`` row-major, layouts (as :func:`pycutlass_rt.gemm` orients a single GEMM).
-    Empty groups (M, N or K = 0) are handled (K = 0 gives ``beta * Cs[g]``).
+    Empty groups (M, N or K = 0) are handled (K = 0 gives ``act(beta * Cs[g] + bias[g])``).
+    With quantized inputs (fp8), each product is dequantized as :func:`pycutlass_rt.gemm`
+    does it: ``(scale_a[g] * As[g]) @ (Bs[g] * scale_b[g])``.
 
     Args:
         As, Bs, Cs, Ds: sequences of GPU matrices, one entry per group; ``Cs`` may be None,
             or hold None for a group without C (read as zeros).
         alpha, beta: real scalars shared by the groups.
+        bias: None, or one per group: a vector of ``Ds[g]``'s dtype along its columns,
+            (N,) or (1, N).
+        activation: as :func:`pycutlass_rt.gemm`'s, shared by the groups.
+        scale_a, scale_b: None, or one float32 GPU tensor per group: ``As[g]``'s scale (one
+            value, or M per row) and ``Bs[g]``'s (one value, or N per column); every group
+            has the same kinds.
+        math: as :func:`pycutlass_rt.gemm`'s.
         stream: a CUDA stream; default: the producer framework's current stream.
         kernel: force a grouped kernel by name.
 
@@ -33,8 +57,9 @@ def grouped_gemm(As, Bs, Cs, Ds, alpha=1.0, beta=0.0, *, stream=None, kernel=Non
 
     Raises:
         InvalidArgumentError: sequences of different lengths, or groups that differ in
-            dtypes, layouts or device (the message names the group).
-        UnsupportedError: no grouped kernel in this build for the dtypes and layouts.
+            dtypes, layouts, device or which extras they have (the message names the group).
+        UnsupportedError: no grouped kernel in this build for the dtypes, layouts and
+            epilogue (block-scale grids, aux, amax and scale_d have none).
 
     Example (on a GPU):
         >>> import torch, pycutlass_rt as pcr
@@ -45,55 +70,108 @@ def grouped_gemm(As, Bs, Cs, Ds, alpha=1.0, beta=0.0, *, stream=None, kernel=Non
         [(7, 256), (300, 256), (64, 256)]
     """
     lib = _lib.load()
-    alpha, beta = _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta")
-    kidx = _call.kernel_index(kernel)
     As, Bs, Ds = list(As), list(Bs), list(Ds)
-    Cs = [None] * len(As) if Cs is None else list(Cs)
-    if not len(As) == len(Bs) == len(Cs) == len(Ds):
-        raise InvalidArgumentError(
-            "As, Bs, Cs and Ds need one entry per group; got "
-            f"{len(As)}, {len(Bs)}, {len(Cs)} and {len(Ds)}"
-        )
     count = len(As)
-    if count == 0 and stream is not None:  # nothing to run, but a bad stream is an error
-        _dlpack.stream_handle(stream)
-    columns, keep, handle, flags = ([], [], [], []), [], 0, PCR_STREAM_FROM_PRODUCER
-    for g in range(count):
-        objs, h, f, k = _call.operands((As[g], Bs[g], Cs[g], Ds[g]), stream)
-        if g == 0:
-            handle, flags = h, f
-        for column, obj in zip(columns, objs):
-            column.append(obj)
-        keep.append(k)
-    arrays = [(ctypes.py_object * max(count, 1))(*column) for column in columns]
+    Cs = [None] * count if Cs is None else list(Cs)
+    per_group = {"bias": bias, "scale_a": scale_a, "scale_b": scale_b}
+    lists = {k: [None] * count if v is None else list(v) for k, v in per_group.items()}
+    lengths = [len(As), len(Bs), len(Cs), len(Ds), *map(len, lists.values())]
+    if len(set(lengths)) != 1:
+        raise InvalidArgumentError(
+            "As, Bs, Cs, Ds and the per-group bias, scale_a and scale_b need one entry per "
+            f"group; got {', '.join(map(str, lengths))}"
+        )
+    kidx = _call.kernel_index(kernel)
+    if count == 0:  # nothing to run, but bad arguments are still errors
+        _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta"), _call.activation_of(activation)
+        if stream is not None:
+            _dlpack.stream_handle(stream)
+        return Ds
+    calls = [
+        _call.prepare(
+            As[g],
+            Bs[g],
+            Cs[g],
+            Ds[g],
+            alpha,
+            beta,
+            activation=activation,
+            math=math,
+            stream=stream,
+            **{k: v[g] for k, v in lists.items()},
+        )
+        for g in range(count)
+    ]
+    if len({call.alpha for call in calls}) > 1:
+        raise InvalidArgumentError(
+            "the groups' number scales differ (each folds into the shared alpha); pass "
+            "them as one-element float32 tensors"
+        )
+    first = calls[0]
+    columns = [(ctypes.py_object * count)(*(c.objs[i] for c in calls)) for i in range(4)]
+    extras = None
+    if any(c.extra is not None for c in calls):
+        extras = (ctypes.py_object * count)(*(c.extra for c in calls))
     problem = _lib.Problem()
-    args = (*arrays, count, alpha, beta, kidx, flags, handle, ctypes.byref(problem))
-    _run(lib, lib.pcr_py_grouped_gemm, args, problem)
-    del keep
+    args = (*columns, extras, count, first.alpha, first.beta, kidx, first.flags, first.handle)
+    _run(lib, lib.pcr_py_grouped_gemm, (*args, ctypes.byref(problem)), problem)
+    del calls
     return Ds
 
 
-def moe_gemm(x, w, offsets, out, alpha=1.0, *, stream=None, kernel=None):
-    """A mixture-of-experts layer's GEMM: ``out[rows of e] = alpha * x[rows of e] @ w[e]``.
+def moe_gemm(
+    x,
+    w,
+    offsets,
+    out,
+    alpha=1.0,
+    *,
+    bias=None,
+    activation=None,
+    scale_a=None,
+    scale_b=None,
+    math=None,
+    stream=None,
+    kernel=None,
+):
+    """A mixture-of-experts layer's GEMM:
+    ``out[rows of e] = act(alpha * (scale_a * x[rows of e]) @ (w[e] * scale_b[e]) + bias[e])``.
 
     The tokens of ``x`` are sorted by expert; ``offsets`` says where each expert's rows
     are. Offsets stay on the GPU: the call never synchronizes, so it can be captured in a
     CUDA graph and replayed as the routing changes.
 
+    fp8 layers (e4m3 ``x`` and ``w``, bfloat16 ``out``) take the scale layouts MoE
+    checkpoints and quantizers use: ``scale_a`` per tensor or per token, ``scale_b`` per
+    tensor, per expert, or per expert and output channel.
+
     Args:
-        x: (T, K) row-major tokens, float16 or bfloat16.
+        x: (T, K) row-major tokens: float16, bfloat16, or float8_e4m3fn.
         w: (E, K, N) expert weights, any strides (e.g. ``w_nk.transpose(1, 2)`` for
-            (E, N, K) Linear weights).
+            (E, N, K) Linear weights, the layout fp8 kernels take).
         offsets: GPU int32 or int64 vector: E + 1 boundaries (``offsets[0] = 0``,
-            ``offsets[E] = T``), or E end offsets as ``torch._grouped_mm`` takes them.
+            ``offsets[E] = T``), or E ends as ``torch._grouped_mm`` takes them.
             Rows outside [0, T) are ignored; rows no expert covers are left untouched.
-        out: (T, N) row-major output of x's dtype.
+        out: (T, N) row-major output: x's dtype, or bfloat16 for fp8.
         alpha: real scalar.
+        bias: None, or ``out``'s dtype: (N,) / (1, N) shared by the experts, or (E, N) /
+            (E, 1, N) one row per expert.
+        activation: as :func:`pycutlass_rt.gemm`'s (e.g. "silu", "gelu", "relu").
+        scale_a: x's dequantizing scales, float32 on the GPU: one value (or a Python
+            number), or T (per token: (T,) or (T, 1)).
+        scale_b: w's: one value (or a number), E (per expert: (E,) or (E, 1)), (1, N) (per
+            channel, shared) or (E, N) / (E, 1, N) (per expert and channel).
+        math: as :func:`pycutlass_rt.gemm`'s.
         stream: a CUDA stream; default: the producer framework's current stream.
         kernel: force a grouped kernel by name.
 
     Returns:
         ``out``.
+
+    Raises:
+        InvalidArgumentError: bad shapes, strides or offsets, named.
+        UnsupportedError: no grouped kernel for the dtypes and epilogue (block-scale grids
+            are not supported by grouped kernels).
 
     Example (on a GPU):
         >>> import torch, pycutlass_rt as pcr
@@ -103,21 +181,35 @@ def moe_gemm(x, w, offsets, out, alpha=1.0, *, stream=None, kernel=None):
         >>> out = pcr.moe_gemm(x, w, ends, torch.empty(1000, 512, device="cuda", dtype=torch.bfloat16))
         >>> out.shape
         torch.Size([1000, 512])
+
+    Example (on a GPU): an fp8 layer, per-token activations and per-channel weights.
+        >>> xq, sx = pcr.quantize(x, granularity="token")
+        >>> wq = torch.randn(8, 512, 1024, device="cuda").to(torch.float8_e4m3fn)
+        >>> sw = torch.rand(8, 512, device="cuda") / 100
+        >>> y = pcr.moe_gemm(xq, wq.transpose(1, 2), ends, out, scale_a=sx, scale_b=sw,
+        ...                  activation="silu")
     """
     lib = _lib.load()
-    alpha = _call.scalar(alpha, "alpha")
-    kidx = _call.kernel_index(kernel)
     # offsets travels in c's slot: one more DLPack operand of the same call
-    objs, handle, flags, keep = _call.operands((x, w, offsets, out), stream)
-    ox, ow, ooff, oout = objs[:4]
-    problem = _lib.Problem()
-    _run(
-        lib,
-        lib.pcr_py_moe_gemm,
-        (ox, ow, ooff, oout, alpha, kidx, flags, handle, ctypes.byref(problem)),
-        problem,
+    call = _call.prepare(
+        x,
+        w,
+        offsets,
+        out,
+        alpha,
+        0.0,
+        bias=bias,
+        activation=activation,
+        scale_a=scale_a,
+        scale_b=scale_b,
+        math=math,
+        stream=stream,
+        kernel=kernel,
     )
-    del keep
+    problem = _lib.Problem()
+    args = (*call.objs[:4], call.alpha, call.extra, call.kernel, call.flags, call.handle)
+    _run(lib, lib.pcr_py_moe_gemm, (*args, ctypes.byref(problem)), problem)
+    del call
     return out
 
 

@@ -104,14 +104,26 @@ FUSED_TYPES = {
     ("bf16", "f32"): "extended",
 }
 FUSED_TMA_LAYOUTS = ["tn", "tt"]
-#: grouped kernels (pcr_grouped_gemm, pcr_moe_gemm): (tile, cluster, schedule, tier) on
-#: sm90a, for tn and tt (a MoE layer's weights either way); (tile, warps, stages, tier) on
-#: the sm80 family, every layout. Cooperative tiles for large groups, 64-row ping-pong
-#: tiles for the many small groups of skewed MoE routing.
+#: grouped kernels (pcr_grouped_gemm, pcr_moe_gemm): (tile, cluster, schedule, tier,
+#: epilogue) on sm90a, for tn and tt (a MoE layer's weights either way); (tile, warps,
+#: stages, tier) on the sm80 family, every layout, linear only. Cooperative tiles for
+#: large groups, 64-row ping-pong tiles for the many small groups of skewed MoE routing;
+#: "biasact": a MoE layer's bias and activation fused (tma_grouped.cuh's GroupedTree).
 GROUPED_TYPES = [("f16", "f16"), ("bf16", "bf16")]
 SM90_GROUPED_CONFIGS = [
-    ((128, 128, 64), (1, 1, 1), "coop", "core"),
-    ((64, 128, 64), (1, 1, 1), "pingpong", "extended"),
+    ((128, 128, 64), (1, 1, 1), "coop", "core", "linear"),
+    ((128, 128, 64), (1, 1, 1), "coop", "core", "biasact"),
+    ((64, 128, 64), (1, 1, 1), "pingpong", "extended", "linear"),
+]
+#: fp8 grouped kernels (fp8 MoE layers): (input, output) dtypes, tn only (the weights
+#: K-major, as checkpoints store a Linear's (N, K) weight), every one with the dequantizing
+#: epilogue (per-tensor, per-expert, per-token and per-channel scales, bias, activation):
+#: (tile, cluster, schedule, tier)
+GROUPED_QUANTIZED_TYPES = [("e4m3", "bf16")]
+SM90_GROUPED_QUANTIZED_CONFIGS = [
+    ((128, 128, 128), (1, 1, 1), "coop", "core"),
+    ((64, 128, 128), (1, 1, 1), "pingpong", "core"),
+    ((128, 256, 128), (1, 1, 1), "coop", "extended"),
 ]
 SM80_GROUPED_CONFIGS = [
     ((128, 128, 32), (2, 2, 1), 4, "core"),

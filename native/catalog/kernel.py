@@ -180,8 +180,8 @@ class Kernel:
         """The epilogue of quantized inputs (or scaled 16-bit ones) also reduces max |D|
         into amax and multiplies D by scale_d: every family's dequantizing epilogue
         (tma_gemm.cuh's QuantizedOutput, mma_gemm.cuh's ScaledTree), and the sm90a/sm100a
-        linear ones that read scale tensors or block scales."""
-        return self.epilogue == "scaled" or (
+        linear ones that read scale tensors or block scales; not the grouped ones."""
+        return (self.epilogue == "scaled" and not self.grouped) or (
             self.family in TMA_FAMILIES and (self.tensor_scales or bool(self.block))
         )
 

@@ -21,6 +21,7 @@ from .configs import (
     FUSED_TMA_LAYOUTS,
     FUSED_TYPES,
     GEMM_TYPES,
+    GROUPED_QUANTIZED_TYPES,
     GROUPED_TYPES,
     MORE_TYPES,
     SM70_CONFIGS,
@@ -35,6 +36,7 @@ from .configs import (
     SM90_CONFIGS,
     SM90_CONV_CONFIGS,
     SM90_GROUPED_CONFIGS,
+    SM90_GROUPED_QUANTIZED_CONFIGS,
     SM90_SWAP_CONFIGS,
     SM100_BLOCK_CONFIGS,
     SM100_CONFIGS,
@@ -170,6 +172,29 @@ def _block_scaled() -> list[Kernel]:
     return out
 
 
+def _grouped_quantized() -> list[Kernel]:
+    """The fp8 grouped kernels (MoE layers), each with the dequantizing epilogue."""
+    return [
+        Kernel(
+            "sm90",
+            a,
+            a,
+            d,
+            "tn",
+            tile,
+            schedule,
+            cluster=cluster,
+            align=16,
+            grouped=True,
+            epilogue="scaled",
+            tier=tier,
+        )
+        for (a, d), (tile, cluster, schedule, tier) in itertools.product(
+            GROUPED_QUANTIZED_TYPES, SM90_GROUPED_QUANTIZED_CONFIGS
+        )
+    ]
+
+
 def _epilogues(fused: bool, a: str, d: str, layout: str, family: str, tier: str) -> list:
     """(epilogue, tier) pairs a configuration of ``tier`` is built with for these dtypes and
     layout."""
@@ -231,7 +256,7 @@ def catalogue() -> list[Kernel]:
                     )
         if (a, d) in GROUPED_TYPES:
             if layout in FUSED_TMA_LAYOUTS:
-                for tile, cluster, schedule, tier in SM90_GROUPED_CONFIGS:
+                for tile, cluster, schedule, tier, epi in SM90_GROUPED_CONFIGS:
                     out.append(
                         Kernel(
                             "sm90",
@@ -243,6 +268,7 @@ def catalogue() -> list[Kernel]:
                             schedule,
                             cluster=cluster,
                             grouped=True,
+                            epilogue=epi,
                             tier=tier,
                         )
                     )
@@ -264,6 +290,7 @@ def catalogue() -> list[Kernel]:
                 )
     out += _more_types()
     out += _block_scaled()
+    out += _grouped_quantized()
     out += _conv_kernels()
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"

@@ -44,7 +44,8 @@ TMA_SCHEDULES = {
     "1sm": "Sm100OneSm",
     "2sm": "Sm100TwoSm",
 }
-#: schedule -> the pointer-array (grouped) tag struct of native/kernels/tma_gemm.cuh
+#: the header of sm90a grouped kernels, and schedule -> its pointer-array tag struct
+GROUPED_TMA_HEADER = "tma_grouped.cuh"
 TMA_GROUPED_SCHEDULES = {"coop": "Sm90GroupedCooperative", "pingpong": "Sm90GroupedPingpong"}
 #: family header -> the split-K header its split-K kernels include too
 SPLIT_K_HEADERS = {"tma_gemm.cuh": "split_k_tma.cuh", "mma_gemm.cuh": "split_k.cuh"}
@@ -97,7 +98,7 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
             return (
                 f"pcr::tma::GroupedGemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
                 f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_GROUPED_SCHEDULES[k.schedule]}, "
-                f"{k.align}>"
+                f"{k.align}, {EPILOGUES[k.epilogue]}>"
             )
         return (
             f"pcr::mma::GroupedGemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, "
@@ -178,7 +179,11 @@ def kernel_info(k: Kernel) -> str:
 
 def header_of(k: Kernel) -> str:
     """The header of ``k``'s template (translation units group kernels by it too)."""
-    return CONV_HEADERS[k.family] if k.conv else FAMILIES[k.family].header
+    if k.conv:
+        return CONV_HEADERS[k.family]
+    if k.grouped and k.family in TMA_FAMILIES:
+        return GROUPED_TMA_HEADER
+    return FAMILIES[k.family].header
 
 
 def kernel_source(k: Kernel) -> str:

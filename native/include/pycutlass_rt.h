@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 18
+#define PCR_ABI_VERSION 19
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -493,24 +493,32 @@ PCR_API int pcr_plan_kernel(const pcr_plan* plan, int32_t* kernel);
 PCR_API void pcr_plan_destroy(pcr_plan* plan);
 
 /* ---- grouped GEMM ----------------------------------------------------------------
- * One launch for `count` independent GEMMs d[g] = alpha * a[g] @ b[g] + beta * c[g],
- * each with its own M, N, K (c NULL, or c[g] NULL, when beta == 0). All groups share
- * dtypes and, after orienting each d row-major, layouts. The kernel's per-group arrays
- * (sizes, pointers, leading dimensions) are written on the GPU by a small kernel whose
- * launch parameters carry them: no host synchronization, and capture-safe. */
+ * One launch for `count` independent GEMMs d[g] = act(alpha * a[g] @ b[g] + beta * c[g]
+ * + bias[g]), each with its own M, N, K (c NULL, or c[g] NULL, when beta == 0). All groups
+ * share dtypes and, after orienting each d row-major, layouts. extras: NULL, or `count`
+ * entries (each NULL or that group's pcr_extras: a bias per column, scale_a and scale_b
+ * per tensor or as vectors, an activation, math); the groups must agree on which extras
+ * they have, the activation and its parameters (no block-scale grids, aux, amax, scale_d
+ * or per-row bias). The kernel's per-group arrays (sizes, pointers, leading dimensions,
+ * the extras' pointers) are written on the GPU by a small kernel whose launch parameters
+ * carry them: no host synchronization, and capture-safe. */
 PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
                              const DLTensor* const* c, const DLTensor* const* d, int32_t count,
-                             double alpha, double beta, int32_t kernel, void* stream,
-                             pcr_problem* problem);
+                             double alpha, double beta, const pcr_extras* const* extras,
+                             int32_t kernel, void* stream, pcr_problem* problem);
 /* Mixture-of-experts form: x (T x K) holds the tokens sorted by expert, w (E x K x N) one
  * weight matrix per expert (any strides, e.g. a transposed (E x N x K) stack), `offsets` a
  * GPU vector of int32 or int64 row offsets: E + 1 boundaries (0 first, T last) or E ends
- * (torch._grouped_mm's convention). out (T x N) rows [start_e, end_e) = x rows @ w[e]
- * (times alpha). Offsets are read on the GPU only (no synchronization); rows outside
+ * (torch._grouped_mm's convention). out (T x N) rows [start_e, end_e) =
+ * act(alpha * (scale_a * x rows) @ (w[e] * scale_b[e]) + bias[e]). extras (NULL: none):
+ * scale_a x's float32 scales, one value or T (per token); scale_b w's, one value, E (per
+ * expert: (E,), (E, 1)), (1, N) (per channel) or E x N (per expert and channel: (E, N),
+ * (E, 1, N)); bias out's dtype, (N,) / (1, N) or (E, N) / (E, 1, N); activation and math
+ * as pcr_gemm's. Offsets are read on the GPU only (no synchronization); rows outside
  * [0, T) are not touched. */
 PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
-                         const DLTensor* out, double alpha, int32_t kernel, void* stream,
-                         pcr_problem* problem);
+                         const DLTensor* out, double alpha, const pcr_extras* extras,
+                         int32_t kernel, void* stream, pcr_problem* problem);
 
 /* A problem's identity: the fields its kernel choice may hinge on, as the selection memo
  * keys on them (a grouped problem's M bucketed to a power of two). pcr_problem_identity
@@ -618,13 +626,16 @@ PCR_API int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object
 PCR_API int pcr_py_describe(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,
                             double alpha, double beta, pcr_py_object* extras, pcr_problem* out,
                             pcr_verdict* verdicts, int32_t count);
-/* a, b, c, d: arrays of `count` objects (c may be NULL, or hold None). */
+/* a, b, c, d, extras: arrays of `count` objects (c and extras may be NULL, or hold None;
+ * an extras entry is pcr_py_gemm's extras tuple). */
 PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_object** c,
-                                pcr_py_object** d, int32_t count, double alpha, double beta,
-                                int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+                                pcr_py_object** d, pcr_py_object** extras, int32_t count,
+                                double alpha, double beta, int32_t kernel, int32_t flags,
+                                void* stream, pcr_problem* problem);
+/* extras: None or the extras tuple (its scale_a is x's scales, scale_b w's). */
 PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
-                            pcr_py_object* out, double alpha, int32_t kernel, int32_t flags,
-                            void* stream, pcr_problem* problem);
+                            pcr_py_object* out, double alpha, pcr_py_object* extras,
+                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 /* pcr_quantize on Python objects (the stream as pcr_py_im2col's). */
 PCR_API int pcr_py_quantize(pcr_py_object* x, pcr_py_object* q, pcr_py_object* scale,
                             int32_t granularity, int32_t dynamic, int32_t flags, void* stream);

@@ -34,6 +34,20 @@ struct GroupArrays {
   int64_t *lda, *ldb, *ldc, *ldd;
 };
 
+// The per-group factors of a grouped kernel's bias/activation or dequantizing epilogue
+// (tma_grouped.cuh's GroupedTree): GPU arrays of `groups` pointers, each array null where
+// the call has none (a scale then reads as 1, the bias as 0). scale_a, scale_b: one float
+// each per group (per-tensor scales, e.g. an expert's weight scale); row_scales: the
+// group's per-row vector of canonical D (a's per-token scales); col_scales: its per-column
+// vector (b's per-channel scales); bias_n: its per-column bias in D's dtype.
+struct GroupEpilogue {
+  const float** scale_a;
+  const float** scale_b;
+  const float** row_scales;
+  const float** col_scales;
+  const void** bias_n;
+};
+
 // A fused epilogue's activation, chosen per launch: its pcr_activation and parameters
 // (pcr_extras' activation_alpha and activation_beta).
 struct ActivationArgs {
@@ -91,6 +105,9 @@ struct GemmArgs {
   // the output scale into amax (when given), then D multiplied by *scale_d (null: 1),
   // saturating for fp8 D.
   const float* scale_d;
+  // Grouped kernels with a bias/activation or dequantizing epilogue: their per-group
+  // factors (their activation: `activation` above)
+  GroupEpilogue group_epilogue;
 };
 
 // Where a dequantizing (PCR_EPI_SCALED) epilogue reads its factors: the per-tensor scales

@@ -19,7 +19,6 @@
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"  // device_kernel
-#include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 #include <algorithm>
@@ -315,17 +314,6 @@ struct Sm90CooperativeFastAccum : Sm90Cooperative {
 struct Sm90PingpongFastAccum : Sm90Pingpong {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
 };
-// Grouped (pointer-array) schedules: per-group TMA descriptors are rewritten on the GPU
-struct Sm90GroupedCooperative {
-  using Arch = cutlass::arch::Sm90;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct Sm90GroupedPingpong {
-  using Arch = cutlass::arch::Sm90;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-};
 struct Sm100OneSm {
   static constexpr int kSmsPerMma = 1;
   using Arch = cutlass::arch::Sm100;
@@ -607,67 +595,6 @@ struct Gemm : Kernel3x<Gemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, Tile
             b,  dB,
             sa, scale_layout<ScaleM>(rows_a, p.k, sa_g, sa_k),
             sb, scale_layout<ScaleN>(rows_b, p.k, sb_g, sb_k)};
-  }
-};
-
-// A grouped GEMM: GemmArgs::groups problems whose sizes, pointers and leading dimensions
-// live in GPU arrays (GemmArgs::group), never read on the host. C and D are row-major.
-template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
-          class TileShape, class ClusterShape, class Schedule, int AlignAB>
-struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
-                                          ClusterShape, Schedule, AlignAB>> {
-  using Cluster = ClusterShape;
-  // CUTLASS's grouped kernels have no dependency wait, and every warp reads the group
-  // sizes from GPU memory to schedule its tiles: never launched as a dependent.
-  static constexpr bool kProgrammatic = false;
-  using ElementAcc = float;
-  static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using LayoutD = cutlass::layout::RowMajor;
-  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc, ElementD, LayoutD*,
-      kAlignD, ElementD, LayoutD*, kAlignD, typename Schedule::Epilogue,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, ElementD,
-                                                   ElementAcc>>::CollectiveOp;
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, AlignAB,
-      ElementB, LayoutB*, AlignAB, ElementAcc, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Schedule::Mainloop>::CollectiveOp;
-  using GemmKernel =
-      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
-  using Arguments = typename GemmKernel::Arguments;
-
-  // The runtime writes each group's leading dimension as an int64_t: the kernel's
-  // per-group strides must be exactly that (one dynamic mode, the others static).
-  using StrideA = typename GemmKernel::InternalStrideA;
-  using StrideB = typename GemmKernel::InternalStrideB;
-  using StrideC = typename GemmKernel::InternalStrideC;
-  using StrideD = typename GemmKernel::InternalStrideD;
-  static_assert(sizeof(StrideA) == 8 && sizeof(StrideB) == 8 && sizeof(StrideC) == 8 &&
-                    sizeof(StrideD) == 8,
-                "grouped strides must be one int64_t");
-  static_assert(sizeof(typename ProblemShape::UnderlyingProblemShape) == 3 * sizeof(int));
-
-  static Arguments arguments(const GemmArgs& p) {
-    typename CollectiveEpilogue::FusionCallbacks::Arguments thread{};
-    thread.alpha = float(p.alpha);
-    thread.beta = float(p.beta);
-    const GroupArrays& g = p.group;
-    Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGrouped,
-        {p.groups, reinterpret_cast<typename ProblemShape::UnderlyingProblemShape*>(g.shape),
-         nullptr},  // sizes on the GPU only
-        {reinterpret_cast<const ElementA**>(g.a), reinterpret_cast<StrideA*>(g.lda),
-         reinterpret_cast<const ElementB**>(g.b), reinterpret_cast<StrideB*>(g.ldb)},
-        {thread, reinterpret_cast<const ElementD**>(g.c), reinterpret_cast<StrideC*>(g.ldc),
-         reinterpret_cast<ElementD**>(g.d), reinterpret_cast<StrideD*>(g.ldd)}};
-    args.hw_info.device_id = p.device;
-    args.hw_info.sm_count = p.sm_count;
-    return args;
   }
 };
 

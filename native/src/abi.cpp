@@ -170,16 +170,18 @@ PCR_API void pcr_plan_destroy(pcr_plan* plan) {
 
 PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
                              const DLTensor* const* c, const DLTensor* const* d, int32_t count,
-                             double alpha, double beta, int32_t kernel, void* stream,
-                             pcr_problem* problem) {
-  return guarded(
-      [&] { return grouped_gemm(a, b, c, d, count, alpha, beta, kernel, stream, problem); });
+                             double alpha, double beta, const pcr_extras* const* extras,
+                             int32_t kernel, void* stream, pcr_problem* problem) {
+  return guarded([&] {
+    return grouped_gemm(a, b, c, d, count, alpha, beta, extras, kernel, stream, problem);
+  });
 }
 
 PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
-                         const DLTensor* out, double alpha, int32_t kernel, void* stream,
-                         pcr_problem* problem) {
-  return guarded([&] { return moe_gemm(x, w, offsets, out, alpha, kernel, stream, problem); });
+                         const DLTensor* out, double alpha, const pcr_extras* extras,
+                         int32_t kernel, void* stream, pcr_problem* problem) {
+  return guarded(
+      [&] { return moe_gemm(x, w, offsets, out, alpha, extras, kernel, stream, problem); });
 }
 
 PCR_API int pcr_quantize(const DLTensor* x, const DLTensor* q, const DLTensor* scale,
@@ -305,18 +307,21 @@ PCR_API int pcr_py_describe(void* a, void* b, void* c, void* d, double alpha, do
       [&] { return py_describe(a, b, c, d, alpha, beta, extras, out, verdicts, count); });
 }
 
-PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
-                                double beta, int32_t kernel, int32_t flags, void* stream,
-                                pcr_problem* problem) {
+PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, void** extras,
+                                int32_t count, double alpha, double beta, int32_t kernel,
+                                int32_t flags, void* stream, pcr_problem* problem) {
   return guarded([&] {
-    return py_grouped_gemm(a, b, c, d, count, alpha, beta, kernel, flags, stream, problem);
+    return py_grouped_gemm(a, b, c, d, extras, count, alpha, beta, kernel, flags, stream,
+                           problem);
   });
 }
 
 PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
-                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
-  return guarded(
-      [&] { return py_moe_gemm(x, w, offsets, out, alpha, kernel, flags, stream, problem); });
+                            void* extras, int32_t kernel, int32_t flags, void* stream,
+                            pcr_problem* problem) {
+  return guarded([&] {
+    return py_moe_gemm(x, w, offsets, out, alpha, extras, kernel, flags, stream, problem);
+  });
 }
 
 PCR_API const void* pcr_py_builtins(void) {

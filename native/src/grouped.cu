@@ -12,9 +12,16 @@
 #include <vector>
 
 #include "runtime.h"
+#include "problem.h"
 
 namespace pcr {
 namespace {
+
+// One group's epilogue factors (GroupEpilogue's entries): null where the call has none.
+struct Factors {
+  const float *scale_a, *scale_b, *row_scales, *col_scales;
+  const void* bias_n;
+};
 
 // One group's entry of the GPU arrays, as the list form's fill kernel receives it.
 struct Entry {
@@ -22,29 +29,44 @@ struct Entry {
   const void *a, *b, *c;
   void* d;
   int64_t lda, ldb, ldc, ldd;
+  Factors f;
 };
 // Launch parameters stay under the classic 4 KB limit: groups are written in chunks.
-constexpr int kChunk = 48;
+constexpr int kChunk = 32;
 struct Chunk {
   int first, count;
   Entry e[kChunk];
 };
 static_assert(sizeof(Chunk) <= 4000, "fill_groups parameters must fit 4 KB");
 
+// The arrays a grouped kernel reads: the problems, and the epilogue's factors (an array
+// exists only for a factor the call has).
+struct Arrays {
+  GroupArrays group;
+  GroupEpilogue epilogue;
+};
+
 // Group g's entry into the arrays the grouped kernels read.
-__device__ void put(const GroupArrays& out, int g, const Entry& e) {
-  for (int j = 0; j < 3; ++j) out.shape[g][j] = e.shape[j];
-  out.a[g] = e.a;
-  out.b[g] = e.b;
-  out.c[g] = e.c;
-  out.d[g] = e.d;
-  out.lda[g] = e.lda;
-  out.ldb[g] = e.ldb;
-  out.ldc[g] = e.ldc;
-  out.ldd[g] = e.ldd;
+__device__ void put(const Arrays& out, int g, const Entry& e) {
+  const GroupArrays& o = out.group;
+  for (int j = 0; j < 3; ++j) o.shape[g][j] = e.shape[j];
+  o.a[g] = e.a;
+  o.b[g] = e.b;
+  o.c[g] = e.c;
+  o.d[g] = e.d;
+  o.lda[g] = e.lda;
+  o.ldb[g] = e.ldb;
+  o.ldc[g] = e.ldc;
+  o.ldd[g] = e.ldd;
+  const GroupEpilogue& x = out.epilogue;
+  if (x.scale_a) x.scale_a[g] = e.f.scale_a;
+  if (x.scale_b) x.scale_b[g] = e.f.scale_b;
+  if (x.row_scales) x.row_scales[g] = e.f.row_scales;
+  if (x.col_scales) x.col_scales[g] = e.f.col_scales;
+  if (x.bias_n) x.bias_n[g] = e.f.bias_n;
 }
 
-__global__ void fill_groups(Chunk chunk, GroupArrays out) {
+__global__ void fill_groups(Chunk chunk, Arrays out) {
   const int i = threadIdx.x;
   if (i < chunk.count) put(out, chunk.first + i, chunk.e[i]);
 }
@@ -64,6 +86,13 @@ struct Moe {
   int64_t out_row;
   int n, k;
   int64_t lda, ldb, ldd;
+  // the epilogue's factors: x's per-tensor scale or per-token scales (row e of out reads
+  // row_scales + its first row), w's scale(s) and the bias, expert e's `*_expert` elements
+  // (bytes for the bias) past expert 0's
+  const float *scale_a, *row_scales, *scale_b, *col_scales;
+  int64_t scale_b_expert, col_scales_expert;
+  const char* bias_n;
+  int64_t bias_expert;
 };
 
 // Expert e's rows [*start, *end) of x and out, as the offsets say, read as their running
@@ -83,11 +112,15 @@ __device__ void expert_rows(const Moe& p, int e, int64_t* start, int64_t* end) {
   *end = t > p.tokens ? p.tokens : t;
 }
 
-__global__ void fill_moe(Moe p, GroupArrays out) {
+__global__ void fill_moe(Moe p, Arrays out) {
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < p.experts; e += gridDim.x * blockDim.x) {
     int64_t start, end;
     expert_rows(p, e, &start, &end);
     char* rows = p.out + start * p.out_row;  // C (never read: beta = 0) and D
+    const Factors f{p.scale_a, p.scale_b ? p.scale_b + e * p.scale_b_expert : nullptr,
+                    p.row_scales ? p.row_scales + start : nullptr,
+                    p.col_scales ? p.col_scales + e * p.col_scales_expert : nullptr,
+                    p.bias_n ? p.bias_n + e * p.bias_expert : nullptr};
     put(out, e,
         {{int(end - start), p.n, p.k},
          p.x + start * p.x_row,
@@ -97,7 +130,8 @@ __global__ void fill_moe(Moe p, GroupArrays out) {
          p.lda,
          p.ldb,
          p.ldd,
-         p.ldd});
+         p.ldd,
+         f});
   }
 }
 
@@ -114,15 +148,40 @@ __global__ void zero_moe_rows(Moe p, int64_t row_bytes) {
 
 size_t round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
-size_t arrays_bytes(int count) { return round16(sizeof(int[3]) * count) + 8 * 8 * size_t(count); }
+// Which of GroupEpilogue's arrays a problem's epilogue reads.
+Factors factors_of(const pcr_problem& p) {
+  auto* yes = reinterpret_cast<const float*>(1);
+  return {p.scale_m == PCR_SCALE_TENSOR ? yes : nullptr,
+          p.scale_n == PCR_SCALE_TENSOR ? yes : nullptr,
+          p.scale_m == PCR_SCALE_VECTOR ? yes : nullptr,
+          p.scale_n == PCR_SCALE_VECTOR ? yes : nullptr,
+          p.bias == PCR_BIAS_PER_COLUMN ? yes : nullptr};
+}
 
-// The arrays of `count` groups laid out in one buffer.
-GroupArrays arrays_at(char* base, int count) {
-  GroupArrays g;
+// A group's factors from its bound operands (canonical: d row-major).
+Factors factors_of(const pcr_problem& p, const Bound& bd) {
+  auto* sm = reinterpret_cast<const float*>(bd.scale_m.ptr);
+  auto* sn = reinterpret_cast<const float*>(bd.scale_n.ptr);
+  return {p.scale_m == PCR_SCALE_TENSOR ? sm : nullptr, p.scale_n == PCR_SCALE_TENSOR ? sn : nullptr,
+          p.scale_m == PCR_SCALE_VECTOR ? sm : nullptr, p.scale_n == PCR_SCALE_VECTOR ? sn : nullptr,
+          p.bias == PCR_BIAS_PER_COLUMN ? bd.bias.ptr : nullptr};
+}
+
+constexpr int kArraysPerGroup = 8 + 5;  // GroupArrays' pointers and strides, GroupEpilogue's
+
+size_t arrays_bytes(int count) {
+  return round16(sizeof(int[3]) * count) + kArraysPerGroup * 8 * size_t(count);
+}
+
+// The arrays of `count` groups laid out in one buffer; an epilogue array only where
+// `present` has that factor.
+Arrays arrays_at(char* base, int count, const Factors& present) {
+  Arrays out{};
+  GroupArrays& g = out.group;
   g.shape = reinterpret_cast<int (*)[3]>(base);
   char* p = base + round16(sizeof(int[3]) * count);
-  auto next = [&](auto** slot) {
-    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(p);
+  auto next = [&](auto** slot, bool want = true) {
+    *slot = want ? reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(p) : nullptr;
     p += 8 * size_t(count);
   };
   next(&g.a);
@@ -133,7 +192,13 @@ GroupArrays arrays_at(char* base, int count) {
   next(&g.ldb);
   next(&g.ldc);
   next(&g.ldd);
-  return g;
+  GroupEpilogue& e = out.epilogue;
+  next(&e.scale_a, present.scale_a);
+  next(&e.scale_b, present.scale_b);
+  next(&e.row_scales, present.row_scales);
+  next(&e.col_scales, present.col_scales);
+  next(&e.bias_n, present.bias_n);
+  return out;
 }
 
 int group_error(int status, int group) {
@@ -146,7 +211,7 @@ int group_error(int status, int group) {
 // that one that fails leaves the outputs as they were.
 template <class Before, class Fill>
 int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double beta,
-                cudaStream_t stream, Before before, Fill fill) {
+                const ActivationArgs& activation, cudaStream_t stream, Before before, Fill fill) {
   Scratch arrays, ws;  // arrays: written on the GPU by `fill`, read by the kernel
   GemmArgs g;
   std::memset(&g, 0, sizeof g);  // prepared launches compare args bytewise
@@ -162,7 +227,10 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
     g.beta = beta;
     g.batch = 1;
     g.groups = groups;
-    g.group = arrays_at(static_cast<char*>(arrays.get()), groups);
+    g.activation = activation;
+    const Arrays at = arrays_at(static_cast<char*>(arrays.get()), groups, factors_of(p));
+    g.group = at.group;
+    g.group_epilogue = at.epilogue;
     g.device = p.device;
     g.sm_count = p.sm_count;
     ws_bytes = workspace_size(k, g, nullptr);
@@ -170,15 +238,42 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
   }
   st = before();
   if (st != PCR_OK || groups == 0) return st;
-  if ((st = fill(g.group))) return st;
+  if ((st = fill(Arrays{g.group, g.group_epilogue}))) return st;
   return run_prepared(k, g, stream, nullptr, ws.get(), ws_bytes);
+}
+
+// What a grouped kernel's epilogue cannot do, named for group g (or the MoE layer, g < 0).
+int grouped_epilogue_error(const pcr_problem& q, int g) {
+  const std::string who = g < 0 ? std::string("moe_gemm") : "group " + std::to_string(g);
+  if (is_grid(q.scale_m))
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "%s: block-scale grids (fp8 1x128 / 128x128 scales) are not supported by "
+                     "grouped GEMMs in this build; give per-tensor, per-token or per-channel "
+                     "scales, or run the groups one by one with pcr.gemm",
+                     who.c_str());
+  if (q.bias == PCR_BIAS_PER_ROW)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "%s: a grouped GEMM's bias runs along d's columns ((N,) or (1, N)), not "
+                     "its rows",
+                     who.c_str());
+  if (q.epilogue == PCR_EPI_AUX || q.out_scale)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "%s: grouped GEMMs write no aux, amax or scale_d (no grouped kernel has "
+                     "that epilogue)",
+                     who.c_str());
+  return PCR_OK;
+}
+
+bool same_activation(const ActivationArgs& x, const ActivationArgs& y) {
+  return x.kind == y.kind && x.alpha == y.alpha && x.beta == y.beta;
 }
 
 }  // namespace
 
 int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTensor* const* c,
-                 const DLTensor* const* d, int32_t count, double alpha, double beta, int32_t kernel,
-                 void* stream_ptr, pcr_problem* out) {
+                 const DLTensor* const* d, int32_t count, double alpha, double beta,
+                 const pcr_extras* const* extras, int32_t kernel, void* stream_ptr,
+                 pcr_problem* out) {
   clear_error();
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
@@ -194,9 +289,11 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     if (!a[g] || !b[g] || !d[g])
       return set_error(PCR_ERR_INVALID_ARGUMENT, "group %d: a, b and d are required", g);
     // a group without c reads no C, whatever beta is (its d is zeroed for the kernel)
-    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, nullptr, &probs[g], &bounds[g]);
+    const pcr_extras* xg = extras ? extras[g] : nullptr;
+    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, xg, &probs[g], &bounds[g]);
     if (st != PCR_OK) return group_error(st, g);
     const pcr_problem& q = probs[g];
+    if ((st = grouped_epilogue_error(q, g))) return st;
     if (q.batch != 1 || q.host)
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "group %d: grouped GEMMs take 2-D GPU matrices (a batch or a host "
@@ -254,6 +351,13 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
                        "group %d differs from group %d in dtypes, layouts (after orienting d "
                        "row-major) or device; one grouped launch needs them alike",
                        g, lead);
+    if (q.epilogue != q0.epilogue || q.scale_m != q0.scale_m || q.scale_n != q0.scale_n ||
+        q.bias != q0.bias || q.fast_accum != q0.fast_accum ||
+        !same_activation(bounds[g].activation, bounds[lead].activation))
+      return set_error(PCR_ERR_INVALID_ARGUMENT,
+                       "group %d differs from group %d in its extras (which scales, bias, "
+                       "activation and math it has); one grouped launch applies them alike",
+                       g, lead);
   }
   p = probs[lead];
   p.grouped = PCR_GROUPED_LIST;
@@ -273,6 +377,7 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     p.align_b = std::min(p.align_b, q.align_b);
     p.align_d = std::min(p.align_d, q.align_d);
     if (q.c_mode == PCR_C_READ) p.align_c = std::min(p.align_c, q.align_c);
+    if (q.bias != PCR_BIAS_NONE) p.align_bias = std::min(p.align_bias, q.align_bias);
   }
 
   // The kernel first: a call that needs a selection returns before any GPU work.
@@ -289,7 +394,16 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     const pcr_problem& q = probs[g];
     if (q.m == 0 || q.n == 0 || q.k == 0) continue;
     GemmArgs ga = gemm_args(q, bounds[g]);
-    entries.push_back({{ga.m, ga.n, ga.k}, ga.a, ga.b, ga.c, ga.d, ga.lda, ga.ldb, ga.ldc, ga.ldd});
+    entries.push_back({{ga.m, ga.n, ga.k},
+                       ga.a,
+                       ga.b,
+                       ga.c,
+                       ga.d,
+                       ga.lda,
+                       ga.ldb,
+                       ga.ldc,
+                       ga.ldd,
+                       factors_of(q, bounds[g])});
   }
   auto before = [&] {
     for (int g = 0; g < count; ++g) {
@@ -298,16 +412,17 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
       if (q.m == 0 || q.n == 0) continue;
       const bool has_c = q.c_mode != PCR_C_NONE;
       int st = PCR_OK;
-      if (q.k == 0)
-        st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? beta : 0.0, stream);
+      if (q.k == 0)  // d = act(beta * c + bias): the scaled product is 0
+        st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, has_c ? beta : 0.0, stream,
+                               q.bias != PCR_BIAS_NONE ? &bd.bias : nullptr, bd.activation);
       else if (beta != 0.0 && q.c_mode != PCR_C_READ)
         st = launch_scale_copy(has_c ? &bd.c : nullptr, bd.d, 1.0, stream);
       if (st != PCR_OK) return st;
     }
     return int(PCR_OK);
   };
-  return run_grouped(p, k, int(entries.size()), alpha, beta, stream, before,
-                     [&](const GroupArrays& arrays) {
+  return run_grouped(p, k, int(entries.size()), alpha, beta, bounds[lead].activation, stream,
+                     before, [&](const Arrays& arrays) {
                        for (size_t first = 0; first < entries.size(); first += kChunk) {
                          Chunk chunk;
                          chunk.first = int(first);
@@ -319,8 +434,79 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
                      });
 }
 
+namespace {
+
+// A MoE layer's per-expert extra (w's scales, the bias) as expert 0's slice, which
+// describe validates as one GEMM's, and the elements from one expert's slice to the next
+// (0: shared by every expert).
+struct ExpertSlice {
+  DLTensor view;
+  int64_t shape[2], strides[2];
+  int64_t step = 0;
+};
+
+// `t` of E experts: with a leading expert dimension (E, ...) when `per_expert`, else shared.
+// The slice drops that dimension: (E,) -> (1,), (E, N) -> (N,), (E, 1, N) -> (1, N).
+void slice_expert(const DLTensor& t, bool per_expert, const void* no_expert, ExpertSlice* out) {
+  out->view = t;
+  if (!per_expert) return;
+  const int nd = t.ndim - 1;
+  for (int i = 0; i < nd; ++i) {
+    out->shape[i] = t.shape[i + 1];
+    int64_t s = 1;
+    for (int j = i + 2; j < t.ndim; ++j) s *= t.shape[j];
+    out->strides[i] = t.strides ? t.strides[i + 1] : s;
+  }
+  int64_t expert_stride = 1;
+  for (int j = 1; j < t.ndim; ++j) expert_stride *= t.shape[j];
+  out->step = t.strides ? t.strides[0] : expert_stride;
+  if (nd == 0) out->shape[0] = 1, out->strides[0] = 1;  // (E,): one value per expert
+  out->view.ndim = nd == 0 ? 1 : nd;
+  out->view.shape = out->shape;
+  out->view.strides = out->strides;
+  if (t.shape[0] == 0) out->view.data = const_cast<void*>(no_expert), out->view.byte_offset = 0;
+}
+
+// Whether a MoE layer's w scales or bias `t` has a leading expert dimension: scale_b one
+// value (shared), (E,) / (E, 1) / (E, 1, 1) per expert, (1, N) shared per channel,
+// (E, N) / (E, 1, N) per expert and channel; bias (N,) / (1, N) shared, (E, N) / (E, 1, N)
+// per expert. Anything else is an error naming these.
+int per_expert_of(const DLTensor& t, const char* name, bool is_bias, int64_t experts, int64_t n,
+                  bool* per_expert) {
+  int64_t numel = 1;
+  for (int i = 0; i < t.ndim; ++i) numel *= t.shape[i];
+  const int64_t* s = t.shape;
+  const bool lead = t.ndim >= 1 && s[0] == experts;
+  bool ok = false, per = false;
+  if (!is_bias && numel == 1) {  // with one expert, shared and per expert are the same
+    ok = true;
+  } else if (t.ndim == 1) {
+    ok = is_bias ? s[0] == n : s[0] == experts;
+    per = !is_bias;
+  } else if (t.ndim == 2) {
+    if (s[0] == 1 && s[1] == n) ok = true;  // shared per channel (E = 1: the same)
+    else if (lead && (s[1] == n || (!is_bias && s[1] == 1))) ok = per = true;
+  } else if (t.ndim == 3) {
+    ok = per = lead && s[1] == 1 && (s[2] == n || (!is_bias && s[2] == 1));
+  }
+  *per_expert = per;
+  if (ok) return PCR_OK;
+  return set_error(PCR_ERR_INVALID_ARGUMENT,
+                   is_bias ? "%s for %" PRId64 " experts of %" PRId64
+                             " outputs: give (N,) or (1, N) (shared), or (E, N) / (E, 1, N) "
+                             "(one per expert)"
+                           : "%s for %" PRId64 " experts of %" PRId64
+                             " outputs: give one value (shared), (E,) (one per expert), "
+                             "(1, N) (per channel, shared) or (E, N) / (E, 1, N) (per expert "
+                             "and channel)",
+                   name, experts, n);
+}
+
+}  // namespace
+
 int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, const DLTensor* out_t,
-             double alpha, int32_t kernel, void* stream_ptr, pcr_problem* out) {
+             double alpha, const pcr_extras* extras, int32_t kernel, void* stream_ptr,
+             pcr_problem* out) {
   clear_error();
   pcr_problem local;
   pcr_problem& p = out ? *out : local;
@@ -328,7 +514,20 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   p.grouped = PCR_GROUPED_MOE;
   if (!x || !w || !offsets || !out_t)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "moe_gemm: x, w, offsets and out are required");
-  if (int st = check_tensors({{x, "x"}, {w, "w"}, {offsets, "offsets"}, {out_t, "out"}})) return st;
+  const pcr_extras none{};
+  const pcr_extras& ex = extras ? *extras : none;
+  if (int st = check_tensors({{x, "x"},
+                              {w, "w"},
+                              {offsets, "offsets"},
+                              {out_t, "out"},
+                              {ex.bias, "bias"},
+                              {ex.scale_a, "scale_a"},
+                              {ex.scale_b, "scale_b"}}))
+    return st;
+  if (ex.conv || ex.aux || ex.amax || ex.scale_d)
+    return set_error(PCR_ERR_UNSUPPORTED,
+                     "moe_gemm's extras are bias, scale_a (x's scales), scale_b (w's), the "
+                     "activation and math; it writes no aux, amax or scale_d");
   if (w->ndim != 3)
     return set_error(PCR_ERR_INVALID_ARGUMENT, "w must be 3-D (experts, K, N), got a %d-D tensor",
                      w->ndim);
@@ -344,9 +543,29 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   w0.shape = w->shape + 1;
   w0.strides = w->strides ? w->strides + 1 : nullptr;
   if (experts == 0) w0.data = const_cast<char*>(kNoExpert), w0.byte_offset = 0;
+  // w's scales and the bias likewise: expert 0's slices, and the step to the next
+  const int64_t n_out = w->shape[2];
+  ExpertSlice scale_w, bias;
+  int st;
+  pcr_extras ex0 = ex;
+  bool per_expert = false;
+  if (ex.scale_b) {
+    if ((st = per_expert_of(*ex.scale_b, "scale_b", false, experts, n_out, &per_expert)))
+      return st;
+    slice_expert(*ex.scale_b, per_expert, kNoExpert, &scale_w);
+    ex0.scale_b = &scale_w.view;
+  }
+  if (ex.bias) {
+    if ((st = per_expert_of(*ex.bias, "bias", true, experts, n_out, &per_expert))) return st;
+    slice_expert(*ex.bias, per_expert, kNoExpert, &bias);
+    ex0.bias = &bias.view;
+  }
   Bound bd;
-  int st = describe(x, &w0, nullptr, out_t, alpha, 0.0, nullptr, &p, &bd);
+  st = describe(x, &w0, nullptr, out_t, alpha, 0.0, &ex0, &p, &bd);
   if (st != PCR_OK) return st;
+  if ((st = grouped_epilogue_error(p, -1))) return st;
+  if (scale_w.step < 0 || bias.step < 0)
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "scale_b and bias need a nonnegative expert stride");
   if (p.transposed || p.host || p.layout_a != PCR_ROW_MAJOR)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "moe_gemm takes row-major GPU x and out (one token per row)");
@@ -401,15 +620,27 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   moe.lda = bd.lda;
   moe.ldb = bd.ldb;
   moe.ldd = bd.ldd;
+  const Factors f = factors_of(p, bd);
+  moe.scale_a = f.scale_a;
+  moe.row_scales = f.row_scales;
+  moe.scale_b = f.scale_b;
+  moe.col_scales = f.col_scales;
+  moe.scale_b_expert = moe.col_scales_expert = scale_w.step;
+  moe.bias_n = static_cast<const char*>(f.bias_n);
+  moe.bias_expert = bias.step * bd.d.esize;
   if (p.k == 0) {
+    if (p.bias != PCR_BIAS_NONE || p.activation != PCR_ACT_NONE)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "moe_gemm with K = 0 and a bias or activation: each expert's rows would "
+                       "be act(bias), which no kernel writes; K = 0 without them gives zeros");
     const int64_t row_bytes = p.n * bd.d.esize;
     dim3 grid(unsigned(std::min<int64_t>(p.m, 256)), unsigned(std::min<int64_t>(experts, 65535)));
     zero_moe_rows<<<grid, 256, 0, stream>>>(moe, row_bytes);
     return cuda_status(cudaGetLastError(), "MoE GEMM with K = 0");
   }
   return run_grouped(
-      p, k, int(experts), alpha, 0.0, stream, [] { return int(PCR_OK); },
-      [&](const GroupArrays& arrays) {
+      p, k, int(experts), alpha, 0.0, bd.activation, stream, [] { return int(PCR_OK); },
+      [&](const Arrays& arrays) {
         int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
         fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);
         return cuda_status(cudaGetLastError(), "MoE GEMM arrays");

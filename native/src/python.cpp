@@ -530,38 +530,44 @@ int py_plan_create(void* a, void* b, void* c, void* d, double alpha, double beta
   return st;
 }
 
-int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
-                    double beta, int32_t kernel, int32_t flags, void* stream,
+int py_grouped_gemm(void** a, void** b, void** c, void** d, void** extras, int32_t count,
+                    double alpha, double beta, int32_t kernel, int32_t flags, void* stream,
                     pcr_problem* problem) {
   clear_error();
   if (count < 0 || (count > 0 && (!a || !b || !d)))
     return set_error(PCR_ERR_INVALID_ARGUMENT, "grouped GEMM: need count >= 0 and a, b, d");
   std::vector<Operand> ops(size_t(count) * kOperands);
+  std::vector<PyExtras> xs(static_cast<size_t>(count));
+  std::vector<const pcr_extras*> group_extras(size_t(count), nullptr);
   std::vector<const DLTensor*> views(size_t(count) * 4, nullptr);
   for (int g = 0; g < count; ++g) {
     Operand* op = &ops[size_t(g) * kOperands];
-    if (int st = ingest_all(a[g], b[g], c ? c[g] : nullptr, d[g], PyExtras{}, op))
-      return set_error(st, "group %d: %s", g, std::string(last_error()).c_str());
+    int st = read_extras(extras ? extras[g] : nullptr, &xs[g]);
+    if (st == PCR_OK) st = ingest_all(a[g], b[g], c ? c[g] : nullptr, d[g], xs[g], op);
+    if (st != PCR_OK) return set_error(st, "group %d: %s", g, std::string(last_error()).c_str());
     for (int i = 0; i < 4; ++i) views[size_t(i) * count + g] = dl_or_null(op[i]);
+    group_extras[g] = extras_of(xs[g], op);
   }
   // the producer's stream of the first group (all groups run in one launch)
   if (count > 0)
     if (int st = producer_stream(ops.data(), flags, &stream)) return st;
   return grouped_gemm(views.data(), views.data() + count, views.data() + 2 * size_t(count),
-                      views.data() + 3 * size_t(count), count, alpha, beta, kernel, stream,
-                      problem);
+                      views.data() + 3 * size_t(count), count, alpha, beta,
+                      extras ? group_extras.data() : nullptr, kernel, stream, problem);
 }
 
-int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,
-                int32_t flags, void* stream, pcr_problem* problem) {
+int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, void* extras,
+                int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
   clear_error();
   Operand ops[kOperands];
+  PyExtras xs;
   // x, w, out as a, b, d (required, d writable); offsets in c's slot
-  int st = ingest_all(x, w, offsets, out, PyExtras{}, ops);
+  int st = ingest_call(x, w, offsets, out, extras, ops, &xs);
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   if (!ops[2].present) return set_error(PCR_ERR_INVALID_ARGUMENT, "offsets is required");
-  return moe_gemm(&ops[0].dl, &ops[1].dl, &ops[2].dl, &ops[3].dl, alpha, kernel, stream, problem);
+  return moe_gemm(&ops[0].dl, &ops[1].dl, &ops[2].dl, &ops[3].dl, alpha, extras_of(xs, ops),
+                  kernel, stream, problem);
 }
 
 const void* py_builtins() { return py().ok ? kBuiltins : nullptr; }

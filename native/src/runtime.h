@@ -198,10 +198,12 @@ const char* dtype_name(int dtype);
 
 // ---- grouped GEMMs (grouped.cu): the C entry points' work ----
 int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTensor* const* c,
-                 const DLTensor* const* d, int32_t count, double alpha, double beta, int32_t kernel,
-                 void* stream, pcr_problem* problem);
+                 const DLTensor* const* d, int32_t count, double alpha, double beta,
+                 const pcr_extras* const* extras, int32_t kernel, void* stream,
+                 pcr_problem* problem);
 int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, const DLTensor* out,
-             double alpha, int32_t kernel, void* stream, pcr_problem* problem);
+             double alpha, const pcr_extras* extras, int32_t kernel, void* stream,
+             pcr_problem* problem);
 
 // ---- prepared launches (prepared.cpp) ----
 // A kernel's launch parameters built for one GemmArgs and workspace (see KernelOps).
@@ -425,10 +427,11 @@ int py_quantize(void* x, void* q, void* scale, int32_t granularity, int32_t dyna
                 void* stream);
 int py_col2im(void* cols, void* dx, void* c, void* conv, int32_t r, int32_t s, double alpha,
               double beta, int32_t flags, void* stream);
-int py_grouped_gemm(void** a, void** b, void** c, void** d, int32_t count, double alpha,
-                    double beta, int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
-int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, int32_t kernel,
-                int32_t flags, void* stream, pcr_problem* problem);
+int py_grouped_gemm(void** a, void** b, void** c, void** d, void** extras, int32_t count,
+                    double alpha, double beta, int32_t kernel, int32_t flags, void* stream,
+                    pcr_problem* problem);
+int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, void* extras,
+                int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
 // The CPython builtins' PyMethodDef table (pcr_py_builtins), or nullptr outside CPython.
 const void* py_builtins();
 
