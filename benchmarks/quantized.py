@@ -12,6 +12,15 @@ Cases, each a linear layer y = x @ w.T (x: M x K tokens, w: N x K):
   ``torch.mm`` on the unquantized tensors;
 - ``w8a8_fp8`` and ``w8a8_int8``: per-channel weights, activations quantized per token on
   the fly: ours ``pcr.quantize`` + ``pcr.gemm`` (two launches) against bf16 ``torch.mm``;
+- ``moe_fp8``: an fp8 MoE layer's GEMM (``MOE_LAYERS``: the expert shapes of Mixtral
+  8x7B, Qwen3-30B-A3B and DeepSeek-V3 with 32 local experts, tokens routed top-k with
+  skew): x in e4m3 with per-token scales, w (E, N, K) in e4m3 with per-expert per-channel
+  scales; ours ``pcr.moe_gemm(.., scale_a=, scale_b=)`` against
+  ``torch._scaled_grouped_mm`` with the same scales (where torch runs it on this GPU), a
+  loop of ``torch._scaled_mm`` over the experts (the routing as a host list: what a
+  framework without grouped fp8 GEMMs runs), and bf16 ``torch._grouped_mm`` on the
+  unquantized tensors. Rows are T, the tokens routed (each token once per expert it
+  visits);
 - ``quantize``: ``pcr.quantize`` per token-group of 128 at M >= 4096 alone, as memory
   bandwidth (bytes read and written over the device time).
 
@@ -40,13 +49,110 @@ from . import device
 from .shapes import HELDOUT
 from .timing import Contestant, Settings, device_times, set_count
 
-KINDS = ("block_fp8", "w8a8_fp8", "w8a8_int8")
+KINDS = ("block_fp8", "w8a8_fp8", "w8a8_int8", "moe_fp8")
 DEFAULT_L2 = 60 << 20
+#: MoE layers' expert GEMMs: (experts, K, N) of up (gate and up fused) and down projections
+MOE_LAYERS = {
+    "mixtral-8x7b up": (8, 4096, 28672),
+    "mixtral-8x7b down": (8, 14336, 4096),
+    "qwen3-30b-a3b up": (128, 2048, 1536),
+    "qwen3-30b-a3b down": (128, 768, 2048),
+    "deepseek-v3/32 up": (32, 7168, 4096),
+    "deepseek-v3/32 down": (32, 2048, 7168),
+}
+#: rows routed to a layer's experts (tokens times top-k)
+MOE_ROWS = (256, 1024, 4096, 16384)
 
 
-def shapes(sample: int) -> list:
-    """Every ``sample``-th held-out (M, N, K) whose K takes 16-byte rows of fp8 (TMA)."""
+def shapes(sample: int, kind: str = "block_fp8") -> list:
+    """Every ``sample``-th held-out (M, N, K) whose K takes 16-byte rows of fp8 (TMA); for
+    ``moe_fp8`` every (T, N, K, E) of MOE_LAYERS x MOE_ROWS."""
+    if kind == "moe_fp8":
+        return [(t, n, k, e) for e, k, n in MOE_LAYERS.values() for t in MOE_ROWS]
     return [s for s in HELDOUT if s[2] % 16 == 0][::sample]
+
+
+def _routing(torch, t: int, e: int):
+    """Rows per expert for t routed rows: skewed (a few hot experts), deterministic."""
+    g = torch.Generator().manual_seed(t * 1000 + e)
+    share = torch.rand(e, generator=g) ** 2 + 0.05
+    counts = (share / share.sum() * t).floor().long()
+    counts[0] += t - counts.sum()
+    return counts
+
+
+def _moe_operands(torch, t: int, n: int, k: int, e: int) -> dict:
+    import pycutlass_rt as pcr
+
+    x = torch.rand(t, k, device="cuda", dtype=torch.bfloat16) * 2 - 1
+    w = (torch.rand(e, n, k, device="cuda", dtype=torch.bfloat16) * 2 - 1) / math.sqrt(k)
+    counts = _routing(torch, t, e)
+    qw, sw = pcr.quantize(w.reshape(e * n, k), "float8_e4m3fn", "token")
+    qx, sx = pcr.quantize(x, "float8_e4m3fn", "token")
+    y = torch.empty(t, n, device="cuda", dtype=torch.bfloat16)
+    return {
+        "x": x,
+        "w": w.transpose(1, 2),  # (E, K, N), K-major
+        "qx": qx,
+        "sx": sx.reshape(t),
+        "qw": qw.reshape(e, n, k).transpose(1, 2),
+        "sw": sw.reshape(e, n),
+        "ends": counts.cumsum(0).to(torch.int32).cuda(),
+        "counts": counts.tolist(),
+        "y": y,
+        "y_peer": torch.empty_like(y),
+    }
+
+
+def _moe_contestants(torch, sets: list) -> list:
+    import pycutlass_rt as pcr
+
+    def ours(i):
+        s = sets[i]
+        pcr.moe_gemm(s["qx"], s["qw"], s["ends"], s["y"], scale_a=s["sx"], scale_b=s["sw"])
+
+    def scaled_grouped_mm(i):
+        s = sets[i]
+        torch._scaled_grouped_mm(
+            s["qx"], s["qw"], s["sx"], s["sw"], offs=s["ends"], out_dtype=torch.bfloat16
+        )
+
+    def scaled_mm_loop(i):
+        s, start = sets[i], 0
+        for e, rows in enumerate(s["counts"]):
+            if rows:
+                end = start + rows
+                torch._scaled_mm(
+                    s["qx"][start:end],
+                    s["qw"][e],
+                    s["sx"][start:end, None],
+                    s["sw"][e][None],
+                    out_dtype=torch.bfloat16,
+                )
+                start = end
+
+    def bf16(i):
+        s = sets[i]
+        torch._grouped_mm(s["x"], s["w"], offs=s["ends"])
+
+    out = [Contestant("ours", ours), Contestant("torch._scaled_mm loop", scaled_mm_loop)]
+    if hasattr(torch, "_scaled_grouped_mm"):
+        out.append(Contestant("torch._scaled_grouped_mm", scaled_grouped_mm))
+    if hasattr(torch, "_grouped_mm"):
+        out.append(Contestant("bf16 torch._grouped_mm", bf16))
+    return out
+
+
+def _moe_check(s: dict) -> float:
+    """Our result's relative error against the bf16 layer, expert by expert."""
+    start, err, ref_norm = 0, 0.0, 0.0
+    for e, rows in enumerate(s["counts"]):
+        end = start + rows
+        ref = s["x"][start:end].double() @ s["w"][e].double()
+        err += float((s["y"][start:end].double() - ref).norm() ** 2)
+        ref_norm += float(ref.norm() ** 2)
+        start = end
+    return math.sqrt(err / max(ref_norm, 1e-30))
 
 
 def _operands(torch, kind: str, m: int, n: int, k: int):
@@ -106,20 +212,32 @@ def check(torch, kind: str, s: dict) -> float:
 
 
 def run_case(torch, fw, kind, shape, settings, l2) -> dict:
-    m, n, k = shape
+    m, n, k = shape[:3]
     rec = {"kind": kind, "m": m, "n": n, "k": k}
+    moe = kind == "moe_fp8"
+    if moe:
+        rec["experts"] = shape[3]
     try:
-        first = _operands(torch, kind, m, n, k)
-        set_bytes = sum(t.numel() * t.element_size() for t in first.values())
+        make = (
+            (lambda: _moe_operands(torch, *shape))
+            if moe
+            else (lambda: _operands(torch, kind, m, n, k))
+        )
+        first = make()
+        set_bytes = sum(t.numel() * t.element_size() for t in first.values() if torch.is_tensor(t))
         nsets = set_count(set_bytes, l2, settings)
         free = torch.cuda.mem_get_info()[0]
         nsets = max(1, min(nsets, int(0.4 * free // max(set_bytes, 1))))
-        sets = [first] + [_operands(torch, kind, m, n, k) for _ in range(nsets - 1)]
-        cs = contestants(torch, kind, sets)
-        for c in cs:  # each once, then the check
-            c.fn(0)
+        sets = [first] + [make() for _ in range(nsets - 1)]
+        cs = _moe_contestants(torch, sets) if moe else contestants(torch, kind, sets)
+        for c in cs:  # each once (a peer that cannot run this case drops out), then the check
+            try:
+                c.fn(0)
+            except Exception as e:  # noqa: BLE001 - torch's fp8 routes vary by device
+                rec.setdefault("unavailable", {})[c.name] = f"{type(e).__name__}: {e}"[:200]
+        cs = [c for c in cs if c.name not in rec.get("unavailable", {})]
         torch.cuda.synchronize()
-        rec["rel_err"] = check(torch, kind, first)
+        rec["rel_err"] = _moe_check(first) if moe else check(torch, kind, first)
         times = device_times(fw, cs, nsets, settings, graph=True)
         rec["sets"] = nsets
         rec["us"] = {name: st.median_us for name, st in times.items()}
@@ -160,6 +278,12 @@ def geomean(values) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in values)) if values else float("nan")
 
 
+def _label(rec: dict) -> str:
+    """M x N x K, and E experts for a MoE case."""
+    shape = f"{rec['m']}x{rec['n']}x{rec['k']}"
+    return shape + (f"xE{rec['experts']}" if "experts" in rec else "")
+
+
 def summarize(records: list) -> list:
     lines = []
     for kind in KINDS:
@@ -172,7 +296,7 @@ def summarize(records: list) -> list:
             lines.append(
                 f"{kind:10s} vs {peer:18s} geomean {geomean([x for _, x in pairs]):5.3f} "
                 f"(M>=1024: {geomean(big):5.3f}, {len(big)} shapes) of {len(pairs)}; worst "
-                + ", ".join(f"{r['m']}x{r['n']}x{r['k']} {x:.2f}" for r, x in worst)
+                + ", ".join(f"{_label(r)} {x:.2f}" for r, x in worst)
             )
     return lines
 
@@ -210,12 +334,14 @@ def main(argv=None) -> int:
         },
         "records": [],
     }
-    todo = [(kind, s) for kind in args.kinds.split(",") for s in shapes(args.sample)]
+    todo = [(kind, s) for kind in args.kinds.split(",") for s in shapes(args.sample, kind)]
     for i, (kind, shape) in enumerate(todo):
         rec = run_case(torch, fw, kind, shape, settings, l2)
         result["records"].append(rec)
         ratios = " ".join(f"{p} {x:.3f}" for p, x in rec.get("ratio", {}).items())
-        print(f"[{i + 1}/{len(todo)}] {kind} {shape}: {ratios or rec.get('error')}", flush=True)
+        print(
+            f"[{i + 1}/{len(todo)}] {kind} {_label(rec)}: {ratios or rec.get('error')}", flush=True
+        )
     result["quantize"] = quantize_bandwidth(torch, fw, settings)
     result["machine"]["smi_after"] = device.nvidia_smi()
     result["summary"] = summarize(result["records"])
