@@ -10,14 +10,16 @@ through ``torch.library``, the operators of the ``pycutlass_rt::`` namespace::
                                                    # fp8 (block scales too), int8
     torch.ops.pycutlass_rt.quantize(x, dtype, granularity)  # (q, scale): fp8 or int8
     torch.ops.pycutlass_rt.grouped_mm(x, w, offs)             # MoE, as torch._grouped_mm
+    torch.ops.pycutlass_rt.scaled_grouped_mm(x, w, scale_x, scale_w, offs, bias, out_dtype,
+                                             activation)  # fp8 MoE, fused epilogue
     torch.ops.pycutlass_rt.conv2d(x, w, bias, stride, padding, dilation, groups,
                                   activation)  # act(F.conv2d(...)), fused; channels_last
 
 and the functions :func:`mm`, :func:`linear`, :func:`scaled_mm`, :func:`quantize`,
-:func:`grouped_mm` and :func:`conv2d` that call them, the modules :class:`Linear`
-(``nn.Linear``'s parameters and state_dict, optionally with a fused activation) and
-:class:`QuantLinear` (quantized weights as fp8 and int8 checkpoints store them), and
-:func:`replace_linear`.
+:func:`grouped_mm`, :func:`scaled_grouped_mm` and :func:`conv2d` that call them, the
+modules :class:`Linear` (``nn.Linear``'s parameters and state_dict, optionally with a
+fused activation) and :class:`QuantLinear` (quantized weights as fp8 and int8 checkpoints
+store them), and :func:`replace_linear`.
 
 Each operator has a fake (meta) implementation written on symbolic sizes, so
 ``torch.compile(fullgraph=True)`` traces it without a graph break, with dynamic shapes;
@@ -68,7 +70,7 @@ from . import _schema, _fake, _cuda, _cpu, _autograd  # noqa: F401
 
 # isort: on
 from ._allocator import use_caching_allocator
-from ._api import conv2d, grouped_mm, linear, mm, quantize, scaled_mm
+from ._api import conv2d, grouped_mm, linear, mm, quantize, scaled_grouped_mm, scaled_mm
 from ._checks import ACTIVATIONS
 from ._modules import Linear, replace_linear
 from ._quantized import QuantLinear
@@ -83,6 +85,7 @@ __all__ = [
     "mm",
     "quantize",
     "replace_linear",
+    "scaled_grouped_mm",
     "scaled_mm",
     "use_caching_allocator",
 ]

@@ -1,12 +1,22 @@
-"""The Python API: :func:`mm`, :func:`linear`, :func:`scaled_mm`, :func:`grouped_mm` and
-:func:`conv2d`, each a call of its ``torch.ops.pycutlass_rt`` operator."""
+"""The Python API: :func:`mm`, :func:`linear`, :func:`scaled_mm`, :func:`grouped_mm`,
+:func:`scaled_grouped_mm` and :func:`conv2d`, each a call of its ``torch.ops.pycutlass_rt``
+operator."""
 
 import torch
 
 from ._autograd import OUTPUT_GRADIENT
 from ._checks import _act_name
 from ._cpu import _ACT_FN
-from ._schema import _conv2d, _grouped_mm, _linear, _mm, _mm_out, _quantize, _scaled_mm
+from ._schema import (
+    _conv2d,
+    _grouped_mm,
+    _linear,
+    _mm,
+    _mm_out,
+    _quantize,
+    _scaled_grouped_mm,
+    _scaled_mm,
+)
 
 
 def _fused_unless_kept(op, activation, x, weight, bias, *args):
@@ -182,6 +192,62 @@ def grouped_mm(x, w, offs):
         torch.Size([1000, 512])
     """
     return _grouped_mm(x, w, offs)
+
+
+def scaled_grouped_mm(x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, activation=None):
+    """An fp8 mixture-of-experts GEMM in one launch, like
+    ``torch._scaled_grouped_mm(x, w, scale_x, scale_w, offs=offs, out_dtype=out_dtype)``
+    (its 2-D x by 3-D w case), with a bias and an activation fused.
+
+    Rows of ``x`` are sorted by expert; expert ``e`` owns rows ``offs[e-1]:offs[e]``
+    (``0:offs[0]`` for the first) and
+    ``out[those rows] = act((x[those rows] * scale_x) @ (w[e] * scale_w[e]) + bias[e])``.
+    Rows no expert covers (past ``offs[-1]``) are zeros: the CUDA implementation allocates
+    its output with zeros, as :func:`pycutlass_rt.moe_gemm` leaves those rows untouched.
+    ``offs`` and the scales stay on the GPU: nothing synchronizes, and CUDA graphs replay
+    new routings and new per-token scales. Calls ``torch.ops.pycutlass_rt.scaled_grouped_mm``
+    (one :func:`pycutlass_rt.moe_gemm`); an inference operator: it has no autograd (backward
+    raises NotImplementedError). CPU tensors run a float64 reference in torch.
+
+    Args:
+        x: (T, K) row-major float8_e4m3fn tokens (other strides are copied first).
+        w: (E, K, N) float8_e4m3fn expert weights, K-major: ``w_enk.transpose(1, 2)`` of
+            an (E, N, K) stack of Linear weights (the layout the fp8 grouped kernels take;
+            another raises UnsupportedError on the GPU).
+        scale_x: x's float32 dequantizing scales: one value (per tensor), or (T,) / (T, 1)
+            (per token, as :func:`quantize` with ``granularity="token"`` makes them).
+        scale_w: w's float32 scales: one value, (E,) (per expert), or (E, N) (per expert and
+            output channel).
+        offs: (E,) int32 (or int64) vector of end offsets on x's device.
+        bias: optional (N,) shared by the experts, or (E, N) one per expert, of the output
+            dtype.
+        out_dtype: bfloat16 (the default; what the fp8 grouped kernels write).
+        activation: None or one of ``ACTIVATIONS``, fused after the bias.
+
+    Returns:
+        (T, N) tensor of ``out_dtype``.
+
+    Raises:
+        RuntimeError: shapes, dtypes or devices that do not fit, naming the operator.
+        UnsupportedError: no fp8 grouped kernel of this build for the problem (on the GPU).
+
+    Example:
+        >>> import torch, pycutlass_rt.torch as pt
+        >>> x = torch.randn(6, 32).to(torch.float8_e4m3fn)
+        >>> w = torch.randn(3, 16, 32).to(torch.float8_e4m3fn).transpose(1, 2)  # (E, K, N)
+        >>> sx, sw = torch.rand(6), torch.rand(3, 16)
+        >>> offs = torch.tensor([2, 2, 5], dtype=torch.int32)  # row 5: no expert
+        >>> y = pt.scaled_grouped_mm(x, w, sx, sw, offs, activation="silu")
+        >>> y.shape, y.dtype, bool((y[5] == 0).all())
+        (torch.Size([6, 16]), torch.bfloat16, True)
+
+    On a GPU with fp8 grouped kernels, the same call on CUDA tensors (x quantized per
+    token by :func:`quantize`) runs one kernel::
+
+        xq, sx = pt.quantize(x_bf16, granularity="token")
+        y = pt.scaled_grouped_mm(xq, wq.transpose(1, 2), sx, sw, offs, bias, None, "silu")
+    """
+    return _scaled_grouped_mm(x, w, scale_x, scale_w, offs, bias, out_dtype, activation)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):

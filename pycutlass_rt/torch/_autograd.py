@@ -3,8 +3,8 @@
 ``mm`` and ``linear`` have gradients that are GEMMs of the library (``_grad_mm``, which
 is differentiable too); ``conv2d``'s are the library's dgrad and wgrad convolutions
 (``_conv2d_dgrad`` and ``_conv2d_wgrad``, differentiable too); ``grouped_mm`` gives x's
-gradient; ``scaled_mm`` has none, and ``mm.out`` refuses inputs that need one (as torch's
-``out=`` variants do).
+gradient; ``scaled_mm`` and ``scaled_grouped_mm`` have none, and ``mm.out`` refuses inputs
+that need one (as torch's ``out=`` variants do).
 """
 
 import torch
@@ -227,6 +227,19 @@ def _scaled_backward(ctx, grad):
 
 
 torch.library.register_autograd("pycutlass_rt::scaled_mm", _scaled_backward, lib=_LIB)
+
+
+def _scaled_grouped_backward(ctx, grad):
+    raise NotImplementedError(
+        "pycutlass_rt::scaled_grouped_mm has no backward (an inference op: its fp8 inputs "
+        "carry no gradient); detach the scales and the bias, or train the 16-bit layer "
+        "(pycutlass_rt::grouped_mm)"
+    )
+
+
+torch.library.register_autograd(
+    "pycutlass_rt::scaled_grouped_mm", _scaled_grouped_backward, lib=_LIB
+)
 
 
 def _quantize_backward(ctx, grad_q, grad_scale):

@@ -302,6 +302,92 @@ def _check_grouped_mm(check, x, w, offs):
     _same_device(op, check, x, w, offs)
 
 
+#: what scaled_grouped_mm takes and writes: the fp8 grouped kernels' e4m3 inputs and
+#: bfloat16 outputs (torch._scaled_grouped_mm's too)
+_GROUPED_FP8 = _FP8[:1]
+_GROUPED_SCALED_OUT = (torch.bfloat16,)
+
+
+def _shape_is(t, *sizes):
+    """Whether t's shape is ``sizes``: one condition (symbolic where sizes are), never a
+    Python bool made of a symbolic size."""
+    if t.dim() != len(sizes):
+        return False
+    cond = True
+    for have, want in zip(t.shape, sizes):
+        cond = cond & (have == want)
+    return cond
+
+
+def _check_scaled_grouped_mm(check, x, w, scale_x, scale_w, offs, bias, out_dtype, activation):
+    op = "pycutlass_rt::scaled_grouped_mm"
+    _act_name(activation)
+    check(
+        x.dim() == 2 and w.dim() == 3 and offs.dim() == 1,
+        "{}: x (T, K), w (E, K, N) and offs (E,); got {}-D, {}-D and {}-D",
+        op,
+        x.dim(),
+        w.dim(),
+        offs.dim(),
+    )
+    t, (e, k, n) = x.shape[0], w.shape
+    check(x.shape[1] == k, "{}: x has K = {}, w (E, K, N) is {}", op, x.shape[1], w.shape)
+    check(
+        offs.shape[0] == e,
+        "{}: offs holds one end offset per expert ({}), got {}",
+        op,
+        e,
+        offs.shape[0],
+    )
+    check(offs.dtype in _OFFSETS, "{}: offs must be int32 or int64, got {}", op, offs.dtype)
+    check(
+        x.dtype in _GROUPED_FP8 and w.dtype == x.dtype,
+        "{}: x and w must both be float8_e4m3fn, got {} and {}",
+        op,
+        x.dtype,
+        w.dtype,
+    )
+    out = _scaled_out_dtype(out_dtype)
+    check(
+        out in _GROUPED_SCALED_OUT,
+        "{}: out_dtype is one of {} (what the fp8 grouped kernels write); got {}",
+        op,
+        _GROUPED_SCALED_OUT,
+        out,
+    )
+    for name, s in (("scale_x", scale_x), ("scale_w", scale_w)):
+        check(s.dtype == torch.float32, "{}: {} must be float32, got {}", op, name, s.dtype)
+    check(
+        (scale_x.numel() == 1) | _shape_is(scale_x, t) | _shape_is(scale_x, t, 1),
+        "{}: scale_x holds one value (per tensor) or one per token ((T,) or (T, 1), T = {}); "
+        "got shape {}",
+        op,
+        t,
+        scale_x.shape,
+    )
+    check(
+        (scale_w.numel() == 1) | _shape_is(scale_w, e) | _shape_is(scale_w, e, n),
+        "{}: scale_w holds one value (per tensor), one per expert ((E,), E = {}) or one per "
+        "expert and output channel ((E, N), N = {}); got shape {}",
+        op,
+        e,
+        n,
+        scale_w.shape,
+    )
+    if bias is not None:
+        check(
+            _shape_is(bias, n) | _shape_is(bias, e, n),
+            "{}: bias must be (N,) shared by the experts or (E, N) one per expert, with "
+            "E = {} and N = {}; got {}",
+            op,
+            e,
+            n,
+            bias.shape,
+        )
+        check(bias.dtype == out, "{}: bias must be {}, got {}", op, out, bias.dtype)
+    _same_device(op, check, x, w, scale_x, scale_w, offs, bias)
+
+
 def _check_conv_geometry(op, check, stride, padding, dilation, groups):
     # int[2] arguments arrive as lists of any length (the schema does not count them)
     for name, pair, least in (

@@ -17,6 +17,7 @@ from ._checks import (
     _check_mm,
     _check_out,
     _check_quantize,
+    _check_scaled_grouped_mm,
     _check_scaled_mm,
     _conv_empty,
     _eager_check,
@@ -155,6 +156,37 @@ def _grouped_mm_cpu(x, w, offs):
     return out
 
 
+def _scaled_grouped_mm_cpu(
+    x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, activation=None
+):
+    """Each expert's rows dequantized in float64, ``(x * scale_x) @ (w[e] * scale_w[e])``,
+    plus the bias and the activation; rows no expert covers are zeros."""
+    _check_scaled_grouped_mm(
+        _eager_check, x, w, scale_x, scale_w, offs, bias, out_dtype, activation
+    )
+    act = _act_name(activation)
+    t, n = x.shape[0], w.shape[2]
+    # one value, or (T, 1) per token
+    sx = scale_x.double().reshape(-1, 1)
+    # (1, 1, 1) shared, (E, 1, 1) per expert, (E, 1, N) per expert and channel
+    sw = scale_w.double().reshape(1, 1, 1) if scale_w.numel() == 1 else scale_w.double()
+    sw = sw.reshape(sw.shape[0], 1, -1)
+    b = None if bias is None else bias.double().reshape(-1, n)  # (1, N) or (E, N)
+    y = torch.zeros((t, n), dtype=torch.float64)
+    start = 0
+    for e, end in enumerate(offs.tolist()):  # a host tensor: reading it costs no sync
+        end = min(max(end, start), t)
+        if end > start:
+            rows = slice(start, end)
+            xd = x[rows].double() * (sx[rows] if sx.shape[0] > 1 else sx)
+            z = xd @ (w[e].double() * sw[e if sw.shape[0] > 1 else 0])
+            if b is not None:
+                z = z + b[e if b.shape[0] > 1 else 0]
+            y[rows] = z if act is None else _ACT_FN[act](z)
+        start = end
+    return y.to(_scaled_out_dtype(out_dtype))
+
+
 def _channels_last(t):
     """t with the strides of :func:`_conv_empty` (the fake implementations' outputs)."""
     return _with_strides_of(_conv_empty(t, t.shape), t)
@@ -189,6 +221,7 @@ for _name, _fn in (
     ("scaled_mm", _scaled_mm_cpu),
     ("quantize", _quantize_cpu),
     ("grouped_mm", _grouped_mm_cpu),
+    ("scaled_grouped_mm", _scaled_grouped_mm_cpu),
     ("conv2d", _conv2d_cpu),
     ("_conv2d_dgrad", _conv2d_dgrad_cpu),
     ("_conv2d_wgrad", _conv2d_wgrad_cpu),

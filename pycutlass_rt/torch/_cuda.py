@@ -30,6 +30,7 @@ from ._checks import (
     _check_mm,
     _check_out,
     _check_quantize,
+    _check_scaled_grouped_mm,
     _check_scaled_mm,
     _conv_empty,
     _conv_extent,
@@ -212,6 +213,33 @@ def _grouped_mm_cuda(x, w, offs):
     return _moe_gemm(x, w, offs, out)
 
 
+def _scaled_grouped_mm_cuda(
+    x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, activation=None
+):
+    _check_scaled_grouped_mm(
+        _eager_check, x, w, scale_x, scale_w, offs, bias, out_dtype, activation
+    )
+    if x.requires_grad or x.stride(1) != 1 or x.stride(0) < x.shape[1]:
+        x = x.detach().contiguous()  # the library reads x row-major
+    if w.requires_grad:
+        w = w.detach()
+    # w as given: the fp8 grouped kernels take it K-major (an (E, N, K) stack's
+    # .transpose(1, 2)), as torch._scaled_grouped_mm does; another layout raises
+    # UnsupportedError. Zeros, not empty: moe_gemm leaves the rows no expert covers
+    # untouched, and the operator returns them as zeros (as the CPU implementation).
+    out = torch.zeros((x.shape[0], w.shape[2]), dtype=_scaled_out_dtype(out_dtype), device=x.device)
+    return _moe_gemm(
+        x,
+        w,
+        offs,
+        out,
+        bias=_vec(bias),
+        activation=_act_name(activation),
+        scale_a=_vec(scale_x),
+        scale_b=_vec(scale_w),
+    )
+
+
 _CL = torch.channels_last
 
 
@@ -324,6 +352,7 @@ for _name, _fn in (
     ("scaled_mm", _scaled_mm_cuda),
     ("quantize", _quantize_cuda),
     ("grouped_mm", _grouped_mm_cuda),
+    ("scaled_grouped_mm", _scaled_grouped_mm_cuda),
     ("conv2d", _conv2d_cuda),
     ("_conv2d_dgrad", _conv2d_dgrad_cuda),
     ("_conv2d_wgrad", _conv2d_wgrad_cuda),

@@ -16,6 +16,7 @@ from ._checks import (
     _check_mm,
     _check_out,
     _check_quantize,
+    _check_scaled_grouped_mm,
     _check_scaled_mm,
     _conv_empty,
     _conv_extent,
@@ -70,6 +71,14 @@ def _quantize_fake(x, dtype, granularity):
 def _grouped_mm_fake(x, w, offs):
     _check_grouped_mm(_fake_check, x, w, offs)
     return x.new_empty((x.shape[0], w.shape[2]))
+
+
+@torch.library.register_fake("pycutlass_rt::scaled_grouped_mm", lib=_LIB)
+def _scaled_grouped_mm_fake(
+    x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, activation=None
+):
+    _check_scaled_grouped_mm(_fake_check, x, w, scale_x, scale_w, offs, bias, out_dtype, activation)
+    return x.new_empty((x.shape[0], w.shape[2]), dtype=_scaled_out_dtype(out_dtype))
 
 
 @torch.library.register_fake("pycutlass_rt::conv2d", lib=_LIB)

@@ -31,6 +31,12 @@ _LIB.define(
 # x quantized to fp8 e4m3 or int8 with its scales (pycutlass_rt.quantize): (q, scale)
 _LIB.define("quantize(Tensor x, ScalarType dtype, str granularity) -> (Tensor, Tensor)")
 _LIB.define("grouped_mm(Tensor x, Tensor w, Tensor offs) -> Tensor")
+# The fp8 MoE layer's GEMM, as torch._scaled_grouped_mm's 2-D x by 3-D w case, with a bias
+# and an activation fused (pycutlass_rt.moe_gemm's dequantizing epilogue)
+_LIB.define(
+    "scaled_grouped_mm(Tensor x, Tensor w, Tensor scale_x, Tensor scale_w, Tensor offs, "
+    "Tensor? bias=None, ScalarType? out_dtype=None, str? activation=None) -> Tensor"
+)
 # The backward passes' GEMMs: mm's kernel, or torch.mm where the build has none for the
 # dtype and layout. Not for users: forward calls raise UnsupportedError instead.
 _LIB.define("_grad_mm(Tensor a, Tensor b) -> Tensor")
@@ -57,5 +63,6 @@ _mm, _mm_out = _OPS.mm.default, _OPS.mm.out
 _linear, _scaled_mm = _OPS.linear.default, _OPS.scaled_mm.default
 _quantize = _OPS.quantize.default
 _grouped_mm, _grad_mm = _OPS.grouped_mm.default, _OPS._grad_mm.default
+_scaled_grouped_mm = _OPS.scaled_grouped_mm.default
 _conv2d = _OPS.conv2d.default
 _conv2d_dgrad, _conv2d_wgrad = _OPS._conv2d_dgrad.default, _OPS._conv2d_wgrad.default

@@ -1,0 +1,349 @@
+"""pycutlass_rt::scaled_grouped_mm (the fp8 MoE layer's GEMM) without a GPU: its schema,
+the fake implementation's shapes and dtypes (symbolic sizes included), the CPU
+implementation against an independent float64 reference in every scale layout with a bias
+and each activation, the argument errors (the same from the fake, meta and CPU kernels),
+the refused backward, and the CUDA implementation's call of pycutlass_rt.moe_gemm on an
+emulated library. tests/gpu/test_torch_moe_gpu.py runs the CUDA kernels.
+Skipped where torch is not installed (CI).
+"""
+
+import pytest
+from helpers import torch_activations
+
+torch = pytest.importorskip("torch")
+pt = pytest.importorskip("pycutlass_rt.torch")
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch.library import opcheck  # noqa: E402
+
+ops = torch.ops.pycutlass_rt
+BF16, F32, F64, I32 = torch.bfloat16, torch.float32, torch.float64, torch.int32
+E4M3 = torch.float8_e4m3fn
+TORCH_ACT = torch_activations()
+ACTS = tuple(TORCH_ACT)
+#: opcheck's schema check compares tensors with allclose, which has no float8 kernel
+NO_SCHEMA = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def test_schema_and_export():
+    assert str(ops.scaled_grouped_mm.default._schema) == (
+        "pycutlass_rt::scaled_grouped_mm(Tensor x, Tensor w, Tensor scale_x, Tensor scale_w, "
+        "Tensor offs, Tensor? bias=None, ScalarType? out_dtype=None, str? activation=None) "
+        "-> Tensor"
+    )
+    assert "scaled_grouped_mm" in pt.__all__
+    assert pt.scaled_grouped_mm.__module__ == "pycutlass_rt.torch._api"
+
+
+# ---- operands and the float64 reference -----------------------------------------------------
+
+
+def layer(T, E, K, N, seed=0):
+    """x (T, K) e4m3 and w (E, K, N) e4m3, K-major (an (E, N, K) stack transposed)."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(T, K, generator=g) * 4).to(E4M3)
+    w = (torch.randn(E, N, K, generator=g) * 4).to(E4M3).transpose(1, 2)
+    return x, w
+
+
+#: scale_x forms: label -> (T) -> tensor
+X_SCALES = {
+    "tensor ()": lambda g, T: torch.rand((), generator=g) + 0.5,
+    "tensor (1,)": lambda g, T: torch.rand(1, generator=g) + 0.5,
+    "token (T,)": lambda g, T: torch.rand(T, generator=g) + 0.5,
+    "token (T, 1)": lambda g, T: torch.rand(T, 1, generator=g) + 0.5,
+}
+#: scale_w forms: label -> (E, N) -> tensor
+W_SCALES = {
+    "tensor (1,)": lambda g, E, N: torch.rand(1, generator=g) / 8 + 1e-2,
+    "expert (E,)": lambda g, E, N: torch.rand(E, generator=g) / 8 + 1e-2,
+    "expert-channel (E, N)": lambda g, E, N: torch.rand(E, N, generator=g) / 8 + 1e-2,
+}
+
+
+def reference(x, w, sx, sw, offs, bias=None, act=None):
+    """float64, written independently of the implementation: each row's expert gathered
+    (expert_of_row), its dequantized weights broadcast per row (einsum); no expert: zero."""
+    T, E, N = x.shape[0], w.shape[0], w.shape[2]
+    ends = torch.as_tensor(offs).long().clamp(0, T)
+    rows = torch.arange(T)
+    expert = torch.searchsorted(ends, rows, right=True)  # first expert whose end > row
+    covered = expert < E
+    expert = expert.clamp(max=max(E - 1, 0))
+    xd = x.double() * (sx.double().reshape(-1, 1) if sx.numel() > 1 else sx.double())
+    swd = sw.double()
+    if swd.numel() == 1:
+        wd = w.double() * swd.reshape(())
+    elif swd.dim() == 1:  # per expert
+        wd = w.double() * swd[:, None, None]
+    else:  # per expert and channel
+        wd = w.double() * swd[:, None, :]
+    y = torch.einsum("tk,tkn->tn", xd, wd[expert]) if E else torch.zeros(T, N, dtype=F64)
+    if bias is not None:
+        b = bias.double()
+        y = y + (b if b.dim() == 1 else b[expert])
+    y = TORCH_ACT[act](y)
+    return torch.where(covered[:, None], y, torch.zeros((), dtype=F64))
+
+
+def routing(T, E, seed, tail=0):
+    """E end offsets over the first T - tail rows: sorted cuts, some experts empty."""
+    g = torch.Generator().manual_seed(seed)
+    cuts = torch.sort(torch.randint(0, T - tail + 1, (E - 1,), generator=g)).values
+    cuts[: E // 3] = cuts[0]  # a run of empty experts
+    return torch.cat([cuts, torch.tensor([T - tail])]).to(I32)
+
+
+# ---- the CPU implementation against the reference -------------------------------------------
+
+
+@pytest.mark.parametrize("xs", list(X_SCALES))
+@pytest.mark.parametrize("ws", list(W_SCALES))
+@pytest.mark.parametrize("bias", [None, "shared", "expert"])
+def test_cpu_scale_layouts_and_bias(xs, ws, bias):
+    T, E, K, N = 37, 5, 48, 24
+    g = torch.Generator().manual_seed(7)
+    x, w = layer(T, E, K, N, seed=1)
+    sx, sw = X_SCALES[xs](g, T), W_SCALES[ws](g, E, N)
+    offs = routing(T, E, seed=2, tail=4)  # rows 33.. no expert's
+    b = {
+        None: None,
+        "shared": torch.randn(N, generator=g).to(BF16),
+        "expert": torch.randn(E, N, generator=g).to(BF16),
+    }[bias]
+    y = pt.scaled_grouped_mm(x, w, sx, sw, offs, b)
+    assert y.shape == (T, N) and y.dtype == BF16
+    want = reference(x, w, sx, sw, offs, b)
+    torch.testing.assert_close(y, want.to(BF16), rtol=1.6e-2, atol=1e-2)
+    assert (y[T - 4 :] == 0).all(), "rows no expert covers are zeros (bias not added)"
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_cpu_activations(act):
+    T, E, K, N = 40, 4, 32, 16
+    g = torch.Generator().manual_seed(3)
+    x, w = layer(T, E, K, N, seed=3)
+    sx, sw = torch.rand(T, generator=g) + 0.5, torch.rand(E, N, generator=g) / 16 + 1e-2
+    b = torch.randn(E, N, generator=g).to(BF16)
+    offs = routing(T, E, seed=3, tail=3)
+    y = pt.scaled_grouped_mm(x, w, sx, sw, offs, b, BF16, act)
+    want = reference(x, w, sx, sw, offs, b, act)
+    torch.testing.assert_close(y, want.to(BF16), rtol=1.6e-2, atol=1e-2)
+    assert (y[T - 3 :] == 0).all()
+    # "none" is no activation, as pcr.gemm's
+    if act is None:
+        torch.testing.assert_close(pt.scaled_grouped_mm(x, w, sx, sw, offs, b, None, "none"), y)
+
+
+def test_cpu_int64_offsets_overlong_ends_and_no_rows():
+    T, E, K, N = 12, 3, 16, 8
+    x, w = layer(T, E, K, N, seed=4)
+    sx, sw = torch.rand(T) + 0.5, torch.rand(E) / 8
+    offs = torch.tensor([5, 5, 99])  # int64; the last end past T: clipped to T
+    y = ops.scaled_grouped_mm(x, w, sx, sw, offs)
+    want = reference(x, w, sx, sw, offs)
+    torch.testing.assert_close(y, want.to(BF16), rtol=1.6e-2, atol=1e-2)
+    assert not (y[5:] == 0).all(), "expert 2's rows are written"
+    empty = ops.scaled_grouped_mm(x[:0], w, sx[:0], sw, torch.zeros(E, dtype=I32))
+    assert empty.shape == (0, N) and empty.dtype == BF16
+
+
+def test_opcheck():
+    T, E, K, N = 20, 3, 32, 16
+    x, w = layer(T, E, K, N, seed=5)
+    sx, sw = torch.rand(T, 1), torch.rand(E, N) / 8
+    b = torch.randn(N).to(BF16)
+    offs = torch.tensor([6, 6, 17], dtype=I32)
+    args = (x, w, sx, sw, offs, b, BF16, "gelu")
+    opcheck(ops.scaled_grouped_mm.default, args, test_utils=NO_SCHEMA)
+    opcheck(ops.scaled_grouped_mm.default, (x, w, sx, sw, offs), test_utils=NO_SCHEMA)
+
+
+def test_no_backward():
+    T, E, K, N = 8, 2, 16, 8
+    x, w = layer(T, E, K, N)
+    sw = (torch.rand(E, N) / 8).requires_grad_()
+    y = pt.scaled_grouped_mm(x, w, torch.rand(T), sw, torch.tensor([3, 8], dtype=I32))
+    with pytest.raises(NotImplementedError, match="scaled_grouped_mm has no backward"):
+        y.float().sum().backward()
+
+
+# ---- fake implementation: shapes, dtypes, symbolic sizes ------------------------------------
+
+
+def fake_cuda(*specs):
+    """Fake CUDA tensors (no GPU needed) of (shape, dtype) specs, and the mode they live in."""
+    mode = FakeTensorMode()
+    with mode:
+        return mode, [torch.empty(s, dtype=d, device="cuda") for s, d in specs]
+
+
+@pytest.mark.parametrize(
+    "sx_shape, sw_shape, bias_shape",
+    [
+        ((), (1,), None),
+        ((100,), (4, 32), (32,)),
+        ((100, 1), (4,), (4, 32)),
+        ((1,), (4, 32), None),
+    ],
+)
+@pytest.mark.parametrize("out_dtype", [None, BF16])
+def test_fake_shapes_and_dtype(sx_shape, sw_shape, bias_shape, out_dtype):
+    specs = [((100, 64), E4M3), ((4, 64, 32), E4M3), (sx_shape, F32), (sw_shape, F32)]
+    specs += [((4,), I32)] + ([(bias_shape, BF16)] if bias_shape else [])
+    mode, (x, w, sx, sw, offs, *bias) = fake_cuda(*specs)
+    with mode:
+        y = ops.scaled_grouped_mm(x, w, sx, sw, offs, *(bias or [None]), out_dtype, "silu")
+        z = pt.scaled_grouped_mm(x, w, sx, sw, offs)
+    for t in (y, z):
+        assert t.shape == (100, 32) and t.dtype == BF16 and t.device.type == "cuda"
+        assert t.is_contiguous()
+
+
+def test_meta_tensors():
+    m = lambda *s, dtype=E4M3: torch.empty(s, device="meta", dtype=dtype)  # noqa: E731
+    y = ops.scaled_grouped_mm(
+        m(9, 16), m(3, 16, 8), m(9, dtype=F32), m(3, 8, dtype=F32), m(3, dtype=I32)
+    )
+    assert y.shape == (9, 8) and y.dtype == BF16 and y.device.type == "meta"
+
+
+def test_dynamic_shapes_trace_once():
+    """torch.compile(fullgraph=True, dynamic=True): the fake implementation's checks on
+    symbolic T, E and N trace once for every size (no recompile, no graph break)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")
+    fn = pt.scaled_grouped_mm
+    f = torch.compile(fn, backend=counter, fullgraph=True, dynamic=True)
+    for i, (T, E, N) in enumerate([(13, 3, 8), (29, 4, 24), (50, 6, 16)]):
+        x, w = layer(T, E, 32, N, seed=i)
+        sx, sw = torch.rand(T) + 0.5, torch.rand(E, N) / 8
+        b = torch.randn(E, N).to(BF16)
+        offs = routing(T, E, seed=i, tail=2)
+        got = f(x, w, sx, sw, offs, b, None, "relu")
+        torch.testing.assert_close(got, fn(x, w, sx, sw, offs, b, None, "relu"))
+        torch.testing.assert_close(
+            got, reference(x, w, sx, sw, offs, b, "relu").to(BF16), rtol=1.6e-2, atol=1e-2
+        )
+    assert counter.frame_count == 1, "recompiled for a new size"
+
+
+# ---- argument errors: the same from the fake, meta and CPU kernels --------------------------
+
+
+def args(make, **change):
+    """A good call's arguments (T=9, E=3, K=16, N=8), with ``change`` as (shape, dtype)."""
+    spec = {
+        "x": ((9, 16), E4M3),
+        "w": ((3, 16, 8), E4M3),
+        "scale_x": ((9,), F32),
+        "scale_w": ((3, 8), F32),
+        "offs": ((3,), I32),
+        "bias": None,
+    }
+    spec.update(change)
+    return {k: None if v is None else make(*v[0], dtype=v[1]) for k, v in spec.items()}
+
+
+BAD = [
+    ("x bf16", {"x": ((9, 16), BF16)}, {}, RuntimeError, "both be float8_e4m3fn"),
+    ("w e5m2", {"w": ((3, 16, 8), torch.float8_e5m2)}, {}, RuntimeError, "float8_e4m3fn"),
+    ("x 3-D", {"x": ((2, 9, 16), E4M3)}, {}, RuntimeError, r"x \(T, K\), w \(E, K, N\)"),
+    ("K", {"x": ((9, 15), E4M3)}, {}, RuntimeError, "x has K = 15"),
+    ("offs count", {"offs": ((4,), I32)}, {}, RuntimeError, "one end offset per expert"),
+    ("offs dtype", {"offs": ((3,), F32)}, {}, RuntimeError, "offs must be int32 or int64"),
+    ("scale_x dtype", {"scale_x": ((9,), BF16)}, {}, RuntimeError, "scale_x must be float32"),
+    ("scale_w dtype", {"scale_w": ((3, 8), F64)}, {}, RuntimeError, "scale_w must be float32"),
+    ("scale_x shape", {"scale_x": ((10,), F32)}, {}, RuntimeError, "scale_x holds one value"),
+    ("scale_x (1, T)", {"scale_x": ((1, 9), F32)}, {}, RuntimeError, "scale_x holds one value"),
+    ("scale_w (N,)", {"scale_w": ((8,), F32)}, {}, RuntimeError, r"scale_w holds .* E = 3"),
+    ("scale_w (E, N+1)", {"scale_w": ((3, 9), F32)}, {}, RuntimeError, "scale_w holds one"),
+    ("scale_w (1, N)", {"scale_w": ((1, 8), F32)}, {}, RuntimeError, "scale_w holds one"),
+    ("bias shape", {"bias": ((2, 8), BF16)}, {}, RuntimeError, r"bias must be \(N,\)"),
+    ("bias dtype", {"bias": ((8,), F32)}, {}, RuntimeError, "bias must be torch.bfloat16"),
+    ("out_dtype", {}, {"out_dtype": torch.float16}, RuntimeError, "out_dtype is one of"),
+    ("activation", {}, {"activation": "softplus"}, ValueError, "activation must be None"),
+]
+
+
+@pytest.mark.parametrize("where", ["fake", "meta", "cpu"])
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_arguments_raise_the_same_error_everywhere(case, where):
+    _, change, kwargs, error, match = case
+    if where == "fake":
+        mode = FakeTensorMode()
+        make = lambda *s, dtype: torch.empty(s, device="cuda", dtype=dtype)  # noqa: E731
+    else:
+        mode = torch.no_grad()
+        device = "meta" if where == "meta" else "cpu"
+        make = lambda *s, dtype: torch.zeros(s, device=device, dtype=dtype)  # noqa: E731
+    if error is RuntimeError:  # torch-style: the message names the operator first
+        match = f"^pycutlass_rt::scaled_grouped_mm: .*{match}"
+    with mode:
+        a = args(make, **change)
+        with pytest.raises(error, match=match):
+            ops.scaled_grouped_mm(**a, **kwargs)
+
+
+def test_devices_must_match():
+    mode = FakeTensorMode()
+    with mode:
+        a = args(lambda *s, dtype: torch.empty(s, device="cuda", dtype=dtype))
+        a["scale_w"] = torch.empty(3, 8, dtype=F32)  # on the CPU
+        with pytest.raises(RuntimeError, match="scaled_grouped_mm: tensors on cuda:0 and cpu"):
+            ops.scaled_grouped_mm(**a)
+
+
+# ---- the CUDA implementation's moe_gemm call, on an emulated library ------------------------
+
+
+class MoeGemm:
+    """pycutlass_rt.moe_gemm as torch on the CPU, with the library's rules the operator
+    depends on: x row-major, offsets E end offsets, and rows no expert covers left as
+    they are (so the operator must hand it zeros)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        monkeypatch.setattr(pt._cuda, "_moe_gemm", self)
+
+    def __call__(self, x, w, offsets, out, alpha=1.0, *, bias=None, activation=None, **kw):
+        assert x.stride(1) == 1 and x.stride(0) >= x.shape[1], "x is not row-major"
+        assert not any(t.requires_grad for t in (x, w)), "exported a tensor that needs grad"
+        assert (out == 0).all(), "out must be zero-filled: moe_gemm leaves uncovered rows"
+        self.calls.append(dict(kw, bias=bias, activation=activation, out=out))
+        sa, sb = kw["scale_a"].double().reshape(-1, 1), kw["scale_b"]
+        start = 0
+        for e, end in enumerate(offsets.tolist()):
+            xd = x[start:end].double() * (sa[start:end] if sa.numel() > 1 else sa)
+            s = sb.double() if sb.numel() == 1 else sb.double()[e].reshape(1, -1)
+            y = xd @ (w[e].double() * s)
+            if bias is not None:
+                y = y + bias.double().reshape(-1, out.shape[1])[e if bias.dim() == 2 else 0]
+            out[start:end] = TORCH_ACT[activation](y).to(out.dtype)
+            start = end
+        return out
+
+
+@pytest.mark.parametrize("act", [None, "none", "gelu"])
+def test_cuda_impl_calls_moe_gemm(monkeypatch, act):
+    lib = MoeGemm(monkeypatch)
+    T, E, K, N = 14, 3, 32, 8
+    x, w = layer(T, E, K, N, seed=6)
+    xc = x.float().t().contiguous().t().to(E4M3)  # column-major: the operator copies it
+    assert xc.stride(1) != 1
+    sx, sw = torch.rand(T, 1), torch.rand(E, N) / 8
+    b = torch.randn(E, N).to(BF16)
+    offs = torch.tensor([4, 4, 11], dtype=I32)  # rows 11.. no expert's
+    y = pt._cuda._scaled_grouped_mm_cuda(xc, w, sx, sw, offs, b, None, act)
+    (call,) = lib.calls
+    assert call["out"] is y and y.dtype == BF16 and y.shape == (T, N)
+    assert call["scale_a"] is sx and call["scale_b"] is sw and call["bias"] is b
+    assert call["activation"] == (None if act == "none" else act)
+    torch.testing.assert_close(
+        y, reference(x, w, sx, sw, offs, b, call["activation"]).to(BF16), rtol=1.6e-2, atol=1e-2
+    )
+    assert (y[11:] == 0).all()
+    with pytest.raises(RuntimeError, match="scale_x holds one value"):
+        pt._cuda._scaled_grouped_mm_cuda(x, w, sx[:5], sw, offs)
+    assert len(lib.calls) == 1, "a bad call never reaches the library"
