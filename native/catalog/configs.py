@@ -116,14 +116,18 @@ SM90_GROUPED_CONFIGS = [
     ((64, 128, 64), (1, 1, 1), "pingpong", "extended", "linear"),
 ]
 #: fp8 grouped kernels (fp8 MoE layers): (input, output) dtypes, tn only (the weights
-#: K-major, as checkpoints store a Linear's (N, K) weight), every one with the dequantizing
-#: epilogue (per-tensor, per-expert, per-token and per-channel scales, bias, activation):
-#: (tile, cluster, schedule, tier)
+#: K-major, as checkpoints store a Linear's (N, K) weight): (tile, cluster, schedule,
+#: tier, block). Without block scales, the dequantizing epilogue (per-tensor, per-expert,
+#: per-token and per-channel scales, bias, activation); with them ("gb": per token and
+#: 128 of K for x, per 128 x 128 block for each expert's w, DeepSeek-V3's MoE recipe),
+#: CUTLASS's block-scaled pointer-array mainloop and the bias/activation epilogue.
 GROUPED_QUANTIZED_TYPES = [("e4m3", "bf16")]
 SM90_GROUPED_QUANTIZED_CONFIGS = [
-    ((128, 128, 128), (1, 1, 1), "coop", "core"),
-    ((64, 128, 128), (1, 1, 1), "pingpong", "core"),
-    ((128, 256, 128), (1, 1, 1), "coop", "extended"),
+    ((128, 128, 128), (1, 1, 1), "coop", "core", ""),
+    ((64, 128, 128), (1, 1, 1), "pingpong", "core", ""),
+    ((128, 256, 128), (1, 1, 1), "coop", "extended", ""),
+    ((128, 128, 128), (1, 1, 1), "coop", "core", "gb"),
+    ((64, 128, 128), (1, 1, 1), "pingpong", "core", "gb"),
 ]
 SM80_GROUPED_CONFIGS = [
     ((128, 128, 32), (2, 2, 1), 4, "core"),

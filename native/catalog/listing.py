@@ -173,7 +173,8 @@ def _block_scaled() -> list[Kernel]:
 
 
 def _grouped_quantized() -> list[Kernel]:
-    """The fp8 grouped kernels (MoE layers), each with the dequantizing epilogue."""
+    """The fp8 grouped kernels (MoE layers): the dequantizing epilogue, or block scales in
+    the mainloop and the bias/activation epilogue."""
     return [
         Kernel(
             "sm90",
@@ -186,10 +187,11 @@ def _grouped_quantized() -> list[Kernel]:
             cluster=cluster,
             align=16,
             grouped=True,
-            epilogue="scaled",
+            epilogue="biasact" if block else "scaled",
             tier=tier,
+            block=block,
         )
-        for (a, d), (tile, cluster, schedule, tier) in itertools.product(
+        for (a, d), (tile, cluster, schedule, tier, block) in itertools.product(
             GROUPED_QUANTIZED_TYPES, SM90_GROUPED_QUANTIZED_CONFIGS
         )
     ]

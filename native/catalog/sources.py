@@ -94,11 +94,12 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
     la, lb = (LAYOUTS[x][0] for x in k.layout)
     if k.grouped:
         tile = k.tile
+        block = ", {}, {}".format(*k.block_granularity()) if k.block else ""
         if k.family in TMA_FAMILIES:
             return (
                 f"pcr::tma::GroupedGemm<{ea}, {eb}, {ed}, {la}, {lb}, {_cute_shape(tile)}, "
                 f"{_cute_shape(k.cluster)}, pcr::tma::{TMA_GROUPED_SCHEDULES[k.schedule]}, "
-                f"{k.align}, {EPILOGUES[k.epilogue]}>"
+                f"{k.align}, {EPILOGUES[k.epilogue]}{block}>"
             )
         return (
             f"pcr::mma::GroupedGemm<pcr::mma::{MMA_FAMILIES[k.family]}, {ea}, {eb}, {ed}, "

@@ -499,9 +499,9 @@ PCR_API void pcr_plan_destroy(pcr_plan* plan);
  * entries (each NULL or that group's pcr_extras: a bias per column, scale_a and scale_b
  * per tensor or as vectors, an activation, math); the groups must agree on which extras
  * they have, the activation and its parameters (no block-scale grids, aux, amax, scale_d
- * or per-row bias). The kernel's per-group arrays (sizes, pointers, leading dimensions,
- * the extras' pointers) are written on the GPU by a small kernel whose launch parameters
- * carry them: no host synchronization, and capture-safe. */
+ * or per-row bias; pcr_moe_gemm takes block scales). The kernel's per-group arrays (sizes,
+ * pointers, leading dimensions, the extras' pointers) are written on the GPU by a small kernel
+ * whose launch parameters carry them: no host synchronization, and capture-safe. */
 PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
                              const DLTensor* const* c, const DLTensor* const* d, int32_t count,
                              double alpha, double beta, const pcr_extras* const* extras,
@@ -514,8 +514,10 @@ PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
  * scale_a x's float32 scales, one value or T (per token); scale_b w's, one value, E (per
  * expert: (E,), (E, 1)), (1, N) (per channel) or E x N (per expert and channel: (E, N),
  * (E, 1, N)); bias out's dtype, (N,) / (1, N) or (E, N) / (E, 1, N); activation and math
- * as pcr_gemm's. Offsets are read on the GPU only (no synchronization); rows outside
- * [0, T) are not touched. */
+ * as pcr_gemm's. fp8 block scales (DeepSeek-V3's MoE recipe): scale_a a (T, ceil(K/128))
+ * grid with its rows contiguous, scale_b an (E, ceil(K/128), ceil(N/128)) one with its K
+ * blocks contiguous (weight_scale_inv stacked and transposed). Offsets are read on the GPU
+ * only (no synchronization); rows outside [0, T) are not touched. */
 PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
                          const DLTensor* out, double alpha, const pcr_extras* extras,
                          int32_t kernel, void* stream, pcr_problem* problem);
@@ -634,8 +636,8 @@ PCR_API int pcr_py_grouped_gemm(pcr_py_object** a, pcr_py_object** b, pcr_py_obj
                                 void* stream, pcr_problem* problem);
 /* extras: None or the extras tuple (its scale_a is x's scales, scale_b w's). */
 PCR_API int pcr_py_moe_gemm(pcr_py_object* x, pcr_py_object* w, pcr_py_object* offsets,
-                            pcr_py_object* out, double alpha, pcr_py_object* extras,
-                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem);
+                            pcr_py_object* out, double alpha, pcr_py_object* extras, int32_t kernel,
+                            int32_t flags, void* stream, pcr_problem* problem);
 /* pcr_quantize on Python objects (the stream as pcr_py_im2col's). */
 PCR_API int pcr_py_quantize(pcr_py_object* x, pcr_py_object* q, pcr_py_object* scale,
                             int32_t granularity, int32_t dynamic, int32_t flags, void* stream);

@@ -39,13 +39,17 @@ struct GroupArrays {
 // the call has none (a scale then reads as 1, the bias as 0). scale_a, scale_b: one float
 // each per group (per-tensor scales, e.g. an expert's weight scale); row_scales: the
 // group's per-row vector of canonical D (a's per-token scales); col_scales: its per-column
-// vector (b's per-channel scales); bias_n: its per-column bias in D's dtype.
+// vector (b's per-channel scales); bias_n: its per-column bias in D's dtype;
+// scale_grid_a, scale_grid_b: a block-scaled kernel's grids (their first block of the
+// group; strides in GemmArgs' scale_* strides).
 struct GroupEpilogue {
   const float** scale_a;
   const float** scale_b;
   const float** row_scales;
   const float** col_scales;
   const void** bias_n;
+  const float** scale_grid_a;
+  const float** scale_grid_b;
 };
 
 // A fused epilogue's activation, chosen per launch: its pcr_activation and parameters

@@ -14,16 +14,56 @@
 
 namespace pcr::tma {
 
+// BlockScaledMainloop: the schedule of a block-scaled fp8 mainloop (CUTLASS's: scale grids
+// per 128 of K read beside A and B, each group's through pointer and layout arrays)
 struct Sm90GroupedCooperative {
   using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using BlockScaledMainloop =
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 };
 struct Sm90GroupedPingpong {
   using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using BlockScaledMainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
+
+// Block-scaled grouped kernels' scale grids (DeepSeek-V3's MoE recipe), in CUTLASS's
+// Sm90BlockwiseScaleConfig: a's M-major, one scale per ScaleM rows and 128 of K (rows
+// contiguous), b's K-major, one per ScaleN columns and 128 of K (K-blocks contiguous: a
+// checkpoint's weight_scale_inv). Each group's layouts are made on the GPU from its size,
+// which only the GPU knows, and the grids' strides (GemmArgs scale_a_kblock_stride,
+// scale_b_group_stride), into the launch's workspace before every launch.
+template <int ScaleM, int ScaleN>
+struct BlockGrids {
+  using Config =
+      cutlass::detail::Sm90BlockwiseScaleConfig<ScaleM, ScaleN, 128, cute::GMMA::Major::MN,
+                                                cute::GMMA::Major::K>;
+  using LayoutSFA = decltype(Config::deduce_layoutSFA());
+  using LayoutSFB = decltype(Config::deduce_layoutSFB());
+};
+
+template <int ScaleM, int ScaleN>
+__global__ void make_block_layouts(int groups, const int (*shape)[3], int32_t a_kblock_stride,
+                                   int32_t b_group_stride,
+                                   typename BlockGrids<ScaleM, ScaleN>::LayoutSFA* sfa,
+                                   typename BlockGrids<ScaleM, ScaleN>::LayoutSFB* sfb) {
+  using namespace cute;
+  using G = BlockGrids<ScaleM, ScaleN>;
+  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
+    const int32_t m = shape[g][0], n = shape[g][1], kb = (shape[g][2] + 127) / 128;
+    sfa[g] = typename G::LayoutSFA(
+        make_shape(make_shape(Int<ScaleM>{}, (m + ScaleM - 1) / ScaleM), make_shape(_128{}, kb),
+                   int32_t(1)),
+        make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, a_kblock_stride), int32_t(0)));
+    sfb[g] = typename G::LayoutSFB(
+        make_shape(make_shape(Int<ScaleN>{}, (n + ScaleN - 1) / ScaleN), make_shape(_128{}, kb),
+                   int32_t(1)),
+        make_stride(make_stride(_0{}, b_group_stride), make_stride(_0{}, _1{}), int32_t(0)));
+  }
+}
 
 namespace evt {
 
@@ -76,14 +116,26 @@ struct GroupedTree {
 // combination), or PCR_EPI_BIASACT / PCR_EPI_SCALED (GroupedTree; which of the two only
 // says what the kernel is listed to serve: 16-bit inputs' bias and activation, quantized
 // inputs' scales too).
+// ScaleM, ScaleN: a block-scaled fp8 mainloop's rows and columns per scale (BlockGrids),
+// 0: none.
 template <class ElementA, class ElementB, class ElementD, class LayoutA, class LayoutB,
           class TileShape, class ClusterShape, class Schedule, int AlignAB,
-          int Epilogue = PCR_EPI_LINEAR>
-struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape,
-                                          ClusterShape, Schedule, AlignAB, Epilogue>> {
+          int Epilogue = PCR_EPI_LINEAR, int ScaleM = 0, int ScaleN = 0>
+struct GroupedGemm
+    : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA, LayoutB, TileShape, ClusterShape,
+                           Schedule, AlignAB, Epilogue, ScaleM, ScaleN>> {
   static_assert(Epilogue == PCR_EPI_LINEAR || Epilogue == PCR_EPI_BIASACT ||
                     Epilogue == PCR_EPI_SCALED,
                 "grouped kernels have linear, bias/activation and dequantizing epilogues");
+  static constexpr bool kBlockScaled = ScaleM != 0;
+  using Base = Kernel3x<GroupedGemm>;
+  using Grids = BlockGrids<kBlockScaled ? ScaleM : 1, kBlockScaled ? ScaleN : 128>;
+  using LayoutSFA = typename Grids::LayoutSFA;
+  using LayoutSFB = typename Grids::LayoutSFB;
+  using GmemA = cute::conditional_t<kBlockScaled, cute::tuple<LayoutA*, LayoutSFA*>, LayoutA*>;
+  using GmemB = cute::conditional_t<kBlockScaled, cute::tuple<LayoutB*, LayoutSFB*>, LayoutB*>;
+  using MainloopSchedule = cute::conditional_t<kBlockScaled, typename Schedule::BlockScaledMainloop,
+                                               typename Schedule::Mainloop>;
   using Cluster = ClusterShape;
   // CUTLASS's grouped kernels have no dependency wait, and every warp reads the group
   // sizes from GPU memory to schedule its tiles: never launched as a dependent.
@@ -93,8 +145,8 @@ struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA,
   using LayoutD = cutlass::layout::RowMajor;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   using Tree = evt::GroupedTree<TileShape, ElementD>;
-  using Linear = cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, ElementD,
-                                                              ElementAcc>;
+  using Linear =
+      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, ElementD, ElementAcc>;
   using Fusion = cute::conditional_t<Epilogue == PCR_EPI_LINEAR, Linear, typename Tree::Type>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -102,11 +154,11 @@ struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc, ElementD, LayoutD*,
       kAlignD, ElementD, LayoutD*, kAlignD, typename Schedule::Epilogue, Fusion>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, AlignAB,
-      ElementB, LayoutB*, AlignAB, ElementAcc, TileShape, ClusterShape,
+      typename Schedule::Arch, cutlass::arch::OpClassTensorOp, ElementA, GmemA, AlignAB, ElementB,
+      GmemB, AlignAB, ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Schedule::Mainloop>::CollectiveOp;
+      MainloopSchedule>::CollectiveOp;
   using GemmKernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Arguments = typename GemmKernel::Arguments;
@@ -133,20 +185,101 @@ struct GroupedGemm : Kernel3x<GroupedGemm<ElementA, ElementB, ElementD, LayoutA,
     }
   }
 
-  static Arguments arguments(const GemmArgs& p) {
+  // sfa, sfb: a block-scaled kernel's per-group grid layouts (in the workspace; null where
+  // only CUTLASS's host checks read the arguments)
+  static typename CollectiveMainloop::Arguments mainloop_arguments(const GemmArgs& p,
+                                                                   LayoutSFA* sfa, LayoutSFB* sfb) {
+    const GroupArrays& g = p.group;
+    auto* a = reinterpret_cast<const ElementA**>(g.a);
+    auto* b = reinterpret_cast<const ElementB**>(g.b);
+    auto* lda = reinterpret_cast<StrideA*>(g.lda);
+    auto* ldb = reinterpret_cast<StrideB*>(g.ldb);
+    if constexpr (kBlockScaled) {
+      const GroupEpilogue& e = p.group_epilogue;
+      return {a,
+              lda,
+              b,
+              ldb,
+              const_cast<const float**>(e.scale_grid_a),
+              sfa,
+              const_cast<const float**>(e.scale_grid_b),
+              sfb};
+    } else {
+      return {a, lda, b, ldb};
+    }
+  }
+
+  static Arguments arguments(const GemmArgs& p, LayoutSFA* sfa = nullptr,
+                             LayoutSFB* sfb = nullptr) {
     const GroupArrays& g = p.group;
     Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {p.groups, reinterpret_cast<typename ProblemShape::UnderlyingProblemShape*>(g.shape),
          nullptr},  // sizes on the GPU only
-        {reinterpret_cast<const ElementA**>(g.a), reinterpret_cast<StrideA*>(g.lda),
-         reinterpret_cast<const ElementB**>(g.b), reinterpret_cast<StrideB*>(g.ldb)},
+        mainloop_arguments(p, sfa, sfb),
         {thread_arguments(p), reinterpret_cast<const ElementD**>(g.c),
          reinterpret_cast<StrideC*>(g.ldc), reinterpret_cast<ElementD**>(g.d),
          reinterpret_cast<StrideD*>(g.ldd)}};
     args.hw_info.device_id = p.device;
     args.hw_info.sm_count = p.sm_count;
     return args;
+  }
+
+  // A block-scaled kernel's workspace: CUTLASS's, then the groups' grid layouts, which each
+  // launch writes first (make_block_layouts) from what `prepare` keeps past the Prepared.
+  static size_t cutlass_workspace(const GemmArgs& p) {
+    return (GemmKernel::get_workspace_size(arguments(p)) + 127) / 128 * 128;
+  }
+  static size_t sfa_bytes(int groups) { return (sizeof(LayoutSFA) * groups + 15) / 16 * 16; }
+  static size_t workspace_size(const GemmArgs& p) {
+    if constexpr (!kBlockScaled) {
+      return Base::workspace_size(p);
+    } else {
+      return cutlass_workspace(p) + sfa_bytes(p.groups) + sizeof(LayoutSFB) * p.groups;
+    }
+  }
+  struct Layouts {
+    int groups;
+    const int (*shape)[3];
+    int32_t a_kblock_stride, b_group_stride;
+    LayoutSFA* sfa;
+    LayoutSFB* sfb;
+  };
+  static constexpr size_t kLayoutsAt = (sizeof(typename Base::Prepared) + 15) / 16 * 16;
+  static_assert(kLayoutsAt + sizeof(Layouts) <= kMaxPrepared, "prepared launch too large");
+
+  static int prepare(const GemmArgs& p, void* workspace, void* out) {
+    if constexpr (!kBlockScaled) {
+      return Base::prepare(p, workspace, out);
+    } else {
+      char* at = static_cast<char*>(workspace) + cutlass_workspace(p);
+      auto* sfa = reinterpret_cast<LayoutSFA*>(at);
+      auto* sfb = reinterpret_cast<LayoutSFB*>(at + sfa_bytes(p.groups));
+      auto* prep = new (out) typename Base::Prepared{arguments(p, sfa, sfb), {}, {}, {}};
+      prep->params = GemmKernel::to_underlying_arguments(prep->args, workspace);
+      prep->grid = GemmKernel::get_grid_shape(prep->params);
+      prep->block = GemmKernel::get_block_shape();
+      new (static_cast<char*>(out) + kLayoutsAt) Layouts{p.groups,
+                                                         p.group.shape,
+                                                         int32_t(p.scale_a_kblock_stride),
+                                                         int32_t(p.scale_b_group_stride),
+                                                         sfa,
+                                                         sfb};
+      return PCR_OK;
+    }
+  }
+
+  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream,
+                    bool programmatic) {
+    if constexpr (kBlockScaled) {
+      const auto& l =
+          *reinterpret_cast<const Layouts*>(static_cast<const char*>(prepared) + kLayoutsAt);
+      make_block_layouts<ScaleM, ScaleN><<<(l.groups + 127) / 128, 128, 0, stream>>>(
+          l.groups, l.shape, l.a_kblock_stride, l.b_group_stride, l.sfa, l.sfb);
+      if (cudaError_t e = cudaGetLastError())
+        return set_error(PCR_ERR_CUDA, "block-scale layouts: %s", cudaGetErrorString(e));
+    }
+    return Base::launch(prepared, workspace, device, stream, programmatic);
   }
 };
 

@@ -17,10 +17,12 @@
 namespace pcr {
 namespace {
 
-// One group's epilogue factors (GroupEpilogue's entries): null where the call has none.
+// One group's epilogue factors and block-scale grids (GroupEpilogue's entries): null where
+// the call has none.
 struct Factors {
   const float *scale_a, *scale_b, *row_scales, *col_scales;
   const void* bias_n;
+  const float *grid_a, *grid_b;
 };
 
 // One group's entry of the GPU arrays, as the list form's fill kernel receives it.
@@ -32,7 +34,7 @@ struct Entry {
   Factors f;
 };
 // Launch parameters stay under the classic 4 KB limit: groups are written in chunks.
-constexpr int kChunk = 32;
+constexpr int kChunk = 28;
 struct Chunk {
   int first, count;
   Entry e[kChunk];
@@ -64,6 +66,8 @@ __device__ void put(const Arrays& out, int g, const Entry& e) {
   if (x.row_scales) x.row_scales[g] = e.f.row_scales;
   if (x.col_scales) x.col_scales[g] = e.f.col_scales;
   if (x.bias_n) x.bias_n[g] = e.f.bias_n;
+  if (x.scale_grid_a) x.scale_grid_a[g] = e.f.grid_a;
+  if (x.scale_grid_b) x.scale_grid_b[g] = e.f.grid_b;
 }
 
 __global__ void fill_groups(Chunk chunk, Arrays out) {
@@ -93,6 +97,10 @@ struct Moe {
   int64_t scale_b_expert, col_scales_expert;
   const char* bias_n;
   int64_t bias_expert;
+  // block-scale grids: x's (row e of out reads grid_a + its first row * grid_a_row) and
+  // w's (expert e's grid_b_expert elements past expert 0's)
+  const float *grid_a, *grid_b;
+  int64_t grid_a_row, grid_b_expert;
 };
 
 // Expert e's rows [*start, *end) of x and out, as the offsets say, read as their running
@@ -117,10 +125,13 @@ __global__ void fill_moe(Moe p, Arrays out) {
     int64_t start, end;
     expert_rows(p, e, &start, &end);
     char* rows = p.out + start * p.out_row;  // C (never read: beta = 0) and D
-    const Factors f{p.scale_a, p.scale_b ? p.scale_b + e * p.scale_b_expert : nullptr,
+    const Factors f{p.scale_a,
+                    p.scale_b ? p.scale_b + e * p.scale_b_expert : nullptr,
                     p.row_scales ? p.row_scales + start : nullptr,
                     p.col_scales ? p.col_scales + e * p.col_scales_expert : nullptr,
-                    p.bias_n ? p.bias_n + e * p.bias_expert : nullptr};
+                    p.bias_n ? p.bias_n + e * p.bias_expert : nullptr,
+                    p.grid_a ? p.grid_a + start * p.grid_a_row : nullptr,
+                    p.grid_b ? p.grid_b + e * p.grid_b_expert : nullptr};
     put(out, e,
         {{int(end - start), p.n, p.k},
          p.x + start * p.x_row,
@@ -155,19 +166,25 @@ Factors factors_of(const pcr_problem& p) {
           p.scale_n == PCR_SCALE_TENSOR ? yes : nullptr,
           p.scale_m == PCR_SCALE_VECTOR ? yes : nullptr,
           p.scale_n == PCR_SCALE_VECTOR ? yes : nullptr,
-          p.bias == PCR_BIAS_PER_COLUMN ? yes : nullptr};
+          p.bias == PCR_BIAS_PER_COLUMN ? yes : nullptr,
+          is_grid(p.scale_m) ? yes : nullptr,
+          is_grid(p.scale_n) ? yes : nullptr};
 }
 
 // A group's factors from its bound operands (canonical: d row-major).
 Factors factors_of(const pcr_problem& p, const Bound& bd) {
   auto* sm = reinterpret_cast<const float*>(bd.scale_m.ptr);
   auto* sn = reinterpret_cast<const float*>(bd.scale_n.ptr);
-  return {p.scale_m == PCR_SCALE_TENSOR ? sm : nullptr, p.scale_n == PCR_SCALE_TENSOR ? sn : nullptr,
-          p.scale_m == PCR_SCALE_VECTOR ? sm : nullptr, p.scale_n == PCR_SCALE_VECTOR ? sn : nullptr,
-          p.bias == PCR_BIAS_PER_COLUMN ? bd.bias.ptr : nullptr};
+  return {p.scale_m == PCR_SCALE_TENSOR ? sm : nullptr,
+          p.scale_n == PCR_SCALE_TENSOR ? sn : nullptr,
+          p.scale_m == PCR_SCALE_VECTOR ? sm : nullptr,
+          p.scale_n == PCR_SCALE_VECTOR ? sn : nullptr,
+          p.bias == PCR_BIAS_PER_COLUMN ? bd.bias.ptr : nullptr,
+          is_grid(p.scale_m) ? sm : nullptr,
+          is_grid(p.scale_n) ? sn : nullptr};
 }
 
-constexpr int kArraysPerGroup = 8 + 5;  // GroupArrays' pointers and strides, GroupEpilogue's
+constexpr int kArraysPerGroup = 8 + 7;  // GroupArrays' pointers and strides, GroupEpilogue's
 
 size_t arrays_bytes(int count) {
   return round16(sizeof(int[3]) * count) + kArraysPerGroup * 8 * size_t(count);
@@ -198,6 +215,8 @@ Arrays arrays_at(char* base, int count, const Factors& present) {
   next(&e.row_scales, present.row_scales);
   next(&e.col_scales, present.col_scales);
   next(&e.bias_n, present.bias_n);
+  next(&e.scale_grid_a, present.grid_a);
+  next(&e.scale_grid_b, present.grid_b);
   return out;
 }
 
@@ -206,12 +225,18 @@ int group_error(int status, int group) {
   return set_error(status, "group %d: %s", group, why.c_str());
 }
 
+// Block-scale grids' element strides (GemmArgs' scale_* strides); 0 without grids.
+struct GridStrides {
+  int64_t a_group, a_kblock, b_group, b_kblock;
+};
+
 // Kernel k over `groups` GPU-side problems whose arrays `fill` writes into scratch, after
 // `before` (the groups' own writes to their outputs) ran: every allocation first, so
 // that one that fails leaves the outputs as they were.
 template <class Before, class Fill>
 int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double beta,
-                const ActivationArgs& activation, cudaStream_t stream, Before before, Fill fill) {
+                const ActivationArgs& activation, const GridStrides& grids, cudaStream_t stream,
+                Before before, Fill fill) {
   Scratch arrays, ws;  // arrays: written on the GPU by `fill`, read by the kernel
   GemmArgs g;
   std::memset(&g, 0, sizeof g);  // prepared launches compare args bytewise
@@ -228,6 +253,10 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
     g.batch = 1;
     g.groups = groups;
     g.activation = activation;
+    g.scale_a_group_stride = grids.a_group;
+    g.scale_a_kblock_stride = grids.a_kblock;
+    g.scale_b_group_stride = grids.b_group;
+    g.scale_b_kblock_stride = grids.b_kblock;
     const Arrays at = arrays_at(static_cast<char*>(arrays.get()), groups, factors_of(p));
     g.group = at.group;
     g.group_epilogue = at.epilogue;
@@ -245,11 +274,11 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
 // What a grouped kernel's epilogue cannot do, named for group g (or the MoE layer, g < 0).
 int grouped_epilogue_error(const pcr_problem& q, int g) {
   const std::string who = g < 0 ? std::string("moe_gemm") : "group " + std::to_string(g);
-  if (is_grid(q.scale_m))
+  if (is_grid(q.scale_m) && g >= 0)
     return set_error(PCR_ERR_UNSUPPORTED,
-                     "%s: block-scale grids (fp8 1x128 / 128x128 scales) are not supported by "
-                     "grouped GEMMs in this build; give per-tensor, per-token or per-channel "
-                     "scales, or run the groups one by one with pcr.gemm",
+                     "%s: block-scale grids (fp8 1x128 / 128x128 scales) in grouped_gemm's list "
+                     "form are not supported; moe_gemm takes them (one grid for x, one per "
+                     "expert for w), or run the groups one by one with pcr.gemm",
                      who.c_str());
   if (q.bias == PCR_BIAS_PER_ROW)
     return set_error(PCR_ERR_UNSUPPORTED,
@@ -351,15 +380,34 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
                        "group %d differs from group %d in dtypes, layouts (after orienting d "
                        "row-major) or device; one grouped launch needs them alike",
                        g, lead);
-    if (q.epilogue != q0.epilogue || q.scale_m != q0.scale_m || q.scale_n != q0.scale_n ||
-        q.bias != q0.bias || q.fast_accum != q0.fast_accum ||
-        !same_activation(bounds[g].activation, bounds[lead].activation))
+  }
+  // The launch's scales: a vector where a group with work has one, where a group's single
+  // value serves as its vector of one row (column); the richest epilogue of the groups.
+  int scale_m = PCR_SCALE_NONE, scale_n = PCR_SCALE_NONE, epilogue = PCR_EPI_LINEAR;
+  for (int g = 0; g < count; ++g)
+    if (works(g)) {
+      scale_m = std::max(scale_m, int(probs[g].scale_m));
+      scale_n = std::max(scale_n, int(probs[g].scale_n));
+      epilogue = std::max(epilogue, int(probs[g].epilogue));
+    }
+  auto fits = [](int kind, int launch, int64_t extent) {
+    return kind == launch ||
+           (kind == PCR_SCALE_TENSOR && launch == PCR_SCALE_VECTOR && extent == 1);
+  };
+  for (int g = 0; g < count; ++g) {
+    const pcr_problem &q = probs[g], &q0 = probs[lead];
+    if (works(g) && (!fits(q.scale_m, scale_m, q.m) || !fits(q.scale_n, scale_n, q.n) ||
+                     q.bias != q0.bias || q.fast_accum != q0.fast_accum ||
+                     !same_activation(bounds[g].activation, bounds[lead].activation)))
       return set_error(PCR_ERR_INVALID_ARGUMENT,
                        "group %d differs from group %d in its extras (which scales, bias, "
                        "activation and math it has); one grouped launch applies them alike",
                        g, lead);
   }
   p = probs[lead];
+  p.scale_m = scale_m;
+  p.scale_n = scale_n;
+  p.epilogue = epilogue;
   p.grouped = PCR_GROUPED_LIST;
   p.batch = count;
   p.staged = 0;
@@ -391,8 +439,9 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
   // the kernel cannot read it, zeros where beta applies but no c), after the allocations.
   std::vector<Entry> entries;
   for (int g = 0; g < count; ++g) {
-    const pcr_problem& q = probs[g];
+    pcr_problem q = probs[g];
     if (q.m == 0 || q.n == 0 || q.k == 0) continue;
+    q.scale_m = p.scale_m, q.scale_n = p.scale_n;  // a single value as its vector of one
     GemmArgs ga = gemm_args(q, bounds[g]);
     entries.push_back({{ga.m, ga.n, ga.k},
                        ga.a,
@@ -421,8 +470,8 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     }
     return int(PCR_OK);
   };
-  return run_grouped(p, k, int(entries.size()), alpha, beta, bounds[lead].activation, stream,
-                     before, [&](const Arrays& arrays) {
+  return run_grouped(p, k, int(entries.size()), alpha, beta, bounds[lead].activation, GridStrides{},
+                     stream, before, [&](const Arrays& arrays) {
                        for (size_t first = 0; first < entries.size(); first += kChunk) {
                          Chunk chunk;
                          chunk.first = int(first);
@@ -472,7 +521,7 @@ void slice_expert(const DLTensor& t, bool per_expert, const void* no_expert, Exp
 // (E, N) / (E, 1, N) per expert and channel; bias (N,) / (1, N) shared, (E, N) / (E, 1, N)
 // per expert. Anything else is an error naming these.
 int per_expert_of(const DLTensor& t, const char* name, bool is_bias, int64_t experts, int64_t n,
-                  bool* per_expert) {
+                  int64_t k, bool* per_expert) {
   int64_t numel = 1;
   for (int i = 0; i < t.ndim; ++i) numel *= t.shape[i];
   const int64_t* s = t.shape;
@@ -484,10 +533,14 @@ int per_expert_of(const DLTensor& t, const char* name, bool is_bias, int64_t exp
     ok = is_bias ? s[0] == n : s[0] == experts;
     per = !is_bias;
   } else if (t.ndim == 2) {
-    if (s[0] == 1 && s[1] == n) ok = true;  // shared per channel (E = 1: the same)
-    else if (lead && (s[1] == n || (!is_bias && s[1] == 1))) ok = per = true;
+    if (s[0] == 1 && s[1] == n)
+      ok = true;  // shared per channel (E = 1: the same)
+    else if (lead && (s[1] == n || (!is_bias && s[1] == 1)))
+      ok = per = true;
   } else if (t.ndim == 3) {
     ok = per = lead && s[1] == 1 && (s[2] == n || (!is_bias && s[2] == 1));
+    if (!is_bias && lead && s[1] == (k + 127) / 128 && s[2] == (n + 127) / 128)
+      ok = per = true;  // one block-scale grid per expert
   }
   *per_expert = per;
   if (ok) return PCR_OK;
@@ -497,8 +550,9 @@ int per_expert_of(const DLTensor& t, const char* name, bool is_bias, int64_t exp
                              "(one per expert)"
                            : "%s for %" PRId64 " experts of %" PRId64
                              " outputs: give one value (shared), (E,) (one per expert), "
-                             "(1, N) (per channel, shared) or (E, N) / (E, 1, N) (per expert "
-                             "and channel)",
+                             "(1, N) (per channel, shared), (E, N) / (E, 1, N) (per expert "
+                             "and channel) or (E, ceil(K/128), ceil(N/128)) (per expert and "
+                             "128 x 128 block)",
                    name, experts, n);
 }
 
@@ -550,13 +604,15 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   pcr_extras ex0 = ex;
   bool per_expert = false;
   if (ex.scale_b) {
-    if ((st = per_expert_of(*ex.scale_b, "scale_b", false, experts, n_out, &per_expert)))
+    if ((st = per_expert_of(*ex.scale_b, "scale_b", false, experts, n_out, w->shape[1],
+                            &per_expert)))
       return st;
     slice_expert(*ex.scale_b, per_expert, kNoExpert, &scale_w);
     ex0.scale_b = &scale_w.view;
   }
   if (ex.bias) {
-    if ((st = per_expert_of(*ex.bias, "bias", true, experts, n_out, &per_expert))) return st;
+    if ((st = per_expert_of(*ex.bias, "bias", true, experts, n_out, w->shape[1], &per_expert)))
+      return st;
     slice_expert(*ex.bias, per_expert, kNoExpert, &bias);
     ex0.bias = &bias.view;
   }
@@ -628,6 +684,29 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   moe.scale_b_expert = moe.col_scales_expert = scale_w.step;
   moe.bias_n = static_cast<const char*>(f.bias_n);
   moe.bias_expert = bias.step * bd.d.esize;
+  // block-scale grids: x's rows contiguous (M-major, as pcr.quantize writes it), w's K
+  // blocks contiguous (a checkpoint's weight_scale_inv): the layouts CUTLASS's grouped
+  // block-scaled mainloop reads
+  GridStrides grids{};
+  if (is_grid(p.scale_m)) {
+    const GemmArgs ga = gemm_args(p, bd);
+    grids = {ga.scale_a_group_stride, ga.scale_a_kblock_stride, ga.scale_b_group_stride,
+             ga.scale_b_kblock_stride};
+    const int64_t int32_max = (int64_t(1) << 31) - 1;
+    if (grids.a_group != 1 || grids.b_kblock != 1 || grids.a_kblock > int32_max ||
+        grids.b_group > int32_max)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "moe_gemm's block scales: x's grid (T, ceil(K/128)) needs its rows "
+                       "contiguous (M-major, strides (1, T): pcr.quantize's), w's (E, "
+                       "ceil(K/128), ceil(N/128)) its K blocks contiguous (a checkpoint's "
+                       "weight_scale_inv (E, ceil(N/128), ceil(K/128)) transposed); got "
+                       "strides (%" PRId64 ", %" PRId64 ") and (%" PRId64 ", %" PRId64 ")",
+                       grids.a_group, grids.a_kblock, grids.b_kblock, grids.b_group);
+    moe.grid_a = f.grid_a;
+    moe.grid_a_row = grids.a_group;
+    moe.grid_b = f.grid_b;
+    moe.grid_b_expert = scale_w.step;
+  }
   if (p.k == 0) {
     if (p.bias != PCR_BIAS_NONE || p.activation != PCR_ACT_NONE)
       return set_error(PCR_ERR_UNSUPPORTED,
@@ -639,7 +718,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
     return cuda_status(cudaGetLastError(), "MoE GEMM with K = 0");
   }
   return run_grouped(
-      p, k, int(experts), alpha, 0.0, bd.activation, stream, [] { return int(PCR_OK); },
+      p, k, int(experts), alpha, 0.0, bd.activation, grids, stream, [] { return int(PCR_OK); },
       [&](const Arrays& arrays) {
         int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
         fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);
