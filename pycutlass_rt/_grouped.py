@@ -74,13 +74,15 @@ def grouped_gemm(
     count = len(As)
     Cs = [None] * count if Cs is None else list(Cs)
     per_group = {"bias": bias, "scale_a": scale_a, "scale_b": scale_b}
-    lists = {k: [None] * count if v is None else list(v) for k, v in per_group.items()}
-    lengths = [len(As), len(Bs), len(Cs), len(Ds), *map(len, lists.values())]
+    given = {k: list(v) for k, v in per_group.items() if v is not None}
+    names = ["As", "Bs", "Cs", "Ds", *given]
+    lengths = [len(As), len(Bs), len(Cs), len(Ds), *map(len, given.values())]
     if len(set(lengths)) != 1:
         raise InvalidArgumentError(
-            "As, Bs, Cs, Ds and the per-group bias, scale_a and scale_b need one entry per "
-            f"group; got {', '.join(map(str, lengths))}"
+            f"{', '.join(names[:-1])} and {names[-1]} need one entry per group; got "
+            f"{', '.join(map(str, lengths[:-1]))} and {lengths[-1]}"
         )
+    lists = {k: given.get(k, [None] * count) for k in per_group}
     kidx = _call.kernel_index(kernel)
     if count == 0:  # nothing to run, but bad arguments are still errors
         _call.scalar(alpha, "alpha"), _call.scalar(beta, "beta"), _call.activation_of(activation)
@@ -143,7 +145,11 @@ def moe_gemm(
 
     fp8 layers (e4m3 ``x`` and ``w``, bfloat16 ``out``) take the scale layouts MoE
     checkpoints and quantizers use: ``scale_a`` per tensor or per token, ``scale_b`` per
-    tensor, per expert, or per expert and output channel.
+    tensor, per expert, or per expert and output channel; or DeepSeek-V3's block scales:
+    ``scale_a`` one per token and 128 of K (``pcr.quantize(x, granularity="group")``'s
+    M-major grid), ``scale_b`` one per expert and 128 x 128 block of its (N, K) weight
+    (the checkpoint's ``weight_scale_inv`` stacked to (E, ceil(N/128), ceil(K/128)), passed
+    ``.transpose(1, 2)``).
 
     Args:
         x: (T, K) row-major tokens: float16, bfloat16, or float8_e4m3fn.
@@ -158,9 +164,11 @@ def moe_gemm(
             (E, 1, N) one row per expert.
         activation: as :func:`pycutlass_rt.gemm`'s (e.g. "silu", "gelu", "relu").
         scale_a: x's dequantizing scales, float32 on the GPU: one value (or a Python
-            number), or T (per token: (T,) or (T, 1)).
+            number), T (per token: (T,) or (T, 1)), or a (T, ceil(K/128)) block grid with
+            its rows contiguous.
         scale_b: w's: one value (or a number), E (per expert: (E,) or (E, 1)), (1, N) (per
-            channel, shared) or (E, N) / (E, 1, N) (per expert and channel).
+            channel, shared), (E, N) / (E, 1, N) (per expert and channel), or an
+            (E, ceil(K/128), ceil(N/128)) block grid with its K blocks contiguous.
         math: as :func:`pycutlass_rt.gemm`'s.
         stream: a CUDA stream; default: the producer framework's current stream.
         kernel: force a grouped kernel by name.
@@ -170,8 +178,8 @@ def moe_gemm(
 
     Raises:
         InvalidArgumentError: bad shapes, strides or offsets, named.
-        UnsupportedError: no grouped kernel for the dtypes and epilogue (block-scale grids
-            are not supported by grouped kernels).
+        UnsupportedError: no grouped kernel for the dtypes, scales and epilogue, or block
+            grids in other layouts.
 
     Example (on a GPU):
         >>> import torch, pycutlass_rt as pcr

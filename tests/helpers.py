@@ -291,7 +291,9 @@ def tolerance(kernel, out):
     if kernel.dtype_a == "tfloat32":
         tol = max(tol, 2e-3)
     if kernel.dtype_a.startswith("float8"):
-        tol = max(tol, 5e-4)
+        # fast accumulation adds the fp8 products into fp32 less often: coarser over long K
+        fast = kernel.schedule in ("coopfa", "pingpongfa")
+        tol = max(tol, 3e-3 if fast else 5e-4)
     return tol
 
 

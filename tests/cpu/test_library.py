@@ -191,10 +191,10 @@ resource.setrlimit(resource.RLIMIT_AS, (64 << 30, 64 << 30))
 from pycutlass_rt import _lib
 lib = _lib.load()
 objs = (ctypes.py_object * 1)(None)
-print(lib.pcr_py_grouped_gemm(objs, objs, None, objs, 2 ** 31 - 1, 1.0, 0.0, -1, 0, 0, None),
+print(lib.pcr_py_grouped_gemm(objs, objs, None, objs, None, 2 ** 31 - 1, 1.0, 0.0, -1, 0, 0, None),
       lib.last_error())
 views = (ctypes.POINTER(_lib.DLTensor) * 1)()
-print(lib.pcr_grouped_gemm(views, views, None, views, 2 ** 31 - 1, 1.0, 0.0, -1, None, None),
+print(lib.pcr_grouped_gemm(views, views, None, views, 2 ** 31 - 1, 1.0, 0.0, None, -1, None, None),
       lib.last_error())
 """
 

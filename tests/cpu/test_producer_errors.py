@@ -320,10 +320,10 @@ def c_entry_points(lib):
         ),
         "pcr_py_plan_create": plan_create,
         "pcr_py_grouped_gemm": lambda a, b, d, w, o: lib.pcr_py_grouped_gemm(
-            *arrays(a, b), None, *arrays(d), 1, 1.0, 0.0, -1, flags, 0, None
+            *arrays(a, b), None, *arrays(d), None, 1, 1.0, 0.0, -1, flags, 0, None
         ),
         "pcr_py_moe_gemm": lambda a, b, d, w, o: lib.pcr_py_moe_gemm(
-            a, w, o, d, 1.0, -1, flags, 0, None
+            a, w, o, d, 1.0, None, -1, flags, 0, None
         ),
         "gemm": lambda a, b, d, w, o: pcr.gemm(a, b, None, d),
         "explain": lambda a, b, d, w, o: pcr.explain(a, b, None, d),

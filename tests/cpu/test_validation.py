@@ -497,21 +497,24 @@ def test_pure_c_plans_and_grouped_calls(lib, has_gpu):
         return (ctypes.POINTER(_lib.DLTensor) * 1)(ctypes.pointer(view(x)))
 
     keep = [group(x) for x in (a, b, d)]
-    assert lib.pcr_grouped_gemm(*keep[:2], None, keep[2], 1, 1.0, 0.0, -1, None, None) == gpu_only
-    assert lib.pcr_grouped_gemm(None, None, None, None, 0, 1.0, 0.0, -1, None, None) == 0
     assert (
-        lib.pcr_grouped_gemm(None, None, None, None, -1, 1.0, 0.0, -1, None, None)
+        lib.pcr_grouped_gemm(*keep[:2], None, keep[2], 1, 1.0, 0.0, None, -1, None, None)
+        == gpu_only
+    )
+    assert lib.pcr_grouped_gemm(None, None, None, None, 0, 1.0, 0.0, None, -1, None, None) == 0
+    assert (
+        lib.pcr_grouped_gemm(None, None, None, None, -1, 1.0, 0.0, None, -1, None, None)
         == errors.ERR_INVALID_ARGUMENT
         and "count >= 0" in lib.last_error()
     )
     w, offsets = np.ones((1, 8, 6), F16), np.array([0, 4], np.int32)
     assert (
-        lib.pcr_moe_gemm(view(a), view(b), view(offsets), view(d), 1.0, -1, None, None)
+        lib.pcr_moe_gemm(view(a), view(b), view(offsets), view(d), 1.0, None, -1, None, None)
         == errors.ERR_INVALID_ARGUMENT
         and "w must be 3-D" in lib.last_error()
     )
     assert (
-        lib.pcr_moe_gemm(view(a), view(w), None, view(d), 1.0, -1, None, None)
+        lib.pcr_moe_gemm(view(a), view(w), None, view(d), 1.0, None, -1, None, None)
         == errors.ERR_INVALID_ARGUMENT
         and "offsets and out are required" in lib.last_error()
     )

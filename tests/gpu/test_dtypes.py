@@ -14,9 +14,17 @@ OUT = {
     "float16": torch.float16,
     "float32": torch.float32,
     "int8": torch.int8,
+    **FP8,
 }
-# fp8 MMAs accumulate with fewer bits than fp32: float32 outputs of fp8 inputs get 5e-4
-TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 5e-4}
+# fp8 MMAs accumulate with fewer bits than fp32: float32 outputs of fp8 inputs get 5e-4;
+# fp8 outputs round to 3 (e4m3) or 2 (e5m2) mantissa bits
+TOL = {
+    torch.bfloat16: 1.6e-2,
+    torch.float16: 2e-3,
+    torch.float32: 5e-4,
+    torch.float8_e4m3fn: 5e-2,
+    torch.float8_e5m2: 1e-1,
+}
 
 
 def built(pred):

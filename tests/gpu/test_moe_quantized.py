@@ -21,6 +21,7 @@ FUSED_GROUPED = [
     for k in runnable_kernels(grouped=True)
     if k.dtype_a == "bfloat16" and k.epilogue != "linear" and k.layout == "tn"
 ]
+BLOCK_GROUPED = [k.name for k in runnable_kernels(grouped=True, block_scaled=True)]
 needs_fp8 = pytest.mark.skipif(not FP8_GROUPED, reason="no fp8 grouped kernel runs here")
 #: fp8 inputs, bfloat16 out: the output's rounding and fp8 products' accumulation
 TOL = 1.6e-2
@@ -232,11 +233,19 @@ def test_fp8_moe_errors():
         )
     with pytest.raises(pcr.UnsupportedError, match="K = 0 and a bias or activation"):
         pcr.moe_gemm(xq[:, :0], wq[:, :0], ends, out, activation="relu")
-    # block-scale grids (1x128 a, 128x128 b) are for pcr.gemm, not grouped kernels
-    grid_a = torch.ones(K // 128, T, device="cuda").t()
-    grid_b = torch.ones(N // 128, K // 128, device="cuda").t()
+    # block-scale grids (1x128 a, 128x128 b) go to moe_gemm, not the list form
+    xq2, wq2, *_ = fp8_layer(T, E, 256, 256)
+    grid_a = torch.ones(2, T, device="cuda").t()
+    grid_b = torch.ones(2, 2, device="cuda").t()
     with pytest.raises(pcr.UnsupportedError, match="block-scale grids"):
-        pcr.grouped_gemm([xq], [wq[0]], None, [out], scale_a=[grid_a], scale_b=[grid_b])
+        pcr.grouped_gemm(
+            [xq2],
+            [wq2[0]],
+            None,
+            [torch.empty_like(out[:, :1].expand(T, 256))],
+            scale_a=[grid_a],
+            scale_b=[grid_b],
+        )
     with pytest.raises(pcr.UnsupportedError, match="group 0: a grouped GEMM's bias runs along"):
         pcr.grouped_gemm(
             [xq],
@@ -257,3 +266,72 @@ def test_fp8_moe_errors():
             scale_b=[sw[0], sw[1]],
             bias=[None, sw[0].bfloat16()],
         )
+
+
+def block_layer(T, E, K, N, seed=0):
+    """DeepSeek-V3's MoE recipe: x quantized per token and 128 of K (an M-major (T, ceil(K/128))
+    grid), each expert's (N, K) weight per 128 x 128 block (its weight_scale_inv), as the
+    library's quantizer writes them; and both dequantized block by block in float64."""
+    torch.manual_seed(seed)
+    x = (torch.randn(T, K, device="cuda") * 3).to(torch.bfloat16)
+    xq, sx = pcr.quantize(x, granularity="group")
+    qs = [
+        pcr.quantize((torch.randn(N, K, device="cuda") / 4).to(torch.bfloat16), granularity="block")
+        for _ in range(E)
+    ]
+    wq = torch.stack([q for q, _ in qs])  # (E, N, K)
+    sw = torch.stack([s for _, s in qs])  # (E, ceil(N/128), ceil(K/128)): weight_scale_inv
+    xd = xq.double() * sx.double().repeat_interleave(128, 1)[:, :K]
+    full = sw.double().repeat_interleave(128, 1)[:, :N].repeat_interleave(128, 2)[:, :, :K]
+    wd = (wq.double() * full).transpose(1, 2)  # (E, K, N)
+    return xq, wq.transpose(1, 2), sx, sw.transpose(1, 2), xd, wd
+
+
+@pytest.mark.skipif(not BLOCK_GROUPED, reason="no block-scaled grouped kernel runs here")
+@pytest.mark.parametrize("name", BLOCK_GROUPED)
+@pytest.mark.parametrize(
+    "T,K,N", [(1, 512, 384), (37, 640, 256), (2000, 1024, 512), (300, 320, 320)]
+)
+def test_block_scaled_moe(name, T, K, N):
+    """Every block-scaled grouped kernel over odd token counts, partial last blocks of K and
+    N, and a bias and activation, against the block-by-block dequantized layer."""
+    E = 8
+    xq, wq, sx, sw, xd, wd = block_layer(T, E, K, N, seed=T)
+    ends = routing(T, E, T + 1)
+    bias = torch.randn(E, N, device="cuda").to(torch.bfloat16)
+    out = torch.full((T, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pcr.moe_gemm(
+        xq, wq, ends.cuda(), out, scale_a=sx, scale_b=sw, bias=bias, activation="silu", kernel=name
+    )
+    close(out, moe_reference(xd, wd, ends, bias, "silu"), f"{name} T={T} K={K} N={N}")
+
+
+@pytest.mark.skipif(not BLOCK_GROUPED, reason="no block-scaled grouped kernel runs here")
+def test_block_scaled_moe_selected_in_a_graph_with_new_routing():
+    T, E, K, N = 1024, 16, 1024, 768
+    xq, wq, sx, sw, xd, wd = block_layer(T, E, K, N, seed=9)
+    offsets = routing(T, E, 9).to(torch.int32).cuda()
+    out = torch.zeros(T, N, device="cuda", dtype=torch.bfloat16)
+    pcr.moe_gemm(xq, wq, offsets, out, scale_a=sx, scale_b=sw)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        pcr.moe_gemm(xq, wq, offsets, out, scale_a=sx, scale_b=sw)
+    for seed in (10, 11):
+        ends = routing(T, E, seed)
+        offsets.copy_(ends.to(torch.int32))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        close(out, moe_reference(xd, wd, ends), f"replay {seed}")
+
+
+@pytest.mark.skipif(not BLOCK_GROUPED, reason="no block-scaled grouped kernel runs here")
+def test_block_scaled_moe_refuses_other_grid_layouts():
+    T, E, K, N = 64, 4, 256, 256
+    xq, wq, sx, sw, _, _ = block_layer(T, E, K, N)
+    ends = routing(T, E, 0).cuda()
+    out = torch.empty(T, N, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(pcr.UnsupportedError, match="rows contiguous"):
+        pcr.moe_gemm(xq, wq, ends, out, scale_a=sx.contiguous(), scale_b=sw)
+    with pytest.raises(pcr.UnsupportedError, match="K blocks contiguous"):
+        pcr.moe_gemm(xq, wq, ends, out, scale_a=sx, scale_b=sw.contiguous())
