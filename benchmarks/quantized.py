@@ -21,6 +21,9 @@ Cases, each a linear layer y = x @ w.T (x: M x K tokens, w: N x K):
   framework without grouped fp8 GEMMs runs), and bf16 ``torch._grouped_mm`` on the
   unquantized tensors. Rows are T, the tokens routed (each token once per expert it
   visits);
+- ``moe_block_fp8``: the same layers in DeepSeek-V3's recipe: x per token and 128 of K,
+  each expert's weight per 128 x 128 block; ours against bf16 ``torch._grouped_mm`` and a
+  loop of ``torch._scaled_mm`` with the same block scales (where torch runs that recipe);
 - ``quantize``: ``pcr.quantize`` per token-group of 128 at M >= 4096 alone, as memory
   bandwidth (bytes read and written over the device time).
 
@@ -49,7 +52,7 @@ from . import device
 from .shapes import HELDOUT
 from .timing import Contestant, Settings, device_times, set_count
 
-KINDS = ("block_fp8", "w8a8_fp8", "w8a8_int8", "moe_fp8")
+KINDS = ("block_fp8", "w8a8_fp8", "w8a8_int8", "moe_fp8", "moe_block_fp8")
 DEFAULT_L2 = 60 << 20
 #: MoE layers' expert GEMMs: (experts, K, N) of up (gate and up fused) and down projections
 MOE_LAYERS = {
@@ -67,7 +70,7 @@ MOE_ROWS = (256, 1024, 4096, 16384)
 def shapes(sample: int, kind: str = "block_fp8") -> list:
     """Every ``sample``-th held-out (M, N, K) whose K takes 16-byte rows of fp8 (TMA); for
     ``moe_fp8`` every (T, N, K, E) of MOE_LAYERS x MOE_ROWS."""
-    if kind == "moe_fp8":
+    if kind.startswith("moe_"):
         return [(t, n, k, e) for e, k, n in MOE_LAYERS.values() for t in MOE_ROWS]
     return [s for s in HELDOUT if s[2] % 16 == 0][::sample]
 
@@ -81,22 +84,29 @@ def _routing(torch, t: int, e: int):
     return counts
 
 
-def _moe_operands(torch, t: int, n: int, k: int, e: int) -> dict:
+def _moe_operands(torch, t: int, n: int, k: int, e: int, block: bool = False) -> dict:
     import pycutlass_rt as pcr
 
     x = torch.rand(t, k, device="cuda", dtype=torch.bfloat16) * 2 - 1
     w = (torch.rand(e, n, k, device="cuda", dtype=torch.bfloat16) * 2 - 1) / math.sqrt(k)
     counts = _routing(torch, t, e)
-    qw, sw = pcr.quantize(w.reshape(e * n, k), "float8_e4m3fn", "token")
-    qx, sx = pcr.quantize(x, "float8_e4m3fn", "token")
+    if block:  # x per token and 128 of K; each expert's weight_scale_inv, transposed
+        qx, sx = pcr.quantize(x, granularity="group")
+        qs = [pcr.quantize(w[i], granularity="block") for i in range(e)]
+        qw = torch.stack([q for q, _ in qs]).reshape(e * n, k)
+        sw = torch.stack([s for _, s in qs]).transpose(1, 2)
+    else:
+        qw, sw = pcr.quantize(w.reshape(e * n, k), "float8_e4m3fn", "token")
+        qx, sx = pcr.quantize(x, "float8_e4m3fn", "token")
+        sx, sw = sx.reshape(t), sw.reshape(e, n)
     y = torch.empty(t, n, device="cuda", dtype=torch.bfloat16)
     return {
         "x": x,
         "w": w.transpose(1, 2),  # (E, K, N), K-major
         "qx": qx,
-        "sx": sx.reshape(t),
+        "sx": sx,
         "qw": qw.reshape(e, n, k).transpose(1, 2),
-        "sw": sw.reshape(e, n),
+        "sw": sw,
         "ends": counts.cumsum(0).to(torch.int32).cuda(),
         "counts": counts.tolist(),
         "y": y,
@@ -104,7 +114,7 @@ def _moe_operands(torch, t: int, n: int, k: int, e: int) -> dict:
     }
 
 
-def _moe_contestants(torch, sets: list) -> list:
+def _moe_contestants(torch, sets: list, block: bool = False) -> list:
     import pycutlass_rt as pcr
 
     def ours(i):
@@ -122,13 +132,9 @@ def _moe_contestants(torch, sets: list) -> list:
         for e, rows in enumerate(s["counts"]):
             if rows:
                 end = start + rows
-                torch._scaled_mm(
-                    s["qx"][start:end],
-                    s["qw"][e],
-                    s["sx"][start:end, None],
-                    s["sw"][e][None],
-                    out_dtype=torch.bfloat16,
-                )
+                sa = s["sx"][start:end] if block else s["sx"][start:end, None]
+                sb = s["sw"][e] if block else s["sw"][e][None]
+                torch._scaled_mm(s["qx"][start:end], s["qw"][e], sa, sb, out_dtype=torch.bfloat16)
                 start = end
 
     def bf16(i):
@@ -136,7 +142,7 @@ def _moe_contestants(torch, sets: list) -> list:
         torch._grouped_mm(s["x"], s["w"], offs=s["ends"])
 
     out = [Contestant("ours", ours), Contestant("torch._scaled_mm loop", scaled_mm_loop)]
-    if hasattr(torch, "_scaled_grouped_mm"):
+    if hasattr(torch, "_scaled_grouped_mm") and not block:
         out.append(Contestant("torch._scaled_grouped_mm", scaled_grouped_mm))
     if hasattr(torch, "_grouped_mm"):
         out.append(Contestant("bf16 torch._grouped_mm", bf16))
@@ -214,12 +220,12 @@ def check(torch, kind: str, s: dict) -> float:
 def run_case(torch, fw, kind, shape, settings, l2) -> dict:
     m, n, k = shape[:3]
     rec = {"kind": kind, "m": m, "n": n, "k": k}
-    moe = kind == "moe_fp8"
+    moe = kind.startswith("moe_")
     if moe:
         rec["experts"] = shape[3]
     try:
         make = (
-            (lambda: _moe_operands(torch, *shape))
+            (lambda: _moe_operands(torch, *shape, block=kind == "moe_block_fp8"))
             if moe
             else (lambda: _operands(torch, kind, m, n, k))
         )
@@ -229,7 +235,11 @@ def run_case(torch, fw, kind, shape, settings, l2) -> dict:
         free = torch.cuda.mem_get_info()[0]
         nsets = max(1, min(nsets, int(0.4 * free // max(set_bytes, 1))))
         sets = [first] + [make() for _ in range(nsets - 1)]
-        cs = _moe_contestants(torch, sets) if moe else contestants(torch, kind, sets)
+        cs = (
+            _moe_contestants(torch, sets, kind == "moe_block_fp8")
+            if moe
+            else contestants(torch, kind, sets)
+        )
         for c in cs:  # each once (a peer that cannot run this case drops out), then the check
             try:
                 c.fn(0)
