@@ -164,11 +164,12 @@ def moe_gemm(
             (E, 1, N) one row per expert.
         activation: as :func:`pycutlass_rt.gemm`'s (e.g. "silu", "gelu", "relu").
         scale_a: x's dequantizing scales, float32 on the GPU: one value (or a Python
-            number), T (per token: (T,) or (T, 1)), or a (T, ceil(K/128)) block grid with
-            its rows contiguous.
+            number), T (per token: (T,) or (T, 1)), or a (T, ceil(K/128)) block grid (any
+            strides).
         scale_b: w's: one value (or a number), E (per expert: (E,) or (E, 1)), (1, N) (per
             channel, shared), (E, N) / (E, 1, N) (per expert and channel), or an
-            (E, ceil(K/128), ceil(N/128)) block grid with its K blocks contiguous.
+            (E, ceil(K/128), ceil(N/128)) block grid, each expert's packed with its K
+            blocks contiguous (``weight_scale_inv.transpose(1, 2)`` of a contiguous one).
         math: as :func:`pycutlass_rt.gemm`'s.
         stream: a CUDA stream; default: the producer framework's current stream.
         kernel: force a grouped kernel by name.

@@ -515,9 +515,9 @@ PCR_API int pcr_grouped_gemm(const DLTensor* const* a, const DLTensor* const* b,
  * expert: (E,), (E, 1)), (1, N) (per channel) or E x N (per expert and channel: (E, N),
  * (E, 1, N)); bias out's dtype, (N,) / (1, N) or (E, N) / (E, 1, N); activation and math
  * as pcr_gemm's. fp8 block scales (DeepSeek-V3's MoE recipe): scale_a a (T, ceil(K/128))
- * grid with its rows contiguous, scale_b an (E, ceil(K/128), ceil(N/128)) one with its K
- * blocks contiguous (weight_scale_inv stacked and transposed). Offsets are read on the GPU
- * only (no synchronization); rows outside [0, T) are not touched. */
+ * grid (any strides), scale_b an (E, ceil(K/128), ceil(N/128)) one, each expert's packed
+ * with its K blocks contiguous (weight_scale_inv, contiguous, transposed). Offsets are
+ * read on the GPU only (no synchronization); rows outside [0, T) are not touched. */
 PCR_API int pcr_moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets,
                          const DLTensor* out, double alpha, const pcr_extras* extras,
                          int32_t kernel, void* stream, pcr_problem* problem);

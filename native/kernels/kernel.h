@@ -40,8 +40,8 @@ struct GroupArrays {
 // each per group (per-tensor scales, e.g. an expert's weight scale); row_scales: the
 // group's per-row vector of canonical D (a's per-token scales); col_scales: its per-column
 // vector (b's per-channel scales); bias_n: its per-column bias in D's dtype;
-// scale_grid_a, scale_grid_b: a block-scaled kernel's grids (their first block of the
-// group; strides in GemmArgs' scale_* strides).
+// scale_grid_a, scale_grid_b: a block-scaled kernel's grids, each group's packed
+// (tma_grouped.cuh, BlockGrids).
 struct GroupEpilogue {
   const float** scale_a;
   const float** scale_b;

@@ -30,12 +30,12 @@ struct Sm90GroupedPingpong {
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
 
-// Block-scaled grouped kernels' scale grids (DeepSeek-V3's MoE recipe), in CUTLASS's
-// Sm90BlockwiseScaleConfig: a's M-major, one scale per ScaleM rows and 128 of K (rows
-// contiguous), b's K-major, one per ScaleN columns and 128 of K (K-blocks contiguous: a
-// checkpoint's weight_scale_inv). Each group's layouts are made on the GPU from its size,
-// which only the GPU knows, and the grids' strides (GemmArgs scale_a_kblock_stride,
-// scale_b_group_stride), into the launch's workspace before every launch.
+// Block-scaled grouped kernels' scale grids (DeepSeek-V3's MoE recipe), as CUTLASS 4.2's
+// pointer-array block-scaled mainloop reads them: each group's own grids, packed (it makes
+// their layouts from the group's size, ignoring the layout arguments): a's M-major, one
+// scale per ScaleM rows and 128 of K, K-blocks the group's rows apart; b's K-major, one per
+// ScaleN columns and 128 of K, column blocks ceil(K/128) apart (a checkpoint's
+// weight_scale_inv). The runtime packs a MoE layer's x grid per expert (grouped.cu).
 template <int ScaleM, int ScaleN>
 struct BlockGrids {
   using Config =
@@ -44,26 +44,6 @@ struct BlockGrids {
   using LayoutSFA = decltype(Config::deduce_layoutSFA());
   using LayoutSFB = decltype(Config::deduce_layoutSFB());
 };
-
-template <int ScaleM, int ScaleN>
-__global__ void make_block_layouts(int groups, const int (*shape)[3], int32_t a_kblock_stride,
-                                   int32_t b_group_stride,
-                                   typename BlockGrids<ScaleM, ScaleN>::LayoutSFA* sfa,
-                                   typename BlockGrids<ScaleM, ScaleN>::LayoutSFB* sfb) {
-  using namespace cute;
-  using G = BlockGrids<ScaleM, ScaleN>;
-  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
-    const int32_t m = shape[g][0], n = shape[g][1], kb = (shape[g][2] + 127) / 128;
-    sfa[g] = typename G::LayoutSFA(
-        make_shape(make_shape(Int<ScaleM>{}, (m + ScaleM - 1) / ScaleM), make_shape(_128{}, kb),
-                   int32_t(1)),
-        make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, a_kblock_stride), int32_t(0)));
-    sfb[g] = typename G::LayoutSFB(
-        make_shape(make_shape(Int<ScaleN>{}, (n + ScaleN - 1) / ScaleN), make_shape(_128{}, kb),
-                   int32_t(1)),
-        make_stride(make_stride(_0{}, b_group_stride), make_stride(_0{}, _1{}), int32_t(0)));
-  }
-}
 
 namespace evt {
 
@@ -128,7 +108,6 @@ struct GroupedGemm
                     Epilogue == PCR_EPI_SCALED,
                 "grouped kernels have linear, bias/activation and dequantizing epilogues");
   static constexpr bool kBlockScaled = ScaleM != 0;
-  using Base = Kernel3x<GroupedGemm>;
   using Grids = BlockGrids<kBlockScaled ? ScaleM : 1, kBlockScaled ? ScaleN : 128>;
   using LayoutSFA = typename Grids::LayoutSFA;
   using LayoutSFB = typename Grids::LayoutSFB;
@@ -185,101 +164,40 @@ struct GroupedGemm
     }
   }
 
-  // sfa, sfb: a block-scaled kernel's per-group grid layouts (in the workspace; null where
-  // only CUTLASS's host checks read the arguments)
-  static typename CollectiveMainloop::Arguments mainloop_arguments(const GemmArgs& p,
-                                                                   LayoutSFA* sfa, LayoutSFB* sfb) {
+  static typename CollectiveMainloop::Arguments mainloop_arguments(const GemmArgs& p) {
     const GroupArrays& g = p.group;
     auto* a = reinterpret_cast<const ElementA**>(g.a);
     auto* b = reinterpret_cast<const ElementB**>(g.b);
     auto* lda = reinterpret_cast<StrideA*>(g.lda);
     auto* ldb = reinterpret_cast<StrideB*>(g.ldb);
     if constexpr (kBlockScaled) {
-      const GroupEpilogue& e = p.group_epilogue;
+      const GroupEpilogue& e = p.group_epilogue;  // grids packed: no layout arrays
       return {a,
               lda,
               b,
               ldb,
               const_cast<const float**>(e.scale_grid_a),
-              sfa,
+              nullptr,
               const_cast<const float**>(e.scale_grid_b),
-              sfb};
+              nullptr};
     } else {
       return {a, lda, b, ldb};
     }
   }
 
-  static Arguments arguments(const GemmArgs& p, LayoutSFA* sfa = nullptr,
-                             LayoutSFB* sfb = nullptr) {
+  static Arguments arguments(const GemmArgs& p) {
     const GroupArrays& g = p.group;
     Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {p.groups, reinterpret_cast<typename ProblemShape::UnderlyingProblemShape*>(g.shape),
          nullptr},  // sizes on the GPU only
-        mainloop_arguments(p, sfa, sfb),
+        mainloop_arguments(p),
         {thread_arguments(p), reinterpret_cast<const ElementD**>(g.c),
          reinterpret_cast<StrideC*>(g.ldc), reinterpret_cast<ElementD**>(g.d),
          reinterpret_cast<StrideD*>(g.ldd)}};
     args.hw_info.device_id = p.device;
     args.hw_info.sm_count = p.sm_count;
     return args;
-  }
-
-  // A block-scaled kernel's workspace: CUTLASS's, then the groups' grid layouts, which each
-  // launch writes first (make_block_layouts) from what `prepare` keeps past the Prepared.
-  static size_t cutlass_workspace(const GemmArgs& p) {
-    return (GemmKernel::get_workspace_size(arguments(p)) + 127) / 128 * 128;
-  }
-  static size_t sfa_bytes(int groups) { return (sizeof(LayoutSFA) * groups + 15) / 16 * 16; }
-  static size_t workspace_size(const GemmArgs& p) {
-    if constexpr (!kBlockScaled) {
-      return Base::workspace_size(p);
-    } else {
-      return cutlass_workspace(p) + sfa_bytes(p.groups) + sizeof(LayoutSFB) * p.groups;
-    }
-  }
-  struct Layouts {
-    int groups;
-    const int (*shape)[3];
-    int32_t a_kblock_stride, b_group_stride;
-    LayoutSFA* sfa;
-    LayoutSFB* sfb;
-  };
-  static constexpr size_t kLayoutsAt = (sizeof(typename Base::Prepared) + 15) / 16 * 16;
-  static_assert(kLayoutsAt + sizeof(Layouts) <= kMaxPrepared, "prepared launch too large");
-
-  static int prepare(const GemmArgs& p, void* workspace, void* out) {
-    if constexpr (!kBlockScaled) {
-      return Base::prepare(p, workspace, out);
-    } else {
-      char* at = static_cast<char*>(workspace) + cutlass_workspace(p);
-      auto* sfa = reinterpret_cast<LayoutSFA*>(at);
-      auto* sfb = reinterpret_cast<LayoutSFB*>(at + sfa_bytes(p.groups));
-      auto* prep = new (out) typename Base::Prepared{arguments(p, sfa, sfb), {}, {}, {}};
-      prep->params = GemmKernel::to_underlying_arguments(prep->args, workspace);
-      prep->grid = GemmKernel::get_grid_shape(prep->params);
-      prep->block = GemmKernel::get_block_shape();
-      new (static_cast<char*>(out) + kLayoutsAt) Layouts{p.groups,
-                                                         p.group.shape,
-                                                         int32_t(p.scale_a_kblock_stride),
-                                                         int32_t(p.scale_b_group_stride),
-                                                         sfa,
-                                                         sfb};
-      return PCR_OK;
-    }
-  }
-
-  static int launch(const void* prepared, void* workspace, int device, cudaStream_t stream,
-                    bool programmatic) {
-    if constexpr (kBlockScaled) {
-      const auto& l =
-          *reinterpret_cast<const Layouts*>(static_cast<const char*>(prepared) + kLayoutsAt);
-      make_block_layouts<ScaleM, ScaleN><<<(l.groups + 127) / 128, 128, 0, stream>>>(
-          l.groups, l.shape, l.a_kblock_stride, l.b_group_stride, l.sfa, l.sfb);
-      if (cudaError_t e = cudaGetLastError())
-        return set_error(PCR_ERR_CUDA, "block-scale layouts: %s", cudaGetErrorString(e));
-    }
-    return Base::launch(prepared, workspace, device, stream, programmatic);
   }
 };
 

@@ -46,6 +46,7 @@ static_assert(sizeof(Chunk) <= 4000, "fill_groups parameters must fit 4 KB");
 struct Arrays {
   GroupArrays group;
   GroupEpilogue epilogue;
+  void* extra;  // scratch past the arrays (run_grouped's extra_bytes), 16-byte aligned
 };
 
 // Group g's entry into the arrays the grouped kernels read.
@@ -97,7 +98,7 @@ struct Moe {
   int64_t scale_b_expert, col_scales_expert;
   const char* bias_n;
   int64_t bias_expert;
-  // block-scale grids: x's (row e of out reads grid_a + its first row * grid_a_row) and
+  // block-scale grids: x's packed (expert e's at grid_a + its first row * grid_a_row) and
   // w's (expert e's grid_b_expert elements past expert 0's)
   const float *grid_a, *grid_b;
   int64_t grid_a_row, grid_b_expert;
@@ -157,6 +158,30 @@ __global__ void zero_moe_rows(Moe p, int64_t row_bytes) {
   }
 }
 
+// x's block-scale grid (T rows, `kblocks` columns: one scale per token and 128 of K, any
+// strides) and where it is.
+struct PackedGrid {
+  const float* grid;
+  int64_t row_stride, kblock_stride;
+  int kblocks;
+};
+
+// Expert e's rows of x's grid, packed as CUTLASS's grouped block-scaled mainloop reads a
+// group's: M-major, K blocks the expert's row count apart, from element kblocks * (its
+// first row) of `packed` (T * kblocks floats) on.
+__global__ void pack_moe_grid(Moe p, PackedGrid g, float* packed) {
+  for (int e = blockIdx.y; e < p.experts; e += gridDim.y) {
+    int64_t start, end;
+    expert_rows(p, e, &start, &end);
+    const int64_t rows = end - start;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * g.kblocks;
+         i += gridDim.x * int64_t(blockDim.x)) {
+      const int64_t kb = i / rows, r = i % rows;
+      packed[start * g.kblocks + i] = g.grid[(start + r) * g.row_stride + kb * g.kblock_stride];
+    }
+  }
+}
+
 size_t round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 // Which of GroupEpilogue's arrays a problem's epilogue reads.
@@ -187,7 +212,7 @@ Factors factors_of(const pcr_problem& p, const Bound& bd) {
 constexpr int kArraysPerGroup = 8 + 7;  // GroupArrays' pointers and strides, GroupEpilogue's
 
 size_t arrays_bytes(int count) {
-  return round16(sizeof(int[3]) * count) + kArraysPerGroup * 8 * size_t(count);
+  return round16(round16(sizeof(int[3]) * count) + kArraysPerGroup * 8 * size_t(count));
 }
 
 // The arrays of `count` groups laid out in one buffer; an epilogue array only where
@@ -225,17 +250,13 @@ int group_error(int status, int group) {
   return set_error(status, "group %d: %s", group, why.c_str());
 }
 
-// Block-scale grids' element strides (GemmArgs' scale_* strides); 0 without grids.
-struct GridStrides {
-  int64_t a_group, a_kblock, b_group, b_kblock;
-};
-
 // Kernel k over `groups` GPU-side problems whose arrays `fill` writes into scratch, after
 // `before` (the groups' own writes to their outputs) ran: every allocation first, so
-// that one that fails leaves the outputs as they were.
+// that one that fails leaves the outputs as they were. `extra_bytes` more scratch follow
+// the arrays, for `fill` (Arrays::extra).
 template <class Before, class Fill>
 int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double beta,
-                const ActivationArgs& activation, const GridStrides& grids, cudaStream_t stream,
+                const ActivationArgs& activation, size_t extra_bytes, cudaStream_t stream,
                 Before before, Fill fill) {
   Scratch arrays, ws;  // arrays: written on the GPU by `fill`, read by the kernel
   GemmArgs g;
@@ -243,7 +264,8 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
   size_t ws_bytes = 0;
   int st;
   if (groups > 0) {
-    if ((st = arrays.allocate(p.device, stream, arrays_bytes(groups), ScratchKind::kGroupArrays)))
+    if ((st = arrays.allocate(p.device, stream, arrays_bytes(groups) + extra_bytes,
+                              ScratchKind::kGroupArrays)))
       return st;
     g.m = int(p.m);
     g.n = int(p.n);
@@ -253,10 +275,6 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
     g.batch = 1;
     g.groups = groups;
     g.activation = activation;
-    g.scale_a_group_stride = grids.a_group;
-    g.scale_a_kblock_stride = grids.a_kblock;
-    g.scale_b_group_stride = grids.b_group;
-    g.scale_b_kblock_stride = grids.b_kblock;
     const Arrays at = arrays_at(static_cast<char*>(arrays.get()), groups, factors_of(p));
     g.group = at.group;
     g.group_epilogue = at.epilogue;
@@ -267,7 +285,9 @@ int run_grouped(const pcr_problem& p, int k, int groups, double alpha, double be
   }
   st = before();
   if (st != PCR_OK || groups == 0) return st;
-  if ((st = fill(Arrays{g.group, g.group_epilogue}))) return st;
+  if ((st = fill(Arrays{g.group, g.group_epilogue,
+                        static_cast<char*>(arrays.get()) + arrays_bytes(groups)})))
+    return st;
   return run_prepared(k, g, stream, nullptr, ws.get(), ws_bytes);
 }
 
@@ -470,8 +490,8 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
     }
     return int(PCR_OK);
   };
-  return run_grouped(p, k, int(entries.size()), alpha, beta, bounds[lead].activation, GridStrides{},
-                     stream, before, [&](const Arrays& arrays) {
+  return run_grouped(p, k, int(entries.size()), alpha, beta, bounds[lead].activation, 0, stream,
+                     before, [&](const Arrays& arrays) {
                        for (size_t first = 0; first < entries.size(); first += kChunk) {
                          Chunk chunk;
                          chunk.first = int(first);
@@ -684,26 +704,27 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   moe.scale_b_expert = moe.col_scales_expert = scale_w.step;
   moe.bias_n = static_cast<const char*>(f.bias_n);
   moe.bias_expert = bias.step * bd.d.esize;
-  // block-scale grids: x's rows contiguous (M-major, as pcr.quantize writes it), w's K
-  // blocks contiguous (a checkpoint's weight_scale_inv): the layouts CUTLASS's grouped
-  // block-scaled mainloop reads
-  GridStrides grids{};
+  // Block-scale grids, as CUTLASS's grouped block-scaled mainloop reads them: each
+  // expert's packed. w's must be so already (a checkpoint's weight_scale_inv (E,
+  // ceil(N/128), ceil(K/128)), contiguous, transposed); x's, any strides, is packed per
+  // expert by pack_moe_grid into scratch past the arrays.
+  const int64_t kblocks = (p.k + 127) / 128;
+  size_t packed_bytes = 0;
+  PackedGrid pack{};
   if (is_grid(p.scale_m)) {
     const GemmArgs ga = gemm_args(p, bd);
-    grids = {ga.scale_a_group_stride, ga.scale_a_kblock_stride, ga.scale_b_group_stride,
-             ga.scale_b_kblock_stride};
-    const int64_t int32_max = (int64_t(1) << 31) - 1;
-    if (grids.a_group != 1 || grids.b_kblock != 1 || grids.a_kblock > int32_max ||
-        grids.b_group > int32_max)
+    if (ga.scale_b_kblock_stride != 1 || ga.scale_b_group_stride != kblocks)
       return set_error(PCR_ERR_UNSUPPORTED,
-                       "moe_gemm's block scales: x's grid (T, ceil(K/128)) needs its rows "
-                       "contiguous (M-major, strides (1, T): pcr.quantize's), w's (E, "
-                       "ceil(K/128), ceil(N/128)) its K blocks contiguous (a checkpoint's "
-                       "weight_scale_inv (E, ceil(N/128), ceil(K/128)) transposed); got "
-                       "strides (%" PRId64 ", %" PRId64 ") and (%" PRId64 ", %" PRId64 ")",
-                       grids.a_group, grids.a_kblock, grids.b_kblock, grids.b_group);
-    moe.grid_a = f.grid_a;
-    moe.grid_a_row = grids.a_group;
+                       "moe_gemm's block scales: each expert's w grid (ceil(K/128), "
+                       "ceil(N/128)) must be packed with its K blocks contiguous (strides (1, "
+                       "%" PRId64
+                       "): a checkpoint's weight_scale_inv (E, ceil(N/128), "
+                       "ceil(K/128)), contiguous, transposed); got strides (%" PRId64 ", %" PRId64
+                       ")",
+                       kblocks, ga.scale_b_kblock_stride, ga.scale_b_group_stride);
+    pack = {f.grid_a, ga.scale_a_group_stride, ga.scale_a_kblock_stride, int(kblocks)};
+    packed_bytes = size_t(p.m) * size_t(kblocks) * sizeof(float);
+    moe.grid_a_row = kblocks;  // set to the packed grid in fill below
     moe.grid_b = f.grid_b;
     moe.grid_b_expert = scale_w.step;
   }
@@ -718,8 +739,15 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
     return cuda_status(cudaGetLastError(), "MoE GEMM with K = 0");
   }
   return run_grouped(
-      p, k, int(experts), alpha, 0.0, bd.activation, grids, stream, [] { return int(PCR_OK); },
+      p, k, int(experts), alpha, 0.0, bd.activation, packed_bytes, stream,
+      [] { return int(PCR_OK); },
       [&](const Arrays& arrays) {
+        if (pack.grid) {
+          moe.grid_a = static_cast<const float*>(arrays.extra);
+          dim3 grid(unsigned(std::min<int64_t>((p.m * kblocks + 255) / 256, 64)),
+                    unsigned(std::min<int64_t>(experts, 65535)));
+          pack_moe_grid<<<grid, 256, 0, stream>>>(moe, pack, static_cast<float*>(arrays.extra));
+        }
         int blocks = int(std::min<int64_t>((experts + 127) / 128, 1024));
         fill_moe<<<blocks, 128, 0, stream>>>(moe, arrays);
         return cuda_status(cudaGetLastError(), "MoE GEMM arrays");

@@ -107,7 +107,8 @@ def test_grouped_list_refuses_ragged_extras(lib):
     x, w, _, out = layer()
     a, b = x, w[0]
     with pytest.raises(
-        pcr.InvalidArgumentError, match="As, Bs, Cs, Ds and bias need one entry per group; got 1, 1, 1, 1 and 2"
+        pcr.InvalidArgumentError,
+        match="As, Bs, Cs, Ds and bias need one entry per group; got 1, 1, 1, 1 and 2",
     ):
         pcr.grouped_gemm([a], [b], None, [out], bias=[None, None])
     with pytest.raises(pcr.InvalidArgumentError, match="number scales differ"):

@@ -326,12 +326,14 @@ def test_block_scaled_moe_selected_in_a_graph_with_new_routing():
 
 
 @pytest.mark.skipif(not BLOCK_GROUPED, reason="no block-scaled grouped kernel runs here")
-def test_block_scaled_moe_refuses_other_grid_layouts():
-    T, E, K, N = 64, 4, 256, 256
-    xq, wq, sx, sw, _, _ = block_layer(T, E, K, N)
-    ends = routing(T, E, 0).cuda()
-    out = torch.empty(T, N, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(pcr.UnsupportedError, match="rows contiguous"):
-        pcr.moe_gemm(xq, wq, ends, out, scale_a=sx.contiguous(), scale_b=sw)
+def test_block_scaled_moe_grid_layouts():
+    """x's grid in any strides (packed per expert on the GPU); w's must be packed per
+    expert with its K blocks contiguous, as checkpoints store weight_scale_inv."""
+    T, E, K, N = 300, 4, 384, 256
+    xq, wq, sx, sw, xd, wd = block_layer(T, E, K, N)
+    ends = routing(T, E, 0)
+    out = torch.full((T, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pcr.moe_gemm(xq, wq, ends.cuda(), out, scale_a=sx.contiguous(), scale_b=sw)  # row-major
+    close(out, moe_reference(xd, wd, ends), "row-major x grid")
     with pytest.raises(pcr.UnsupportedError, match="K blocks contiguous"):
-        pcr.moe_gemm(xq, wq, ends, out, scale_a=sx, scale_b=sw.contiguous())
+        pcr.moe_gemm(xq, wq, ends.cuda(), out, scale_a=sx, scale_b=sw.contiguous())
