@@ -311,14 +311,12 @@ PCR_API int pcr_py_grouped_gemm(void** a, void** b, void** c, void** d, void** e
                                 int32_t count, double alpha, double beta, int32_t kernel,
                                 int32_t flags, void* stream, pcr_problem* problem) {
   return guarded([&] {
-    return py_grouped_gemm(a, b, c, d, extras, count, alpha, beta, kernel, flags, stream,
-                           problem);
+    return py_grouped_gemm(a, b, c, d, extras, count, alpha, beta, kernel, flags, stream, problem);
   });
 }
 
-PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha,
-                            void* extras, int32_t kernel, int32_t flags, void* stream,
-                            pcr_problem* problem) {
+PCR_API int pcr_py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, void* extras,
+                            int32_t kernel, int32_t flags, void* stream, pcr_problem* problem) {
   return guarded([&] {
     return py_moe_gemm(x, w, offsets, out, alpha, extras, kernel, flags, stream, problem);
   });

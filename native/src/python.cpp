@@ -566,8 +566,8 @@ int py_moe_gemm(void* x, void* w, void* offsets, void* out, double alpha, void* 
   if (st != PCR_OK) return st;
   if ((st = producer_stream(ops, flags, &stream))) return st;
   if (!ops[2].present) return set_error(PCR_ERR_INVALID_ARGUMENT, "offsets is required");
-  return moe_gemm(&ops[0].dl, &ops[1].dl, &ops[2].dl, &ops[3].dl, alpha, extras_of(xs, ops),
-                  kernel, stream, problem);
+  return moe_gemm(&ops[0].dl, &ops[1].dl, &ops[2].dl, &ops[3].dl, alpha, extras_of(xs, ops), kernel,
+                  stream, problem);
 }
 
 const void* py_builtins() { return py().ok ? kBuiltins : nullptr; }
