@@ -273,8 +273,8 @@ def _quant_grid(x, granularity):
     return shape, tuple(strides)
 
 
-def _check_grouped_mm(check, x, w, offs):
-    op = "pycutlass_rt::grouped_mm"
+def _check_moe_operands(op, check, x, w, offs):
+    """A MoE GEMM's x (T, K), w (E, K, N) and offs (E end offsets, int32 or int64)."""
     check(
         x.dim() == 2 and w.dim() == 3 and offs.dim() == 1,
         "{}: x (T, K), w (E, K, N) and offs (E,); got {}-D, {}-D and {}-D",
@@ -292,6 +292,11 @@ def _check_grouped_mm(check, x, w, offs):
         offs.shape[0],
     )
     check(offs.dtype in _OFFSETS, "{}: offs must be int32 or int64, got {}", op, offs.dtype)
+
+
+def _check_grouped_mm(check, x, w, offs):
+    op = "pycutlass_rt::grouped_mm"
+    _check_moe_operands(op, check, x, w, offs)
     check(
         x.dtype == w.dtype and x.dtype in _HALF,
         "{}: x and w must both be float16 or bfloat16, got {} and {}",
@@ -322,24 +327,8 @@ def _shape_is(t, *sizes):
 def _check_scaled_grouped_mm(check, x, w, scale_x, scale_w, offs, bias, out_dtype, activation):
     op = "pycutlass_rt::scaled_grouped_mm"
     _act_name(activation)
-    check(
-        x.dim() == 2 and w.dim() == 3 and offs.dim() == 1,
-        "{}: x (T, K), w (E, K, N) and offs (E,); got {}-D, {}-D and {}-D",
-        op,
-        x.dim(),
-        w.dim(),
-        offs.dim(),
-    )
-    t, (e, k, n) = x.shape[0], w.shape
-    check(x.shape[1] == k, "{}: x has K = {}, w (E, K, N) is {}", op, x.shape[1], w.shape)
-    check(
-        offs.shape[0] == e,
-        "{}: offs holds one end offset per expert ({}), got {}",
-        op,
-        e,
-        offs.shape[0],
-    )
-    check(offs.dtype in _OFFSETS, "{}: offs must be int32 or int64, got {}", op, offs.dtype)
+    _check_moe_operands(op, check, x, w, offs)
+    t, e, n = x.shape[0], w.shape[0], w.shape[2]
     check(
         x.dtype in _GROUPED_FP8 and w.dtype == x.dtype,
         "{}: x and w must both be float8_e4m3fn, got {} and {}",
