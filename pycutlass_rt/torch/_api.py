@@ -215,9 +215,22 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, a
             an (E, N, K) stack of Linear weights (the layout the fp8 grouped kernels take;
             another raises UnsupportedError on the GPU).
         scale_x: x's float32 dequantizing scales: one value (per tensor), or (T,) / (T, 1)
-            (per token, as :func:`quantize` with ``granularity="token"`` makes them).
+            (per token, as :func:`quantize` with ``granularity="token"`` makes them); or,
+            with a grid scale_w, DeepSeek-V3's block scales: (T, ceil(K/128)), one per
+            token and 128 of K, in any strides (:func:`quantize` with
+            ``granularity="group"`` makes its M-major one).
         scale_w: w's float32 scales: one value, (E,) (per expert), or (E, N) (per expert and
-            output channel).
+            output channel); or, with a grid scale_x, (E, ceil(K/128), ceil(N/128)), one
+            per expert and 128 x 128 block of its (N, K) weight, each expert's K blocks
+            contiguous (strides (any, 1, ceil(K/128))): a checkpoint's ``weight_scale_inv``
+            (E, ceil(N/128), ceil(K/128)), contiguous, passed ``.transpose(1, 2)`` (per
+            expert, :func:`quantize` with ``granularity="block"`` makes one (ceil(N/128),
+            ceil(K/128)): stack them). Another layout of that grid raises
+            UnsupportedError on the GPU. Grids come in pairs (both, or neither): a 3-D
+            scale_w (but a (1, 1, 1) one value) beside a 2-D scale_x is a pair, so where
+            ceil(K/128) == 1 a (T, 1) scale_x is x's grid (the same scales as per token). Partial last blocks (K or N not a
+            multiple of 128) take their block's scale; the bias and activation apply as
+            with the other scales.
         offs: (E,) int32 (or int64) vector of end offsets on x's device.
         bias: optional (N,) shared by the experts, or (E, N) one per expert, of the output
             dtype.
@@ -229,7 +242,8 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, a
 
     Raises:
         RuntimeError: shapes, dtypes or devices that do not fit, naming the operator.
-        UnsupportedError: no fp8 grouped kernel of this build for the problem (on the GPU).
+        UnsupportedError: no fp8 grouped kernel of this build for the problem, or a w grid
+            not packed per expert (on the GPU).
 
     Example:
         >>> import torch, pycutlass_rt.torch as pt
@@ -246,6 +260,15 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, a
 
         xq, sx = pt.quantize(x_bf16, granularity="token")
         y = pt.scaled_grouped_mm(xq, wq.transpose(1, 2), sx, sw, offs, bias, None, "silu")
+
+    DeepSeek-V3's block-scaled layer (its checkpoint's ``weight`` (E, N, K) e4m3 and
+    ``weight_scale_inv`` (E, ceil(N/128), ceil(K/128)), stacked over the experts) on a
+    build with block-scaled fp8 grouped kernels::
+
+        xq, sx = pt.quantize(x_bf16, granularity="group")  # sx: (T, ceil(K/128))
+        y = pt.scaled_grouped_mm(
+            xq, weight.transpose(1, 2), sx, weight_scale_inv.transpose(1, 2), offs
+        )
     """
     return _scaled_grouped_mm(x, w, scale_x, scale_w, offs, bias, out_dtype, activation)
 

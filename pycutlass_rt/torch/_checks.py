@@ -324,11 +324,32 @@ def _shape_is(t, *sizes):
     return cond
 
 
+def _grouped_grids(scale_x, scale_w):
+    """Whether scaled_grouped_mm's scales are DeepSeek-V3's block-scale grids: x's
+    (T, ceil(K/128)) and w's (E, ceil(K/128), ceil(N/128)).
+
+    Decided from the ranks, never from a symbolic size: a 3-D scale_w beside a 2-D
+    scale_x, but a (1, 1, 1) scale_w (one value, as before grids; sizes of 1 are static
+    ints under torch.compile). Where ceil(K/128) == 1, a (T, 1) scale_x is per token too:
+    scale_w decides, and both readings are the same scales. A 3-D scale_w beside a
+    scale_x of another rank is an error (grids come in pairs), bar one value."""
+    one_value = all(type(s) is int and s == 1 for s in scale_w.shape)
+    return scale_w.dim() == 3 and scale_x.dim() == 2 and not one_value
+
+
+#: the scale pairs scaled_grouped_mm takes, for its errors: T, Kb, E, Kb, Nb
+_GROUPED_PAIRS = (
+    "scales come as scale_x one value, (T,) or (T, 1) with scale_w one value, (E,) or "
+    "(E, N); or as block-scale grids, scale_x (T, ceil(K/128)) = ({}, {}) with scale_w "
+    "(E, ceil(K/128), ceil(N/128)) = ({}, {}, {})"
+)
+
+
 def _check_scaled_grouped_mm(check, x, w, scale_x, scale_w, offs, bias, out_dtype, activation):
     op = "pycutlass_rt::scaled_grouped_mm"
     _act_name(activation)
     _check_moe_operands(op, check, x, w, offs)
-    t, e, n = x.shape[0], w.shape[0], w.shape[2]
+    t, k, e, n = x.shape[0], x.shape[1], w.shape[0], w.shape[2]
     check(
         x.dtype in _GROUPED_FP8 and w.dtype == x.dtype,
         "{}: x and w must both be float8_e4m3fn, got {} and {}",
@@ -346,23 +367,63 @@ def _check_scaled_grouped_mm(check, x, w, scale_x, scale_w, offs, bias, out_dtyp
     )
     for name, s in (("scale_x", scale_x), ("scale_w", scale_w)):
         check(s.dtype == torch.float32, "{}: {} must be float32, got {}", op, name, s.dtype)
-    check(
-        (scale_x.numel() == 1) | _shape_is(scale_x, t) | _shape_is(scale_x, t, 1),
-        "{}: scale_x holds one value (per tensor) or one per token ((T,) or (T, 1), T = {}); "
-        "got shape {}",
-        op,
-        t,
-        scale_x.shape,
-    )
-    check(
-        (scale_w.numel() == 1) | _shape_is(scale_w, e) | _shape_is(scale_w, e, n),
-        "{}: scale_w holds one value (per tensor), one per expert ((E,), E = {}) or one per "
-        "expert and output channel ((E, N), N = {}); got shape {}",
-        op,
-        e,
-        n,
-        scale_w.shape,
-    )
+    kb, nb = (k + 127) // 128, (n + 127) // 128
+    pairs = (t, kb, e, kb, nb)
+    if _grouped_grids(scale_x, scale_w):
+        check(
+            _shape_is(scale_w, e, kb, nb),
+            "{}: scale_w as a block-scale grid is one per expert and 128 x 128 block of its "
+            "(N, K) weight, (E, ceil(K/128), ceil(N/128)) = ({}, {}, {}) (a checkpoint's "
+            "weight_scale_inv.transpose(1, 2)); got shape {}",
+            op,
+            e,
+            kb,
+            nb,
+            scale_w.shape,
+        )
+        check(
+            _shape_is(scale_x, t, kb),
+            "{}: scale_w is a block-scale grid, so scale_x must be x's, one per token and 128 "
+            "of K; got shape {}: " + _GROUPED_PAIRS,
+            op,
+            scale_x.shape,
+            *pairs,
+        )
+    else:
+        if scale_w.dim() == 3:
+            check(
+                scale_w.numel() == 1,
+                "{}: scale_w of shape {} is a block-scale grid but scale_x of shape {} is "
+                "not; " + _GROUPED_PAIRS,
+                op,
+                scale_w.shape,
+                scale_x.shape,
+                *pairs,
+            )
+        check(
+            (scale_w.numel() == 1) | _shape_is(scale_w, e) | _shape_is(scale_w, e, n),
+            "{}: scale_w holds one value (per tensor), one per expert ((E,), E = {}) or one "
+            "per expert and output channel ((E, N), N = {}), or a block-scale grid "
+            "(E, ceil(K/128), ceil(N/128)) = ({}, {}, {}) beside scale_x's; got shape {}",
+            op,
+            e,
+            n,
+            e,
+            kb,
+            nb,
+            scale_w.shape,
+        )
+        check(
+            (scale_x.numel() == 1) | _shape_is(scale_x, t) | _shape_is(scale_x, t, 1),
+            "{}: scale_x holds one value (per tensor) or one per token ((T,) or (T, 1), "
+            "T = {}), or is a block-scale grid beside scale_w's; got shape {} (scale_w {}); "
+            + _GROUPED_PAIRS,
+            op,
+            t,
+            scale_x.shape,
+            scale_w.shape,
+            *pairs,
+        )
     if bias is not None:
         check(
             _shape_is(bias, n) | _shape_is(bias, e, n),

@@ -21,6 +21,7 @@ from ._checks import (
     _check_scaled_mm,
     _conv_empty,
     _eager_check,
+    _grouped_grids,
     _linear_ok,
     _mm_ok,
     _quant_grid,
@@ -160,17 +161,25 @@ def _scaled_grouped_mm_cpu(
     x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, activation=None
 ):
     """Each expert's rows dequantized in float64, ``(x * scale_x) @ (w[e] * scale_w[e])``,
-    plus the bias and the activation; rows no expert covers are zeros."""
+    plus the bias and the activation; rows no expert covers are zeros. Block-scale grids
+    dequantize block by block: each scale repeated over its 128 of K (and 128 of N), the
+    partial last blocks trimmed."""
     _check_scaled_grouped_mm(
         _eager_check, x, w, scale_x, scale_w, offs, bias, out_dtype, activation
     )
     act = _act_name(activation)
-    t, n = x.shape[0], w.shape[2]
-    # one value, or (T, 1) per token
-    sx = scale_x.double().reshape(-1, 1)
-    # (1, 1, 1) shared, (E, 1, 1) per expert, (E, 1, N) per expert and channel
-    sw = scale_w.double().reshape(1, 1, 1) if scale_w.numel() == 1 else scale_w.double()
-    sw = sw.reshape(sw.shape[0], 1, -1)
+    t, k, n = x.shape[0], x.shape[1], w.shape[2]
+    if _grouped_grids(scale_x, scale_w):
+        # (T, K): x's scale per token and 128 of K; (E, K, N): w's per 128 x 128 block
+        sx = scale_x.double().repeat_interleave(128, 1)[:, :k]
+        sw = scale_w.double().repeat_interleave(128, 1)[:, :k]
+        sw = sw.repeat_interleave(128, 2)[:, :, :n]
+    else:
+        # one value, or (T, 1) per token
+        sx = scale_x.double().reshape(-1, 1)
+        # (1, 1, 1) shared, (E, 1, 1) per expert, (E, 1, N) per expert and channel
+        sw = scale_w.double().reshape(1, 1, 1) if scale_w.numel() == 1 else scale_w.double()
+        sw = sw.reshape(sw.shape[0], 1, -1)
     b = None if bias is None else bias.double().reshape(-1, n)  # (1, N) or (E, N)
     y = torch.zeros((t, n), dtype=torch.float64)
     start = 0

@@ -20,6 +20,7 @@ from .._conv import conv2d_wgrad as _pcr_conv2d_wgrad
 from .._gemm import gemm as _gemm
 from .._grouped import moe_gemm as _moe_gemm
 from .._quantize import quantize as _pcr_quantize
+from ..errors import UnsupportedError
 from ._checks import (
     _act_name,
     _check_conv2d,
@@ -35,6 +36,7 @@ from ._checks import (
     _conv_empty,
     _conv_extent,
     _eager_check,
+    _grouped_grids,
     _linear_ok,
     _mm_ok,
     _rows,
@@ -213,9 +215,24 @@ def _grouped_mm_cuda(x, w, offs):
     return _moe_gemm(x, w, offs, out)
 
 
+def _grid(t):
+    """A block-scale grid as the library reads it: its strides as they are, detached."""
+    return t.detach() if t.requires_grad else t
+
+
+def _w_grid_packed(scale_w):
+    """Whether w's (E, Kb, Nb) grid has each expert's K blocks contiguous, strides
+    (any, 1, Kb), as moe_gemm's block-scaled kernels read it (the strides of a size-1
+    dimension say nothing: never stepped over)."""
+    _, kb, nb = scale_w.shape
+    _, s_k, s_n = scale_w.stride()
+    return (kb <= 1 or s_k == 1) and (nb <= 1 or s_n == kb)
+
+
 def _scaled_grouped_mm_cuda(
     x, w, scale_x, scale_w, offs, bias=None, out_dtype=None, activation=None
 ):
+    op = "pycutlass_rt::scaled_grouped_mm"
     _check_scaled_grouped_mm(
         _eager_check, x, w, scale_x, scale_w, offs, bias, out_dtype, activation
     )
@@ -223,6 +240,20 @@ def _scaled_grouped_mm_cuda(
         x = x.detach().contiguous()  # the library reads x row-major
     if w.requires_grad:
         w = w.detach()
+    if _grouped_grids(scale_x, scale_w):
+        # Block-scale grids as given, never copied: x's in any strides (moe_gemm packs it
+        # per expert on the GPU); w's must be packed per expert, its K blocks contiguous.
+        if not _w_grid_packed(scale_w):
+            raise UnsupportedError(
+                f"{op}: scale_w's block-scale grid (E, ceil(K/128), ceil(N/128)) = "
+                f"{tuple(scale_w.shape)} must have each expert's K blocks contiguous "
+                f"(strides (any, 1, {scale_w.shape[1]})); got strides {scale_w.stride()}. "
+                "Pass weight_scale_inv.transpose(1, 2) of a contiguous (E, ceil(N/128), "
+                "ceil(K/128)) weight_scale_inv"
+            )
+        scale_x, scale_w = _grid(scale_x), _grid(scale_w)
+    else:
+        scale_x, scale_w = _vec(scale_x), _vec(scale_w)
     # w as given: the fp8 grouped kernels take it K-major (an (E, N, K) stack's
     # .transpose(1, 2)), as torch._scaled_grouped_mm does; another layout raises
     # UnsupportedError. Zeros, not empty: moe_gemm leaves the rows no expert covers
@@ -235,8 +266,8 @@ def _scaled_grouped_mm_cuda(
         out,
         bias=_vec(bias),
         activation=_act_name(activation),
-        scale_a=_vec(scale_x),
-        scale_b=_vec(scale_w),
+        scale_a=scale_x,
+        scale_b=scale_w,
     )
 
 

@@ -3,8 +3,11 @@ reference that dequantizes first and against the CPU operator, in each scale lay
 bias and activations; under torch.compile(fullgraph=True) (dynamic shapes, and the
 quantize + GEMM layer in one graph), mode="reduce-overhead", and a captured CUDA graph
 whose replays follow new routings and scales (rows no expert covers stay zeros).
+DeepSeek-V3's block scales (x's (T, ceil(K/128)) grid, w's (E, ceil(K/128), ceil(N/128))
+grids) against a block-by-block float64 reference and the CPU operator.
 
-Skips, saying so, unless the build has an fp8 grouped kernel that runs here.
+Skips, saying so, unless the build has an fp8 grouped kernel (for block scales: a
+block-scaled one) that runs here.
 """
 
 import pytest
@@ -245,3 +248,125 @@ def test_cuda_graph_replays_new_routings_and_scales():
         torch.cuda.synchronize()
         close(y, reference(xq, wq, sx, sw, offs, b, "silu"), f"replay {seed}")
         assert (y[T - tail :] == 0).all(), f"replay {seed}: uncovered rows not zeroed"
+
+
+# ---- DeepSeek-V3's block scales ---------------------------------------------------------------
+
+
+def block_scaled_grouped_kernels():
+    """The build's block-scaled fp8 grouped kernels that run here."""
+    return [
+        k
+        for k in runnable_kernels(grouped=True, block_scaled=True)
+        if k.grouped and k.dtype_a == "float8_e4m3fn" and k.scale_m != "none"
+    ]
+
+
+def needs_block_scaled_grouped():
+    """Skips unless the build has a block-scaled fp8 grouped kernel that runs here."""
+    if not block_scaled_grouped_kernels():
+        pytest.skip("no block-scaled fp8 grouped kernel of this build runs here")
+
+
+def block_layer(T, E, K, N, seed=0):
+    """DeepSeek-V3's quantized MoE layer, as pycutlass_rt.quantize writes it: x per token
+    and 128 of K (an M-major (T, ceil(K/128)) grid), each expert's (N, K) weight per
+    128 x 128 block (its weight_scale_inv (ceil(N/128), ceil(K/128))), stacked: w (E, K, N)
+    K-major and its grids (E, ceil(K/128), ceil(N/128)), each the transposed stack."""
+    torch.manual_seed(seed)
+    x = (torch.randn(T, K, device="cuda") * 3).to(BF16)
+    xq, sx = pcr.quantize(x, granularity="group")
+    qs = [
+        pcr.quantize((torch.randn(N, K, device="cuda") / 4).to(BF16), granularity="block")
+        for _ in range(E)
+    ]
+    wq = torch.stack([q for q, _ in qs])  # (E, N, K)
+    sw = torch.stack([g for _, g in qs])  # (E, ceil(N/128), ceil(K/128)), contiguous
+    return xq, wq.transpose(1, 2), sx, sw.transpose(1, 2)
+
+
+def block_reference(x, w, sx, sw, offs, bias=None, act=None):
+    """float64: x and each expert's w dequantized block by block (each scale over its
+    128 of K, and of N; the last blocks partial), then as :func:`reference`."""
+    K, N = x.shape[1], w.shape[2]
+    xd = x.double() * sx.double().repeat_interleave(128, 1)[:, :K]
+    full = sw.double().repeat_interleave(128, 1)[:, :K].repeat_interleave(128, 2)[:, :, :N]
+    one = torch.ones((), dtype=torch.float32, device=x.device)
+    return reference(xd, w.double() * full, one, one, offs, bias, act)
+
+
+@pytest.mark.parametrize(
+    "T, K, N",
+    [(1, 512, 384), (37, 320, 200), (300, 640, 256), (1000, 1024, 512)],
+)
+@pytest.mark.parametrize("bias, act", [(None, None), ("expert", "silu"), ("shared", "gelu")])
+def test_block_scales_against_the_reference_and_the_cpu_op(T, K, N, bias, act):
+    needs_block_scaled_grouped()
+    E = 8
+    xq, wq, sx, sw = block_layer(T, E, K, N, seed=T)
+    assert sx.shape == (T, -(-K // 128)) and sw.shape == (E, -(-K // 128), -(-N // 128))
+    tail = T // 10
+    offs = routing(T, E, seed=T, tail=tail)
+    b = {
+        None: None,
+        "shared": torch.randn(N, device="cuda").to(BF16),
+        "expert": torch.randn(E, N, device="cuda").to(BF16),
+    }[bias]
+    y = pt.scaled_grouped_mm(xq, wq, sx, sw, offs, b, None, act)
+    want = block_reference(xq, wq, sx, sw, offs, b, act)
+    close(y, want, f"block scales T={T} K={K} N={N}, bias {bias}, {act}")
+    assert (y[T - tail :] == 0).all(), "rows no expert covers are zeros"
+    cpu = [t if t is None else t.cpu() for t in (xq, wq, sx, sw, offs, b)]
+    close(y.cpu(), pt.scaled_grouped_mm(*cpu, None, act).double(), f"CPU op T={T}")
+    # x's grid in any strides: row-major too
+    close(pt.scaled_grouped_mm(xq, wq, sx.contiguous(), sw, offs, b, None, act), want, "row-major")
+
+
+@pytest.mark.parametrize("K, N", [(128, 256), (256, 128), (96, 320), (320, 64)])
+def test_block_scales_one_block_along_k_or_n(K, N):
+    """One 128-block along K (x's grid (T, 1)) or along N (w's grids (E, Kb, 1)): the
+    layouts whose size-1 dimensions carry no strides."""
+    needs_block_scaled_grouped()
+    T, E = 200, 4
+    xq, wq, sx, sw = block_layer(T, E, K, N, seed=K + N)
+    offs = routing(T, E, seed=1, tail=10)
+    y = pt.scaled_grouped_mm(xq, wq, sx, sw, offs)
+    close(y, block_reference(xq, wq, sx, sw, offs), f"K={K} N={N}")
+
+
+def test_block_scales_errors():
+    needs_block_scaled_grouped()
+    T, E, K, N = 64, 4, 384, 256
+    xq, wq, sx, sw = block_layer(T, E, K, N)
+    offs = routing(T, E, seed=0)
+    # the checkpoint's grid untransposed: a shape error; transposed but not packed (a
+    # contiguous copy of the transposed view): UnsupportedError naming the fix
+    with pytest.raises(RuntimeError, match=r"scale_w as a block-scale grid is"):
+        pt.scaled_grouped_mm(xq, wq, sx, sw.transpose(1, 2), offs)
+    with pytest.raises(pcr.UnsupportedError, match=r"weight_scale_inv\.transpose\(1, 2\)"):
+        pt.scaled_grouped_mm(xq, wq, sx, sw.contiguous(), offs)
+    with pytest.raises(RuntimeError, match="block-scale grid but scale_x of shape"):
+        pt.scaled_grouped_mm(xq, wq, sx[:, 0].contiguous(), sw, offs)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_block_scales_compile_fullgraph(dynamic):
+    """The block-scaled layer (quantize per 128 of K, then the GEMM) traced without a graph
+    break; the compiled results are the eager ones."""
+    needs_block_scaled_grouped()
+    torch._dynamo.reset()
+    E, K, N = 8, 512, 384
+
+    def layer_fn(x, wq, sw, offs, b):
+        xq, sx = pt.quantize(x, granularity="group")
+        return pt.scaled_grouped_mm(xq, wq, sx, sw, offs, b, None, "silu")
+
+    f = torch.compile(layer_fn, fullgraph=True, dynamic=dynamic)
+    _, wq, _, sw = block_layer(16, E, K, N, seed=5)
+    for T in (16, 200, 777):
+        x = torch.randn(T, K, device="cuda", dtype=BF16)
+        offs = routing(T, E, seed=T, tail=5)
+        b = torch.randn(E, N, device="cuda").to(BF16)
+        got, eager = f(x, wq, sw, offs, b), layer_fn(x, wq, sw, offs, b)
+        close(got, eager.double(), f"compiled block-scaled layer T={T}", tol=1e-3)
+        assert (got[T - 5 :] == 0).all()
