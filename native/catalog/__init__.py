@@ -46,6 +46,7 @@ from .configs import (
     FUSED_TMA_LAYOUTS,
     FUSED_TYPES,
     GEMM_TYPES,
+    GROUPED_QUANTIZED_TYPES,
     GROUPED_TYPES,
 )
 from .generate import emit
@@ -68,6 +69,7 @@ __all__ = [
     "FUSED_TMA_LAYOUTS",
     "FUSED_TYPES",
     "GEMM_TYPES",
+    "GROUPED_QUANTIZED_TYPES",
     "GROUPED_TYPES",
     "INSTRUCTIONS",
     "LAYOUTS",

@@ -181,8 +181,9 @@ class Kernel:
         into amax and multiplies D by scale_d: every family's dequantizing epilogue
         (tma_gemm.cuh's QuantizedOutput, mma_gemm.cuh's ScaledTree), and the sm90a/sm100a
         linear ones that read scale tensors or block scales; not the grouped ones."""
-        return (self.epilogue == "scaled" and not self.grouped) or (
-            self.family in TMA_FAMILIES and (self.tensor_scales or bool(self.block))
+        return not self.grouped and (
+            self.epilogue == "scaled"
+            or (self.family in TMA_FAMILIES and (self.tensor_scales or bool(self.block)))
         )
 
     def block_granularity(self) -> tuple[int, int]:

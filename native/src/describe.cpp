@@ -21,7 +21,8 @@ bool is_quantized(int dtype) { return dtype == PCR_S8 || dtype == PCR_E4M3 || dt
 }  // namespace
 
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
-             double alpha, double beta, const pcr_extras* extras, pcr_problem* p, Bound* bound) {
+             double alpha, double beta, const pcr_extras* extras, pcr_problem* p, Bound* bound,
+             int grouped) {
   clear_error();
   std::memset(p, 0, sizeof *p);
   *bound = Bound{};
@@ -291,18 +292,19 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
                      "rows of a multiple of 16 bytes); %s is not",
                      aux_aligned ? "d" : "aux");
 
-  return finish_problem(p, D, host);
+  return finish_problem(p, D, host, grouped != PCR_GROUPED_NONE);
 }
 
-int finish_problem(pcr_problem* p, const Matrix& D, bool host) {
+int finish_problem(pcr_problem* p, const Matrix& D, bool host, bool grouped) {
   int st;
   // The build must know this dtype combination at all (before asking for a GPU).
   bool known = false;
   for (int i = 0; i < kKernelCount && !known; ++i) {
     const pcr_kernel_desc& kd = kKernels[i]->info;
-    known = kd.op == p->op && kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b &&
-            kd.dtype_d == p->dtype_d && epilogue_serves(kd.epilogue, p->epilogue) &&
-            same_block_scales(kd, *p) && (kd.out_scale || !p->out_scale);
+    known = kd.op == p->op && bool(kd.grouped) == grouped && kd.dtype_a == p->dtype_a &&
+            kd.dtype_b == p->dtype_b && kd.dtype_d == p->dtype_d &&
+            epilogue_serves(kd.epilogue, p->epilogue) && same_block_scales(kd, *p) &&
+            (kd.out_scale || !p->out_scale);
   }
   if (!known) {
     static const char* const kWith[] = {
@@ -313,8 +315,9 @@ int finish_problem(pcr_problem* p, const Matrix& D, bool host) {
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
       const pcr_kernel_desc& kd = kKernels[i]->info;
-      if (kd.op != p->op || !epilogue_serves(kd.epilogue, p->epilogue) ||
-          !same_block_scales(kd, *p) || (p->out_scale && !kd.out_scale))
+      if (kd.op != p->op || bool(kd.grouped) != grouped ||
+          !epilogue_serves(kd.epilogue, p->epilogue) || !same_block_scales(kd, *p) ||
+          (p->out_scale && !kd.out_scale))
         continue;
       std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " + dtype_name(kd.dtype_b) +
                           " -> " + dtype_name(kd.dtype_d);

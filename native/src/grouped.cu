@@ -339,7 +339,8 @@ int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTen
       return set_error(PCR_ERR_INVALID_ARGUMENT, "group %d: a, b and d are required", g);
     // a group without c reads no C, whatever beta is (its d is zeroed for the kernel)
     const pcr_extras* xg = extras ? extras[g] : nullptr;
-    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, xg, &probs[g], &bounds[g]);
+    int st = describe(a[g], b[g], cg, d[g], alpha, cg ? beta : 0.0, xg, &probs[g], &bounds[g],
+                      PCR_GROUPED_LIST);
     if (st != PCR_OK) return group_error(st, g);
     const pcr_problem& q = probs[g];
     if ((st = grouped_epilogue_error(q, g))) return st;
@@ -637,7 +638,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
     ex0.bias = &bias.view;
   }
   Bound bd;
-  st = describe(x, &w0, nullptr, out_t, alpha, 0.0, &ex0, &p, &bd);
+  st = describe(x, &w0, nullptr, out_t, alpha, 0.0, &ex0, &p, &bd, PCR_GROUPED_MOE);
   if (st != PCR_OK) return st;
   if ((st = grouped_epilogue_error(p, -1))) return st;
   if (scale_w.step < 0 || bias.step < 0)
@@ -713,7 +714,10 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   PackedGrid pack{};
   if (is_grid(p.scale_m)) {
     const GemmArgs ga = gemm_args(p, bd);
-    if (ga.scale_b_kblock_stride != 1 || ga.scale_b_group_stride != kblocks)
+    // a dimension of one block has no stride to keep (load_grid gives it 0)
+    const int64_t nblocks = (p.n + 127) / 128;
+    if ((kblocks > 1 && ga.scale_b_kblock_stride != 1) ||
+        (nblocks > 1 && ga.scale_b_group_stride != kblocks))
       return set_error(PCR_ERR_UNSUPPORTED,
                        "moe_gemm's block scales: each expert's w grid (ceil(K/128), "
                        "ceil(N/128)) must be packed with its K blocks contiguous (strides (1, "

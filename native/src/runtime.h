@@ -121,9 +121,11 @@ struct Bound {
 // library can hold (0..32) and, with dimensions, a shape to read them from (NULL
 // tensors pass: the caller says which are required).
 int check_tensors(std::initializer_list<std::pair<const DLTensor*, const char*>> tensors);
+// `grouped`: the pcr_grouped entry point the GEMM is a group of (PCR_GROUPED_NONE: a GEMM
+// of its own), which decides whether grouped or other kernels make its dtypes known.
 int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
              double alpha, double beta, const pcr_extras* extras, pcr_problem* problem,
-             Bound* bound);
+             Bound* bound, int grouped = PCR_GROUPED_NONE);
 // describe's work for a convolution (extras.conv set; conv.cpp): the tensors as flat
 // matrices (rows: every dimension but the last) in `bound`, the geometry in bound->conv.
 int describe_conv(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTensor* d,
@@ -138,7 +140,7 @@ int col2im(const DLTensor* cols, const DLTensor* dx, const DLTensor* c, const pc
            int32_t r, int32_t s, double alpha, double beta, cudaStream_t stream);
 // The end of describe for every problem: the build knows its op, dtypes and epilogue at
 // all, and its device (d's, or the current one for host operands) is queried.
-int finish_problem(pcr_problem* problem, const Matrix& d, bool host);
+int finish_problem(pcr_problem* problem, const Matrix& d, bool host, bool grouped = false);
 // Operand pieces describe and describe_conv share (problem.cpp).
 // The largest M, N or K: kernels count tiles (extent + tile - 1) and staging pads extents
 // (to 16 bytes, leading dimensions to 128) in int32, so an extent within a tile or a pad of

@@ -263,7 +263,11 @@ def test_emit(tmp_path):
 def test_emit_units(tmp_path):
     # several kernels to a translation unit: each kernel in exactly one unit, a unit's
     # kernels sharing their gencode flags; a lone kernel compiles from its own source
-    ks = catalog.select_kernels(catalog.catalogue(), "sm90_bf16_bf16_f32_bf16_tn_*,sm80_f16_*_nt_*")
+    ks = catalog.select_kernels(
+        catalog.catalogue(),
+        # one grouped kernel left: the only one of its header, so a unit of its own
+        "sm90_bf16_bf16_f32_bf16_tn_*,!*pingpong_grouped*,!*biasact_grouped*,sm80_f16_*_nt_*",
+    )
     per_family = {"sm80": ["80", "90"], "sm90": ["90a"]}
     catalog.emit(str(tmp_path), ks, per_family, {"x": 1}, size=3, jobs=2)
     by_name = {k.name: k for k in ks}
@@ -348,7 +352,12 @@ def test_fused_epilogue_kernels_twin_plain_ones():
     (what selection tables name), in the dtypes and layouts the catalogue fuses."""
     kernels = GEMMS
     names = {k.name for k in kernels}
-    assert all(k.name.replace("_biasact", "") in names for k in kernels if k.epilogue == "biasact")
+    # grouped block-scaled kernels have no plain twin: no table ranks grouped kernels
+    assert all(
+        k.name.replace("_biasact", "") in names
+        for k in kernels
+        if k.epilogue == "biasact" and not (k.grouped and k.block)
+    )
     fused = [k for k in kernels if k.epilogue == "biasact" and not k.block]
     # MORE_TYPES' configurations that fuse: fp32, fp64 and int8 -> int32 (computed in int32);
     # block-scaled fp8 (test_block_scaled_kernels)
@@ -408,23 +417,40 @@ def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
 
 
 def test_grouped_kernels():
-    """Grouped kernels: both families, the grouped templates, in the default build."""
+    """Grouped kernels: both families, the grouped templates, in the default build; 16-bit
+    ones linear or with a bias/activation (sm90a), fp8 ones dequantizing or block-scaled
+    (sm90a, tn), none with an output scale."""
     kernels = GEMMS
     grouped = [k for k in kernels if k.grouped]
     assert {k.family for k in grouped} == {"sm80", "sm90"}
-    assert {(k.a, k.d) for k in grouped} == set(catalog.GROUPED_TYPES)
-    assert all(k.split == "none" and not k.swap and k.epilogue == "linear" for k in grouped)
+    types = set(catalog.GROUPED_TYPES) | set(catalog.GROUPED_QUANTIZED_TYPES)
+    assert {(k.a, k.d) for k in grouped} == types
+    assert all(k.split == "none" and not k.swap for k in grouped)
     for k in grouped:
+        quantized = (k.a, k.d) in catalog.GROUPED_QUANTIZED_TYPES
+        epilogues = {"scaled", "biasact"} if quantized else {"linear", "biasact"}
+        assert k.epilogue in epilogues and (k.family == "sm90" or k.epilogue == "linear"), k.name
+        assert not quantized or (k.family == "sm90" and k.layout == "tn"), k.name
+        assert not quantized or (k.epilogue == "biasact") == bool(k.block), k.name
         t = catalog.kernel_type(k)
         assert t.startswith(
             "pcr::tma::GroupedGemm<" if k.family == "sm90" else "pcr::mma::GroupedGemm<"
         ), t
-        # grouped, no tensor scales, a GEMM, no block scales, no output scale
-        assert catalog.kernel_info(k).endswith(
-            ", 1, 0, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, 0}"
+        # grouped, no tensor scales, a GEMM, block scales where named, no output scale
+        grids = (
+            "PCR_SCALE_GROUPS, PCR_SCALE_BLOCKS" if k.block else "PCR_SCALE_NONE, PCR_SCALE_NONE"
         )
+        assert catalog.kernel_info(k).endswith(f", 1, 0, PCR_OP_GEMM, {grids}, 0}}"), k.name
     core = catalog.select_kernels(kernels, "default")
     assert {(k.family, k.layout) for k in core if k.grouped} >= {("sm90", "tn"), ("sm80", "nn")}
+    assert {(k.a, k.epilogue, k.block) for k in core if k.grouped and k.family == "sm90"} == {
+        ("f16", "linear", ""),
+        ("f16", "biasact", ""),
+        ("bf16", "linear", ""),
+        ("bf16", "biasact", ""),
+        ("e4m3", "scaled", ""),
+        ("e4m3", "biasact", "gb"),
+    }
 
 
 def test_split_k_kernels_wrap_their_unsplit_fp32_twin():
@@ -497,9 +523,9 @@ def test_block_scaled_kernels():
     """fp8 e4m3 block-scaled kernels: each tile side takes whole scale blocks, the kind
     word names the grids (problem terms), the default build holds DeepSeek-V3's ("gb")
     for bfloat16 outputs, and CUTLASS gets the granularities in its own terms."""
-    blk = [k for k in GEMMS if k.block]
+    blk = [k for k in GEMMS if k.block and not k.grouped]  # test_grouped_kernels: the others
     assert {k.block for k in blk} == set(catalog.BLOCK_KINDS)
-    assert all(k.a == k.b == "e4m3" and k.layout == "tn" and not k.grouped for k in blk)
+    assert all(k.a == k.b == "e4m3" and k.layout == "tn" for k in blk)
     for k in blk:
         gm, gn = k.block_granularity()
         tile = (k.tile[1], k.tile[0]) if k.swap else k.tile[:2]

@@ -14,23 +14,30 @@ F16 = np.float16
 T, E, K, N = 12, 4, 16, 8
 
 
-def layer(dtype=F16):
+def layer():
     """x (T, K), w (E, K, N) K-major, E ends, out (T, N) float16: host arrays."""
     rng = np.random.default_rng(0)
-    x = rng.integers(-4, 5, (T, K)).astype(dtype)
-    w = rng.integers(-4, 5, (E, N, K)).astype(dtype).transpose(0, 2, 1)
+    x = rng.integers(-4, 5, (T, K)).astype(F16)
+    w = rng.integers(-4, 5, (E, N, K)).astype(F16).transpose(0, 2, 1)
     return x, w, np.array([3, 3, 9, T], np.int32), np.zeros((T, N), F16)
 
 
-# scale tensors dequantize quantized inputs: int8 ones here (numpy has no fp8), which
-# describe takes once the build has a dequantizing int8 -> float16 kernel of any kind
-needs_int8_scaled = pytest.mark.skipif(
-    not any(
-        k.dtype_a == "int8" and k.dtype_d == "float16" and k.epilogue == "scaled"
-        for k in built_kernels()
-    ),
-    reason="no int8 -> float16 dequantizing kernel in this build",
+# scale tensors dequantize fp8 MoE layers: torch's CPU fp8 tensors here (numpy has no
+# fp8), which the front door takes once the build has an fp8 grouped kernel
+needs_fp8_grouped = pytest.mark.skipif(
+    not any(k.grouped and k.dtype_a == "float8_e4m3fn" for k in built_kernels()),
+    reason="no fp8 grouped kernel in this build",
 )
+
+
+def fp8_layer():
+    """layer()'s operands as torch CPU tensors: x and w in e4m3, out in bfloat16."""
+    torch = pytest.importorskip("torch")
+    x, w, ends, _ = layer()
+    x8 = torch.from_numpy(x.astype(np.float32)).to(torch.float8_e4m3fn)
+    w8 = torch.from_numpy(w.transpose(0, 2, 1).copy().astype(np.float32)).to(torch.float8_e4m3fn)
+    out = torch.zeros(T, N, dtype=torch.bfloat16)
+    return x8, w8.transpose(1, 2), torch.from_numpy(ends), out
 
 
 def gpu_rule(has_gpu):
@@ -48,10 +55,10 @@ ACCEPTED_SCALE_B = [(), (1,), (E,), (E, 1), (E, 1, 1), (1, N), (E, N), (E, 1, N)
 ACCEPTED_BIAS = [(N,), (1, N), (E, N), (E, 1, N)]
 
 
-@needs_int8_scaled
+@needs_fp8_grouped
 @pytest.mark.parametrize("shape", ACCEPTED_SCALE_B)
 def test_moe_scale_b_layouts_pass_to_the_gpu_rule(lib, has_gpu, shape):
-    x, w, ends, out = layer(np.int8)
+    x, w, ends, out = fp8_layer()
     with gpu_rule(has_gpu):
         pcr.moe_gemm(x, w, ends, out, scale_a=f32(T), scale_b=f32(*shape))
 
@@ -84,9 +91,9 @@ def test_moe_bias_dtype_is_checked_as_one_gemm(lib):
         pcr.moe_gemm(x, w, ends, out, bias=np.zeros((E, N), np.float32))
 
 
-@needs_int8_scaled
+@needs_fp8_grouped
 def test_moe_per_token_scales_are_checked_as_one_gemm(lib):
-    x, w, ends, out = layer(np.int8)
+    x, w, ends, out = fp8_layer()
     with pytest.raises(pcr.InvalidArgumentError, match="scale_a"):
         pcr.moe_gemm(x, w, ends, out, scale_a=f32(T + 1))
 
