@@ -139,6 +139,12 @@ def block_reference(x, w, sx, sw, offs, bias=None, act=None):
 # ---- the CPU implementation against the reference -------------------------------------------
 
 
+def bias_of(kind, g, E, N):
+    """No bias, one shared by the experts (N,), or one per expert (E, N), in bfloat16."""
+    shape = {None: None, "shared": (N,), "expert": (E, N)}[kind]
+    return None if shape is None else torch.randn(shape, generator=g).to(BF16)
+
+
 @pytest.mark.parametrize("xs", list(X_SCALES))
 @pytest.mark.parametrize("ws", list(W_SCALES))
 @pytest.mark.parametrize("bias", [None, "shared", "expert"])
@@ -148,11 +154,7 @@ def test_cpu_scale_layouts_and_bias(xs, ws, bias):
     x, w = layer(T, E, K, N, seed=1)
     sx, sw = X_SCALES[xs](g, T), W_SCALES[ws](g, E, N)
     offs = routing(T, E, seed=2, tail=4)  # rows 33.. no expert's
-    b = {
-        None: None,
-        "shared": torch.randn(N, generator=g).to(BF16),
-        "expert": torch.randn(E, N, generator=g).to(BF16),
-    }[bias]
+    b = bias_of(bias, g, E, N)
     y = pt.scaled_grouped_mm(x, w, sx, sw, offs, b)
     assert y.shape == (T, N) and y.dtype == BF16
     want = reference(x, w, sx, sw, offs, b)
@@ -207,11 +209,7 @@ def test_cpu_block_scales(T, E, K, N, x_layout, bias):
     tail = T // 5
     offs = routing(T, E, seed=N, tail=tail)
     g = torch.Generator().manual_seed(11)
-    b = {
-        None: None,
-        "shared": torch.randn(N, generator=g).to(BF16),
-        "expert": torch.randn(E, N, generator=g).to(BF16),
-    }[bias]
+    b = bias_of(bias, g, E, N)
     y = pt.scaled_grouped_mm(x, w, sx, sw, offs, b)
     assert y.shape == (T, N) and y.dtype == BF16
     want = block_reference(x, w, sx, sw, offs, b)
