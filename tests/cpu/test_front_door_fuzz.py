@@ -853,12 +853,30 @@ def grouped_cases(draw):
     )
 
 
-def grouped_device_outcome(group=0):
-    """What a group that passes every check before the device meets: NoDeviceError without
-    a GPU; with one, numpy operands are host arrays, which grouped GEMMs refuse."""
+def grouped_kernel_built(dtype_in: str, dtype_out: str) -> bool:
+    """Whether the build holds a grouped kernel of these dtypes (without block scales):
+    what makes a group's dtypes known, before the device is asked for."""
+    return any(
+        k.grouped and k.scale_m == "none" and k.dtype_a == dtype_in and k.dtype_d == dtype_out
+        for k in built_kernels(block_scaled=None)
+    )
+
+
+def grouped_device_outcome(group=0, dtype_in="float16", dtype_out="float16"):
+    """What a group that passes every check before the device meets: UnsupportedError in a
+    build without grouped kernels of its dtypes; else NoDeviceError without a GPU; with
+    one, numpy operands are host arrays, which grouped GEMMs refuse."""
+    if not grouped_kernel_built(dtype_in, dtype_out):
+        return pcr.UnsupportedError, f"group {group}: no kernel in this build computes"
     if has_gpu():
         return pcr.InvalidArgumentError, f"group {group}: grouped GEMMs take 2-D GPU matrices"
     return pcr.NoDeviceError, f"group {group}: "
+
+
+def out_name(Ds, dout) -> str:
+    """Group 0's output dtype as the library names it (a fault may have changed it)."""
+    d0 = Ds[0] if Ds else None
+    return np.dtype(d0.dtype if isinstance(d0, np.ndarray) else dout).name
 
 
 def build_grouped(case):
@@ -962,11 +980,11 @@ def build_grouped(case):
             msg = f"group {g}: {msg.format(v=w)}"
         if g > 0 or exc is None:
             # group 0, valid, meets the device first (a 3-D group is refused after it)
-            exc, msg = grouped_device_outcome(0)
+            exc, msg = grouped_device_outcome(0, "float16", out_name(Ds, dout))
     if case["cs_none"] and fault != "lengths" and all(x is None for x in Cs):
         Cs = None
     if exc is None and As:
-        exc, msg = grouped_device_outcome(0)
+        exc, msg = grouped_device_outcome(0, "float16", out_name(Ds, dout))
     return (As, Bs, Cs, Ds, alpha, beta), kw, exc, msg
 
 
@@ -1516,9 +1534,7 @@ def torch_grouped_outcome(groups, fault, g, cuda):
     if not cuda:
         if fault == "shape" and g == 0:
             return pcr.InvalidArgumentError, "group 0: shape mismatch"
-        if has_gpu():
-            return pcr.InvalidArgumentError, "group 0: grouped GEMMs take 2-D GPU matrices"
-        return pcr.NoDeviceError, "group 0: "
+        return grouped_device_outcome(0, groups[0][0], groups[0][0])
     if fault == "shape":
         return pcr.InvalidArgumentError, f"group {g}: shape mismatch"
     works = [w for _, _, w in groups]
