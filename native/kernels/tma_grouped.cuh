@@ -3,9 +3,11 @@
 // there by the runtime's fill kernels (native/src/grouped.cu) and never read on the host.
 // Per-group TMA descriptors are rewritten on the GPU as each CTA moves to a new group.
 //
-// The epilogue is CUTLASS's linear combination, or GroupedTree: a bias, an activation and
-// dequantizing scales (fp8 MoE layers: per-tensor, per-token and per-channel ones), each
-// per group through GemmArgs::group_epilogue's pointer arrays.
+// The mainloop is CUTLASS's, block-scaled where the kernel takes fp8 block scales (DeepSeek-
+// V3's MoE recipe: BlockGrids). The epilogue is CUTLASS's linear combination, or
+// GroupedTree: a bias, an activation and dequantizing scales (fp8 MoE layers: per-tensor,
+// per-token and per-channel ones), each per group through GemmArgs::group_epilogue's
+// pointer arrays.
 #pragma once
 
 #include "cutlass/gemm/group_array_problem_shape.hpp"
