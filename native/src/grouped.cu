@@ -95,13 +95,13 @@ struct Moe {
   // row_scales + its first row), w's scale(s) and the bias, expert e's `*_expert` elements
   // (bytes for the bias) past expert 0's
   const float *scale_a, *row_scales, *scale_b, *col_scales;
-  int64_t scale_b_expert, col_scales_expert;
+  int64_t scale_b_expert;  // w's scales, whichever their kind (grid_b too)
   const char* bias_n;
   int64_t bias_expert;
   // block-scale grids: x's packed (expert e's at grid_a + its first row * grid_a_row) and
-  // w's (expert e's grid_b_expert elements past expert 0's)
+  // w's
   const float *grid_a, *grid_b;
-  int64_t grid_a_row, grid_b_expert;
+  int64_t grid_a_row;
 };
 
 // Expert e's rows [*start, *end) of x and out, as the offsets say, read as their running
@@ -129,10 +129,10 @@ __global__ void fill_moe(Moe p, Arrays out) {
     const Factors f{p.scale_a,
                     p.scale_b ? p.scale_b + e * p.scale_b_expert : nullptr,
                     p.row_scales ? p.row_scales + start : nullptr,
-                    p.col_scales ? p.col_scales + e * p.col_scales_expert : nullptr,
+                    p.col_scales ? p.col_scales + e * p.scale_b_expert : nullptr,
                     p.bias_n ? p.bias_n + e * p.bias_expert : nullptr,
                     p.grid_a ? p.grid_a + start * p.grid_a_row : nullptr,
-                    p.grid_b ? p.grid_b + e * p.grid_b_expert : nullptr};
+                    p.grid_b ? p.grid_b + e * p.scale_b_expert : nullptr};
     put(out, e,
         {{int(end - start), p.n, p.k},
          p.x + start * p.x_row,
@@ -184,29 +184,28 @@ __global__ void pack_moe_grid(Moe p, PackedGrid g, float* packed) {
 
 size_t round16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
-// Which of GroupEpilogue's arrays a problem's epilogue reads.
-Factors factors_of(const pcr_problem& p) {
-  auto* yes = reinterpret_cast<const float*>(1);
-  return {p.scale_m == PCR_SCALE_TENSOR ? yes : nullptr,
-          p.scale_n == PCR_SCALE_TENSOR ? yes : nullptr,
-          p.scale_m == PCR_SCALE_VECTOR ? yes : nullptr,
-          p.scale_n == PCR_SCALE_VECTOR ? yes : nullptr,
-          p.bias == PCR_BIAS_PER_COLUMN ? yes : nullptr,
-          is_grid(p.scale_m) ? yes : nullptr,
-          is_grid(p.scale_n) ? yes : nullptr};
-}
-
-// A group's factors from its bound operands (canonical: d row-major).
-Factors factors_of(const pcr_problem& p, const Bound& bd) {
-  auto* sm = reinterpret_cast<const float*>(bd.scale_m.ptr);
-  auto* sn = reinterpret_cast<const float*>(bd.scale_n.ptr);
+// A group's factors: its scales of canonical d's rows (sm) and columns (sn) and its bias,
+// each in the GroupEpilogue slot its kind (p's) reads, the others null.
+Factors factors_of(const pcr_problem& p, const float* sm, const float* sn, const void* bias) {
   return {p.scale_m == PCR_SCALE_TENSOR ? sm : nullptr,
           p.scale_n == PCR_SCALE_TENSOR ? sn : nullptr,
           p.scale_m == PCR_SCALE_VECTOR ? sm : nullptr,
           p.scale_n == PCR_SCALE_VECTOR ? sn : nullptr,
-          p.bias == PCR_BIAS_PER_COLUMN ? bd.bias.ptr : nullptr,
+          p.bias == PCR_BIAS_PER_COLUMN ? bias : nullptr,
           is_grid(p.scale_m) ? sm : nullptr,
           is_grid(p.scale_n) ? sn : nullptr};
+}
+
+// From a group's bound operands (canonical: d row-major).
+Factors factors_of(const pcr_problem& p, const Bound& bd) {
+  return factors_of(p, reinterpret_cast<const float*>(bd.scale_m.ptr),
+                    reinterpret_cast<const float*>(bd.scale_n.ptr), bd.bias.ptr);
+}
+
+// Which of GroupEpilogue's arrays a problem's epilogue reads: the slots taken (non-null).
+Factors factors_of(const pcr_problem& p) {
+  static const float kTaken = 0;
+  return factors_of(p, &kTaken, &kTaken, &kTaken);
 }
 
 constexpr int kArraysPerGroup = 8 + 7;  // GroupArrays' pointers and strides, GroupEpilogue's
@@ -702,7 +701,7 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
   moe.row_scales = f.row_scales;
   moe.scale_b = f.scale_b;
   moe.col_scales = f.col_scales;
-  moe.scale_b_expert = moe.col_scales_expert = scale_w.step;
+  moe.scale_b_expert = scale_w.step;
   moe.bias_n = static_cast<const char*>(f.bias_n);
   moe.bias_expert = bias.step * bd.d.esize;
   // Block-scale grids, as CUTLASS's grouped block-scaled mainloop reads them: each
@@ -730,7 +729,6 @@ int moe_gemm(const DLTensor* x, const DLTensor* w, const DLTensor* offsets, cons
     packed_bytes = size_t(p.m) * size_t(kblocks) * sizeof(float);
     moe.grid_a_row = kblocks;  // set to the packed grid in fill below
     moe.grid_b = f.grid_b;
-    moe.grid_b_expert = scale_w.step;
   }
   if (p.k == 0) {
     if (p.bias != PCR_BIAS_NONE || p.activation != PCR_ACT_NONE)
