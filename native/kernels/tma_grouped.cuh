@@ -17,7 +17,7 @@
 namespace pcr::tma {
 
 // BlockScaledMainloop: the schedule of a block-scaled fp8 mainloop (CUTLASS's: scale grids
-// per 128 of K read beside A and B, each group's through pointer and layout arrays)
+// per 128 of K read beside A and B, each group's through a pointer array; BlockGrids)
 struct Sm90GroupedCooperative {
   using Arch = cutlass::arch::Sm90;
   using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
