@@ -297,14 +297,18 @@ int describe(const DLTensor* a, const DLTensor* b, const DLTensor* c, const DLTe
 
 int finish_problem(pcr_problem* p, const Matrix& D, bool host, bool grouped) {
   int st;
-  // The build must know this dtype combination at all (before asking for a GPU).
+  // The build must know this dtype combination at all (before asking for a GPU): a kernel
+  // of the problem's kind (op, grouped or not, epilogue, scales) computes these dtypes.
+  auto of_kind = [&](const pcr_kernel_desc& kd) {
+    return kd.op == p->op && bool(kd.grouped) == grouped &&
+           epilogue_serves(kd.epilogue, p->epilogue) && same_block_scales(kd, *p) &&
+           (kd.out_scale || !p->out_scale);
+  };
   bool known = false;
   for (int i = 0; i < kKernelCount && !known; ++i) {
     const pcr_kernel_desc& kd = kKernels[i]->info;
-    known = kd.op == p->op && bool(kd.grouped) == grouped && kd.dtype_a == p->dtype_a &&
-            kd.dtype_b == p->dtype_b && kd.dtype_d == p->dtype_d &&
-            epilogue_serves(kd.epilogue, p->epilogue) && same_block_scales(kd, *p) &&
-            (kd.out_scale || !p->out_scale);
+    known = of_kind(kd) && kd.dtype_a == p->dtype_a && kd.dtype_b == p->dtype_b &&
+            kd.dtype_d == p->dtype_d;
   }
   if (!known) {
     static const char* const kWith[] = {
@@ -315,10 +319,7 @@ int finish_problem(pcr_problem* p, const Matrix& D, bool host, bool grouped) {
     std::string have;
     for (int i = 0; i < kKernelCount; ++i) {
       const pcr_kernel_desc& kd = kKernels[i]->info;
-      if (kd.op != p->op || bool(kd.grouped) != grouped ||
-          !epilogue_serves(kd.epilogue, p->epilogue) || !same_block_scales(kd, *p) ||
-          (p->out_scale && !kd.out_scale))
-        continue;
+      if (!of_kind(kd)) continue;
       std::string combo = std::string(dtype_name(kd.dtype_a)) + " x " + dtype_name(kd.dtype_b) +
                           " -> " + dtype_name(kd.dtype_d);
       if (have.find(combo) == std::string::npos) have += (have.empty() ? "" : "; ") + combo;
