@@ -4,14 +4,18 @@
 // the same pass (dynamic) or read (static). The grids are those block-scaled GEMMs read
 // (pcr_scale_kind), with any strides.
 //
-// Memory: a group is 16 threads of 8 elements each (one 16-byte load), reduced with warp
-// shuffles and quantized from registers, so x is read once. A row's or a block's maximum
-// needs all of it before any element is written: its CTA reads the region twice, the
-// second time from L2 (a row of 7168 bfloat16 is 14 KB), so DRAM still sees x once. A
-// dynamic per-tensor scale takes three launches: the maximum, the quantization, the scale.
+// Memory: x is read from DRAM once, in 16-byte loads, several in flight per thread. A group
+// is 16 threads of 8 elements, reduced with warp shuffles and quantized from registers; a
+// thread takes a group's slice of several rows at once. A row (token) of up to 16384
+// elements is held in the registers of one warp (short rows: many rows per CTA, so that
+// small-K layers keep the GPU busy) or of one CTA, and quantized from there. Longer rows, a
+// 128 x 128 block and unaligned tensors are read twice by one CTA, the second time from L2.
+// A dynamic per-tensor scale takes three launches: the maximum, the quantization, the scale.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+
+#include <type_traits>
 
 #include "amax.h"
 #include "runtime.h"
@@ -52,9 +56,64 @@ struct Job {
   bool dynamic;
 };
 
-// Per row and group of 128: 16 threads a group, 8 consecutive elements a thread.
+// Per row and group of 128: 16 threads a group, 8 consecutive elements a thread, kRows
+// rows a thread at once (their loads issued together).
 constexpr int kGroup = 128, kPerThread = 8, kThreadsPerGroup = kGroup / kPerThread;
 constexpr int kGroupThreads = 256;  // 16 groups along K per CTA
+constexpr int kGroupRows = 4;
+
+// kN elements of x as loaded: kept packed in registers until used (half the registers of
+// floats for 16-bit x, so more loads stay in flight).
+template <class X, int kN>
+union Pack {
+  uint4 raw[kN * sizeof(X) / 16];
+  X e[kN];
+};
+
+// p's elements from x[0, valid): one 16-byte load each where `vector` and all are valid.
+template <class X, int kN>
+__device__ __forceinline__ void load_pack(const X* x, int64_t valid, bool vector, Pack<X, kN>& p) {
+  constexpr int kLoads = int(sizeof(p.raw) / 16);
+  if (vector && valid >= kN) {
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) p.raw[i] = __ldg(reinterpret_cast<const uint4*>(x) + i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) p.raw[i] = make_uint4(0, 0, 0, 0);  // +0 in every type
+#pragma unroll
+    for (int i = 0; i < kN; ++i)
+      if (i < valid) p.e[i] = x[i];
+  }
+}
+
+template <class X, int kN>
+__device__ __forceinline__ float amax_of(const Pack<X, kN>& p) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) amax = fmaxf(amax, fabsf(load_f(&p.e[i])));
+  return amax;
+}
+
+// q[0, valid) = p / s, rounded and saturated: one store where `vector` and all are valid.
+template <class Q, class X, int kN>
+__device__ __forceinline__ void store_pack(Q* q, int64_t valid, bool vector, const Pack<X, kN>& p,
+                                           float s) {
+  using Raw = typename std::conditional<kN == 8, uint2, uint32_t>::type;
+  static_assert(sizeof(Raw) == kN * sizeof(Q), "one store of kN quantized elements");
+  if (vector && valid >= kN) {
+    union {
+      Raw raw;
+      Q e[kN];
+    } u;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) u.e[i] = QuantOf<Q>::cast(load_f(&p.e[i]) / s);
+    *reinterpret_cast<Raw*>(q) = u.raw;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN; ++i)
+      if (i < valid) q[i] = QuantOf<Q>::cast(load_f(&p.e[i]) / s);
+  }
+}
 
 template <class X, class Q, bool kVector>
 __global__ void quantize_groups(Job j) {
@@ -63,51 +122,79 @@ __global__ void quantize_groups(Job j) {
   const int lane = threadIdx.x % kThreadsPerGroup;
   const int64_t c0 = g * kGroup + lane * kPerThread;
   const bool group_in = g * kGroup < j.k;  // the group's 16 lanes agree
-  for (int64_t r = blockIdx.y; r < j.rows; r += gridDim.y) {
-    const X* xr = static_cast<const X*>(j.x) + r * j.ldx;
-    float v[kPerThread];
-    if (kVector && c0 + kPerThread <= j.k) {
-      union {
-        uint4 raw[sizeof(X) * kPerThread / 16];
-        X e[kPerThread];
-      } u;
+  const int64_t valid = j.k - c0;
+  for (int64_t r0 = blockIdx.y * int64_t(kGroupRows); r0 < j.rows;
+       r0 += int64_t(gridDim.y) * kGroupRows) {
+    Pack<X, kPerThread> v[kGroupRows];
 #pragma unroll
-      for (int i = 0; i < int(sizeof(u.raw) / 16); ++i)
-        u.raw[i] = reinterpret_cast<const uint4*>(xr + c0)[i];
+    for (int i = 0; i < kGroupRows; ++i)
+      load_pack(static_cast<const X*>(j.x) + (r0 + i) * j.ldx + c0,
+                r0 + i < j.rows ? valid : int64_t(0), kVector, v[i]);
 #pragma unroll
-      for (int i = 0; i < kPerThread; ++i) v[i] = load_f(&u.e[i]);
-    } else {
+    for (int i = 0; i < kGroupRows; ++i) {
+      const int64_t r = r0 + i;
+      if (r >= j.rows) break;  // uniform across the CTA
+      float s;
+      float* sp = j.scale + r * j.scale_rows + g * j.scale_k;
+      if (j.dynamic) {
+        float amax = amax_of(v[i]);
 #pragma unroll
-      for (int i = 0; i < kPerThread; ++i) v[i] = c0 + i < j.k ? load_f(xr + c0 + i) : 0.0f;
+        for (int m = kThreadsPerGroup / 2; m > 0; m /= 2)
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m, kThreadsPerGroup));
+        s = fmaxf(amax, kMinAmax) / QuantOf<Q>::kMax;
+        if (lane == 0 && group_in) *sp = s;
+      } else {
+        s = group_in ? *sp : 1.0f;
+      }
+      if (group_in) store_pack(static_cast<Q*>(j.q) + r * j.ldq + c0, valid, kVector, v[i], s);
     }
+  }
+}
+
+// Per row (token), from registers: a team of kTeam threads (a warp or the whole CTA) holds
+// its row in kChunks 16-byte vectors a thread, takes |x|'s maximum, quantizes. Rows stride
+// by the teams of the grid. A static scale (per row, or one: scale_rows 0) skips the
+// maximum; scale_from_amax reads the tensor's maximum at j.scale (the per-tensor pass).
+template <class X, class Q, int kTeam, int kChunks>
+__global__ void __launch_bounds__(256) quantize_rows(Job j, bool scale_from_amax) {
+  constexpr int kVec = 16 / sizeof(X);
+  constexpr int kTeams = 256 / kTeam;
+  __shared__ float warp_max[256 / 32];
+  const int team = threadIdx.x / kTeam, t = threadIdx.x % kTeam;
+  for (int64_t r = int64_t(blockIdx.x) * kTeams + team; r < j.rows;
+       r += int64_t(gridDim.x) * kTeams) {
+    const X* xr = static_cast<const X*>(j.x) + r * j.ldx;
+    Pack<X, kVec> v[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t col = (int64_t(c) * kTeam + t) * kVec;
+      load_pack(xr + col, j.k - col, true, v[c]);
+    }
+    float* sp = j.scale + r * j.scale_rows;
     float s;
-    float* sp = j.scale + r * j.scale_rows + g * j.scale_k;
     if (j.dynamic) {
       float amax = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kPerThread; ++i) amax = fmaxf(amax, fabsf(v[i]));
+      for (int c = 0; c < kChunks; ++c) amax = fmaxf(amax, amax_of(v[c]));
 #pragma unroll
-      for (int m = kThreadsPerGroup / 2; m > 0; m /= 2)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m, kThreadsPerGroup));
+      for (int m = 16; m > 0; m /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+      if (kTeam > 32) {  // the CTA is the team: r is the same for every thread
+        if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < kTeam / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+        __syncthreads();  // warp_max is reused by the next row
+      }
       s = fmaxf(amax, kMinAmax) / QuantOf<Q>::kMax;
-      if (lane == 0 && group_in) *sp = s;
+      if (t == 0) *sp = s;
     } else {
-      s = group_in ? *sp : 1.0f;
+      s = scale_from_amax ? fmaxf(*sp, kMinAmax) / QuantOf<Q>::kMax : *sp;
     }
-    if (!group_in) continue;
     Q* qr = static_cast<Q*>(j.q) + r * j.ldq;
-    if (kVector && c0 + kPerThread <= j.k) {
-      union {
-        uint2 raw;
-        Q e[kPerThread];
-      } u;
 #pragma unroll
-      for (int i = 0; i < kPerThread; ++i) u.e[i] = QuantOf<Q>::cast(v[i] / s);
-      *reinterpret_cast<uint2*>(qr + c0) = u.raw;
-    } else {
-#pragma unroll
-      for (int i = 0; i < kPerThread; ++i)
-        if (c0 + i < j.k) qr[c0 + i] = QuantOf<Q>::cast(v[i] / s);
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t col = (int64_t(c) * kTeam + t) * kVec;
+      store_pack(qr + col, j.k - col, true, v[c], s);
     }
   }
 }
@@ -167,6 +254,37 @@ __global__ void scale_of_amax(float* scale) {
 
 unsigned grid_rows(int64_t rows) { return unsigned(std::min<int64_t>(rows, 65535)); }
 
+// quantize_rows where x and q take vector accesses and a row fits one team's registers
+// (a warp's up to 8 vectors a thread, else the CTA's); false, nothing launched, elsewhere.
+template <class X, class Q>
+bool launch_rows(const Job& j, bool scale_from_amax, cudaStream_t stream, int* status) {
+  constexpr int kVec = 16 / sizeof(X);
+  const bool vector = reinterpret_cast<uintptr_t>(j.x) % 16 == 0 &&
+                      (j.ldx * int64_t(sizeof(X))) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(j.q) % kVec == 0 && j.ldq % kVec == 0;
+  const int64_t warp_chunks = (j.k + 32 * kVec - 1) / (32 * kVec);
+  const int64_t cta_chunks = (j.k + 256 * kVec - 1) / (256 * kVec);
+  if (!vector || cta_chunks > 8) return false;
+  void (*kernel)(Job, bool);
+  int teams;
+  if (warp_chunks <= 8) {
+    teams = 256 / 32;
+    kernel = warp_chunks <= 1   ? quantize_rows<X, Q, 32, 1>
+             : warp_chunks <= 2 ? quantize_rows<X, Q, 32, 2>
+             : warp_chunks <= 4 ? quantize_rows<X, Q, 32, 4>
+                                : quantize_rows<X, Q, 32, 8>;
+  } else {  // more than 8 warp vectors: at least 2 CTA ones
+    teams = 1;
+    kernel = cta_chunks <= 2   ? quantize_rows<X, Q, 256, 2>
+             : cta_chunks <= 4 ? quantize_rows<X, Q, 256, 4>
+                               : quantize_rows<X, Q, 256, 8>;
+  }
+  const int64_t ctas = std::min<int64_t>((j.rows + teams - 1) / teams, int64_t(1) << 20);
+  kernel<<<unsigned(ctas), 256, 0, stream>>>(j, scale_from_amax);
+  *status = cuda_status(cudaGetLastError(), "quantize launch");
+  return true;
+}
+
 template <class X, class Q>
 int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
   if (granularity == PCR_QUANT_GROUP) {
@@ -174,30 +292,36 @@ int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
                         reinterpret_cast<uintptr_t>(j.q) % 8 == 0 &&
                         (j.ldx * sizeof(X)) % 16 == 0 && j.ldq % 8 == 0;
     const int64_t groups = (j.k + kGroup - 1) / kGroup;
-    const dim3 grid(unsigned((groups + 15) / 16), grid_rows(j.rows));
+    const dim3 grid(unsigned((groups + 15) / 16),
+                    grid_rows((j.rows + kGroupRows - 1) / kGroupRows));
     (vector ? quantize_groups<X, Q, true>
             : quantize_groups<X, Q, false>)<<<grid, kGroupThreads, 0, stream>>>(j);
     return cuda_status(cudaGetLastError(), "quantize launch");
   }
+  int st = PCR_OK;
   if (granularity == PCR_QUANT_TENSOR && j.dynamic) {
-    int st = cuda_status(cudaMemsetAsync(j.scale, 0, sizeof(float), stream), "cudaMemsetAsync");
+    st = cuda_status(cudaMemsetAsync(j.scale, 0, sizeof(float), stream), "cudaMemsetAsync");
     if (st != PCR_OK) return st;
     const dim3 grid(unsigned(std::min<int64_t>((j.k + 255) / 256, 64)),
                     grid_rows(std::min<int64_t>(j.rows, 1024)));
     max_abs<X><<<grid, 256, 0, stream>>>(j);
     Job from_amax = j;
     from_amax.dynamic = false;
-    const int64_t cols = std::min<int64_t>(j.k, 4096);
-    const dim3 qgrid(unsigned((j.k + cols - 1) / cols), grid_rows(j.rows));
-    quantize_regions<X, Q><<<qgrid, kRegionThreads, 0, stream>>>(from_amax, 1, cols, true);
+    from_amax.scale_rows = from_amax.scale_k = 0;
+    if (!launch_rows<X, Q>(from_amax, true, stream, &st)) {
+      const int64_t cols = std::min<int64_t>(j.k, 4096);
+      const dim3 qgrid(unsigned((j.k + cols - 1) / cols), grid_rows(j.rows));
+      quantize_regions<X, Q><<<qgrid, kRegionThreads, 0, stream>>>(from_amax, 1, cols, true);
+    }
     scale_of_amax<Q><<<1, 1, 0, stream>>>(j.scale);
     return cuda_status(cudaGetLastError(), "quantize launch");
   }
   // per row (token), per 128 x 128 block, or a static per-tensor scale
-  const int rows_per = granularity == PCR_QUANT_BLOCK ? 128 : 1;
-  const int64_t cols_per = granularity == PCR_QUANT_BLOCK ? 128 : j.k;
   Job job = j;
   if (granularity == PCR_QUANT_TENSOR) job.scale_rows = job.scale_k = 0;  // static: one value
+  if (granularity != PCR_QUANT_BLOCK && launch_rows<X, Q>(job, false, stream, &st)) return st;
+  const int rows_per = granularity == PCR_QUANT_BLOCK ? 128 : 1;
+  const int64_t cols_per = granularity == PCR_QUANT_BLOCK ? 128 : j.k;
   const dim3 grid(unsigned((j.k + cols_per - 1) / cols_per),
                   grid_rows((j.rows + rows_per - 1) / rows_per));
   quantize_regions<X, Q><<<grid, kRegionThreads, 0, stream>>>(job, rows_per, cols_per, false);

@@ -184,12 +184,9 @@ def dequant_ref(x, gran, qmax):
     return amax.clamp_min(1e-10) / qmax
 
 
-@pytest.mark.parametrize("gran", ["tensor", "token", "group", "block"])
-@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "int8"])
-@pytest.mark.parametrize("shape", [(1, 7), (300, 1000), (4096, 7168), (129, 128)])
-def test_quantize_matches_the_rounding_of_each_element(gran, dtype, shape):
-    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 3
-    x[0, 0] = 0  # zeros and an all-zero group stay exact
+def assert_quantized(x, dtype, gran):
+    """pcr.quantize(x) against dequant_ref's scales and torch's rounding, bit for bit."""
+    shape = x.shape
     q, s = pcr.quantize(x, dtype, gran)
     qmax = 448.0 if dtype == "float8_e4m3fn" else 127.0
     scale = dequant_ref(x, gran, qmax)
@@ -207,6 +204,43 @@ def test_quantize_matches_the_rounding_of_each_element(gran, dtype, shape):
     want = (x.float() / expand).clamp(-qmax, qmax)
     want = want.to(torch.float8_e4m3fn) if dtype == "float8_e4m3fn" else want.round().to(torch.int8)
     assert q.dtype == want.dtype and torch.equal(q.view(torch.uint8), want.view(torch.uint8))
+
+
+#: rows x K: a warp's row in 1, 2, 4 or 8 vectors a thread (240, 520, 1000, 2048), the
+#: CTA's in 2, 4 or 8 (2304, 7168, 16384), longer rows read twice (16392), odd tails (7, 1000)
+QUANTIZE_SHAPES = [
+    (1, 7),
+    (64, 240),
+    (300, 1000),
+    (1000, 520),
+    (129, 2048),
+    (33, 2304),
+    (4096, 7168),
+    (5, 16384),
+    (3, 16392),
+    (129, 128),
+]
+
+
+@pytest.mark.parametrize("gran", ["tensor", "token", "group", "block"])
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "int8"])
+@pytest.mark.parametrize("shape", QUANTIZE_SHAPES)
+def test_quantize_matches_the_rounding_of_each_element(gran, dtype, shape):
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16) * 3
+    x[0, 0] = 0  # zeros and an all-zero group stay exact
+    assert_quantized(x, dtype, gran)
+
+
+@pytest.mark.parametrize("gran", ["tensor", "token", "group"])
+@pytest.mark.parametrize("xdtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [(77, 1000), (9, 7168)])
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "offset"])
+def test_quantize_other_input_dtypes_and_unaligned_rows(gran, xdtype, shape, aligned):
+    """float16 and float32 x; x one element off 16 bytes (scalar loads) gives the same."""
+    m, k = shape
+    base = torch.randn(m, k + 8, device="cuda", dtype=xdtype) * 3  # rows 16-byte aligned
+    x = base[:, :k] if aligned else base[:, 1 : k + 1]
+    assert_quantized(x, "float8_e4m3fn", gran)
 
 
 def test_static_scales_and_n_d_inputs():
