@@ -115,38 +115,43 @@ __device__ __forceinline__ void store_pack(Q* q, int64_t valid, bool vector, con
   }
 }
 
+// The CTA's 16 group slots: `slots_k` (a power of two) groups along K side by side, and
+// 16 / slots_k rows of them (short rows: K = 240 has 2 groups, a CTA takes 8 rows of them).
 template <class X, class Q, bool kVector>
-__global__ void quantize_groups(Job j) {
-  const int64_t g =
-      blockIdx.x * int64_t(kGroupThreads / kThreadsPerGroup) + threadIdx.x / kThreadsPerGroup;
-  const int lane = threadIdx.x % kThreadsPerGroup;
+__global__ void quantize_groups(Job j, int slots_k) {
+  const int slot = threadIdx.x / kThreadsPerGroup, lane = threadIdx.x % kThreadsPerGroup;
+  const int slots_r = kGroupThreads / kThreadsPerGroup / slots_k;
+  const int64_t g = blockIdx.x * int64_t(slots_k) + slot % slots_k;
   const int64_t c0 = g * kGroup + lane * kPerThread;
   const bool group_in = g * kGroup < j.k;  // the group's 16 lanes agree
   const int64_t valid = j.k - c0;
-  for (int64_t r0 = blockIdx.y * int64_t(kGroupRows); r0 < j.rows;
-       r0 += int64_t(gridDim.y) * kGroupRows) {
-    Pack<X, kPerThread> v[kGroupRows];
-#pragma unroll
-    for (int i = 0; i < kGroupRows; ++i)
-      load_pack(static_cast<const X*>(j.x) + (r0 + i) * j.ldx + c0,
-                r0 + i < j.rows ? valid : int64_t(0), kVector, v[i]);
+  const int64_t rows_per_cta = int64_t(slots_r) * kGroupRows;
+  for (int64_t r0 = blockIdx.y * rows_per_cta + slot / slots_k; r0 < j.rows;
+       r0 += int64_t(gridDim.y) * rows_per_cta) {
+    Pack<X, kPerThread> v[kGroupRows];  // rows r0, r0 + slots_r, ...
 #pragma unroll
     for (int i = 0; i < kGroupRows; ++i) {
-      const int64_t r = r0 + i;
-      if (r >= j.rows) break;  // uniform across the CTA
+      const int64_t r = r0 + int64_t(i) * slots_r;
+      load_pack(static_cast<const X*>(j.x) + r * j.ldx + c0, r < j.rows ? valid : int64_t(0),
+                kVector, v[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kGroupRows; ++i) {
+      const int64_t r = r0 + int64_t(i) * slots_r;
+      const bool in = group_in && r < j.rows;  // the group's 16 lanes agree
       float s;
       float* sp = j.scale + r * j.scale_rows + g * j.scale_k;
-      if (j.dynamic) {
+      if (j.dynamic) {  // every lane shuffles: the warp's other group may be in
         float amax = amax_of(v[i]);
 #pragma unroll
         for (int m = kThreadsPerGroup / 2; m > 0; m /= 2)
           amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m, kThreadsPerGroup));
         s = fmaxf(amax, kMinAmax) / QuantOf<Q>::kMax;
-        if (lane == 0 && group_in) *sp = s;
+        if (lane == 0 && in) *sp = s;
       } else {
-        s = group_in ? *sp : 1.0f;
+        s = in ? *sp : 1.0f;
       }
-      if (group_in) store_pack(static_cast<Q*>(j.q) + r * j.ldq + c0, valid, kVector, v[i], s);
+      if (in) store_pack(static_cast<Q*>(j.q) + r * j.ldq + c0, valid, kVector, v[i], s);
     }
   }
 }
@@ -155,12 +160,14 @@ __global__ void quantize_groups(Job j) {
 // its row in kChunks 16-byte vectors a thread, takes |x|'s maximum, quantizes. Rows stride
 // by the teams of the grid. A static scale (per row, or one: scale_rows 0) skips the
 // maximum; scale_from_amax reads the tensor's maximum at j.scale (the per-tensor pass).
-template <class X, class Q, int kTeam, int kChunks>
+// kMaxOnly: nothing is written but max |x| over all rows, into j.scale (zeroed before).
+template <class X, class Q, int kTeam, int kChunks, bool kMaxOnly>
 __global__ void __launch_bounds__(256) quantize_rows(Job j, bool scale_from_amax) {
   constexpr int kVec = 16 / sizeof(X);
   constexpr int kTeams = 256 / kTeam;
   __shared__ float warp_max[256 / 32];
   const int team = threadIdx.x / kTeam, t = threadIdx.x % kTeam;
+  uint32_t bits = 0;  // kMaxOnly
   for (int64_t r = int64_t(blockIdx.x) * kTeams + team; r < j.rows;
        r += int64_t(gridDim.x) * kTeams) {
     const X* xr = static_cast<const X*>(j.x) + r * j.ldx;
@@ -169,6 +176,11 @@ __global__ void __launch_bounds__(256) quantize_rows(Job j, bool scale_from_amax
     for (int c = 0; c < kChunks; ++c) {
       const int64_t col = (int64_t(c) * kTeam + t) * kVec;
       load_pack(xr + col, j.k - col, true, v[c]);
+    }
+    if constexpr (kMaxOnly) {
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) bits = amax_bits(bits, amax_of(v[c]));
+      continue;
     }
     float* sp = j.scale + r * j.scale_rows;
     float s;
@@ -197,6 +209,7 @@ __global__ void __launch_bounds__(256) quantize_rows(Job j, bool scale_from_amax
       store_pack(qr + col, j.k - col, true, v[c], s);
     }
   }
+  if constexpr (kMaxOnly) commit_amax(j.scale, bits);
 }
 
 // Per region (a row: 1 x K; a block: 128 x 128; static scales any tiling): the maximum of
@@ -254,33 +267,46 @@ __global__ void scale_of_amax(float* scale) {
 
 unsigned grid_rows(int64_t rows) { return unsigned(std::min<int64_t>(rows, 65535)); }
 
-// quantize_rows where x and q take vector accesses and a row fits one team's registers
+// What quantize_rows is launched for: quantizing (scale_from_amax: from the maximum of a
+// per-tensor pass), or that pass's maximum alone.
+enum class RowsPass { kQuantize, kFromAmax, kMaxOnly };
+
+using RowsKernel = void (*)(Job, bool);
+
+template <class X, class Q, bool kMaxOnly>
+RowsKernel rows_kernel(int64_t warp_chunks, int64_t cta_chunks, int* teams) {
+  if (warp_chunks <= 8) {
+    *teams = 256 / 32;
+    return warp_chunks <= 1   ? quantize_rows<X, Q, 32, 1, kMaxOnly>
+           : warp_chunks <= 2 ? quantize_rows<X, Q, 32, 2, kMaxOnly>
+           : warp_chunks <= 4 ? quantize_rows<X, Q, 32, 4, kMaxOnly>
+                              : quantize_rows<X, Q, 32, 8, kMaxOnly>;
+  }
+  *teams = 1;  // more than 8 warp vectors: at least 2 CTA ones
+  return cta_chunks <= 2   ? quantize_rows<X, Q, 256, 2, kMaxOnly>
+         : cta_chunks <= 4 ? quantize_rows<X, Q, 256, 4, kMaxOnly>
+                           : quantize_rows<X, Q, 256, 8, kMaxOnly>;
+}
+
+// quantize_rows where x (and q) take vector accesses and a row fits one team's registers
 // (a warp's up to 8 vectors a thread, else the CTA's); false, nothing launched, elsewhere.
 template <class X, class Q>
-bool launch_rows(const Job& j, bool scale_from_amax, cudaStream_t stream, int* status) {
+bool launch_rows(const Job& j, RowsPass pass, cudaStream_t stream, int* status) {
   constexpr int kVec = 16 / sizeof(X);
-  const bool vector = reinterpret_cast<uintptr_t>(j.x) % 16 == 0 &&
-                      (j.ldx * int64_t(sizeof(X))) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(j.q) % kVec == 0 && j.ldq % kVec == 0;
+  const bool max_only = pass == RowsPass::kMaxOnly;
+  const bool vector =
+      reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && (j.ldx * int64_t(sizeof(X))) % 16 == 0 &&
+      (max_only || (reinterpret_cast<uintptr_t>(j.q) % kVec == 0 && j.ldq % kVec == 0));
   const int64_t warp_chunks = (j.k + 32 * kVec - 1) / (32 * kVec);
   const int64_t cta_chunks = (j.k + 256 * kVec - 1) / (256 * kVec);
   if (!vector || cta_chunks > 8) return false;
-  void (*kernel)(Job, bool);
   int teams;
-  if (warp_chunks <= 8) {
-    teams = 256 / 32;
-    kernel = warp_chunks <= 1   ? quantize_rows<X, Q, 32, 1>
-             : warp_chunks <= 2 ? quantize_rows<X, Q, 32, 2>
-             : warp_chunks <= 4 ? quantize_rows<X, Q, 32, 4>
-                                : quantize_rows<X, Q, 32, 8>;
-  } else {  // more than 8 warp vectors: at least 2 CTA ones
-    teams = 1;
-    kernel = cta_chunks <= 2   ? quantize_rows<X, Q, 256, 2>
-             : cta_chunks <= 4 ? quantize_rows<X, Q, 256, 4>
-                               : quantize_rows<X, Q, 256, 8>;
-  }
-  const int64_t ctas = std::min<int64_t>((j.rows + teams - 1) / teams, int64_t(1) << 20);
-  kernel<<<unsigned(ctas), 256, 0, stream>>>(j, scale_from_amax);
+  const RowsKernel kernel = max_only ? rows_kernel<X, Q, true>(warp_chunks, cta_chunks, &teams)
+                                     : rows_kernel<X, Q, false>(warp_chunks, cta_chunks, &teams);
+  // a maximum's CTAs stride over the rows (each warp ends in one atomic)
+  const int64_t cap = max_only ? int64_t(4096) : int64_t(1) << 20;
+  const int64_t ctas = std::min<int64_t>((j.rows + teams - 1) / teams, cap);
+  kernel<<<unsigned(ctas), 256, 0, stream>>>(j, pass == RowsPass::kFromAmax);
   *status = cuda_status(cudaGetLastError(), "quantize launch");
   return true;
 }
@@ -292,23 +318,29 @@ int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
                         reinterpret_cast<uintptr_t>(j.q) % 8 == 0 &&
                         (j.ldx * sizeof(X)) % 16 == 0 && j.ldq % 8 == 0;
     const int64_t groups = (j.k + kGroup - 1) / kGroup;
-    const dim3 grid(unsigned((groups + 15) / 16),
-                    grid_rows((j.rows + kGroupRows - 1) / kGroupRows));
+    constexpr int kSlots = kGroupThreads / kThreadsPerGroup;
+    int slots_k = 1;  // groups side by side along K: a power of two, the rest rows
+    while (slots_k < kSlots && slots_k < groups) slots_k *= 2;
+    const int64_t rows_per_cta = int64_t(kSlots / slots_k) * kGroupRows;
+    const dim3 grid(unsigned((groups + slots_k - 1) / slots_k),
+                    grid_rows((j.rows + rows_per_cta - 1) / rows_per_cta));
     (vector ? quantize_groups<X, Q, true>
-            : quantize_groups<X, Q, false>)<<<grid, kGroupThreads, 0, stream>>>(j);
+            : quantize_groups<X, Q, false>)<<<grid, kGroupThreads, 0, stream>>>(j, slots_k);
     return cuda_status(cudaGetLastError(), "quantize launch");
   }
   int st = PCR_OK;
   if (granularity == PCR_QUANT_TENSOR && j.dynamic) {
     st = cuda_status(cudaMemsetAsync(j.scale, 0, sizeof(float), stream), "cudaMemsetAsync");
     if (st != PCR_OK) return st;
-    const dim3 grid(unsigned(std::min<int64_t>((j.k + 255) / 256, 64)),
-                    grid_rows(std::min<int64_t>(j.rows, 1024)));
-    max_abs<X><<<grid, 256, 0, stream>>>(j);
+    if (!launch_rows<X, Q>(j, RowsPass::kMaxOnly, stream, &st)) {
+      const dim3 grid(unsigned(std::min<int64_t>((j.k + 255) / 256, 64)),
+                      grid_rows(std::min<int64_t>(j.rows, 1024)));
+      max_abs<X><<<grid, 256, 0, stream>>>(j);
+    }
     Job from_amax = j;
     from_amax.dynamic = false;
     from_amax.scale_rows = from_amax.scale_k = 0;
-    if (!launch_rows<X, Q>(from_amax, true, stream, &st)) {
+    if (!launch_rows<X, Q>(from_amax, RowsPass::kFromAmax, stream, &st)) {
       const int64_t cols = std::min<int64_t>(j.k, 4096);
       const dim3 qgrid(unsigned((j.k + cols - 1) / cols), grid_rows(j.rows));
       quantize_regions<X, Q><<<qgrid, kRegionThreads, 0, stream>>>(from_amax, 1, cols, true);
@@ -319,7 +351,8 @@ int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
   // per row (token), per 128 x 128 block, or a static per-tensor scale
   Job job = j;
   if (granularity == PCR_QUANT_TENSOR) job.scale_rows = job.scale_k = 0;  // static: one value
-  if (granularity != PCR_QUANT_BLOCK && launch_rows<X, Q>(job, false, stream, &st)) return st;
+  if (granularity != PCR_QUANT_BLOCK && launch_rows<X, Q>(job, RowsPass::kQuantize, stream, &st))
+    return st;
   const int rows_per = granularity == PCR_QUANT_BLOCK ? 128 : 1;
   const int64_t cols_per = granularity == PCR_QUANT_BLOCK ? 128 : j.k;
   const dim3 grid(unsigned((j.k + cols_per - 1) / cols_per),
