@@ -153,6 +153,7 @@ for phase in "$@"; do
   "phase_$phase" || { status=$?; echo "== $phase failed ($status)"; break; }
 done
 # results travel back as one archive ($OUT keeps at most 8 files)
-tar czf "$OUT/results.tgz" build/sweeps build/bench heuristics/table_v1.json 2>/dev/null
+tar czf "$OUT/results.tgz" build/sweeps build/bench heuristics/table_v1.json \
+  heuristics/table_v1.bin 2>/dev/null
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 exit "$status"

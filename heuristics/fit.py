@@ -5,6 +5,7 @@
         --base heuristics/table_v1.json --out heuristics/table_v1.json
     python heuristics/fit.py heuristics/data/eval/h200_bf16_tn_heldout.csv.gz \\
         --check heuristics/table_v1.json
+    python heuristics/fit.py --rewrite heuristics/table_v1.json
 
 A sample is one swept problem (GPU, dtypes, layout, M, N, K) with the time of every
 candidate kernel. Kernels are compared as configurations: the name with dtypes and
@@ -41,19 +42,23 @@ calibration's ``source`` as ``path@first 16 hex digits``), the same packed or no
 --check verifies the named files that are present against those digests (exit status 1
 where one differs).
 
-The table is written compact (format 6): minified JSON whose long number arrays are
-packed as little-endian values into one buffer, kept deflated and in hex digits (which
-decode faster than base64), which pycutlass_rt/_table.py's ``read`` inflates once and
-expands back into the lists, every value exact.
+The table is written as format 7 (``write_table``): JSON of all but its long number
+arrays, which are packed as little-endian values into one deflated buffer in a binary file
+beside it (``table_v1.bin``; pycutlass_rt/_table.py's ``read`` inflates it once and expands
+them back into the lists, every value exact), and ahead of that buffer, uncompressed, the
+arrays the library ranks with, computed from the lists here, which a process hands the
+library as they are. ``--rewrite TABLE`` writes a table of an older format in this one, its
+content unchanged.
 
 Internal API relied on (a tool of the source tree, released with the library it fits):
 ``pycutlass_rt._model`` (the analytic model and its features, which the calibration
 corrects), ``pycutlass_rt._select.ranked`` and ``families_for`` (the library's ranking
 under an alternative table, so --check and the second look judge what pcr_rank would
 do), ``pycutlass_rt._table`` (``config_of``, the configurations the table is keyed by;
-``read`` and ``PACKED_TYPES``, the file this writes), ``pycutlass_rt._abi``'s enums (the
-words of kernel names, the rank reasons) and ``pycutlass_rt._dtypes.DTYPE_TOKENS`` (a
-kernel name's dtype words); ``KernelInfo`` is public.
+``read``, ``PACKED_TYPES``, ``BINARY_MAGIC``, ``calibration`` and ``ranking_arrays``, the
+files this writes), ``pycutlass_rt._abi``'s enums (the words of kernel names, the rank
+reasons) and ``pycutlass_rt._dtypes.DTYPE_TOKENS`` (a kernel name's dtype words);
+``KernelInfo`` is public.
 """
 
 from __future__ import annotations
@@ -88,8 +93,9 @@ from pycutlass_rt._dtypes import DTYPE_TOKENS  # noqa: E402
 
 REQUIRED = ("m", "n", "k", "kernel", "median_us")
 #: what _table.TABLE_FORMATS reads (5: feature calibrations, neighbours, second look; 6:
-#: format 5 written compact, long number arrays packed: write_table)
-TABLE_FORMAT = 6
+#: format 5 written compact, long number arrays packed; 7: those in a binary file beside the
+#: JSON, with the arrays the library ranks with: write_table)
+TABLE_FORMAT = 7
 #: a list of at least this many numbers (or of rows of numbers, one length) is packed
 PACK_MIN = 64
 PEER = "peer:cublas"  # sweep.py --peer's row: torch's cuBLAS call, not a kernel
@@ -605,12 +611,11 @@ def packed(values: list, arrays: bytearray) -> dict | None:
     return out
 
 
-def compact(table: dict) -> dict:
-    """``table`` as format 6 holds it: every list of PACK_MIN numbers or more packed
-    (:func:`packed`) into one buffer, which ends the table as ``"arrays"``: {"size": its
-    bytes, "deflate": its raw deflate stream in hex digits} (no zlib header or checksum;
-    the size lets the reader inflate it into one buffer of the right length at once;
-    hex, not base64: the table loads faster for its larger file)."""
+def compact(table: dict) -> tuple[dict, bytearray]:
+    """``table`` with every list of PACK_MIN numbers or more packed (:func:`packed`), and
+    the buffer that holds them: what formats 6 and 7 keep in JSON (format 6 ends it with
+    the buffer as ``"arrays"``: {"size": its bytes, "deflate": its raw deflate stream in
+    hex digits}; format 7 keeps it in the binary file beside it: :func:`write_table`)."""
     arrays = bytearray()
 
     def pack(obj):
@@ -622,18 +627,69 @@ def compact(table: dict) -> dict:
             return [pack(value) for value in obj]
         return obj
 
-    out = pack(table)
-    if arrays:
-        deflate = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate
-        stream = deflate.compress(bytes(arrays)) + deflate.flush()
-        out["arrays"] = {"size": len(arrays), "deflate": stream.hex()}
-    return out
+    return pack(table), arrays
+
+
+def _deflated(buffer: bytes) -> bytes:
+    """``buffer``'s raw deflate stream (no zlib header or checksum: the reader inflates it
+    into one buffer of the size the table states)."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return deflate.compress(bytes(buffer)) + deflate.flush()
+
+
+def binary_path(path: str) -> str:
+    """The binary file :func:`write_table` writes beside the table ``path`` (``.bin`` for
+    ``.json``)."""
+    root, ext = os.path.splitext(path)
+    return path + ".bin" if ext == ".bin" else root + ".bin"
 
 
 def write_table(table: dict, path: str) -> None:
-    """Writes ``table`` compact: minified JSON, long number arrays packed (format 6,
-    :func:`compact`); _table.read gives back ``table``'s lists, every value exact."""
-    text = json.dumps(compact(table), separators=(",", ":"))
+    """Writes ``table`` (format 5's content) as format 7: JSON at ``path`` holding all but
+    its long number lists, which are packed (:func:`compact`) into a deflated buffer in the
+    binary file beside it (:func:`binary_path`), with each calibration's ranking arrays
+    (_table.ranking_arrays: what pcr_calibration takes, computed once here) ahead of it in
+    the library's own types, uncompressed, so a process loads the table by reading them
+    (pycutlass_rt/_table.py's TABLE_FORMATS notes the layout). _table.read gives back
+    ``table``'s lists, every value exact. The JSON is indented: its rules, sources and
+    scalars read and diff as text."""
+    out, lists = compact(table)
+    out = {"format": TABLE_FORMAT, **{k: v for k, v in out.items() if k != "format"}}
+    where = binary_path(path)
+    body = bytearray()  # what follows the header: offsets count from the file's start
+    start = len(_table.BINARY_MAGIC) + 16
+    ranking = {}
+    for key, cal in table.get("calibration", {}).items():
+        if _table.calibration(int(key[2:]), table) is None:
+            continue  # not this version's features: the library is not handed it
+        fields = {}
+        for array_name, items in _table.ranking_arrays(cal).items():
+            code = {"i": "<i4", "d": "<f8"}[items.typecode]
+            if items.itemsize != int(code[2:]):
+                raise SystemExit(f"this platform's {items.typecode!r} arrays are not {code}")
+            if sys.byteorder == "big":
+                items.byteswap()
+            body.extend(bytes(-(start + len(body)) % 8))  # aligned for the library's types
+            fields[array_name] = {"array": code, "offset": start + len(body), "count": len(items)}
+            body.extend(items.tobytes())
+        ranking[key] = fields
+    end = start + len(body)
+    stream = _deflated(lists)
+    body.extend(stream)
+    digest = hashlib.sha256(body).hexdigest()
+    out["ranking"] = ranking
+    out["arrays"] = {
+        "file": os.path.basename(where),
+        "size": start + len(body),
+        "sha256": digest,
+        "ranking": end,
+        "lists": {"offset": end, "length": len(stream), "size": len(lists)},
+    }
+    # the binary file first: the old JSON refuses it by its header, should a process load
+    # the table between the two writes
+    with open(where, "wb") as f:
+        f.write(_table.BINARY_MAGIC + bytes.fromhex(digest[:32]) + body)
+    text = json.dumps(out, indent=1)
     with open(path, "w") as f:
         f.write(text + "\n")
 
@@ -773,8 +829,13 @@ def cross_validate(samples: list[Sample], folds: int, group_of, seed: int = 0) -
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("csv", nargs="+", help="raw sweep files written by heuristics/sweep.py")
+    ap.add_argument("csv", nargs="*", help="raw sweep files written by heuristics/sweep.py")
     what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--rewrite",
+        metavar="TABLE",
+        help="write TABLE (any format) in this version's format, its content unchanged; no sweeps",
+    )
     what.add_argument("--out", help="table to write (JSON); its regret is reported")
     what.add_argument("--check", metavar="TABLE", help="report TABLE's regret; write nothing")
     what.add_argument(
@@ -785,6 +846,14 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--base", help="table whose families the sweeps do not cover are kept")
     args = ap.parse_args(argv)
+    if args.rewrite:
+        if args.csv:
+            ap.error("--rewrite takes no sweep files")
+        write_table(_table.read(args.rewrite), args.rewrite)
+        print(f"{args.rewrite}: written as format {TABLE_FORMAT}", file=sys.stderr)
+        return 0
+    if not args.csv:
+        ap.error("the sweep files are required")
     samples, sources, skipped = read_samples(args.csv)
     if not samples:
         raise SystemExit("no usable rows in the sweep files")

@@ -1,11 +1,12 @@
 """The shipped selection table: the rules and calibrations heuristics/fit.py writes.
 
-Finds and reads ``heuristics/table_v1.json`` (installed beside the package, or in a source
-tree; minified JSON whose long number arrays are packed, :func:`read`), checks its format,
-and resolves it against a list of kernels into the pcr_table the library ranks with
-(:func:`resolve`): each rule's patterns matched to the kernels' names, each calibration's
-configurations to the kernels' configurations. Kernel names reduce to configurations
-(config_of) here, so the fitter and the selector key the table the same way.
+Finds and loads ``heuristics/table_v1.json`` (installed beside the package, or in a source
+tree) with the binary file of arrays beside it (:func:`table`), and resolves it against a
+list of kernels into the pcr_table the library ranks with (:func:`resolve`): each rule's
+patterns matched to the kernels' names, each calibration's configurations to the kernels'
+configurations. Kernel names reduce to configurations (config_of) here, so the fitter and
+the selector key the table the same way. :func:`read` gives any table file back as
+format 5 holds it, every list expanded (what the fitter works with).
 """
 
 from __future__ import annotations
@@ -32,13 +33,26 @@ from ._model import FEATURES, PAIR_FEATURES, WEIGHTS
 from .errors import InvalidArgumentError
 
 TABLE_FILE = "table_v1.json"
-TABLE_FORMATS = (4, 5, 6)  # the "format" values of heuristics/*.json this module reads
-#: format 6 is format 5 written compact (heuristics/fit.py's write_table): minified, and a
+TABLE_FORMATS = (4, 5, 6, 7)  # the "format" values of heuristics/*.json this module reads
+#: format 6 is format 5 written compact (heuristics/fit.py's ``compact``): minified, and a
 #: list of numbers may be {"packed": type, "offset": bytes, "count": values} (with "shape":
 #: [rows, columns] for a list of rows), its little-endian values at that offset of the
 #: table's "arrays" ({"size": bytes, "deflate": the buffer's raw deflate stream in hex
 #: digits}); read() gives back the list. Packed type -> array type code.
 PACKED_TYPES = {"<i1": "b", "<i2": "h", "<i4": "i", "<i8": "q", "<f8": "d"}
+#: Format 7 (heuristics/fit.py's ``write_table``) keeps the numbers in a binary file beside
+#: the JSON, which names it: {"arrays": {"file": its name, "size": bytes, "sha256": of what
+#: follows its header, "ranking": where its ranking arrays end, "lists": {"offset",
+#: "length", "size"} of the packed lists' buffer as a raw deflate stream}}. The file starts
+#: with BINARY_MAGIC and the first 16 bytes of that digest (a JSON and a binary file of
+#: different writes are told apart without hashing), then the ranking arrays: per
+#: calibration ("ranking": {"sm90": {field: {"array": "<i4" | "<f8", "offset", "count"}}})
+#: the arrays of pcr_calibration that do not depend on the kernels, as
+#: :func:`ranking_arrays` computes them from the lists, in the C types the library takes:
+#: :func:`table` hands them over without a copy and leaves the lists deflated.
+BINARY_MAGIC = b"pcrtbl7\n"
+#: a ranking array's type in the binary file -> its ctypes type
+RANKING_TYPES = {"<i4": ctypes.c_int32, "<f8": ctypes.c_double}
 
 
 # ---- the shipped table ----------------------------------------------------------------
@@ -76,16 +90,63 @@ def _expand(node, arrays: memoryview):
     return node
 
 
-def read(path: str) -> dict:
-    """A table file of any format, as format 5 holds it: packed lists (format 6) expanded
-    back into the lists they stand for, every value exact."""
+def _json(path: str):
     with open(path, "rb") as f:
-        data = json.loads(f.read())
+        return json.loads(f.read())
+
+
+def _binary_path(path: str, arrays: dict) -> str:
+    """The binary file a format-7 table at ``path`` names (beside it)."""
+    name = arrays["file"]
+    if os.path.basename(name) != name:
+        raise InvalidArgumentError(f"{path}: its binary file {name!r} is not a name beside it")
+    return os.path.join(os.path.dirname(path), name)
+
+
+def _binary(path: str, arrays: dict, end: int | None = None) -> bytearray:
+    """The first ``end`` bytes (all: None) of the binary file a format-7 table names,
+    checked against the table: its size, header and (all read) digest.
+
+    Raises:
+        InvalidArgumentError: the file is not the one the table was written with.
+        OSError: it cannot be read.
+    """
+    where = _binary_path(path, arrays)
+    size = arrays["size"]
+    with open(where, "rb") as f:
+        data = bytearray(size if end is None else end)
+        have = os.fstat(f.fileno()).st_size
+        got = f.readinto(data)
+    header = BINARY_MAGIC + bytes.fromhex(arrays["sha256"][:32])
+    if have != size or got != len(data) or data[: len(header)] != header:
+        raise InvalidArgumentError(
+            f"{where} is not the binary file {path} was written with (size {have}, "
+            f"not {size}, or another header)"
+        )
+    if end is None:
+        import hashlib  # only a full read checks the digest: the fitter's, not a launch's
+
+        digest = hashlib.sha256(memoryview(data)[len(header) :]).hexdigest()
+        if digest != arrays["sha256"]:
+            raise InvalidArgumentError(f"{where}: sha256 {digest[:16]}, {path} says otherwise")
+    return data
+
+
+def _expanded(data, path: str):
+    """A parsed table file as format 5 holds it (see :func:`read`)."""
     packed = data.pop("arrays", None) if isinstance(data, dict) else None
     if packed is None:
         return data
     if isinstance(packed, str):  # as the first format-6 tables held it: a zlib stream
         arrays = zlib.decompress(binascii.a2b_base64(packed))
+    elif "file" in packed:  # format 7: a raw deflate stream in the binary file
+        data.pop("ranking", None)  # derived from the lists: nothing format 5 holds
+        lists = packed["lists"]
+        start, size = lists["offset"], lists["size"]
+        stream = memoryview(_binary(path, packed))[start : start + lists["length"]]
+        arrays = zlib.decompress(stream, -15, size)
+        if len(arrays) != size:
+            raise InvalidArgumentError(f"{path}: packed lists of {len(arrays)} bytes, not {size}")
     else:  # raw deflate into one buffer of the stated size: no growing, no checksum pass
         size = packed["size"]
         arrays = zlib.decompress(binascii.a2b_hex(packed["deflate"]), -15, size)
@@ -94,21 +155,66 @@ def read(path: str) -> dict:
     return _expand(data, memoryview(arrays))
 
 
-@functools.cache
-def table() -> dict:
-    """The shipped table: installed beside the package, or heuristics/ in a source tree."""
+def read(path: str) -> dict:
+    """A table file of any format, as format 5 holds it: packed lists (formats 6 and 7)
+    expanded back into the lists they stand for, every value exact; a format-7 table's
+    binary file checked against the digest the table names."""
+    return _expanded(_json(path), path)
+
+
+def _loaded(path: str) -> dict:
+    """A table file as :func:`table` gives it: format 7 with its ranking arrays as ctypes
+    arrays over the binary file's bytes and its lists left packed (``ranking`` holds
+    every calibration this version ranks with); other formats as :func:`read` gives them."""
+    data = _json(path)
+    arrays = data.get("arrays") if isinstance(data, dict) else None
+    if not (isinstance(arrays, dict) and "file" in arrays) or sys.byteorder != "little":
+        return _expanded(data, path)  # the lists, resolved from them (resolve)
+    del data["arrays"]
+    raw = _binary(path, arrays, arrays["ranking"])
+    ready = {}
+    for key, fields in data.pop("ranking", {}).items():
+        ready[key] = {
+            name: (RANKING_TYPES[ref["array"]] * ref["count"]).from_buffer(raw, ref["offset"])
+            for name, ref in fields.items()
+        }
+    data["ranking"] = ready
+    for key, cal in data.get("calibration", {}).items():
+        if calibration(int(key[2:]), data) is None:
+            continue  # not this version's features: no ranking needed
+        if key not in ready or ("pair_value" in ready[key]) != _pair_usable(cal):
+            return read(path)  # written by another version of ranking_arrays: the lists
+    return data
+
+
+def shipped_paths() -> tuple:
+    """Where the shipped table may be: installed beside the package, or in heuristics/ of a
+    source tree (the first that exists is the one)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for path in (
+    return (
         os.path.join(here, "heuristics", TABLE_FILE),
         os.path.join(os.path.dirname(here), "heuristics", TABLE_FILE),
-    ):
+    )
+
+
+@functools.cache
+def table() -> dict:
+    """The shipped table (:func:`shipped_paths`) as :func:`resolve` takes it: format 7's
+    lists left packed and its ranking arrays (``ranking``) over the bytes of its binary
+    file, which the library takes as they are; read the lists with :func:`read`. A table
+    this version cannot load warns, and kernels are then chosen by the analytic model."""
+    for path in shipped_paths():
         if os.path.exists(path):
-            data = read(path)
-            if data.get("format") in TABLE_FORMATS:
-                return data
+            try:
+                data = _loaded(path)
+            except (OSError, InvalidArgumentError) as e:  # its binary file missing or stale
+                why = f"cannot be loaded ({e})"
+            else:
+                if data.get("format") in TABLE_FORMATS:
+                    return data
+                why = f"has table format {data.get('format')!r}, this version reads {TABLE_FORMATS}"
             warnings.warn(
-                f"{path} has table format {data.get('format')!r}, this version "
-                f"reads {TABLE_FORMATS}: kernels are chosen by the analytic model",
+                f"{path} {why}: kernels are chosen by the analytic model",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -164,6 +270,12 @@ def config_of(name: str) -> str:
     return f"{m[1]}*_{m[2]}"
 
 
+def _length(values) -> int:
+    """How many values a list holds, or a packed one (format 7 as :func:`table` loads it)
+    stands for."""
+    return values["count"] if isinstance(values, dict) else len(values)
+
+
 def calibration(family: int, rules: dict | None = None) -> dict | None:
     """The table's calibration of ``family`` ({"features": [...], "weights": {config: w}}),
     or None (also when its features are not this version's: the model alone decides)."""
@@ -171,10 +283,61 @@ def calibration(family: int, rules: dict | None = None) -> dict | None:
     cal = rules.get("calibration", {}).get(f"sm{family}")
     if cal and (
         tuple(cal.get("features", ())) != FEATURES
-        or any(len(w) != WEIGHTS for w in cal.get("weights", {}).values())
+        or any(_length(w) != WEIGHTS for w in cal.get("weights", {}).values())
     ):
         return None
     return cal
+
+
+def _pair_usable(cal: dict) -> bool:
+    """Whether a calibration's second look is trees over this version's pair features."""
+    trees = cal.get("second_look")
+    return bool(trees) and tuple(trees.get("features", ())) == PAIR_FEATURES
+
+
+def ranking_arrays(cal: dict) -> dict:
+    """The arrays of pcr_calibration that do not depend on the kernels, from a calibration
+    as format 5 holds it: {field: array.array} ("i": int32, "d": double), the weights by
+    configuration, the swept shapes and their rows, and the second look's trees where this
+    version ranks with them (:func:`resolve` hands them to the library; heuristics/fit.py
+    writes them into a format-7 table's binary file)."""
+    index = {c: i for i, c in enumerate(cal["weights"])}
+    near = cal.get("neighbours") or {"shapes": [], "configs": {}}
+    # each swept shape's rows (configuration, weight, weight * leftover), in the order
+    # of the configurations and then of their entries: a stable sort by shape
+    at, config, weight, weighted = [], [], [], []
+    for name, per in near["configs"].items():
+        if name in index:  # leftovers of a configuration without weights add nothing
+            at += per["at"]
+            config += [index[name]] * len(per["at"])
+            weight += per["w"]
+            weighted += map(operator.mul, per["w"], per["r"])
+    order = sorted(range(len(at)), key=at.__getitem__)
+    counts = collections.Counter(at)
+    start = itertools.accumulate((counts[s] for s in range(len(near["shapes"]))), initial=0)
+    out = {
+        "weights": array.array("d", [x for w in cal["weights"].values() for x in w]),
+        "shape": array.array("d", [float(v) for shape in near["shapes"] for v in shape]),
+        "row_start": array.array("i", start),
+        "row_config": array.array("i", _in_order(config, order)),
+        "row_weight": array.array("d", _in_order(weight, order)),
+        "row_leftover": array.array("d", _in_order(weighted, order)),
+    }
+    if _pair_usable(cal):
+        trees = cal["second_look"]
+        fields = ("feature", "threshold", "left", "right", "value")
+        if len({len(trees[key]) for key in fields}) != 1:
+            raise InvalidArgumentError("the table's second look has node arrays of unequal lengths")
+        for key, code in zip(("tree_start", *fields), "iidiid"):
+            out[f"pair_{key}"] = array.array(code, trees[key])
+    return out
+
+
+def _in_order(values: list, order: list) -> list:
+    """``values`` taken in ``order`` (indices), in one C call where there are several."""
+    if len(order) < 2:
+        return [values[i] for i in order]
+    return list(operator.itemgetter(*order)(values))
 
 
 # ---- the table as the library ranks with it --------------------------------------------
@@ -193,62 +356,111 @@ class Resolved:
         weakref.finalize(self, lib.pcr_ranker_destroy, handle)
 
 
-#: ctypes scalar -> the array module's code of the same C type
-_CODES = {ctypes.c_int32: "i", ctypes.c_double: "d"}
+#: the array module's code -> the ctypes scalar of the same C type
+_CTYPES = {"i": ctypes.c_int32, "d": ctypes.c_double}
 
 
-def _array(ctype, values):
-    """A ctypes array of ``values``: numbers copied in C through an ``array.array`` (the
-    table's arrays hold some 100,000 of them), structures one by one."""
-    code = _CODES.get(ctype)
-    if code is None or array.array(code).itemsize != ctypes.sizeof(ctype):
-        return (ctype * len(values))(*values)
-    items = array.array(code, values)
+def _array(items: array.array):
+    """A ctypes array over ``items`` (array.array of a code in _CTYPES), without a copy
+    where the C types agree (the table's arrays hold some 100,000 numbers)."""
+    ctype = _CTYPES[items.typecode]
+    if items.itemsize != ctypes.sizeof(ctype):
+        return (ctype * len(items))(*items)
     return (ctype * len(items)).from_buffer(items)  # it keeps `items` alive
 
 
+def _matching(pattern: str, names: list) -> list:
+    """The indices of ``names`` that ``fnmatch.fnmatchcase`` matches with ``pattern``; for
+    a pattern whose only wildcard is ``*`` (as rules' are) by its literal parts, as
+    compiling a regular expression per pattern costs more than matching all names."""
+    if "?" in pattern or "[" in pattern:
+        match = re.compile(fnmatch.translate(pattern)).match
+        return [i for i, name in enumerate(names) if match(name)]
+    if "*" not in pattern:
+        return [i for i, name in enumerate(names) if name == pattern]
+    first, *middle, last = pattern.split("*")
+    least = len(first) + len(last)
+    hits = [
+        i
+        for i, name in enumerate(names)
+        if name.endswith(last) and name.startswith(first) and len(name) >= least
+    ]
+    middle = [part for part in middle if part]  # "**" is "*"
+    if middle:
+        hits = [i for i in hits if _in_turn(names[i], middle, len(first), len(last))]
+    return hits
+
+
+def _in_turn(name: str, parts: list, head: int, tail: int) -> bool:
+    """Whether ``parts`` occur in ``name`` in turn, apart, between its first ``head`` and
+    last ``tail`` characters (leftmost first: where one fits, a later one fits too)."""
+    at, end = head, len(name) - tail
+    for part in parts:
+        at = name.find(part, at, end)
+        if at < 0:
+            return False
+        at += len(part)
+    return True
+
+
+def _positions(prefer: list, names: list, memo: dict):
+    """pcr_rule.position: per name, the index of the first of ``prefer`` that matches it,
+    or -1."""
+    position = array.array("i", [-1]) * len(names)
+    for j in range(len(prefer) - 1, -1, -1):  # the first pattern's matches written last
+        pattern = prefer[j]
+        hits = memo.get(pattern)
+        if hits is None:
+            hits = memo[pattern] = _matching(pattern, names)
+        for i in hits:
+            position[i] = j
+    return _array(position)
+
+
 def resolve(rules: dict, kernels) -> Resolved:
-    """``rules`` (the shipped table's form) resolved against ``kernels`` (KernelInfo, in
-    the numbering the ranking's ids use): the pcr_ranker pcr_rank and pcr_selector_set take."""
+    """``rules`` (the shipped table's form: :func:`table`'s or :func:`read`'s) resolved
+    against ``kernels`` (KernelInfo, in the numbering the ranking's ids use): the
+    pcr_ranker pcr_rank and pcr_selector_set take."""
     bases = [k.base_name for k in kernels]
-    flat, crules = [], []
+    flat, crules, memo = [], [], {}
     for key, family_rules in rules["families"].items():
         for rule in family_rules:
             prefer = rule.get("prefer", [])
-            position = [
-                next((i for i, p in enumerate(prefer) if fnmatch.fnmatchcase(b, p)), -1)
-                for b in bases
-            ]
             bounds = (rule.get(b, -1) for b in ("max_m", "max_n", "max_k"))
-            crules.append(
-                Rule(int(key[2:]), len(prefer), *bounds, _array(ctypes.c_int32, position))
-            )
+            crules.append(Rule(int(key[2:]), len(prefer), *bounds, _positions(prefer, bases, memo)))
             flat.append(rule)
-    ccals = []
+    ccals, configs = [], None
     for family, cal, arrays in _calibrations(rules):
+        if configs is None:
+            configs = [config_of(b) for b in bases]
         index = {c: i for i, c in enumerate(cal["weights"])}
-        config = _array(ctypes.c_int32, [index.get(config_of(b), -1) for b in bases])
+        config = _array(array.array("i", [index.get(c, -1) for c in configs]))
         near = cal.get("neighbours") or {"bandwidth": 1.0, "prior": 1.0}
-        weights, shape, first, row_config, row_weight, row_leftover, pair = arrays
+        pair = {}
+        if "pair_value" in arrays:
+            pair = dict(
+                pair_trees=len(arrays["pair_tree_start"]),
+                pair_nodes=len(arrays["pair_feature"]),
+                pair_base=float(cal["second_look"]["base"]),
+            )
         ccals.append(
             Calibration(
-                family,
-                len(index),
-                config,
-                weights,
-                near["prior"],
-                near["bandwidth"],
-                len(first) - 1,
-                shape,
-                first,
-                row_config,
-                row_weight,
-                row_leftover,
-                *pair,
+                family=family,
+                configs=len(index),
+                config=config,
+                prior=near["prior"],
+                bandwidth=near["bandwidth"],
+                shapes=len(arrays["row_start"]) - 1,
+                **arrays,
+                **pair,
             )
         )
     table = Table(
-        len(bases), len(crules), len(ccals), _array(Rule, crules), _array(Calibration, ccals)
+        len(bases),
+        len(crules),
+        len(ccals),
+        (Rule * len(crules))(*crules),
+        (Calibration * len(ccals))(*ccals),
     )
     return Resolved(table, flat)
 
@@ -257,71 +469,23 @@ _CALIBRATIONS: dict = {}  # id(rules) -> (rules, [(family, calibration, arrays)]
 
 
 def _calibrations(rules: dict) -> list:
-    """Each usable calibration of ``rules`` with its kernel-independent arrays (weights by
-    configuration, swept shapes and their rows), built once per rules object."""
+    """Each usable calibration of ``rules`` with its kernel-independent arrays as ctypes
+    arrays (:func:`ranking_arrays`; format 7 as :func:`table` loads it holds them ready),
+    built once per rules object."""
     hit = _CALIBRATIONS.get(id(rules))
     if hit is not None and hit[0] is rules:
         return hit[1]
+    ready = rules.get("ranking", {})
     out = []
     for key in rules.get("calibration", {}):
         cal = calibration(int(key[2:]), rules)
         if cal is None:
             continue
-        index = {c: i for i, c in enumerate(cal["weights"])}
-        near = cal.get("neighbours") or {"shapes": [], "configs": {}}
-        # each swept shape's rows (configuration, weight, weight * leftover), in the order
-        # of the configurations and then of their entries: a stable sort by shape
-        at, config, weight, weighted = [], [], [], []
-        for name, per in near["configs"].items():
-            if name in index:  # leftovers of a configuration without weights add nothing
-                at += per["at"]
-                config += [index[name]] * len(per["at"])
-                weight += per["w"]
-                weighted += map(operator.mul, per["w"], per["r"])
-        order = sorted(range(len(at)), key=at.__getitem__)
-        counts = collections.Counter(at)
-        start = list(
-            itertools.accumulate((counts[s] for s in range(len(near["shapes"]))), initial=0)
-        )
-        arrays = (
-            _array(ctypes.c_double, [x for w in cal["weights"].values() for x in w]),
-            _array(ctypes.c_double, [float(v) for shape in near["shapes"] for v in shape]),
-            _array(ctypes.c_int32, start),
-            _array(ctypes.c_int32, _in_order(config, order)),
-            _array(ctypes.c_double, _in_order(weight, order)),
-            _array(ctypes.c_double, _in_order(weighted, order)),
-            _second_look(cal.get("second_look")),
-        )
+        arrays = ready.get(key)
+        if arrays is None:
+            arrays = {field: _array(items) for field, items in ranking_arrays(cal).items()}
         out.append((int(key[2:]), cal, arrays))
     if len(_CALIBRATIONS) >= 16:
         _CALIBRATIONS.clear()
     _CALIBRATIONS[id(rules)] = (rules, out)
     return out
-
-
-def _in_order(values: list, order: list) -> list:
-    """``values`` taken in ``order`` (indices), in one C call where there are several."""
-    if len(order) < 2:
-        return [values[i] for i in order]
-    return list(operator.itemgetter(*order)(values))
-
-
-def _second_look(trees: dict | None) -> tuple:
-    """pcr_calibration's pair_* fields from a calibration's ``second_look`` (none: 0
-    trees; features of another version: none either)."""
-    if not trees or tuple(trees.get("features", ())) != PAIR_FEATURES:
-        return (0, 0, None, None, None, None, None, None, 0.0)
-    nodes = {len(trees[key]) for key in ("feature", "threshold", "left", "right", "value")}
-    if len(nodes) != 1:
-        raise InvalidArgumentError("the table's second look has node arrays of unequal lengths")
-    return (
-        len(trees["tree_start"]),
-        len(trees["feature"]),
-        _array(ctypes.c_int32, trees["tree_start"]),
-        _array(ctypes.c_int32, trees["feature"]),
-        _array(ctypes.c_double, trees["threshold"]),
-        _array(ctypes.c_int32, trees["left"]),
-        _array(ctypes.c_int32, trees["right"]),
-        _array(ctypes.c_double, trees["value"]),
-        float(trees["base"]),
-    )

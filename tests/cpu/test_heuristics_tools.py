@@ -261,10 +261,39 @@ def test_check_verifies_the_digests_of_the_sweeps_a_table_names(tmp_path, capsys
     assert fit.verify_sources(_table.read(str(out))) == ([], [path])
 
 
-def test_the_table_is_written_compact_and_reads_back_exactly(tmp_path):
-    """fit.write_table: minified JSON whose long number arrays are packed into one
-    compressed buffer (format 6); _table.read gives back every list and value exactly, ints
-    as ints, floats bit for bit."""
+def small_calibration():
+    """A calibration of this version's features, with neighbours and a second look."""
+    trees = {"features": list(_model.PAIR_FEATURES), "base": -0.5, "tree_start": [0, 3]}
+    trees.update(feature=[0, -1, -1, -1], threshold=[0.1, 0, 0, 0], left=[1, -1, -1, -1])
+    trees.update(right=[2, -1, -1, -1], value=[0.0, 0.5, -0.5, 0.25])
+    configs = {f"sm90_*_{64 * i}x128x64_c1x1_pingpong_a8": i for i in range(1, 4)}
+    return {
+        "features": list(_model.FEATURES),
+        "weights": {
+            c: [0.001 * (i + j) for j in range(_model.WEIGHTS)] for c, i in configs.items()
+        },
+        "neighbours": {
+            "bandwidth": 0.25,
+            "prior": 0.1,
+            "shapes": [[m, 4096, 8192] for m in range(1, 70)],
+            "configs": {  # the first configuration's shapes out of order, as refits give them
+                c: {
+                    "at": [(i * 7 + 5 * j) % 69 for j in range(80)],
+                    "r": [0.0001 * (j - 40) * i for j in range(80)],
+                    "w": [round(1 / (1 + j), 4) for j in range(80)],
+                }
+                for c, i in configs.items()
+            },
+        },
+        "second_look": trees,
+    }
+
+
+def test_the_table_is_written_in_two_files_and_reads_back_exactly(tmp_path):
+    """fit.write_table (format 7): JSON whose long number arrays are packed into one
+    compressed buffer in a binary file beside it, ahead of which lie the ranking arrays the
+    library takes; _table.read gives back every list and value exactly, ints as ints,
+    floats bit for bit, and table()'s loading hands over the ranking arrays as they are."""
     values = [0.1 * i - 3.0 for i in range(100)] + [-0.0, 1e-300, 2.5e300, float("inf")]
     table = {
         "format": fit.TABLE_FORMAT,
@@ -278,7 +307,8 @@ def test_the_table_is_written_compact_and_reads_back_exactly(tmp_path):
                 },
                 "second_look": {"feature": [-1, 0, 127] * 30, "big": [1 << 40] * 64},
                 "mixed": [1, 2.0] * 40,
-            }
+            },
+            "sm80": small_calibration(),
         },
     }
     import doctest
@@ -286,14 +316,14 @@ def test_the_table_is_written_compact_and_reads_back_exactly(tmp_path):
     assert doctest.testmod(fit).failed == 0  # packed()'s examples
     path = tmp_path / "t.json"
     fit.write_table(table, str(path))
-    text = path.read_text()
-    assert text.count("\n") == 1 and ": " not in text and '"packed":"<f8"' in text
+    binary = tmp_path / "t.bin"
+    assert fit.binary_path(str(path)) == str(binary) and binary.exists()
     back = _table.read(str(path))
     assert json.dumps(back) == json.dumps(table)  # reprs: -0.0 and inf too
     cal = back["calibration"]["sm90"]
     assert [type(v) for v in cal["neighbours"]["configs"]["c"]["at"][:2]] == [int, int]
     assert cal["neighbours"]["shapes"][0] == [1, 4096, 8192]
-    top = json.loads(text)
+    top = json.loads(path.read_text())
     packed = top["calibration"]["sm90"]
     assert packed["neighbours"]["configs"]["c"]["at"]["packed"] == "<i2"
     assert packed["second_look"]["feature"]["packed"] == "<i1"
@@ -301,20 +331,67 @@ def test_the_table_is_written_compact_and_reads_back_exactly(tmp_path):
     assert packed["neighbours"]["shapes"]["shape"] == [69, 3]
     assert packed["mixed"] == [1, 2.0] * 40 and packed["weights"]["short"] == [1.5, 2.5]
     assert packed["neighbours"]["configs"]["c"]["w"] == [1] * 63  # below PACK_MIN
-    assert list(top)[-1] == "arrays" and "arrays" not in back  # one buffer, at the end
-    assert set(top["arrays"]) == {"size", "deflate"}  # raw deflate, inflated at once
-    top["arrays"]["size"] += 1  # a buffer of another length than it says: refused
+    assert list(top)[-2:] == ["ranking", "arrays"] and not {"ranking", "arrays"} & set(back)
+    assert set(top["arrays"]) == {"file", "size", "sha256", "ranking", "lists"}
+    # the ranking arrays: for the calibration of this version's features only
+    assert list(top["ranking"]) == ["sm80"]
+    want = _table.ranking_arrays(table["calibration"]["sm80"])
+    assert set(top["ranking"]["sm80"]) == set(want) and "pair_value" in want
+    loaded = _table._loaded(str(path))
+    assert set(loaded["ranking"]) == {"sm80"} and loaded["families"] == table["families"]
+    for field, items in want.items():
+        assert bytes(loaded["ranking"]["sm80"][field]) == items.tobytes(), field
+    # a binary file of another write, or changed, is refused
+    data = binary.read_bytes()
+    other = dict(table, about="another write")
+    other["calibration"] = {"sm80": dict(small_calibration(), samples=1)}
+    fit.write_table(other, str(tmp_path / "u.json"))
+    binary.write_bytes((tmp_path / "u.bin").read_bytes())
+    with pytest.raises(ValueError, match="not the binary file"):
+        _table._loaded(str(path))
+    binary.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # the lists' stream changed
+    assert _table._loaded(str(path))["ranking"]  # a launch reads the ranking part only
+    with pytest.raises(ValueError, match="sha256"):
+        _table.read(str(path))
+    binary.write_bytes(data)
+    # ranking arrays this version would not compute (another version's writer): the lists
+    top["ranking"] = {}
     path.write_text(json.dumps(top))
+    assert "ranking" not in _table._loaded(str(path))
+    assert json.dumps(_table._loaded(str(path))) == json.dumps(table)
+
+
+def test_tables_of_format_6_and_before_read_back_and_rewrite(tmp_path):
+    """Format 6 (the buffer deflated in hex digits in the JSON, or as the first format-6
+    tables held it, base64 of a zlib stream) and plain format 5 read back exactly; fit.py
+    --rewrite writes any of them as format 7, its content unchanged."""
+    table = {
+        "format": 6,
+        "families": {"sm90": [{"prefer": [SMALL]}]},
+        "calibration": {"sm80": small_calibration()},
+    }
+    out, buffer = fit.compact(table)
+    out["arrays"] = {"size": len(buffer), "deflate": fit._deflated(buffer).hex()}
+    path = tmp_path / "six.json"
+    path.write_text(json.dumps(out, separators=(",", ":")))
+    assert json.dumps(_table.read(str(path))) == json.dumps(table)
+    out["arrays"]["size"] += 1  # a buffer of another length than it says: refused
+    path.write_text(json.dumps(out))
     with pytest.raises(ValueError, match="packed arrays of"):
         _table.read(str(path))
-    size = top["arrays"]["size"] - 1  # the first format-6 tables: a base64 zlib stream
-    buffer = zlib.decompress(bytes.fromhex(top["arrays"]["deflate"]), -15, size)
-    top["arrays"] = base64.b64encode(zlib.compress(buffer)).decode()
-    path.write_text(json.dumps(top))
+    out["arrays"] = base64.b64encode(zlib.compress(bytes(buffer))).decode()
+    path.write_text(json.dumps(out))
     assert json.dumps(_table.read(str(path))) == json.dumps(table)
     plain = tmp_path / "plain.json"  # format 5 and before: plain JSON, read as it is
     plain.write_text(json.dumps(table, indent=1))
     assert json.dumps(_table.read(str(plain))) == json.dumps(table)
+    assert json.dumps(_table._loaded(str(plain))) == json.dumps(table)
+    assert fit.main(["--rewrite", str(path)]) == 0
+    assert json.loads(path.read_text())["format"] == fit.TABLE_FORMAT
+    assert (tmp_path / "six.bin").exists()
+    assert json.dumps(_table.read(str(path))) == json.dumps(dict(table, format=fit.TABLE_FORMAT))
+    with pytest.raises(SystemExit):
+        fit.main([str(plain), "--rewrite", str(path)])  # it takes no sweeps
 
 
 def test_unmeasured_configurations_follow_in_model_order(tmp_path):

@@ -1,7 +1,9 @@
 """Kernel choice: table rules, the analytic model, family order, and the C-side memo."""
 
 import ctypes
+import fnmatch
 import math
+import os
 import types
 
 import pytest
@@ -53,8 +55,12 @@ def test_families_for():
     assert _select.families_for(61) == []
 
 
+def shipped_path():
+    return next(p for p in _table.shipped_paths() if os.path.exists(p))
+
+
 def test_table_is_shipped_and_well_formed():
-    t = _table.table()
+    t = _table.read(shipped_path())
     assert t["format"] in _table.TABLE_FORMATS and set(t["families"]) >= {"sm80", "sm90"}
     for fam, rules in t["families"].items():
         if fam not in t.get("calibration", {}):  # else the calibration orders what rules leave
@@ -66,6 +72,56 @@ def test_table_is_shipped_and_well_formed():
         len(w) == _model.WEIGHTS for w in cal["weights"].values()
     )
     assert all(src.split("@")[0] in {s["file"] for s in t["sources"]} for src in cal["source"])
+
+
+def test_the_loaded_table_hands_over_what_its_lists_resolve_to():
+    """table() gives the library the ranking arrays of the shipped table's binary file as
+    they are: byte for byte what its lists (read(), which fit.py --check judges) resolve
+    to, for every calibration it ranks with."""
+    loaded, lists = _table.table(), _table.read(shipped_path())
+    assert loaded["format"] == lists["format"] == 7 and loaded["families"] == lists["families"]
+    used = [key for key in lists["calibration"] if _table.calibration(int(key[2:]), lists)]
+    assert used and set(loaded["ranking"]) >= set(used)
+    for key in used:
+        want, have = _table.ranking_arrays(lists["calibration"][key]), loaded["ranking"][key]
+        assert list(have) == list(want) and "pair_value" in have
+        for field, items in want.items():
+            assert bytes(have[field]) == items.tobytes(), field
+    assert [c[2] for c in _table._calibrations(loaded)] == [loaded["ranking"][k] for k in used]
+
+
+def test_the_loaded_and_the_read_table_rank_alike(lib):
+    """The build's kernels ranked under table() and under read()'s lists: the same order,
+    reasons and times (rules matched by their literal parts, calibrations from the file)."""
+    every = pcr.kernels()
+    loaded, lists = _table.table(), _table.read(shipped_path())
+    for m, n, k in ((16, 4096, 4096), (1, 768, 588), (4096, 4096, 4096), (200, 256, 1000)):
+        p = types.SimpleNamespace(m=m, n=n, k=k, sm_count=132, cc=90)
+        a = _select.ranked(p, every, [90, 80, 75], loaded)
+        assert a == _select.ranked(p, every, [90, 80, 75], lists) and a
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "sm90_*_64x64x128_c1x1_pingpong_a8",
+        "*",
+        "**",
+        "sm90_*",
+        "*_a8",
+        "*_*_a1",
+        "sm9?_*",
+        "sm[89]0_*_a8",
+        "sm90_*_*_*_a8",
+        "sm80_*_128x128x32_w2x2_s4_a8*",
+        "a*a",
+        "",
+    ],
+)
+def test_rule_patterns_match_as_fnmatch_does(pattern):
+    names = [k.name for k in FAKE] + ["a", "aa", "aba", "sm90_a8", "sm90_*_a8", "sm90__a8"]
+    want = [i for i, name in enumerate(names) if fnmatch.fnmatchcase(name, pattern)]
+    assert _table._matching(pattern, names) == want
 
 
 def test_large_problems_take_the_big_cooperative_tile():
