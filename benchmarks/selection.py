@@ -7,9 +7,17 @@ the operands judged without a GPU: the ranking a launch makes, minus CUTLASS's
 package ships, and the model alone. A launch ranks a problem once per thread; repeats of
 it cost a hash look-up.
 
+``python -m benchmarks.selection --first-load 21`` times instead what a process's first
+kernel choice pays for the table, in that many fresh interpreters (each after importing
+the package and listing the build's kernels), as ``_select.build_table`` does it: reading
+the shipped table (``_table.table``), resolving it against the kernels (``_table.resolve``
+less the library's copy), and handing it over (``pcr_ranker_create``'s copy and
+``pcr_selector_set``); it prints the median, least and most milliseconds of each.
+
 Internal API relied on (it times the library's own ranking, which no public call exposes
 alone): ``pycutlass_rt._lib.load`` (the library and its ``pcr_select_rank``),
-``pycutlass_rt._select.build_table`` (the shipped table's ranker) and
+``pycutlass_rt._select.build_table`` (the shipped table's ranker),
+``pycutlass_rt._table`` (``table``, ``resolve`` and ``Resolved``, which build it) and
 ``pycutlass_rt._abi`` (the Problem and Ranked records and their enums).
 """
 
@@ -17,8 +25,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import random
 import statistics
+import subprocess
+import sys
 import time
 
 from pycutlass_rt import _lib, _select
@@ -65,11 +76,62 @@ def per_problem_us(lib, items: list, repeats: int = 5) -> float:
     return statistics.median(runs)
 
 
+#: one fresh process's first load of the table, as _select.build_table makes it (the
+#: library's copy, in Resolved's pcr_ranker_create, counted as handing it over)
+FIRST_LOAD = """
+import json, time
+import pycutlass_rt
+from pycutlass_rt import _lib, _table
+lib, every, copy = _lib.load(), pycutlass_rt.kernels(), []
+init = _table.Resolved.__init__
+def timed(self, *args):
+    t = time.perf_counter()
+    init(self, *args)
+    copy.append(time.perf_counter() - t)
+_table.Resolved.__init__ = timed
+t0 = time.perf_counter()
+rules = _table.table()
+t1 = time.perf_counter()
+resolved = _table.resolve(rules, every)
+t2 = time.perf_counter()
+lib.check(lib.pcr_selector_set(resolved.ranker))
+t3 = time.perf_counter()
+ms = {"read": t1 - t0, "resolve": t2 - t1 - copy[0], "hand-over": copy[0] + t3 - t2}
+print(json.dumps({**{k: 1e3 * v for k, v in ms.items()}, "total": 1e3 * (t3 - t0)}))
+"""
+
+
+def first_load(processes: int) -> dict:
+    """{part: [ms per process]} of FIRST_LOAD over ``processes`` fresh interpreters."""
+    runs = []
+    for _ in range(processes):
+        out = subprocess.run(
+            [sys.executable, "-c", FIRST_LOAD], capture_output=True, text=True, check=True
+        )
+        runs.append(json.loads(out.stdout.splitlines()[-1]))
+    return {part: [r[part] for r in runs] for part in runs[0]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--problems", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument(
+        "--first-load",
+        type=int,
+        metavar="PROCESSES",
+        help="time the table's first load in this many fresh processes instead",
+    )
     args = ap.parse_args(argv)
+    if args.first_load:
+        parts = first_load(args.first_load)
+        print(f"the table's first load, {args.first_load} fresh processes, ms:")
+        for part, ms in parts.items():
+            print(
+                f"  {part:<10} median {statistics.median(ms):6.2f}  "
+                f"least {min(ms):6.2f}  most {max(ms):6.2f}"
+            )
+        return 0
     lib = _lib.load()
     items = problems(args.problems, args.seed)
     shipped = _select.build_table().ranker  # the shipped table, in the library

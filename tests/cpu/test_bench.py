@@ -961,3 +961,6 @@ def test_the_selection_benchmark_ranks_every_problem(capsys):
     assert selection.main(["--problems", "20"]) == 0
     text = capsys.readouterr().out
     assert "shipped table:" in text and "model alone:" in text
+    assert selection.main(["--first-load", "1"]) == 0  # a fresh process's first load
+    text = capsys.readouterr().out
+    assert all(f"  {part} " in text for part in ("read", "resolve", "hand-over", "total"))
