@@ -1,7 +1,7 @@
 """Group Q: the quantized layers inference serves, against torch's own, on the corpus's
 held-out shapes (model families never swept for fitting).
 
-    python -m benchmarks.quantized [--quick] [--sample 4] [--out DIR]
+    python -m benchmarks.quantized [--quick] [--sample 4] [--parts] [--out DIR]
 
 Cases, each a linear layer y = x @ w.T (x: M x K tokens, w: N x K):
 
@@ -26,6 +26,10 @@ Cases, each a linear layer y = x @ w.T (x: M x K tokens, w: N x K):
   loop of ``torch._scaled_mm`` with the same block scales (where torch runs that recipe);
 - ``quantize``: ``pcr.quantize`` per token-group of 128 at M >= 4096 alone, as memory
   bandwidth (bytes read and written over the device time).
+
+``--parts`` also times ours in pieces, interleaved with the rest (no ratios; listed per
+case): a W8A8 layer's quantization and its GEMM alone, and every dense block-scaled kernel
+of the build forced by name (where the selector's choice falls among them).
 
 Method (benchmarks/README.md): every contestant timed by CUDA-graph replay of back-to-back
 calls, operand sets (weights included) rotated over 2x the L2, contestants interleaved
@@ -211,13 +215,59 @@ def contestants(torch, kind: str, sets: list) -> list:
     return out + [Contestant("bf16 torch.mm", bf16)]
 
 
+PART = "part: "  # a contestant timing one piece of ours: no ratio, listed with --parts
+
+
+def parts(torch, kind: str, sets: list) -> list:
+    """Ours in pieces (``--parts``), each timed alone: a W8A8 layer's quantization and its
+    GEMM; for block_fp8, every dense block-scaled kernel of the build forced by name."""
+    import pycutlass_rt as pcr
+
+    if kind == "block_fp8":
+        names = [
+            k.name
+            for k in pcr.kernels()
+            if k.scale_m == "groups" and not k.grouped and k.epilogue == "linear"
+        ]
+
+        def forced(name):
+            def fn(i):
+                s = sets[i]
+                pcr.gemm(
+                    s["qx"],
+                    s["qw"].t(),
+                    None,
+                    s["y"],
+                    scale_a=s["sx"],
+                    scale_b=s["sw"].t(),
+                    kernel=name,
+                )
+
+            return Contestant(PART + name, fn)
+
+        return [forced(name) for name in names]
+    if kind.startswith("moe_"):
+        return []
+    dtype = "int8" if kind.endswith("int8") else "float8_e4m3fn"
+
+    def quantize(i):
+        s = sets[i]
+        pcr.quantize(s["x"], dtype, "token", out=s["qx"], scale_out=s["sx"])
+
+    def gemm(i):
+        s = sets[i]
+        pcr.gemm(s["qx"], s["qw"].t(), None, s["y"], scale_a=s["sx"], scale_b=s["sw"])
+
+    return [Contestant(PART + "quantize", quantize), Contestant(PART + "gemm", gemm)]
+
+
 def check(torch, kind: str, s: dict) -> float:
     """Our result's relative error against the bf16 layer (the quantization's, mostly)."""
     ref = s["x"].double() @ s["w"].double().t()
     return float((s["y"].double() - ref).norm() / ref.norm())
 
 
-def run_case(torch, fw, kind, shape, settings, l2) -> dict:
+def run_case(torch, fw, kind, shape, settings, l2, with_parts: bool = False) -> dict:
     m, n, k = shape[:3]
     rec = {"kind": kind, "m": m, "n": n, "k": k}
     moe = kind.startswith("moe_")
@@ -239,7 +289,7 @@ def run_case(torch, fw, kind, shape, settings, l2) -> dict:
             _moe_contestants(torch, sets, kind == "moe_block_fp8")
             if moe
             else contestants(torch, kind, sets)
-        )
+        ) + (parts(torch, kind, sets) if with_parts else [])
         for c in cs:  # each once (a peer that cannot run this case drops out), then the check
             try:
                 c.fn(0)
@@ -255,7 +305,9 @@ def run_case(torch, fw, kind, shape, settings, l2) -> dict:
         rec["errors"] = {c.name: c.errors for c in cs if c.errors}
         ours = rec["us"].get("ours")
         rec["ratio"] = {
-            name: us / ours for name, us in rec["us"].items() if name != "ours" and ours
+            name: us / ours
+            for name, us in rec["us"].items()
+            if name != "ours" and not name.startswith(PART) and ours
         }
     except Exception as e:  # noqa: BLE001 - one failing case must not stop the run
         rec["error"] = f"{type(e).__name__}: {e}"
@@ -317,6 +369,12 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=int, default=1, help="every n-th held-out shape")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--out", default=None, help="directory for quantized.json")
+    ap.add_argument(
+        "--parts",
+        action="store_true",
+        help="also time ours in pieces: W8A8's quantization and GEMM alone, every "
+        "block-scaled kernel forced",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -346,12 +404,20 @@ def main(argv=None) -> int:
     }
     todo = [(kind, s) for kind in args.kinds.split(",") for s in shapes(args.sample, kind)]
     for i, (kind, shape) in enumerate(todo):
-        rec = run_case(torch, fw, kind, shape, settings, l2)
+        rec = run_case(torch, fw, kind, shape, settings, l2, args.parts)
         result["records"].append(rec)
         ratios = " ".join(f"{p} {x:.3f}" for p, x in rec.get("ratio", {}).items())
         print(
             f"[{i + 1}/{len(todo)}] {kind} {_label(rec)}: {ratios or rec.get('error')}", flush=True
         )
+        if args.parts and "us" in rec:
+            print(
+                "    us: "
+                + ", ".join(
+                    f"{name.removeprefix(PART)} {us:.1f}" for name, us in rec["us"].items()
+                ),
+                flush=True,
+            )
     result["quantize"] = quantize_bandwidth(torch, fw, settings)
     result["machine"]["smi_after"] = device.nvidia_smi()
     result["summary"] = summarize(result["records"])

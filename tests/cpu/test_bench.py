@@ -964,3 +964,23 @@ def test_the_selection_benchmark_ranks_every_problem(capsys):
     assert selection.main(["--first-load", "1"]) == 0  # a fresh process's first load
     text = capsys.readouterr().out
     assert all(f"  {part} " in text for part in ("read", "resolve", "hand-over", "total"))
+
+
+def test_quantized_parts_name_the_pieces_of_ours():
+    """--parts: a W8A8 layer's two launches, and every linear dense block-scaled kernel of
+    the build (the names the library holds), none of them a peer with a ratio."""
+    from benchmarks import quantized
+
+    names = [c.name for c in quantized.parts(None, "w8a8_int8", [])]
+    assert names == [quantized.PART + "quantize", quantized.PART + "gemm"]
+    assert quantized.parts(None, "moe_fp8", []) == []
+    want = [
+        k.name
+        for k in pcr.kernels()
+        if "_blk" in k.name
+        and "_grouped" not in k.name
+        and k.epilogue == "linear"
+        and k.scale_m == "groups"
+    ]
+    got = [c.name.removeprefix(quantized.PART) for c in quantized.parts(None, "block_fp8", [])]
+    assert got == want
