@@ -118,8 +118,7 @@ __device__ __forceinline__ void store_pack(Q* q, int64_t valid, bool vector, con
 // The CTA's 16 group slots: `slots_k` (a power of two) groups along K side by side, and
 // 16 / slots_k rows of them (short rows: K = 240 has 2 groups, a CTA takes 8 rows of them).
 template <class X, class Q, bool kVector>
-__global__ void __launch_bounds__(kGroupThreads, sizeof(X) == 4 ? 3 : 4)
-    quantize_groups(Job j, int slots_k) {
+__global__ void quantize_groups(Job j, int slots_k) {
   const int slot = threadIdx.x / kThreadsPerGroup, lane = threadIdx.x % kThreadsPerGroup;
   const int slots_r = kGroupThreads / kThreadsPerGroup / slots_k;
   const int64_t g = blockIdx.x * int64_t(slots_k) + slot % slots_k;
