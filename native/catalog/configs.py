@@ -266,16 +266,22 @@ SM100_FP8_CONFIGS = [  # tcgen05 accumulates fp8 products in fp32: no promotion 
 #: per-token scales, the weights' per 128x128 block); "gg" (both per row / column) and "bg"
 #: (a column-major d's, transposed) outside the default build. A tile's side takes whole
 #: blocks of 128 where its scales are per block (swap-AB: the weights' N on the MMA's 128
-#: rows, decode's few tokens on its narrow N side).
+#: rows, decode's few tokens on its narrow N side). The swap-AB 64x128 cooperative tile
+#: trailed the 64x128 ping-pong on every fit-part shape timed (benchmarks/RESULTS.md):
+#: not in the default build.
 SM90_BLOCK_CONFIGS = [
     ((128, 128, 128), (1, 1, 1), "coop", "none", "linear", ("linear", "biasact")),
     ((128, 128, 128), (2, 1, 1), "coop", "none", "extended", ("linear",)),
+    ((128, 128, 128), (1, 2, 1), "coop", "none", "extended", ("linear",)),
+    ((128, 128, 128), (1, 1, 1), "coop", "streamk", "extended", ("linear",)),
     ((64, 128, 128), (1, 1, 1), "pingpong", "none", "linear", ("linear", "biasact")),
+    ((64, 128, 128), (2, 1, 1), "pingpong", "none", "extended", ("linear",)),
+    ((64, 128, 128), (1, 2, 1), "pingpong", "none", "extended", ("linear",)),
 ]
 SM90_BLOCK_SWAP_CONFIGS = [
     ((16, 128, 128), (1, 1, 1), "pingpong", "none", "linear", ("linear", "biasact")),
     ((32, 128, 128), (1, 1, 1), "pingpong", "none", "extended", ("linear",)),
-    ((64, 128, 128), (1, 1, 1), "coop", "none", "linear", ("linear", "biasact")),
+    ((64, 128, 128), (1, 1, 1), "coop", "none", "extended", ("linear", "biasact")),
 ]
 #: sm100a (compiled, SASS checked; no sm100 hardware here): CUTLASS's block-scaled tcgen05
 #: mainloop

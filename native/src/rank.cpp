@@ -80,6 +80,12 @@ constexpr double kFixupSyncUs = 2.0;   // per stream-K peer: the wait on the pre
 constexpr int64_t kSplitMinIters = 4, kSplitMax = 128;
 constexpr double kSplitReduceUs = 2.0;
 constexpr int64_t kStreamKMinIters = 8;  // CUTLASS's min_iters_per_sk_unit_
+// A block-scaled mainloop's K iteration (128 of K) takes at least this long on an SM,
+// however narrow its tile: each one waits for its stage's scales and its MMAs before the
+// partial sums are promoted, so narrow tiles cannot run at the tensor cores' pace. Fitted
+// on the corpus's fit part for the dense kernels (benchmarks/RESULTS.md, "Block-scaled fp8
+// selection"); no grouped one was timed.
+constexpr double kBlockIterUs = 0.15;
 
 const DeviceRates& rates(int cc) {  // the nearest known compute capability below
   const DeviceRates* best = &kDevices[0];
@@ -226,6 +232,8 @@ int model_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int6
   const double rate = dev.tflops_sm * dtype_rate(kd.dtype_a);
   pcr_model t{};
   t.compute_us = double(w.sm_iters) * 2.0 * tm * tn * tk / (rate * 1e6 * efficiency(kd, cc));
+  if ((kd.scale_m >= PCR_SCALE_GROUPS || kd.scale_n >= PCR_SCALE_GROUPS) && !kd.grouped)
+    t.compute_us = std::max(t.compute_us, double(w.sm_iters) * kBlockIterUs);
   const int64_t bytes = batch * (m * k * esize_of(kd.dtype_a) + k * n * esize_of(kd.dtype_b) +
                                  m * n * esize_of(kd.dtype_d));
   t.memory_us = double(bytes) / (dev.gbps_sm * 1e3 * std::min(double(sms), w.busy / kBwSaturation));

@@ -8,7 +8,7 @@ import pytest
 from helpers import built_kernels
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _call, _gemm, _lib, _quantize, errors
+from pycutlass_rt import _call, _gemm, _lib, _quantize, _select, errors
 from pycutlass_rt._abi import DLDataTypeCode, DLDeviceType, Dtype, Epilogue, Quant, ScaleKind
 
 E4M3 = (DLDataTypeCode.Float8_e4m3fn, 8)
@@ -393,3 +393,26 @@ def test_matmul_makes_its_output_in_as_framework(lib, monkeypatch):
         pcr.matmul(np.ones(3), b)
     with pytest.raises(pcr.UnsupportedError, match="numpy has no bfloat16"):
         pcr.matmul(a, b, out_dtype="bfloat16")
+
+
+BLK = "sm90_e4m3_e4m3_f32_bf16_tn_"
+COOP, SWAP16 = (
+    BLK + "128x128x128_c1x1_coop_blkgb_a16",
+    BLK + "16x128x128_c1x1_pingpong_blkgb_swapab_a16",
+)
+
+
+@pytest.mark.parametrize("m, n, k, first", [(2156, 512, 6144, COOP), (4, 8192, 8192, SWAP16)])
+def test_narrow_block_scaled_tiles_pay_the_k_iteration_floor(lib, m, n, k, first):
+    """A block-scaled K iteration has a floor narrow tiles hit (the model's kBlockIterUs):
+    a prefill's tokens go to the 128x128 tile, not the swap-AB 16-wide one the tensor
+    cores' pace alone would pick; decode's few tokens still take the swap-AB tile."""
+    names = {k.name for k in pcr.kernels()}
+    if not {COOP, SWAP16} <= names:
+        pytest.skip("the build lacks the 128x128 or the swap-AB 16x128 block-scaled kernel")
+    kb, nb = -(-k // 128), -(-n // 128)
+    st, p, msg = describe(lib, m, n, k, view((m, kb), (1, m), F32), view((kb, nb), (1, kb), F32))
+    ok(st, msg)
+    p.device, p.cc, p.sm_count = -1, 90, 132
+    ranked = [kern.name for kern, _ in _select.ranking(lib, p) if kern.name in (COOP, SWAP16)]
+    assert ranked[0] == first, ranked
