@@ -71,7 +71,7 @@ std::shared_ptr<const Say> say_of(int device) {
 // dtypes or layouts is no candidate at all); whether it accepts the operands is
 // check_kernel's (pcr_verdict).
 bool same_kind(const pcr_kernel_desc& kd, const pcr_problem& p) {
-  const bool grids = p.scale_m == PCR_SCALE_GROUPS || p.scale_m == PCR_SCALE_BLOCKS;
+  const bool grids = is_grid(p.scale_m);
   return kd.op == p.op && kd.dtype_a == p.dtype_a && kd.dtype_b == p.dtype_b &&
          kd.dtype_d == p.dtype_d && kd.layout_a == p.layout_a && kd.layout_b == p.layout_b &&
          kd.grouped == (p.grouped != PCR_GROUPED_NONE) && (kd.out_scale || !p.out_scale) &&

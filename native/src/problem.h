@@ -25,7 +25,6 @@ int load_bias(const DLTensor* t, const Matrix& D, Matrix* v, int* axis);
 // scale_a and scale_b (either may be null): numbers, vectors or block-scale grids.
 int load_scales(const DLTensor* sa, const DLTensor* sb, int64_t m, int64_t n, int64_t k, Matrix* va,
                 Matrix* vb, int* kind_a, int* kind_b);
-bool is_grid(int kind);  // a block-scale grid's pcr_scale_kind (GROUPS, BLOCKS)
 // amax and scale_d: one float32 value.
 int load_one_float(const DLTensor* t, const char* name, Matrix* m);
 

@@ -265,6 +265,16 @@ __global__ void scale_of_amax(float* scale) {
   *scale = fmaxf(*scale, kMinAmax) / QuantOf<Q>::kMax;
 }
 
+// Whether every row of x starts on 16 bytes (one 16-byte load per vector), and every row
+// of q on `elems` bytes (one store of `elems` quantized elements).
+template <class X>
+bool x_vectors(const Job& j) {
+  return reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && (j.ldx * int64_t(sizeof(X))) % 16 == 0;
+}
+bool q_vectors(const Job& j, int elems) {
+  return reinterpret_cast<uintptr_t>(j.q) % elems == 0 && j.ldq % elems == 0;
+}
+
 unsigned grid_rows(int64_t rows) { return unsigned(std::min<int64_t>(rows, 65535)); }
 
 // What quantize_rows is launched for: quantizing (scale_from_amax: from the maximum of a
@@ -294,9 +304,7 @@ template <class X, class Q>
 bool launch_rows(const Job& j, RowsPass pass, cudaStream_t stream, int* status) {
   constexpr int kVec = 16 / sizeof(X);
   const bool max_only = pass == RowsPass::kMaxOnly;
-  const bool vector =
-      reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && (j.ldx * int64_t(sizeof(X))) % 16 == 0 &&
-      (max_only || (reinterpret_cast<uintptr_t>(j.q) % kVec == 0 && j.ldq % kVec == 0));
+  const bool vector = x_vectors<X>(j) && (max_only || q_vectors(j, kVec));
   const int64_t warp_chunks = (j.k + 32 * kVec - 1) / (32 * kVec);
   const int64_t cta_chunks = (j.k + 256 * kVec - 1) / (256 * kVec);
   if (!vector || cta_chunks > 8) return false;
@@ -314,9 +322,7 @@ bool launch_rows(const Job& j, RowsPass pass, cudaStream_t stream, int* status) 
 template <class X, class Q>
 int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
   if (granularity == PCR_QUANT_GROUP) {
-    const bool vector = reinterpret_cast<uintptr_t>(j.x) % 16 == 0 &&
-                        reinterpret_cast<uintptr_t>(j.q) % 8 == 0 &&
-                        (j.ldx * sizeof(X)) % 16 == 0 && j.ldq % 8 == 0;
+    const bool vector = x_vectors<X>(j) && q_vectors(j, kPerThread);
     const int64_t groups = (j.k + kGroup - 1) / kGroup;
     constexpr int kSlots = kGroupThreads / kThreadsPerGroup;
     int slots_k = 1;  // groups side by side along K: a power of two, the rest rows

@@ -232,7 +232,7 @@ int model_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int6
   const double rate = dev.tflops_sm * dtype_rate(kd.dtype_a);
   pcr_model t{};
   t.compute_us = double(w.sm_iters) * 2.0 * tm * tn * tk / (rate * 1e6 * efficiency(kd, cc));
-  if ((kd.scale_m >= PCR_SCALE_GROUPS || kd.scale_n >= PCR_SCALE_GROUPS) && !kd.grouped)
+  if ((is_grid(kd.scale_m) || is_grid(kd.scale_n)) && !kd.grouped)
     t.compute_us = std::max(t.compute_us, double(w.sm_iters) * kBlockIterUs);
   const int64_t bytes = batch * (m * k * esize_of(kd.dtype_a) + k * n * esize_of(kd.dtype_b) +
                                  m * n * esize_of(kd.dtype_d));

@@ -197,6 +197,7 @@ Staging stage_layout(const pcr_problem& problem, const Bound& bound, char* base)
 void column_part(const pcr_problem& problem, const Bound& bound, int64_t n0, int64_t n,
                  pcr_problem* part, Bound* part_bound);
 const char* dtype_name(int dtype);
+bool is_grid(int kind);  // a block-scale grid's pcr_scale_kind (GROUPS, BLOCKS)
 
 // ---- grouped GEMMs (grouped.cu): the C entry points' work ----
 int grouped_gemm(const DLTensor* const* a, const DLTensor* const* b, const DLTensor* const* c,
