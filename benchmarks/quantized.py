@@ -177,34 +177,62 @@ def _operands(torch, kind: str, m: int, n: int, k: int):
         s["qx"], s["sx"] = pcr.quantize(x, granularity="group")
         s["qw"], s["sw"] = pcr.quantize(w, granularity="block")
     else:
-        dtype = "int8" if kind.endswith("int8") else "float8_e4m3fn"
+        dtype = _dtype(kind)
         s["qw"], sw = pcr.quantize(w, dtype, "token")
         s["sw"] = sw.reshape(1, n)  # per output channel: scale_b's columns
         s["qx"], s["sx"] = pcr.quantize(x, dtype, "token")
     return s
 
 
-def contestants(torch, kind: str, sets: list) -> list:
+def _dtype(kind: str) -> str:
+    """A W8A8 case's quantized dtype."""
+    return "int8" if kind.endswith("int8") else "float8_e4m3fn"
+
+
+def _block_gemm(sets: list, kernel: str | None = None):
+    """Ours on a block_fp8 case: the block-scaled GEMM (the selector's kernel, or one forced)."""
     import pycutlass_rt as pcr
 
-    if kind == "block_fp8":
+    def fn(i):
+        s = sets[i]
+        pcr.gemm(
+            s["qx"], s["qw"].t(), None, s["y"], scale_a=s["sx"], scale_b=s["sw"].t(), kernel=kernel
+        )
 
-        def ours(i):
-            s = sets[i]
-            pcr.gemm(s["qx"], s["qw"].t(), None, s["y"], scale_a=s["sx"], scale_b=s["sw"].t())
+    return fn
+
+
+def _w8a8_steps(kind: str, sets: list):
+    """Ours on a W8A8 case, as served: (the activations quantized per token, the GEMM)."""
+    import pycutlass_rt as pcr
+
+    dtype = _dtype(kind)
+
+    def quantize(i):
+        s = sets[i]
+        pcr.quantize(s["x"], dtype, "token", out=s["qx"], scale_out=s["sx"])
+
+    def gemm(i):
+        s = sets[i]
+        pcr.gemm(s["qx"], s["qw"].t(), None, s["y"], scale_a=s["sx"], scale_b=s["sw"])
+
+    return quantize, gemm
+
+
+def contestants(torch, kind: str, sets: list) -> list:
+    if kind == "block_fp8":
 
         def scaled_mm(i):
             s = sets[i]
             torch._scaled_mm(s["qx"], s["qw"].t(), s["sx"], s["sw"].t(), out_dtype=torch.bfloat16)
 
-        out = [Contestant("ours", ours), Contestant("torch._scaled_mm", scaled_mm)]
+        out = [Contestant("ours", _block_gemm(sets)), Contestant("torch._scaled_mm", scaled_mm)]
     else:
-        dtype = "int8" if kind.endswith("int8") else "float8_e4m3fn"
+        quantize, gemm = _w8a8_steps(kind, sets)
 
-        def ours(i):  # the layer as served: the activations quantized, then the GEMM
-            s = sets[i]
-            pcr.quantize(s["x"], dtype, "token", out=s["qx"], scale_out=s["sx"])
-            pcr.gemm(s["qx"], s["qw"].t(), None, s["y"], scale_a=s["sx"], scale_b=s["sw"])
+        def ours(i):
+            quantize(i)
+            gemm(i)
 
         out = [Contestant("ours", ours)]
 
@@ -224,40 +252,14 @@ def parts(torch, kind: str, sets: list) -> list:
     import pycutlass_rt as pcr
 
     if kind == "block_fp8":
-        names = [
-            k.name
+        return [
+            Contestant(PART + k.name, _block_gemm(sets, k.name))
             for k in pcr.kernels()
             if k.scale_m == "groups" and not k.grouped and k.epilogue == "linear"
         ]
-
-        def forced(name):
-            def fn(i):
-                s = sets[i]
-                pcr.gemm(
-                    s["qx"],
-                    s["qw"].t(),
-                    None,
-                    s["y"],
-                    scale_a=s["sx"],
-                    scale_b=s["sw"].t(),
-                    kernel=name,
-                )
-
-            return Contestant(PART + name, fn)
-
-        return [forced(name) for name in names]
     if kind.startswith("moe_"):
         return []
-    dtype = "int8" if kind.endswith("int8") else "float8_e4m3fn"
-
-    def quantize(i):
-        s = sets[i]
-        pcr.quantize(s["x"], dtype, "token", out=s["qx"], scale_out=s["sx"])
-
-    def gemm(i):
-        s = sets[i]
-        pcr.gemm(s["qx"], s["qw"].t(), None, s["y"], scale_a=s["sx"], scale_b=s["sw"])
-
+    quantize, gemm = _w8a8_steps(kind, sets)
     return [Contestant(PART + "quantize", quantize), Contestant(PART + "gemm", gemm)]
 
 
