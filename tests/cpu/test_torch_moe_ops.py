@@ -359,20 +359,32 @@ def test_meta_tensors():
 def test_dynamic_shapes_trace_once():
     """torch.compile(fullgraph=True, dynamic=True): the fake implementation's checks on
     symbolic T, E and N trace once for every size (no recompile, no graph break)."""
+
+    def scales(i, T, E, K, N):
+        return torch.rand(T) + 0.5, torch.rand(E, N) / 8
+
+    shapes = [(13, 3, 32, 8), (29, 4, 32, 24), (50, 6, 32, 16)]
+    assert_traces_once(shapes, scales, reference)
+
+
+def assert_traces_once(shapes, scales, ref):
+    """scaled_grouped_mm under torch.compile(fullgraph=True, dynamic=True) over (T, E, K, N)
+    ``shapes``, with ``scales(i, T, E, K, N)``: traced once, equal to the eager op and
+    within bf16 of ``ref`` (a float64 reference taking the op's arguments)."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     counter = CompileCounterWithBackend("aot_eager")
     fn = pt.scaled_grouped_mm
     f = torch.compile(fn, backend=counter, fullgraph=True, dynamic=True)
-    for i, (T, E, N) in enumerate([(13, 3, 8), (29, 4, 24), (50, 6, 16)]):
-        x, w = layer(T, E, 32, N, seed=i)
-        sx, sw = torch.rand(T) + 0.5, torch.rand(E, N) / 8
+    for i, (T, E, K, N) in enumerate(shapes):
+        x, w = layer(T, E, K, N, seed=i)
+        sx, sw = scales(i, T, E, K, N)
         b = torch.randn(E, N).to(BF16)
         offs = routing(T, E, seed=i, tail=2)
         got = f(x, w, sx, sw, offs, b, None, "relu")
         torch.testing.assert_close(got, fn(x, w, sx, sw, offs, b, None, "relu"))
         torch.testing.assert_close(
-            got, reference(x, w, sx, sw, offs, b, "relu").to(BF16), rtol=1.6e-2, atol=1e-2
+            got, ref(x, w, sx, sw, offs, b, "relu").to(BF16), rtol=1.6e-2, atol=1e-2
         )
     assert counter.frame_count == 1, "recompiled for a new size"
 
@@ -380,23 +392,13 @@ def test_dynamic_shapes_trace_once():
 def test_dynamic_shapes_trace_once_with_block_scales():
     """The grid checks on symbolic T, E, K and N (ceil(K/128) and ceil(N/128) of symbolic
     sizes) trace once too."""
-    from torch._dynamo.testing import CompileCounterWithBackend
 
-    counter = CompileCounterWithBackend("aot_eager")
-    fn = pt.scaled_grouped_mm
-    f = torch.compile(fn, backend=counter, fullgraph=True, dynamic=True)
+    def scales(i, T, E, K, N):
+        return block_scales(T, E, K, N, seed=i)
+
     # sizes of 2 or more, none alike in the first call (duck sizing would tie them)
-    for i, (T, E, K, N) in enumerate([(13, 5, 320, 200), (29, 3, 512, 136), (50, 6, 200, 300)]):
-        x, w = layer(T, E, K, N, seed=i)
-        sx, sw = block_scales(T, E, K, N, seed=i)
-        b = torch.randn(E, N).to(BF16)
-        offs = routing(T, E, seed=i, tail=2)
-        got = f(x, w, sx, sw, offs, b, None, "relu")
-        torch.testing.assert_close(got, fn(x, w, sx, sw, offs, b, None, "relu"))
-        torch.testing.assert_close(
-            got, block_reference(x, w, sx, sw, offs, b, "relu").to(BF16), rtol=1.6e-2, atol=1e-2
-        )
-    assert counter.frame_count == 1, "recompiled for a new size"
+    shapes = [(13, 5, 320, 200), (29, 3, 512, 136), (50, 6, 200, 300)]
+    assert_traces_once(shapes, scales, block_reference)
 
 
 # ---- argument errors: the same from the fake, meta and CPU kernels --------------------------
@@ -486,17 +488,20 @@ BAD_GRIDS = [
 ]
 
 
+def mode_and_maker(where):
+    """The context and the tensor maker of one kernel: "fake" (FakeTensorMode, CUDA
+    tensors), "meta" or "cpu" (zeros there, no autograd)."""
+    if where == "fake":
+        return FakeTensorMode(), lambda *s, dtype: torch.empty(s, device="cuda", dtype=dtype)
+    device = "meta" if where == "meta" else "cpu"
+    return torch.no_grad(), lambda *s, dtype: torch.zeros(s, device=device, dtype=dtype)
+
+
 @pytest.mark.parametrize("where", ["fake", "meta", "cpu"])
 @pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
 def test_bad_arguments_raise_the_same_error_everywhere(case, where):
     _, change, kwargs, error, match = case
-    if where == "fake":
-        mode = FakeTensorMode()
-        make = lambda *s, dtype: torch.empty(s, device="cuda", dtype=dtype)  # noqa: E731
-    else:
-        mode = torch.no_grad()
-        device = "meta" if where == "meta" else "cpu"
-        make = lambda *s, dtype: torch.zeros(s, device=device, dtype=dtype)  # noqa: E731
+    mode, make = mode_and_maker(where)
     if error is RuntimeError:  # torch-style: the message names the operator first
         match = f"^pycutlass_rt::scaled_grouped_mm: .*{match}"
     with mode:
@@ -509,13 +514,7 @@ def test_bad_arguments_raise_the_same_error_everywhere(case, where):
 @pytest.mark.parametrize("case", BAD_GRIDS, ids=[c[0] for c in BAD_GRIDS])
 def test_bad_block_scales_raise_the_same_error_everywhere(case, where):
     _, change, match = case
-    if where == "fake":
-        mode = FakeTensorMode()
-        make = lambda *s, dtype: torch.empty(s, device="cuda", dtype=dtype)  # noqa: E731
-    else:
-        mode = torch.no_grad()
-        device = "meta" if where == "meta" else "cpu"
-        make = lambda *s, dtype: torch.zeros(s, device=device, dtype=dtype)  # noqa: E731
+    mode, make = mode_and_maker(where)
     with mode:
         good = args(make, GOOD_GRIDS)
         assert ops.scaled_grouped_mm(**good).shape == (9, 200)

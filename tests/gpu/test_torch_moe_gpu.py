@@ -84,6 +84,12 @@ def reference(x, w, sx, sw, offs, bias=None, act=None):
     return out
 
 
+def moe_bias(kind, E, N):
+    """None, one bias for every expert ("shared", (N,)) or one per expert ("expert")."""
+    shape = {None: None, "shared": (N,), "expert": (E, N)}[kind]
+    return None if shape is None else torch.randn(shape, device="cuda").to(BF16)
+
+
 def close(got, want, what, tol=TOL):
     assert got.dtype == BF16 and got.shape == want.shape, (got.dtype, got.shape, want.shape)
     assert not torch.isnan(got).any(), f"{what}: NaN elements"
@@ -121,11 +127,7 @@ def test_against_the_reference_and_the_cpu_op(form, bias, T):
     scale_x, scale_w = scale_forms(sx, sw)[form]
     tail = T // 10
     offs = routing(T, E, seed=T, tail=tail)
-    b = {
-        None: None,
-        "shared": torch.randn(N, device="cuda").to(BF16),
-        "expert": torch.randn(E, N, device="cuda").to(BF16),
-    }[bias]
+    b = moe_bias(bias, E, N)
     y = pt.scaled_grouped_mm(xq, wq, scale_x, scale_w, offs, b)
     want = reference(xq, wq, scale_x, scale_w, offs, b)
     close(y, want, f"{form}, bias {bias}, T={T}")
@@ -307,11 +309,7 @@ def test_block_scales_against_the_reference_and_the_cpu_op(T, K, N, bias, act):
     assert sx.shape == (T, -(-K // 128)) and sw.shape == (E, -(-K // 128), -(-N // 128))
     tail = T // 10
     offs = routing(T, E, seed=T, tail=tail)
-    b = {
-        None: None,
-        "shared": torch.randn(N, device="cuda").to(BF16),
-        "expert": torch.randn(E, N, device="cuda").to(BF16),
-    }[bias]
+    b = moe_bias(bias, E, N)
     y = pt.scaled_grouped_mm(xq, wq, sx, sw, offs, b, None, act)
     want = block_reference(xq, wq, sx, sw, offs, b, act)
     close(y, want, f"block scales T={T} K={K} N={N}, bias {bias}, {act}")
