@@ -51,7 +51,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 19
+PCR_ABI_VERSION = 20
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -537,6 +537,10 @@ FUNCTIONS = {
     #     pcr_ranked* out, int32_t capacity, int32_t* count)
     "pcr_select_rank": Function(c_int, (POINTER(Problem), POINTER(Verdict), c_int32,
                                         POINTER(Ranked), c_int32, POINTER(c_int32)), False),
+    # int pcr_select_passed_over(const pcr_problem* problem, const pcr_verdict* verdicts,
+    #     int32_t flags, pcr_verdict* passed, int32_t count)
+    "pcr_select_passed_over": Function(c_int, (POINTER(Problem), POINTER(Verdict), c_int32,
+                                               POINTER(Verdict), c_int32), False),
     # int pcr_select_clear(void)
     "pcr_select_clear": Function(c_int, (), False),
     # int pcr_py_plan_create(pcr_py_object* a, pcr_py_object* b, pcr_py_object* c, pcr_py_object* d,

@@ -224,7 +224,7 @@ def explanation(lib, call) -> Explanation:
     except Error as e:  # what the call would raise: shown, not raised
         chosen, refused = [], str(e)
     ranked = [(k.name, why) for k, why in chosen]
-    rejected = _rejected(problem, judged, {k.name for k, _ in chosen})
+    rejected = _rejected(lib, judged)
     if forced_index != PCR_KERNEL_SELECT:
         status, why = judged.verdicts[forced_index]
         if status:
@@ -247,29 +247,8 @@ def explanation(lib, call) -> Explanation:
     return Explanation(ranked[0][0], ranked[0][1], pdict, ranked, rejected, notes)
 
 
-def _rejected(problem, judged, ranked: set) -> list:
-    """[(name, why)] for the build's kernels that will not run ``problem``: their verdicts'
-    reasons, and why the selector passed over the others of its kind."""
-    families = _select.families_for(problem.cc)
-    out = []
-    for kern in kernels():
-        if kern.name in ranked:
-            continue
-        status, why = judged.verdicts[kern.index]
-        if status:
-            out.append((kern.name, why))
-        elif kern.family not in families:
-            out.append(
-                (
-                    kern.name,
-                    f"sm{kern.family} kernels do not run on compute "
-                    f"{problem.cc // 10}.{problem.cc % 10}",
-                )
-            )
-        elif Epilogue.from_token(kern.epilogue) != Epilogue(problem.epilogue):
-            out.append(
-                (kern.name, f"epilogue {kern.epilogue}: a kernel of the problem's own runs it")
-            )
-        else:
-            out.append((kern.name, "pinned: another kernel alone runs it"))
-    return out
+def _rejected(lib, judged) -> list:
+    """[(name, why)] for the build's kernels the library's ranking of the problem leaves out,
+    with its reasons (their verdicts' refusals, or why its selector passed them over)."""
+    passed = _select.passed_over(lib, judged.problem, judged.array)
+    return [(kern.name, why) for kern, (status, why) in zip(kernels(), passed) if status]

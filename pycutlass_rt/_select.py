@@ -13,8 +13,9 @@ This module hands the library what it ranks with, when it first asks for a devic
 (:func:`install`'s provider): the shipped table resolved against this build's kernels, and
 the device's tuned entries, or strict mode's refusal (``_cache``). It watches the
 library's choices for the logger and for tune()'s recording (:func:`watching`), and asks
-for rankings with their reasons (:func:`ranking`: explain(), tune()). :func:`rank` orders
-kernel descriptions under other tables, for the table's fitter (heuristics/fit.py).
+for rankings with their reasons (:func:`ranking`: explain(), tune()) and why they leave
+the other kernels out (:func:`passed_over`: explain()). :func:`rank` orders kernel
+descriptions under other tables, for the table's fitter (heuristics/fit.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ._abi import (
     RankReason,
     SelectObserverFn,
     SelectProviderFn,
-    Status,
+    Verdict,
 )
 from ._kernels import KernelInfo, desc_of, kernels
 from ._lib import KernelDesc, Problem, load
@@ -212,6 +213,23 @@ def ranking(lib, problem, verdicts=None, *, tuned: bool = True) -> list:
     return _named(lib, problem, out[: count.value])
 
 
+def passed_over(lib, problem, verdicts=None, *, tuned: bool = True) -> list:
+    """Why the library's ranking of a described problem (:func:`ranking`'s, on the same
+    arguments) leaves each kernel of the build out: [(status, reason)] by kernel index,
+    (0, "") for a kernel it ranks; never raises for the ranking's own failure (each kernel's
+    reason then says it)."""
+    install(lib)
+    build_table()  # in the library before it ranks
+    count = len(kernels())
+    out = (Verdict * count)()
+    lib.check(
+        lib.pcr_select_passed_over(
+            ctypes.byref(problem), verdicts, 0 if tuned else PCR_SELECT_UNTUNED, out, count
+        )
+    )
+    return [(v.status, v.reason.decode(errors="replace")) for v in out]
+
+
 def _named(lib, problem, records) -> list:
     """[(KernelInfo, why)] of the library's pcr_ranked ``records`` for ``problem``; the
     tuned cache's file is looked up only where a record names a tuned entry."""
@@ -283,12 +301,10 @@ def _observed(problem_p, ranked_p, count: int, unused: int, _context) -> None:
             watch(problem, ranked, stale)
         _log.choice(problem, ranked)
         if stale is not None:
-            status, why = _call.judge(lib, problem).verdicts[stale.index]
-            _log.cache_unused(
-                problem,
-                f"{stale.name} ({_cache.source_of(lib, problem.device)}) cannot run it here: "
-                + (why if status != Status.OK else "another epilogue's kernel runs it"),
-            )
+            # the library's word: the verdict's refusal, or why its screen dropped the kernel
+            _, why = passed_over(lib, problem, _call.judge(lib, problem).array)[stale.index]
+            source = _cache.source_of(lib, problem.device)
+            _log.cache_unused(problem, f"{stale.name} ({source}) cannot run it here: {why}")
     except Exception as e:  # noqa: BLE001 - a callback from C: nothing above it can catch
         warnings.warn(
             f"pycutlass_rt: a kernel choice went unwatched: {e}", RuntimeWarning, stacklevel=1

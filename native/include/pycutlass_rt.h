@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 19
+#define PCR_ABI_VERSION 20
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -601,6 +601,16 @@ PCR_API int pcr_select_observe(pcr_select_observer_fn observer, void* context);
 #define PCR_SELECT_UNTUNED 1
 PCR_API int pcr_select_rank(const pcr_problem* problem, const pcr_verdict* verdicts, int32_t flags,
                             pcr_ranked* out, int32_t capacity, int32_t* count);
+/* Why pcr_select_rank's ranking on the same arguments leaves each kernel out: passed[i]
+ * for kernel i < min(count, pcr_kernel_count()), written as verdicts are. PCR_OK and ""
+ * for a kernel the ranking holds; else the kernel's verdict when it refuses the problem;
+ * else why the selector passes it over: its family does not run on the problem's compute
+ * capability (PCR_ERR_NO_KERNEL_FOR_ARCH), a kernel of the problem's own epilogue or one
+ * accumulating fp8 fast runs it, a pinned tuned entry names another, the problem has no
+ * GEMM work, or the error pcr_select_rank returns (a device's refusal, an impossible pin).
+ * Returns PCR_OK whatever the ranking's fate; an error for bad arguments only. */
+PCR_API int pcr_select_passed_over(const pcr_problem* problem, const pcr_verdict* verdicts,
+                                   int32_t flags, pcr_verdict* passed, int32_t count);
 /* Forgets every thread's remembered selections and every device's say (asked again). */
 PCR_API int pcr_select_clear(void);
 

@@ -267,6 +267,14 @@ PCR_API int pcr_select_rank(const pcr_problem* problem, const pcr_verdict* verdi
   });
 }
 
+PCR_API int pcr_select_passed_over(const pcr_problem* problem, const pcr_verdict* verdicts,
+                                   int32_t flags, pcr_verdict* passed, int32_t count) {
+  return guarded([&] {
+    clear_error();
+    return select_passed_over(problem, verdicts, flags, passed, count);
+  });
+}
+
 PCR_API int pcr_select_clear(void) {
   return guarded([&] { select_clear(); });
 }

@@ -1,8 +1,11 @@
 // Kernel choice for one problem (pycutlass_rt.h, "the selector"): which of this build's
-// kernels take it, a device's tuned entries and refusal, the ranking, and the message when
-// no kernel runs it. The per-thread memo of choices lives in select.cpp.
+// kernels take it, a device's tuned entries and refusal, the ranking, the message when no
+// kernel runs it, and why each kernel it leaves out is left out. The per-thread memo of
+// choices lives in select.cpp.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,27 +89,59 @@ std::string needs_words(int epilogue) {
   return std::string(" with a ") + epilogue_words(epilogue) + " epilogue";
 }
 
+// Why the screen leaves out a kernel that takes the problem.
+enum class Dropped {
+  kFastAccum,  // fast accumulation allowed, and a fast-accumulating kernel runs it
+  kEpilogue,   // a richer epilogue, and a kernel of the problem's own runs it
+};
+
 struct Screened {
   std::vector<int32_t> accepted;  // kernel indices, the problem's own epilogue only if any
   std::string reasons;            // "\n  name: why" for each kernel of its kind refused
+  std::vector<std::pair<int32_t, Dropped>> dropped;  // kernels that take it, left out
+};
+
+std::string dropped_words(int32_t k, Dropped why) {
+  if (why == Dropped::kFastAccum)
+    return "fp8 fast accumulation allowed: a fast-accumulating kernel runs it";
+  return std::string("epilogue ") + epilogue_name(kKernels[k]->info.epilogue) +
+         ": a kernel of the problem's own runs it";
+}
+
+// What is said of a kernel left out for no reason the selector knows (none is, as it stands).
+constexpr char kNoCandidate[] = "not a candidate for this problem";
+
+// Why a kernel does not take a problem (PCR_OK and "": it does).
+struct Refusal {
+  int status = PCR_OK;
+  std::string why;
 };
 
 bool runs_here(const pcr_kernel_desc& kd, const int32_t* order, int nfam) {
   return std::find(order, order + nfam, kd.family) != order + nfam;
 }
 
-// Why kernel k does not take p ("" where it does).
-std::string refusal_of(int32_t k, const pcr_problem& p, const Bound* bound,
-                       const pcr_verdict* verdicts, const int32_t* order, int nfam) {
+// Why kernel k does not take p: its verdict's refusal first (what explain() lists), else
+// its family's not running on the problem's GPU.
+Refusal refusal_of(int32_t k, const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts,
+                   const int32_t* order, int nfam) {
   const pcr_kernel_desc& kd = kKernels[k]->info;
-  if (!runs_here(kd, order, nfam))
-    return "sm" + std::to_string(kd.family) + " kernels do not run on compute " +
-           std::to_string(p.cc / 10) + "." + std::to_string(p.cc % 10);
-  if (verdicts) return verdicts[k].status == PCR_OK ? "" : verdicts[k].reason;
-  const int st = check_kernel(k, p, bound);
-  std::string why = st == PCR_OK ? "" : last_error();
-  clear_error();
-  return why;
+  Refusal r;
+  if (verdicts) {
+    r.status = verdicts[k].status;
+    const char* why = verdicts[k].reason;  // the caller's: maybe unterminated
+    if (r.status != PCR_OK) r.why.assign(why, strnlen(why, sizeof verdicts[k].reason));
+  } else {
+    r.status = check_kernel(k, p, bound);
+    if (r.status != PCR_OK) r.why = last_error();
+    clear_error();
+  }
+  if (r.status == PCR_OK && !runs_here(kd, order, nfam)) {
+    r.status = PCR_ERR_NO_KERNEL_FOR_ARCH;
+    r.why = "sm" + std::to_string(kd.family) + " kernels do not run on compute " +
+            std::to_string(p.cc / 10) + "." + std::to_string(p.cc % 10);
+  }
+  return r;
 }
 
 Screened screen(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts,
@@ -116,28 +151,42 @@ Screened screen(const pcr_problem& p, const Bound* bound, const pcr_verdict* ver
   for (int32_t k = 0; k < kKernelCount; ++k) {
     const pcr_kernel_desc& kd = kKernels[k]->info;
     if (!same_kind(kd, p)) continue;
-    std::string why = refusal_of(k, p, bound, verdicts, order, nfam);
-    if (!why.empty()) {
-      s.reasons += std::string("\n  ") + kd.name + ": " + why;
+    const Refusal r = refusal_of(k, p, bound, verdicts, order, nfam);
+    if (r.status != PCR_OK) {
+      s.reasons += std::string("\n  ") + kd.name + ": " + r.why;
       continue;
     }
     exact |= kd.epilogue == p.epilogue;
     fast |= is_fast_accum(kd);
     s.accepted.push_back(k);
   }
+  auto drop = [&s](auto gone, Dropped why) {
+    auto last = std::remove_if(s.accepted.begin(), s.accepted.end(), [&](int32_t k) {
+      if (!gone(kKernels[k]->info)) return false;
+      s.dropped.push_back({k, why});
+      return true;
+    });
+    s.accepted.erase(last, s.accepted.end());
+  };
   // fast accumulation allowed: its kernels only, where the build holds one that runs it
-  if (fast)
-    s.accepted.erase(std::remove_if(s.accepted.begin(), s.accepted.end(),
-                                    [&](int32_t k) { return !is_fast_accum(kKernels[k]->info); }),
-                     s.accepted.end());
+  if (fast) drop([](const pcr_kernel_desc& kd) { return !is_fast_accum(kd); }, Dropped::kFastAccum);
   // a richer epilogue (slower) only where no kernel has the problem's own; forcing one works
   if (exact)
-    s.accepted.erase(
-        std::remove_if(s.accepted.begin(), s.accepted.end(),
-                       [&](int32_t k) { return kKernels[k]->info.epilogue != p.epilogue; }),
-        s.accepted.end());
+    drop([&](const pcr_kernel_desc& kd) { return kd.epilogue != p.epilogue; }, Dropped::kEpilogue);
   return s;
 }
+
+// Where the selector says why it passes kernels over (pcr_select_passed_over's records, the
+// first `count` kernels'); each kernel keeps the first reason said.
+struct PassedOver {
+  pcr_verdict* records;
+  int32_t count;
+  void note(int32_t k, int status, const std::string& why) const {
+    if (k >= count || records[k].status != PCR_OK) return;
+    records[k].status = status;
+    std::snprintf(records[k].reason, sizeof records[k].reason, "%s", why.c_str());
+  }
+};
 
 int no_kernel_for_arch(const pcr_problem& p) {
   std::vector<int> held;
@@ -152,10 +201,10 @@ int no_kernel_for_arch(const pcr_problem& p) {
                    p.cc / 10, p.cc % 10, families.empty() ? "no arch" : families.c_str());
 }
 
-}  // namespace
-
-int choose(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts, int flags,
-           std::vector<pcr_ranked>* out, int32_t* unused_tuned) {
+// choose, saying in `passed` (NULL: nowhere) why it leaves kernels out where it decides so:
+// the screen's drops and a pin's; select_passed_over says the rest.
+int choose_noting(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts, int flags,
+                  std::vector<pcr_ranked>* out, int32_t* unused_tuned, const PassedOver* passed) {
   out->clear();
   *unused_tuned = -1;
   std::shared_ptr<const Say> say = flags & PCR_SELECT_UNTUNED ? nullptr : say_of(int(p.device));
@@ -167,6 +216,9 @@ int choose(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts
     any_here = runs_here(kKernels[k]->info, order, nfam);
   if (!any_here) return no_kernel_for_arch(p);
   Screened s = screen(p, bound, verdicts, order, nfam);
+  if (passed)
+    for (const auto& [k, why] : s.dropped)
+      passed->note(k, PCR_ERR_UNSUPPORTED, dropped_words(k, why));
 
   const Tuned* tuned = nullptr;
   if (say) {
@@ -177,11 +229,19 @@ int choose(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts
     const Tuned t = *tuned;
     if (std::find(s.accepted.begin(), s.accepted.end(), t.kernel) != s.accepted.end()) {
       out->push_back({t.kernel, t.pinned ? PCR_RANK_PINNED : PCR_RANK_TUNED, -1, -1, 0.0});
-      if (t.pinned) return PCR_OK;
+      if (t.pinned) {
+        if (passed)
+          for (int32_t k : s.accepted)
+            if (k != t.kernel)
+              passed->note(k, PCR_ERR_UNSUPPORTED, "pinned: another kernel alone runs it");
+        return PCR_OK;
+      }
       s.accepted.erase(std::find(s.accepted.begin(), s.accepted.end(), t.kernel));
     } else if (t.pinned) {
-      std::string why = refusal_of(t.kernel, p, bound, verdicts, order, nfam);
-      if (why.empty()) why = "a kernel of the problem's own epilogue runs it";
+      std::string why = refusal_of(t.kernel, p, bound, verdicts, order, nfam).why;
+      for (const auto& [k, dropped] : s.dropped)
+        if (k == t.kernel) why = dropped_words(k, dropped);
+      if (why.empty()) why = kNoCandidate;
       return set_error(PCR_ERR_UNSUPPORTED,
                        "kernel %s is pinned for this problem (%s, tune(strict=True)) but cannot "
                        "run it: %s. Re-run pycutlass_rt.tune(..., strict=True) with this build "
@@ -204,6 +264,13 @@ int choose(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts
                    "and why they were rejected:%s",
                    static_cast<long long>(p.m), static_cast<long long>(p.n),
                    static_cast<long long>(p.k), needs.c_str(), reasons.c_str());
+}
+
+}  // namespace
+
+int choose(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts, int flags,
+           std::vector<pcr_ranked>* out, int32_t* unused_tuned) {
+  return choose_noting(p, bound, verdicts, flags, out, unused_tuned, nullptr);
 }
 
 void observe(const pcr_problem& p, const std::vector<pcr_ranked>& ranked, int32_t unused_tuned) {
@@ -229,6 +296,40 @@ int select_rank(const pcr_problem* p, const pcr_verdict* verdicts, int32_t flags
   if (st != PCR_OK) return st;
   *count = std::min(capacity, int32_t(ranked.size()));
   std::copy(ranked.begin(), ranked.begin() + *count, out);
+  return PCR_OK;
+}
+
+int select_passed_over(const pcr_problem* p, const pcr_verdict* verdicts, int32_t flags,
+                       pcr_verdict* passed, int32_t count) {
+  if (!p || count < 0 || (count > 0 && !passed))
+    return set_error(PCR_ERR_INVALID_ARGUMENT, "pcr_select_passed_over: bad arguments");
+  const PassedOver notes{passed, std::min(count, kKernelCount)};
+  for (int32_t k = 0; k < notes.count; ++k) passed[k].status = PCR_OK, passed[k].reason[0] = 0;
+  std::vector<pcr_ranked> ranked;
+  int32_t unused;
+  int st = PCR_ERR_UNSUPPORTED;
+  std::string error = "no GEMM work (M, N, K or the batch is 0): no kernel runs";
+  if (has_gemm_work(*p)) {
+    st = choose_noting(*p, nullptr, verdicts, flags, &ranked, &unused, &notes);
+    error = st == PCR_OK ? "" : last_error();
+  }
+  std::vector<bool> held(kKernelCount);
+  for (const pcr_ranked& r : ranked) held[r.candidate] = true;
+  // the rest: their verdicts' or families' refusals, else what kept the problem from a
+  // ranking (a device's refusal, an impossible pin)
+  int32_t order[4];
+  const int nfam = std::min(kernel_families(p->cc, order, 4), 4);
+  for (int32_t k = 0; k < notes.count; ++k) {
+    if (held[k] || passed[k].status != PCR_OK) continue;
+    const Refusal r = refusal_of(k, *p, nullptr, verdicts, order, nfam);
+    if (r.status != PCR_OK)
+      notes.note(k, r.status, r.why);
+    else if (st != PCR_OK)
+      notes.note(k, st, error);
+    else  // the screen leaves out only what it refuses or drops
+      notes.note(k, PCR_ERR_UNSUPPORTED, kNoCandidate);
+  }
+  clear_error();
   return PCR_OK;
 }
 

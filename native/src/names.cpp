@@ -46,6 +46,13 @@ const char* activation_name(int activation) {
   return activation >= 0 && activation <= PCR_ACT_CLAMP ? kNames[activation] : "invalid";
 }
 
+// pcr_epilogue's names, as Python spells them (its enum tokens, the words of kernel names)
+const char* epilogue_name(int epilogue) {
+  static const char* const kNames[] = {"linear", "biasact", "scaled", "aux"};
+  static_assert(sizeof kNames / sizeof *kNames == PCR_EPI_AUX + 1, "one per pcr_epilogue");
+  return epilogue >= 0 && epilogue <= PCR_EPI_AUX ? kNames[epilogue] : "invalid";
+}
+
 const char* epilogue_words(int epilogue) {
   switch (epilogue) {
     case PCR_EPI_LINEAR:

@@ -290,6 +290,8 @@ inline bool is_fast_accum(const pcr_kernel_desc& kd) {
 }
 // How messages name a pcr_epilogue ("plain", "fused bias/activation", ...).
 const char* epilogue_words(int epilogue);
+// A pcr_epilogue's enum token ("linear", "biasact", ...), as kernel names spell it.
+const char* epilogue_name(int epilogue);
 // A forced kernel (checked against the problem), the selected one, or -1 for a problem
 // without GEMM work (unless forced).
 int kernel_for(const pcr_problem& problem, const Bound& bound, int32_t forced, int* kernel);
@@ -318,9 +320,12 @@ int choose(const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts
 void observe(const pcr_problem& p, const std::vector<pcr_ranked>& ranked, int32_t unused_tuned);
 // Every device's say is asked of the provider again.
 void forget_says();
-// pcr_select_rank, pcr_select_tuned, pcr_select_provider and pcr_select_observe.
+// pcr_select_rank, pcr_select_passed_over, pcr_select_tuned, pcr_select_provider and
+// pcr_select_observe.
 int select_rank(const pcr_problem* p, const pcr_verdict* verdicts, int32_t flags, pcr_ranked* out,
                 int32_t capacity, int32_t* count);
+int select_passed_over(const pcr_problem* p, const pcr_verdict* verdicts, int32_t flags,
+                       pcr_verdict* passed, int32_t count);
 int select_tuned(int32_t device, const pcr_tuned* entries, int32_t count, const char* source,
                  const char* refusal);
 int select_provider(pcr_select_provider_fn provider, void* context);

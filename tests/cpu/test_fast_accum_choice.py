@@ -97,3 +97,28 @@ def test_the_catalogue_holds_one_of_each_schedule_for_e4m3_to_bf16_in_the_defaul
         for e in ("", "_scaled")
     )
     assert all(k.family == "sm90" and k.a in ("e4m3", "e5m2") for k in fa)
+
+
+def test_the_library_says_which_kernels_fast_accumulation_leaves_out(lib):
+    """With fast accumulation allowed, the kernels that take the problem without it are left
+    out, the library saying so (pcr_select_passed_over)."""
+    if not fa_kernels():
+        pytest.skip("no fast-accumulation kernel in this build")
+    _, p = described(lib, Math.MATH_FAST_ACCUM)
+    p.device, p.cc, p.sm_count = -1, 90, 132
+    judged = _call.judge(lib, p)
+    fast = {k.index for k, _ in _select.ranking(lib, p, judged.array)}
+    passed = _select.passed_over(lib, p, judged.array)
+    precise = [
+        k
+        for k in pcr.kernels()
+        if not judged.verdicts[k.index][0]
+        and k.family in (90, 80, 75)
+        and k.schedule not in ("coopfa", "pingpongfa")
+    ]
+    assert fast and all(passed[i] == (0, "") for i in fast)
+    for k in precise:
+        assert passed[k.index] == (
+            errors.ERR_UNSUPPORTED,
+            "fp8 fast accumulation allowed: a fast-accumulating kernel runs it",
+        )

@@ -1,7 +1,9 @@
 """Kernel choice: table rules, the analytic model, family order, and the C-side memo."""
 
+import collections
 import ctypes
 import fnmatch
+import logging
 import math
 import os
 import types
@@ -456,18 +458,21 @@ def test_device_params_take_the_nearest_known_arch_below(cc, expect):
     assert (t.tflops_sm, t.gbps_sm) == expect
 
 
-def plain_problem(lib, **kw):
-    """A described-like bf16 tn GEMM problem of this build's first plain kernel's dtypes and
-    layout (device -1: judged without a GPU), with ``kw`` set."""
-    code = {"float16": 1, "bfloat16": 2, "float32": 3}
-    k0 = next(
-        (
-            k
-            for k in pcr.kernels()
-            if k.op == "gemm" and not k.grouped and k.scale_m == "none" and k.dtype_a in code
-        ),
-        None,
-    )
+#: the dtype codes of plain_problem's kernels
+PLAIN_CODES = {"float16": 1, "bfloat16": 2, "float32": 3}
+
+
+def is_plain(k) -> bool:
+    """A plain 16-bit or float32 GEMM kernel: one GEMM (or a batch), no block scales."""
+    return k.op == "gemm" and not k.grouped and k.scale_m == "none" and k.dtype_a in PLAIN_CODES
+
+
+def plain_problem(lib, of=None, **kw):
+    """A described-like GEMM problem of this build's first plain kernel's dtypes and layout
+    (of the kernels ``of`` picks, where given; device -1: judged without a GPU), with ``kw``
+    set."""
+    code = PLAIN_CODES
+    k0 = next((k for k in pcr.kernels() if is_plain(k) and (of is None or of(k))), None)
     if k0 is None:
         pytest.skip("no plain 16-bit or float32 GEMM kernel in this build")
     fields = dict(
@@ -490,6 +495,18 @@ def plain_problem(lib, **kw):
     )
     fields.update(kw)
     return _lib.Problem(**fields)
+
+
+def stocked_problem(lib, **kw):
+    """plain_problem of the plain kind (dtypes and layout) this build holds the most kernels
+    of: where the selector has the most to pass over."""
+    kinds = collections.Counter(
+        (k.dtype_a, k.dtype_d, k.layout) for k in pcr.kernels() if is_plain(k)
+    )
+    if not kinds:
+        pytest.skip("no plain 16-bit or float32 GEMM kernel in this build")
+    kind = kinds.most_common(1)[0][0]
+    return plain_problem(lib, of=lambda k: (k.dtype_a, k.dtype_d, k.layout) == kind, **kw)
 
 
 def test_the_library_ranks_only_kernels_that_take_the_problem(lib):
@@ -637,3 +654,164 @@ def test_kernel_verdicts_cover_the_build_in_one_call(lib):
     assert array[0].status == judged.verdicts[0][0] and array[1].status == 12345
     assert lib.pcr_kernel_verdicts(ctypes.byref(p), array, -1) == errors.ERR_INVALID_ARGUMENT
     assert lib.pcr_kernel_verdicts(None, array, 1) == errors.ERR_INVALID_ARGUMENT
+
+
+def test_the_library_says_why_it_leaves_each_kernel_out(lib):
+    """pcr_select_passed_over: a record per kernel, (0, "") for those the ranking holds; a
+    refusing verdict's reason as it stands, else the selector's own: a family that does not
+    run on the problem's GPU, an epilogue richer than the problem's, no GEMM work. Never
+    past the count given; no problem or a negative count is refused."""
+    ks = pcr.kernels()
+    p = stocked_problem(lib)
+    judged = pcr._call.judge(lib, p)
+    ranked = set(ids(_select.ranking(lib, p, judged.array)))
+    passed = _select.passed_over(lib, p, judged.array)
+    assert ranked and len(passed) == len(ks)
+    for k, (status, why), verdict in zip(ks, passed, judged.verdicts):
+        assert (status == 0) == (k.index in ranked) == (why == ""), (k.name, why)
+        if verdict[0]:
+            assert (status, why) == verdict
+        elif k.family not in (90, 80, 75):  # a kernel of this problem, not of this GPU
+            assert (status, why) == (
+                errors.ERR_NO_KERNEL_FOR_ARCH,
+                f"sm{k.family} kernels do not run on compute 9.0",
+            )
+        elif status:
+            assert (status, why) == (
+                errors.ERR_UNSUPPORTED,
+                f"epilogue {k.epilogue}: a kernel of the problem's own runs it",
+            )
+            assert k.epilogue != "linear"
+    assert _select.passed_over(lib, p) == passed  # the problem alone judges alike here
+    empty = stocked_problem(lib, m=0)
+    idle = _select.passed_over(lib, empty)
+    for (status, why), verdict in zip(idle, pcr._call.judge(lib, empty).verdicts):
+        assert status and why == (
+            verdict[1] or "no GEMM work (M, N, K or the batch is 0): no kernel runs"
+        )
+    array = (_abi.Verdict * 2)()
+    array[1].status = 12345  # past the count: untouched
+    assert lib.pcr_select_passed_over(ctypes.byref(p), judged.array, 0, array, 1) == 0
+    assert (array[0].status, array[1].status) == (passed[0][0], 12345)
+    assert lib.pcr_select_passed_over(ctypes.byref(p), None, 0, array, -1) == (
+        errors.ERR_INVALID_ARGUMENT
+    )
+    assert lib.pcr_select_passed_over(None, None, 0, array, 1) == errors.ERR_INVALID_ARGUMENT
+    assert lib.pcr_select_passed_over(ctypes.byref(p), None, 0, None, 0) == 0
+
+
+def test_kernels_of_a_family_the_gpu_does_not_run_are_passed_over_saying_so(lib):
+    """On compute 8.0 the sm90 kernels that take the problem are left out, the library
+    saying why; the sm80 ones are ranked."""
+    p = plain_problem(lib, of=lambda k: k.family == 90, cc=80)
+    judged = pcr._call.judge(lib, p)  # no device: verdicts see no arch
+    hopper = [k for k in pcr.kernels() if k.family == 90 and not judged.verdicts[k.index][0]]
+    if not hopper:
+        pytest.skip("no sm90 kernel in this build takes the plain problem")
+    passed = _select.passed_over(lib, p, judged.array)
+    for k in hopper:
+        assert passed[k.index] == (
+            errors.ERR_NO_KERNEL_FOR_ARCH,
+            "sm90 kernels do not run on compute 8.0",
+        )
+    assert all(k.family != 90 for k, _ in _select.ranking(lib, p, judged.array))
+
+
+def test_pins_refusals_and_impossible_pins_are_said_of_the_kernels_they_leave_out(selector):
+    """A pinned kernel leaves every other out ("pinned"); a device's refusal and a pin that
+    cannot run the problem leave out every kernel that takes it, with the call's error; a
+    pinned kernel of a richer epilogue is refused naming that reason. PCR_SELECT_UNTUNED
+    leaves the device's say out."""
+    lib = selector
+    p = stocked_problem(lib, device=0)
+    verdicts = pcr._call.judge(lib, stocked_problem(lib)).array
+    order = ids(_select.ranking(lib, p, verdicts, tuned=False))
+    if len(order) < 2:
+        pytest.skip("fewer than two kernels of this build take the plain problem")
+    taken = lambda tuned=True: [  # noqa: E731
+        i for i, (st, _) in enumerate(_select.passed_over(lib, p, verdicts, tuned=tuned)) if not st
+    ]
+    pin = order[-1]
+    lib.check(lib.pcr_select_tuned(0, (_abi.Tuned * 1)(tuned(lib, p, pin, True)), 1, b"F", None))
+    passed = _select.passed_over(lib, p, verdicts)
+    assert taken() == [pin] and taken(tuned=False) == sorted(order)
+    for k in order[:-1]:
+        assert passed[k] == (errors.ERR_UNSUPPORTED, "pinned: another kernel alone runs it")
+    lib.check(lib.pcr_select_tuned(0, None, 0, None, b"strict: no cache here"))
+    passed = _select.passed_over(lib, p, verdicts)
+    assert taken() == [] and all(
+        passed[k] == (errors.ERR_UNSUPPORTED, "strict: no cache here") for k in order
+    )
+    richer = [
+        k
+        for k in pcr.kernels()
+        if k.epilogue != "linear" and not verdicts[k.index].status and k.family in (90, 80, 75)
+    ]
+    if richer:
+        lib.check(
+            lib.pcr_select_tuned(
+                0, (_abi.Tuned * 1)(tuned(lib, p, richer[0].index, True)), 1, b"F", None
+            )
+        )
+        own = f"epilogue {richer[0].epilogue}: a kernel of the problem's own runs it"
+        with pytest.raises(pcr.UnsupportedError, match=f"cannot run it: {own}"):
+            _select.ranking(lib, p, verdicts)
+        passed = _select.passed_over(lib, p, verdicts)
+        assert passed[richer[0].index] == (errors.ERR_UNSUPPORTED, own)
+        for k in order:
+            status, why = passed[k]
+            assert status == errors.ERR_UNSUPPORTED
+            assert why.startswith(f"kernel {richer[0].name} is pinned for this problem (F, ")
+
+
+def test_explain_lists_the_kernels_the_library_leaves_out_with_its_reasons(lib):
+    """explain()'s rejected kernels are pcr_select_passed_over's, in the build's order: every
+    kernel its ranking leaves out, with the library's reason (the call stood in for: without
+    a GPU nothing is described); its text leaves the other epilogues' lines out."""
+    p = stocked_problem(lib)
+    judged = pcr._call.judge(lib, p)
+    call = types.SimpleNamespace(
+        describe=lambda _lib: judged,
+        kernel=_abi.PCR_KERNEL_SELECT,
+        activation=pcr._call.activation_of(None),
+        objs=(None,) * 10,
+    )
+    ex = pcr._explain.explanation(lib, call)
+    ranked = _select.ranking(lib, p, judged.array)
+    assert ex.kernel == ranked[0][0].name and ex.ranked == [(k.name, w) for k, w in ranked]
+    passed = _select.passed_over(lib, p, judged.array)
+    assert ex.rejected == [(k.name, why) for k, (st, why) in zip(pcr.kernels(), passed) if st]
+    assert len(ex.ranked) + len(ex.rejected) == len(pcr.kernels())
+    text = str(ex)
+    for name, why in ex.rejected:
+        if why.startswith("epilogue"):
+            assert f"  no     {name}: " not in text
+        elif why.startswith("sm"):
+            assert f"  no     {name}: {why}" in text
+    p.m = 0
+    ex = pcr._explain.explanation(lib, call)
+    assert ex.kernel is None and "no GEMM work" in ex.reason and not ex.ranked
+    assert len(ex.rejected) == len(pcr.kernels())
+
+
+def test_an_unused_tuned_kernel_is_logged_with_the_library_reason(lib, caplog):
+    """The observer logs a tuned kernel that could not run the problem with the library's
+    reason: for a kernel of a richer epilogue, the screen's."""
+    p = stocked_problem(lib)
+    verdicts = pcr._call.judge(lib, p).verdicts
+    richer = next(
+        (
+            k
+            for k in pcr.kernels()
+            if k.epilogue != "linear" and not verdicts[k.index][0] and k.family in (90, 80, 75)
+        ),
+        None,
+    )
+    if richer is None:
+        pytest.skip("no kernel of a richer epilogue in this build takes the plain problem")
+    with caplog.at_level(logging.INFO, logger="pycutlass_rt"):
+        _select._observed(ctypes.pointer(p), (_abi.Ranked * 1)(), 0, richer.index, None)
+    assert (
+        f"{richer.name} () cannot run it here: epilogue {richer.epilogue}: a kernel of the "
+        "problem's own runs it"
+    ) in caplog.text
