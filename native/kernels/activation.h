@@ -1,6 +1,6 @@
 // The activation of a fused epilogue, chosen per launch (pcr_activation), so that one
-// kernel serves them all: the branch is uniform across the grid and costs next to nothing
-// beside the epilogue's memory traffic.
+// kernel serves them all: the branch is uniform across the grid, and its cases are out of
+// the epilogue's line of code (activate).
 #pragma once
 
 #include <cmath>
@@ -133,9 +133,47 @@ CUTLASS_HOST_DEVICE Fragment map(Fragment const& x, F f) {
   }
 }
 
-// The switch sits outside the element loop: one branch per fragment, and each case's
-// loop is straight-line code (a switch per element interleaves every function's code
-// and cost the epilogue more than the whole GEMM).
+// One activation over a fragment. The switch sits outside the element loop (one branch
+// per fragment, each case's loop straight-line code: a switch per element cost the
+// epilogue more than the whole GEMM).
+template <class Fragment>
+CUTLASS_HOST_DEVICE Fragment activate_cases(ActivationArgs const& a, Fragment const& x) {
+  using T = typename ElementOf<Fragment>::type;
+  switch (a.kind) {
+    case PCR_ACT_RELU:
+      return map(x, Relu<T>{});
+    case PCR_ACT_GELU:
+      return map(x, Gelu<T>{});
+    case PCR_ACT_GELU_TANH:
+      return map(x, GeluTanh<T>{});
+    case PCR_ACT_SILU:
+      return map(x, Silu<T>{});
+    case PCR_ACT_SIGMOID:
+      return map(x, Sigmoid<T>{});
+    case PCR_ACT_TANH:
+      return map(x, Tanh<T>{});
+    case PCR_ACT_HARDSWISH:
+      return map(x, Hardswish<T>{});
+    case PCR_ACT_LEAKY_RELU:
+      return map(x, LeakyRelu<T>{T(a.alpha)});
+    case PCR_ACT_CLAMP:
+      return map(x, Clamp<T>{T(a.alpha), T(a.beta)});
+    default:
+      return x;
+  }
+}
+
+// On the GPU the cases live out of line, called once per fragment: inlined into each
+// visit of an unrolled epilogue they tripled a kernel's code and slowed its epilogue even
+// with no activation, the untaken cases sitting between the hot blocks. Arguments by
+// value keep the fragment in registers across the call.
+#if defined(__CUDA_ARCH__)
+template <class Fragment>
+__device__ __noinline__ Fragment activate_out_of_line(ActivationArgs a, Fragment x) {
+  return activate_cases(a, x);
+}
+#endif
+
 template <class Fragment>
 CUTLASS_HOST_DEVICE Fragment activate(ActivationArgs const& a, Fragment const& x) {
   using T = typename ElementOf<Fragment>::type;
@@ -144,28 +182,12 @@ CUTLASS_HOST_DEVICE Fragment activate(ActivationArgs const& a, Fragment const& x
     if (a.kind == PCR_ACT_CLAMP) return map(x, Clamp<T>{T(a.alpha), T(a.beta)});
     return x;
   } else {
-    switch (a.kind) {
-      case PCR_ACT_RELU:
-        return map(x, Relu<T>{});
-      case PCR_ACT_GELU:
-        return map(x, Gelu<T>{});
-      case PCR_ACT_GELU_TANH:
-        return map(x, GeluTanh<T>{});
-      case PCR_ACT_SILU:
-        return map(x, Silu<T>{});
-      case PCR_ACT_SIGMOID:
-        return map(x, Sigmoid<T>{});
-      case PCR_ACT_TANH:
-        return map(x, Tanh<T>{});
-      case PCR_ACT_HARDSWISH:
-        return map(x, Hardswish<T>{});
-      case PCR_ACT_LEAKY_RELU:
-        return map(x, LeakyRelu<T>{T(a.alpha)});
-      case PCR_ACT_CLAMP:
-        return map(x, Clamp<T>{T(a.alpha), T(a.beta)});
-      default:
-        return x;
-    }
+    if (a.kind == PCR_ACT_NONE) return x;
+#if defined(__CUDA_ARCH__)
+    return activate_out_of_line(a, x);
+#else
+    return activate_cases(a, x);
+#endif
   }
 }
 
