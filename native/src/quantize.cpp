@@ -113,7 +113,9 @@ int quantize(const DLTensor* xt, const DLTensor* qt, const DLTensor* st_, int32_
   if (x.rows == 0 || x.cols == 0) return PCR_OK;
   DeviceGuard guard;
   if ((st = guard.set(x.device_id))) return st;
-  return launch_quantize(x, q, s, granularity, dynamic != 0, stream);
+  int32_t cc = 0, sms = 0;
+  if ((st = device_cc(int32_t(x.device_id), &cc, &sms))) return st;
+  return launch_quantize(x, q, s, granularity, dynamic != 0, pdl_enabled() && cc >= 90, stream);
 }
 
 }  // namespace pcr

@@ -56,6 +56,17 @@ struct Job {
   bool dynamic;
 };
 
+// A programmatic dependent's start (PDL, sm_90 and newer): wait for the kernel before it in
+// the stream to finish (its writes visible) before touching memory, then let the kernel
+// after it (the GEMM that reads q) be scheduled, to wait likewise, as soon as every CTA of
+// this grid runs. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void dependent_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Per row and group of 128: 16 threads a group, 8 consecutive elements a thread, kRows
 // rows a thread at once (their loads issued together).
 constexpr int kGroup = 128, kPerThread = 8, kThreadsPerGroup = kGroup / kPerThread;
@@ -119,6 +130,7 @@ __device__ __forceinline__ void store_pack(Q* q, int64_t valid, bool vector, con
 // 16 / slots_k rows of them (short rows: K = 240 has 2 groups, a CTA takes 8 rows of them).
 template <class X, class Q, bool kVector>
 __global__ void quantize_groups(Job j, int slots_k) {
+  dependent_start();
   const int slot = threadIdx.x / kThreadsPerGroup, lane = threadIdx.x % kThreadsPerGroup;
   const int slots_r = kGroupThreads / kThreadsPerGroup / slots_k;
   const int64_t g = blockIdx.x * int64_t(slots_k) + slot % slots_k;
@@ -163,6 +175,7 @@ __global__ void quantize_groups(Job j, int slots_k) {
 // kMaxOnly: nothing is written but max |x| over all rows, into j.scale (zeroed before).
 template <class X, class Q, int kTeam, int kChunks, bool kMaxOnly>
 __global__ void __launch_bounds__(256) quantize_rows(Job j, bool scale_from_amax) {
+  dependent_start();
   constexpr int kVec = 16 / sizeof(X);
   constexpr int kTeams = 256 / kTeam;
   __shared__ float warp_max[256 / 32];
@@ -277,6 +290,21 @@ bool q_vectors(const Job& j, int elems) {
 
 unsigned grid_rows(int64_t rows) { return unsigned(std::min<int64_t>(rows, 65535)); }
 
+// Launches one of the single-pass kernels (dependent_start), as a programmatic dependent
+// where `programmatic` (the runtime's PDL on, a GPU of compute 9.0 or newer).
+template <class... Args>
+int launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, bool programmatic,
+                     cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attr = programmatic_dependent();
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(unsigned(threads));
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = programmatic ? 1 : 0;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, args...), "quantize launch");
+}
+
 // What quantize_rows is launched for: quantizing (scale_from_amax: from the maximum of a
 // per-tensor pass), or that pass's maximum alone.
 enum class RowsPass { kQuantize, kFromAmax, kMaxOnly };
@@ -301,7 +329,7 @@ RowsKernel rows_kernel(int64_t warp_chunks, int64_t cta_chunks, int* teams) {
 // quantize_rows where x (and q) take vector accesses and a row fits one team's registers
 // (a warp's up to 8 vectors a thread, else the CTA's); false, nothing launched, elsewhere.
 template <class X, class Q>
-bool launch_rows(const Job& j, RowsPass pass, cudaStream_t stream, int* status) {
+bool launch_rows(const Job& j, RowsPass pass, bool programmatic, cudaStream_t stream, int* status) {
   constexpr int kVec = 16 / sizeof(X);
   const bool max_only = pass == RowsPass::kMaxOnly;
   const bool vector = x_vectors<X>(j) && (max_only || q_vectors(j, kVec));
@@ -314,13 +342,13 @@ bool launch_rows(const Job& j, RowsPass pass, cudaStream_t stream, int* status) 
   // a maximum's CTAs stride over the rows (each warp ends in one atomic)
   const int64_t cap = max_only ? int64_t(4096) : int64_t(1) << 20;
   const int64_t ctas = std::min<int64_t>((j.rows + teams - 1) / teams, cap);
-  kernel<<<unsigned(ctas), 256, 0, stream>>>(j, pass == RowsPass::kFromAmax);
-  *status = cuda_status(cudaGetLastError(), "quantize launch");
+  *status = launch_dependent(kernel, dim3(unsigned(ctas)), 256, programmatic, stream, Job(j),
+                             pass == RowsPass::kFromAmax);
   return true;
 }
 
 template <class X, class Q>
-int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
+int launch_typed(const Job& j, int granularity, bool programmatic, cudaStream_t stream) {
   if (granularity == PCR_QUANT_GROUP) {
     const bool vector = x_vectors<X>(j) && q_vectors(j, kPerThread);
     const int64_t groups = (j.k + kGroup - 1) / kGroup;
@@ -330,15 +358,14 @@ int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
     const int64_t rows_per_cta = int64_t(kSlots / slots_k) * kGroupRows;
     const dim3 grid(unsigned((groups + slots_k - 1) / slots_k),
                     grid_rows((j.rows + rows_per_cta - 1) / rows_per_cta));
-    (vector ? quantize_groups<X, Q, true>
-            : quantize_groups<X, Q, false>)<<<grid, kGroupThreads, 0, stream>>>(j, slots_k);
-    return cuda_status(cudaGetLastError(), "quantize launch");
+    return launch_dependent(vector ? quantize_groups<X, Q, true> : quantize_groups<X, Q, false>,
+                            grid, kGroupThreads, programmatic, stream, Job(j), slots_k);
   }
   int st = PCR_OK;
   if (granularity == PCR_QUANT_TENSOR && j.dynamic) {
     st = cuda_status(cudaMemsetAsync(j.scale, 0, sizeof(float), stream), "cudaMemsetAsync");
     if (st != PCR_OK) return st;
-    if (!launch_rows<X, Q>(j, RowsPass::kMaxOnly, stream, &st)) {
+    if (!launch_rows<X, Q>(j, RowsPass::kMaxOnly, false, stream, &st)) {
       const dim3 grid(unsigned(std::min<int64_t>((j.k + 255) / 256, 64)),
                       grid_rows(std::min<int64_t>(j.rows, 1024)));
       max_abs<X><<<grid, 256, 0, stream>>>(j);
@@ -346,7 +373,7 @@ int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
     Job from_amax = j;
     from_amax.dynamic = false;
     from_amax.scale_rows = from_amax.scale_k = 0;
-    if (!launch_rows<X, Q>(from_amax, RowsPass::kFromAmax, stream, &st)) {
+    if (!launch_rows<X, Q>(from_amax, RowsPass::kFromAmax, false, stream, &st)) {
       const int64_t cols = std::min<int64_t>(j.k, 4096);
       const dim3 qgrid(unsigned((j.k + cols - 1) / cols), grid_rows(j.rows));
       quantize_regions<X, Q><<<qgrid, kRegionThreads, 0, stream>>>(from_amax, 1, cols, true);
@@ -357,7 +384,8 @@ int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
   // per row (token), per 128 x 128 block, or a static per-tensor scale
   Job job = j;
   if (granularity == PCR_QUANT_TENSOR) job.scale_rows = job.scale_k = 0;  // static: one value
-  if (granularity != PCR_QUANT_BLOCK && launch_rows<X, Q>(job, RowsPass::kQuantize, stream, &st))
+  if (granularity != PCR_QUANT_BLOCK &&
+      launch_rows<X, Q>(job, RowsPass::kQuantize, programmatic, stream, &st))
     return st;
   const int rows_per = granularity == PCR_QUANT_BLOCK ? 128 : 1;
   const int64_t cols_per = granularity == PCR_QUANT_BLOCK ? 128 : j.k;
@@ -370,7 +398,7 @@ int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
 }  // namespace
 
 int launch_quantize(const Matrix& x, const Matrix& q, const Matrix& scale, int granularity,
-                    bool dynamic, cudaStream_t stream) {
+                    bool dynamic, bool programmatic, cudaStream_t stream) {
   if (x.rows == 0 || x.cols == 0) return PCR_OK;
   // a grid's row strides step over row groups (1 or 128 rows), its column strides over K
   // groups; a token's (rows x 1) has none along K
@@ -378,8 +406,9 @@ int launch_quantize(const Matrix& x, const Matrix& q, const Matrix& scale, int g
         x.cols, dynamic};
   auto run = [&](auto xt) {
     using X = decltype(xt);
-    return q.dtype == PCR_E4M3 ? launch_typed<X, __nv_fp8_storage_t>(j, granularity, stream)
-                               : launch_typed<X, int8_t>(j, granularity, stream);
+    return q.dtype == PCR_E4M3
+               ? launch_typed<X, __nv_fp8_storage_t>(j, granularity, programmatic, stream)
+               : launch_typed<X, int8_t>(j, granularity, programmatic, stream);
   };
   switch (x.dtype) {
     case PCR_F16:

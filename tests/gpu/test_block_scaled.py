@@ -284,6 +284,64 @@ def test_quantize_replays_in_a_cuda_graph():
     assert torch.equal(q.view(torch.uint8), q2.view(torch.uint8)) and torch.equal(s, s2)
 
 
+@pytest.mark.parametrize("granularity", ["token", "group"])
+def test_quantize_between_gemms_reads_the_producer_and_feeds_the_consumer(granularity):
+    """Layers as served: a GEMM writes the activations, quantize reads them and the next fp8
+    GEMM reads its output, each the stream's next kernel (programmatic dependents on
+    Hopper: each must wait for the one before). Eager and in a CUDA graph, the chain is
+    bitwise the result of the same steps run one at a time with the GPU idle between."""
+    m = k = 1024
+    if granularity == "token":
+        if not any(
+            kk.epilogue == "scaled" and kk.dtype_a == "float8_e4m3fn" for kk in runnable_kernels()
+        ):
+            pytest.skip("no fp8 kernel with per-row and per-column scales runs here")
+    elif not any(kk.scale_m == "groups" for kk in blk_kernels()):
+        pytest.skip("no block-scaled kernel in this build runs here")
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    layers = []
+    for _ in range(4):
+        w = torch.randn(k, k, device="cuda", generator=gen) / math.sqrt(k)
+        if granularity == "token":
+            qw, sw = pcr.quantize(w.to(torch.bfloat16), E4M3, "token")
+            layers.append((qw.t(), sw.reshape(1, k)))
+        else:
+            qw, sw = pcr.quantize(w.to(torch.bfloat16), E4M3, "block")
+            layers.append((qw.t(), sw.t()))
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    hs = [torch.empty(m, k, device="cuda", dtype=torch.bfloat16) for _ in layers]
+
+    def chain(step=lambda: None):
+        h = x
+        for (qw, sw), out in zip(layers, hs):
+            q, s = pcr.quantize(h, E4M3, granularity)
+            step()
+            pcr.gemm(q, qw, None, out, scale_a=s, scale_b=sw)
+            step()
+            h = out
+        return [t.clone() for t in hs]
+
+    want = chain(torch.cuda.synchronize)
+    assert all(torch.isfinite(t).all() for t in want)
+    for t in hs:
+        t.zero_()
+    assert all(torch.equal(a, b) for a, b in zip(chain(), want))  # eager, back to back
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(st):
+        chain()  # the pool's allocations before capture
+        with torch.cuda.graph(g, stream=st):
+            chain()
+    torch.cuda.current_stream().wait_stream(st)
+    for t in hs:
+        t.zero_()
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(hs, want))
+
+
 # ---- quantized outputs: amax before scale_d, fp8 d saturating ----------------------------
 
 
