@@ -130,7 +130,6 @@ __device__ __forceinline__ void store_pack(Q* q, int64_t valid, bool vector, con
 // 16 / slots_k rows of them (short rows: K = 240 has 2 groups, a CTA takes 8 rows of them).
 template <class X, class Q, bool kVector>
 __global__ void quantize_groups(Job j, int slots_k) {
-  dependent_start();
   const int slot = threadIdx.x / kThreadsPerGroup, lane = threadIdx.x % kThreadsPerGroup;
   const int slots_r = kGroupThreads / kThreadsPerGroup / slots_k;
   const int64_t g = blockIdx.x * int64_t(slots_k) + slot % slots_k;
@@ -290,8 +289,8 @@ bool q_vectors(const Job& j, int elems) {
 
 unsigned grid_rows(int64_t rows) { return unsigned(std::min<int64_t>(rows, 65535)); }
 
-// Launches one of the single-pass kernels (dependent_start), as a programmatic dependent
-// where `programmatic` (the runtime's PDL on, a GPU of compute 9.0 or newer).
+// Launches quantize_rows (dependent_start), as a programmatic dependent where
+// `programmatic` (the runtime's PDL on, a GPU of compute 9.0 or newer).
 template <class... Args>
 int launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, bool programmatic,
                      cudaStream_t stream, Args... args) {
@@ -342,8 +341,10 @@ bool launch_rows(const Job& j, RowsPass pass, bool programmatic, cudaStream_t st
   // a maximum's CTAs stride over the rows (each warp ends in one atomic)
   const int64_t cap = max_only ? int64_t(4096) : int64_t(1) << 20;
   const int64_t ctas = std::min<int64_t>((j.rows + teams - 1) / teams, cap);
-  *status = launch_dependent(kernel, dim3(unsigned(ctas)), 256, programmatic, stream, Job(j),
-                             pass == RowsPass::kFromAmax);
+  // a dependent only where a warp holds a row: with a CTA a row (longer rows) it slowed
+  // large layers' GEMMs after it (benchmarks/RESULTS.md, "The dequantizing epilogue")
+  *status = launch_dependent(kernel, dim3(unsigned(ctas)), 256, programmatic && teams > 1, stream,
+                             Job(j), pass == RowsPass::kFromAmax);
   return true;
 }
 
@@ -358,8 +359,9 @@ int launch_typed(const Job& j, int granularity, bool programmatic, cudaStream_t 
     const int64_t rows_per_cta = int64_t(kSlots / slots_k) * kGroupRows;
     const dim3 grid(unsigned((groups + slots_k - 1) / slots_k),
                     grid_rows((j.rows + rows_per_cta - 1) / rows_per_cta));
-    return launch_dependent(vector ? quantize_groups<X, Q, true> : quantize_groups<X, Q, false>,
-                            grid, kGroupThreads, programmatic, stream, Job(j), slots_k);
+    (vector ? quantize_groups<X, Q, true>
+            : quantize_groups<X, Q, false>)<<<grid, kGroupThreads, 0, stream>>>(j, slots_k);
+    return cuda_status(cudaGetLastError(), "quantize launch");
   }
   int st = PCR_OK;
   if (granularity == PCR_QUANT_TENSOR && j.dynamic) {
