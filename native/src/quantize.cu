@@ -342,7 +342,7 @@ bool launch_rows(const Job& j, RowsPass pass, bool programmatic, cudaStream_t st
   const int64_t cap = max_only ? int64_t(4096) : int64_t(1) << 20;
   const int64_t ctas = std::min<int64_t>((j.rows + teams - 1) / teams, cap);
   // a dependent only where a warp holds a row: with a CTA a row (longer rows) it slowed
-  // large layers' GEMMs after it (benchmarks/RESULTS.md, "The dequantizing epilogue")
+  // large layers' GEMMs after it (benchmarks/RESULTS.md, "The dequantizing epilogue's code")
   *status = launch_dependent(kernel, dim3(unsigned(ctas)), 256, programmatic && teams > 1, stream,
                              Job(j), pass == RowsPass::kFromAmax);
   return true;
