@@ -113,13 +113,7 @@ int quantize(const DLTensor* xt, const DLTensor* qt, const DLTensor* st_, int32_
   if (x.rows == 0 || x.cols == 0) return PCR_OK;
   DeviceGuard guard;
   if ((st = guard.set(x.device_id))) return st;
-  int32_t cc = 0, sms = 0;
-  if ((st = device_cc(int32_t(x.device_id), &cc, &sms))) return st;
-  // CUDA 12.4's runtime captured quantize's dependent launches into graphs whose replays
-  // read stale data (the layer-chain GPU test); CUDA 13.0's replay them exactly
-  constexpr bool kRuntimeKeepsOrder = CUDART_VERSION >= 13000;
-  const bool programmatic = kRuntimeKeepsOrder && pdl_enabled() && cc >= 90;
-  return launch_quantize(x, q, s, granularity, dynamic != 0, programmatic, stream);
+  return launch_quantize(x, q, s, granularity, dynamic != 0, stream);
 }
 
 }  // namespace pcr

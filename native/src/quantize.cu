@@ -56,17 +56,6 @@ struct Job {
   bool dynamic;
 };
 
-// A programmatic dependent's start (PDL, sm_90 and newer): wait for the kernel before it in
-// the stream to finish (its writes visible) before touching memory, then let the kernel
-// after it (the GEMM that reads q) be scheduled, to wait likewise, as soon as every CTA of
-// this grid runs. Without the launch attribute both are no-ops.
-__device__ __forceinline__ void dependent_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // Per row and group of 128: 16 threads a group, 8 consecutive elements a thread, kRows
 // rows a thread at once (their loads issued together).
 constexpr int kGroup = 128, kPerThread = 8, kThreadsPerGroup = kGroup / kPerThread;
@@ -174,7 +163,6 @@ __global__ void quantize_groups(Job j, int slots_k) {
 // kMaxOnly: nothing is written but max |x| over all rows, into j.scale (zeroed before).
 template <class X, class Q, int kTeam, int kChunks, bool kMaxOnly>
 __global__ void __launch_bounds__(256) quantize_rows(Job j, bool scale_from_amax) {
-  dependent_start();
   constexpr int kVec = 16 / sizeof(X);
   constexpr int kTeams = 256 / kTeam;
   __shared__ float warp_max[256 / 32];
@@ -289,21 +277,6 @@ bool q_vectors(const Job& j, int elems) {
 
 unsigned grid_rows(int64_t rows) { return unsigned(std::min<int64_t>(rows, 65535)); }
 
-// Launches quantize_rows (dependent_start), as a programmatic dependent where
-// `programmatic` (the runtime's PDL on, a GPU of compute 9.0 or newer).
-template <class... Args>
-int launch_dependent(void (*kernel)(Args...), dim3 grid, int threads, bool programmatic,
-                     cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr = programmatic_dependent();
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(unsigned(threads));
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = programmatic ? 1 : 0;
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, args...), "quantize launch");
-}
-
 // What quantize_rows is launched for: quantizing (scale_from_amax: from the maximum of a
 // per-tensor pass), or that pass's maximum alone.
 enum class RowsPass { kQuantize, kFromAmax, kMaxOnly };
@@ -328,7 +301,7 @@ RowsKernel rows_kernel(int64_t warp_chunks, int64_t cta_chunks, int* teams) {
 // quantize_rows where x (and q) take vector accesses and a row fits one team's registers
 // (a warp's up to 8 vectors a thread, else the CTA's); false, nothing launched, elsewhere.
 template <class X, class Q>
-bool launch_rows(const Job& j, RowsPass pass, bool programmatic, cudaStream_t stream, int* status) {
+bool launch_rows(const Job& j, RowsPass pass, cudaStream_t stream, int* status) {
   constexpr int kVec = 16 / sizeof(X);
   const bool max_only = pass == RowsPass::kMaxOnly;
   const bool vector = x_vectors<X>(j) && (max_only || q_vectors(j, kVec));
@@ -341,15 +314,13 @@ bool launch_rows(const Job& j, RowsPass pass, bool programmatic, cudaStream_t st
   // a maximum's CTAs stride over the rows (each warp ends in one atomic)
   const int64_t cap = max_only ? int64_t(4096) : int64_t(1) << 20;
   const int64_t ctas = std::min<int64_t>((j.rows + teams - 1) / teams, cap);
-  // a dependent only where a warp holds a row: with a CTA a row (longer rows) it slowed
-  // large layers' GEMMs after it (benchmarks/RESULTS.md, "The dequantizing epilogue's code")
-  *status = launch_dependent(kernel, dim3(unsigned(ctas)), 256, programmatic && teams > 1, stream,
-                             Job(j), pass == RowsPass::kFromAmax);
+  kernel<<<unsigned(ctas), 256, 0, stream>>>(j, pass == RowsPass::kFromAmax);
+  *status = cuda_status(cudaGetLastError(), "quantize launch");
   return true;
 }
 
 template <class X, class Q>
-int launch_typed(const Job& j, int granularity, bool programmatic, cudaStream_t stream) {
+int launch_typed(const Job& j, int granularity, cudaStream_t stream) {
   if (granularity == PCR_QUANT_GROUP) {
     const bool vector = x_vectors<X>(j) && q_vectors(j, kPerThread);
     const int64_t groups = (j.k + kGroup - 1) / kGroup;
@@ -367,7 +338,7 @@ int launch_typed(const Job& j, int granularity, bool programmatic, cudaStream_t 
   if (granularity == PCR_QUANT_TENSOR && j.dynamic) {
     st = cuda_status(cudaMemsetAsync(j.scale, 0, sizeof(float), stream), "cudaMemsetAsync");
     if (st != PCR_OK) return st;
-    if (!launch_rows<X, Q>(j, RowsPass::kMaxOnly, false, stream, &st)) {
+    if (!launch_rows<X, Q>(j, RowsPass::kMaxOnly, stream, &st)) {
       const dim3 grid(unsigned(std::min<int64_t>((j.k + 255) / 256, 64)),
                       grid_rows(std::min<int64_t>(j.rows, 1024)));
       max_abs<X><<<grid, 256, 0, stream>>>(j);
@@ -375,7 +346,7 @@ int launch_typed(const Job& j, int granularity, bool programmatic, cudaStream_t 
     Job from_amax = j;
     from_amax.dynamic = false;
     from_amax.scale_rows = from_amax.scale_k = 0;
-    if (!launch_rows<X, Q>(from_amax, RowsPass::kFromAmax, false, stream, &st)) {
+    if (!launch_rows<X, Q>(from_amax, RowsPass::kFromAmax, stream, &st)) {
       const int64_t cols = std::min<int64_t>(j.k, 4096);
       const dim3 qgrid(unsigned((j.k + cols - 1) / cols), grid_rows(j.rows));
       quantize_regions<X, Q><<<qgrid, kRegionThreads, 0, stream>>>(from_amax, 1, cols, true);
@@ -386,8 +357,7 @@ int launch_typed(const Job& j, int granularity, bool programmatic, cudaStream_t 
   // per row (token), per 128 x 128 block, or a static per-tensor scale
   Job job = j;
   if (granularity == PCR_QUANT_TENSOR) job.scale_rows = job.scale_k = 0;  // static: one value
-  if (granularity != PCR_QUANT_BLOCK &&
-      launch_rows<X, Q>(job, RowsPass::kQuantize, programmatic, stream, &st))
+  if (granularity != PCR_QUANT_BLOCK && launch_rows<X, Q>(job, RowsPass::kQuantize, stream, &st))
     return st;
   const int rows_per = granularity == PCR_QUANT_BLOCK ? 128 : 1;
   const int64_t cols_per = granularity == PCR_QUANT_BLOCK ? 128 : j.k;
@@ -400,7 +370,7 @@ int launch_typed(const Job& j, int granularity, bool programmatic, cudaStream_t 
 }  // namespace
 
 int launch_quantize(const Matrix& x, const Matrix& q, const Matrix& scale, int granularity,
-                    bool dynamic, bool programmatic, cudaStream_t stream) {
+                    bool dynamic, cudaStream_t stream) {
   if (x.rows == 0 || x.cols == 0) return PCR_OK;
   // a grid's row strides step over row groups (1 or 128 rows), its column strides over K
   // groups; a token's (rows x 1) has none along K
@@ -408,9 +378,8 @@ int launch_quantize(const Matrix& x, const Matrix& q, const Matrix& scale, int g
         x.cols, dynamic};
   auto run = [&](auto xt) {
     using X = decltype(xt);
-    return q.dtype == PCR_E4M3
-               ? launch_typed<X, __nv_fp8_storage_t>(j, granularity, programmatic, stream)
-               : launch_typed<X, int8_t>(j, granularity, programmatic, stream);
+    return q.dtype == PCR_E4M3 ? launch_typed<X, __nv_fp8_storage_t>(j, granularity, stream)
+                               : launch_typed<X, int8_t>(j, granularity, stream);
   };
   switch (x.dtype) {
     case PCR_F16:

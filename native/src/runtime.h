@@ -389,10 +389,9 @@ int launch_stage_copies(const Matrix* const src[], const Matrix* const dst[], in
                         cudaStream_t stream);
 // pcr_quantize's work (quantize.cu), on checked operands: x and q row-major (rows x K, s0
 // their row strides), scale a pcr_quant grid with strides between row groups (s0) and
-// K groups (s1). programmatic: the per-token kernel for rows a warp holds starts as a
-// programmatic dependent, as sm90a GEMMs do.
+// K groups (s1).
 int launch_quantize(const Matrix& x, const Matrix& q, const Matrix& scale, int granularity,
-                    bool dynamic, bool programmatic, cudaStream_t stream);
+                    bool dynamic, cudaStream_t stream);
 // pcr_quantize (quantize.cpp): the operands checked, then launch_quantize.
 int quantize(const DLTensor* x, const DLTensor* q, const DLTensor* scale, int32_t granularity,
              int32_t dynamic, cudaStream_t stream);

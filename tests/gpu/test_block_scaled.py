@@ -287,9 +287,9 @@ def test_quantize_replays_in_a_cuda_graph():
 @pytest.mark.parametrize("granularity", ["token", "group"])
 def test_quantize_between_gemms_reads_the_producer_and_feeds_the_consumer(granularity):
     """Layers as served: a GEMM writes the activations, quantize reads them and the next fp8
-    GEMM reads its output, each the stream's next kernel (programmatic dependents on
-    Hopper: each must wait for the one before). Eager and in a CUDA graph, the chain is
-    bitwise the result of the same steps run one at a time with the GPU idle between."""
+    GEMM reads its output, each the stream's next kernel (the GEMMs programmatic dependents
+    on Hopper). Eager and in a CUDA graph, the chain is bitwise the result of the same
+    steps run one at a time with the GPU idle between."""
     m = k = 1024
     if granularity == "token":
         if not any(
