@@ -121,13 +121,18 @@ bool runs_here(const pcr_kernel_desc& kd, const int32_t* order, int nfam) {
   return std::find(order, order + nfam, kd.family) != order + nfam;
 }
 
-// Why kernel k does not take p: its verdict's refusal first (what explain() lists), else
-// its family's not running on the problem's GPU.
+// Why kernel k does not take p: its family's not running on the problem's GPU first (no
+// check of a kernel that cannot run here, and the reason that holds whatever the shape),
+// else its verdict's refusal (what explain() lists) or, on a launch, the check's.
 Refusal refusal_of(int32_t k, const pcr_problem& p, const Bound* bound, const pcr_verdict* verdicts,
                    const int32_t* order, int nfam) {
   const pcr_kernel_desc& kd = kKernels[k]->info;
   Refusal r;
-  if (verdicts) {
+  if (!runs_here(kd, order, nfam)) {
+    r.status = PCR_ERR_NO_KERNEL_FOR_ARCH;
+    r.why = "sm" + std::to_string(kd.family) + " kernels do not run on compute " +
+            std::to_string(p.cc / 10) + "." + std::to_string(p.cc % 10);
+  } else if (verdicts) {
     r.status = verdicts[k].status;
     const char* why = verdicts[k].reason;  // the caller's: maybe unterminated
     if (r.status != PCR_OK) r.why.assign(why, strnlen(why, sizeof verdicts[k].reason));
@@ -135,11 +140,6 @@ Refusal refusal_of(int32_t k, const pcr_problem& p, const Bound* bound, const pc
     r.status = check_kernel(k, p, bound);
     if (r.status != PCR_OK) r.why = last_error();
     clear_error();
-  }
-  if (r.status == PCR_OK && !runs_here(kd, order, nfam)) {
-    r.status = PCR_ERR_NO_KERNEL_FOR_ARCH;
-    r.why = "sm" + std::to_string(kd.family) + " kernels do not run on compute " +
-            std::to_string(p.cc / 10) + "." + std::to_string(p.cc % 10);
   }
   return r;
 }

@@ -658,8 +658,9 @@ def test_kernel_verdicts_cover_the_build_in_one_call(lib):
 
 def test_the_library_says_why_it_leaves_each_kernel_out(lib):
     """pcr_select_passed_over: a record per kernel, (0, "") for those the ranking holds; a
-    refusing verdict's reason as it stands, else the selector's own: a family that does not
-    run on the problem's GPU, an epilogue richer than the problem's, no GEMM work. Never
+    family that does not run on the problem's GPU first, then a refusing verdict's reason as
+    it stands, else the selector's own: an epilogue richer than the problem's, no GEMM
+    work. Never
     past the count given; no problem or a negative count is refused."""
     ks = pcr.kernels()
     p = stocked_problem(lib)
@@ -669,13 +670,13 @@ def test_the_library_says_why_it_leaves_each_kernel_out(lib):
     assert ranked and len(passed) == len(ks)
     for k, (status, why), verdict in zip(ks, passed, judged.verdicts):
         assert (status == 0) == (k.index in ranked) == (why == ""), (k.name, why)
-        if verdict[0]:
-            assert (status, why) == verdict
-        elif k.family not in (90, 80, 75):  # a kernel of this problem, not of this GPU
+        if k.family not in (90, 80, 75):  # not of this GPU, whatever its verdict
             assert (status, why) == (
                 errors.ERR_NO_KERNEL_FOR_ARCH,
                 f"sm{k.family} kernels do not run on compute 9.0",
             )
+        elif verdict[0]:
+            assert (status, why) == verdict
         elif status:
             assert (status, why) == (
                 errors.ERR_UNSUPPORTED,
@@ -685,10 +686,13 @@ def test_the_library_says_why_it_leaves_each_kernel_out(lib):
     assert _select.passed_over(lib, p) == passed  # the problem alone judges alike here
     empty = stocked_problem(lib, m=0)
     idle = _select.passed_over(lib, empty)
-    for (status, why), verdict in zip(idle, pcr._call.judge(lib, empty).verdicts):
-        assert status and why == (
-            verdict[1] or "no GEMM work (M, N, K or the batch is 0): no kernel runs"
-        )
+    for k, (status, why), verdict in zip(ks, idle, pcr._call.judge(lib, empty).verdicts):
+        if k.family not in (90, 80, 75):
+            assert why == f"sm{k.family} kernels do not run on compute 9.0"
+        else:
+            assert status and why == (
+                verdict[1] or "no GEMM work (M, N, K or the batch is 0): no kernel runs"
+            )
     array = (_abi.Verdict * 2)()
     array[1].status = 12345  # past the count: untouched
     assert lib.pcr_select_passed_over(ctypes.byref(p), judged.array, 0, array, 1) == 0
