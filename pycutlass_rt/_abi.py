@@ -51,7 +51,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 20
+PCR_ABI_VERSION = 21
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -137,6 +137,7 @@ class Schedule(AbiEnum):
     SCHED_WS = 6
     SCHED_COOPFA = 7
     SCHED_PINGPONGFA = 8
+    SCHED_DEPTHWISE = 9
 
 
 class Epilogue(AbiEnum):

@@ -127,7 +127,7 @@ def built_kernels(block_scaled=False):
     ]
 
 
-def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False):
+def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False, depthwise=False):
     """The build's kernels that run on GPU 0 ([] without a GPU), in registry order.
 
     ``kind``: a function of a KernelInfo; only the first kernel of each kind is kept
@@ -136,6 +136,8 @@ def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False):
     GEMM kernels, or a convolution pass's ("fprop", "dgrad", "wgrad"; None: every pass).
     ``block_scaled``: False leaves out the kernels that take only block-scale grids
     (tests/gpu/test_block_scaled.py runs those), True keeps only them, None keeps both.
+    ``depthwise``: likewise for the direct depthwise fprop kernels, which run depthwise
+    convolutions only (False: the others).
 
     Under ``PYCUTLASS_RT_REQUIRE_GPU=1``, no GPU (rather than []) or a driver that cannot
     say whether a kernel runs fails the calling test (or the collection of its module).
@@ -156,6 +158,8 @@ def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False):
         if k.grouped != grouped or (k.op != op if op else k.op == "gemm"):
             continue
         if block_scaled is not None and (k.scale_m != "none") != block_scaled:
+            continue
+        if depthwise is not None and (k.schedule == "depthwise") != depthwise:
             continue
         runs = ctypes.c_int32()
         st = lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs))
@@ -186,14 +190,22 @@ def canonical_layout(la, lb, ld="t"):
 
 
 def missing_kernel(
-    dtype, out=None, layout=None, epilogue="linear", any_alignment=False, op="gemm", scales=None
+    dtype,
+    out=None,
+    layout=None,
+    epilogue="linear",
+    any_alignment=False,
+    op="gemm",
+    scales=None,
+    depthwise=False,
 ):
     """None where this build holds a kernel that runs here for ``dtype`` inputs into
     ``out`` (default: ``dtype``), in the canonical ``layout`` ("tn", ...; None: any), with
     ``epilogue`` or one that computes it, and (``any_alignment``) reading operands of any
     alignment, for ``op`` (a GEMM, or a convolution pass: "fprop", "dgrad", "wgrad"),
     reading ``scales`` (None: any; else ``(scale_m, scale_n)``, ("groups", "blocks") for
-    fp8 block scales); else what is missing. Asks the kernel list only (nothing runs).
+    fp8 block scales), a direct depthwise fprop kernel where ``depthwise`` (else one of the
+    others); else what is missing. Asks the kernel list only (nothing runs).
 
     ``dtype`` and ``out`` are library dtype names or torch dtypes.
     """
@@ -204,7 +216,7 @@ def missing_kernel(
     from pycutlass_rt._abi import Epilogue
 
     need = Epilogue.from_token(epilogue)
-    for k in runnable_kernels(op=op):
+    for k in runnable_kernels(op=op, depthwise=depthwise):
         if (
             k.dtype_a == dtype
             and k.dtype_d == out
@@ -217,7 +229,7 @@ def missing_kernel(
     where = f" in layout {layout}" if layout else ""
     where += " for operands of any alignment" if any_alignment else ""
     where += f" with {scales[0]}/{scales[1]} scales" if scales else ""
-    what = epilogue if op == "gemm" else f"{epilogue} {op}"
+    what = epilogue if op == "gemm" else f"{epilogue} {'depthwise ' * depthwise}{op}"
     return f"no {what} kernel for {dtype} -> {out}{where} in this build runs here"
 
 
@@ -235,7 +247,14 @@ def epilogue_serves(kernel, problem) -> bool:
 
 
 def require(
-    dtype, out=None, layout=None, epilogue="linear", any_alignment=False, op="gemm", scales=None
+    dtype,
+    out=None,
+    layout=None,
+    epilogue="linear",
+    any_alignment=False,
+    op="gemm",
+    scales=None,
+    depthwise=False,
 ):
     """Skips the calling GPU test unless this build holds a kernel that runs here for the
     problem :func:`missing_kernel` describes: tests ask the build what it holds before
@@ -246,7 +265,7 @@ def require(
     skips too, but under ``PYCUTLASS_RT_REQUIRE_GPU=1`` that fails the test instead
     (:func:`runnable_kernels`).
     """
-    missing = missing_kernel(dtype, out, layout, epilogue, any_alignment, op, scales)
+    missing = missing_kernel(dtype, out, layout, epilogue, any_alignment, op, scales, depthwise)
     if missing is not None:
         import pytest
 

@@ -52,6 +52,7 @@ SCHEDULES = {
     "ws": "PCR_SCHED_WS",
     "coopfa": "PCR_SCHED_COOPFA",
     "pingpongfa": "PCR_SCHED_PINGPONGFA",
+    "depthwise": "PCR_SCHED_DEPTHWISE",
 }
 #: work decomposition -> (pcr_split, CUTLASS 3.x tile scheduler, CUTLASS 2.x swizzle).
 #: "streamk": CUTLASS's stream-K, whose heuristic spreads the K loop of too few output
@@ -134,11 +135,20 @@ class Kernel:
         return in_default_build(self.tier, self.layout, self.a, self.d)
 
     @property
+    def depthwise(self) -> bool:
+        """A direct depthwise fprop (native/kernels/depthwise.cuh), no implicit GEMM: its
+        tile is the filter (R, S) and stride it is built for, (0, 0, 0) for any."""
+        return self.schedule == "depthwise"
+
+    @property
     def name(self) -> str:
         tile = "x".join(map(str, self.tile))
         op = [self.op] if self.conv else []
         parts = [self.family, *op, self.a, self.b, self.acc, self.d, self.layout, tile]
-        if self.family in TMA_FAMILIES:
+        if self.depthwise:  # the filter and stride word ("f3x3s2", "fany"), the schedule's
+            r, s, stride = self.tile
+            parts[-1:] = [f"f{r}x{s}s{stride}" if r else "fany", self.schedule]
+        elif self.family in TMA_FAMILIES:
             parts += ["c{}x{}".format(*self.cluster[:2]), self.schedule]
         else:
             parts += ["w{}x{}".format(*self.warps[:2]), f"s{self.stages}"]
@@ -193,6 +203,12 @@ class Kernel:
             return 0, 0
         m, n = (BLOCK_SCALES[x][1] for x in self.block)
         return (n, m) if self.swap else (m, n)
+
+    @property
+    def align_b(self) -> int:
+        """B's alignment in elements: a depthwise kernel stages its filters (one value per
+        channel and tap) through shared memory element by element."""
+        return 1 if self.depthwise else self.align
 
     @property
     def align_c(self) -> int:

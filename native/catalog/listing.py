@@ -18,6 +18,7 @@ from .configs import (
     AB_LAYOUTS,
     BLOCK_KINDS,
     CONV_TYPES,
+    DEPTHWISE_TYPES,
     FUSED_TMA_LAYOUTS,
     FUSED_TYPES,
     GEMM_TYPES,
@@ -30,6 +31,7 @@ from .configs import (
     SM75_TYPES,
     SM80_CONFIGS,
     SM80_CONV_CONFIGS,
+    SM80_DEPTHWISE_CONFIGS,
     SM80_GROUPED_CONFIGS,
     SM90_BLOCK_CONFIGS,
     SM90_BLOCK_SWAP_CONFIGS,
@@ -100,6 +102,29 @@ def _conv_kernels() -> list[Kernel]:
                     )
                 )
     return out
+
+
+def _depthwise_kernels() -> list[Kernel]:
+    """The direct depthwise fprop kernels: a filter and stride each (tile (R, S, stride);
+    zeros: the generic kernel), 16-byte channel vectors, the fused epilogue."""
+    return [
+        Kernel(
+            "sm80",
+            a,
+            a,
+            d,
+            "nhwc",
+            (*filt, stride),
+            "depthwise",
+            align=8,
+            epilogue="biasact",
+            tier=tier,
+            op="fprop",
+        )
+        for (a, d), (filt, stride, tier) in itertools.product(
+            DEPTHWISE_TYPES, SM80_DEPTHWISE_CONFIGS
+        )
+    ]
 
 
 def _more_types() -> list[Kernel]:
@@ -294,6 +319,7 @@ def catalogue() -> list[Kernel]:
     out += _block_scaled()
     out += _grouped_quantized()
     out += _conv_kernels()
+    out += _depthwise_kernels()
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
     return out

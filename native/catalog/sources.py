@@ -53,6 +53,8 @@ SPLIT_K_HEADERS = {"tma_gemm.cuh": "split_k_tma.cuh", "mma_gemm.cuh": "split_k.c
 CONV_HEADERS = {"sm80": "conv_mma.cuh", "sm90": "conv_tma.cuh"}
 #: schedule -> the tag struct of native/kernels/conv_tma.cuh
 CONV_SCHEDULES = {"ws": "pcr::conv::Sm90WarpSpecialized"}
+#: the header of the direct depthwise fprop kernels
+DEPTHWISE_HEADER = "depthwise.cuh"
 
 
 #: the first line of every generated file. It names the generator's path before it became a
@@ -133,7 +135,12 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
 
 
 def _conv_type(k: Kernel, ea: str, ed: str) -> str:
-    """The C++ type of a convolution kernel (native/kernels/conv_mma.cuh, conv_tma.cuh)."""
+    """The C++ type of a convolution kernel (native/kernels/conv_mma.cuh, conv_tma.cuh,
+    depthwise.cuh)."""
+    if k.depthwise:
+        return "pcr::depthwise::Direct<{}, {}, {}, {}, {}, {}>".format(
+            ea, ed, *k.tile, EPILOGUES[k.epilogue]
+        )
     if k.family in TMA_FAMILIES:
         return (
             f"pcr::conv::Conv3x<{OPS[k.op]}, {ea}, {ed}, {_cute_shape(k.tile)}, "
@@ -165,7 +172,7 @@ def kernel_info(k: Kernel) -> str:
         EPILOGUES[k.epilogue],
         SPLITS[k.split][0],
         k.align,
-        k.align,
+        k.align_b,
         k.align_c,
         int(k.swap),
         int(k.grouped),
@@ -180,6 +187,8 @@ def kernel_info(k: Kernel) -> str:
 
 def header_of(k: Kernel) -> str:
     """The header of ``k``'s template (translation units group kernels by it too)."""
+    if k.depthwise:
+        return DEPTHWISE_HEADER
     if k.conv:
         return CONV_HEADERS[k.family]
     if k.grouped and k.family in TMA_FAMILIES:

@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 20
+#define PCR_ABI_VERSION 21
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -125,7 +125,9 @@ typedef enum {
   PCR_SCHED_2SM = 5,        /* sm100a: tcgen05 MMA shared by a CTA pair */
   PCR_SCHED_WS = 6,         /* sm90a convolutions: TMA warp-specialized, a CTA per tile */
   PCR_SCHED_COOPFA = 7,     /* sm90a fp8: COOP with fast accumulation (PCR_MATH_FAST_ACCUM) */
-  PCR_SCHED_PINGPONGFA = 8  /* sm90a fp8: PINGPONG with fast accumulation */
+  PCR_SCHED_PINGPONGFA = 8, /* sm90a fp8: PINGPONG with fast accumulation */
+  PCR_SCHED_DEPTHWISE = 9   /* sm80 family: a direct depthwise fprop on CUDA cores (groups =
+                               C = K), no implicit GEMM; see pcr_kernel_desc's tile */
 } pcr_schedule;
 
 /* Epilogues: LINEAR computes alpha * acc + beta * c; BIASACT adds an optional bias
@@ -254,7 +256,8 @@ typedef struct {
   int32_t family; /* 70, 75, 80, 89, 90, 100: arch family (sm80 SASS also serves 86/89/90) */
   int32_t dtype_a, dtype_b, dtype_acc, dtype_d; /* pcr_dtype; C has D's dtype */
   int32_t layout_a, layout_b;                   /* pcr_layout; C and D are row-major */
-  int32_t tile_m, tile_n, tile_k;
+  int32_t tile_m, tile_n, tile_k; /* PCR_SCHED_DEPTHWISE: the filter (R x S) and the stride
+                                     the kernel is built for; 0 x 0 x 0 for any */
   int32_t cluster_m, cluster_n, cluster_k;
   int32_t warps_m, warps_n, warps_k; /* sm80 family; 0 where not applicable */
   int32_t stages;                    /* 0 = chosen by CUTLASS */

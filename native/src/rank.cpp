@@ -111,6 +111,8 @@ double schedule_efficiency(int schedule) {
       return 0.70;
     case PCR_SCHED_PIPELINED:
       return 0.35;
+    case PCR_SCHED_DEPTHWISE:  // the generic kernel's share (depthwise_terms)
+      return 0.45;
     default:
       return 0.5;
   }
@@ -209,10 +211,54 @@ void fill_features(pcr_model* t) {
   f[10] = std::log(t->fill_n);
 }
 
+// fp32 FMA rate of the CUDA cores per SM relative to the dense fp16 tensor rate
+// (128 FMA lanes against 512, 1024 and 2048 dense fp16 MMA FLOP per cycle on sm80, sm90)
+constexpr double kCudaCoreRate = 0.125;
+// a depthwise kernel built for the problem's filter and stride reuses each loaded input
+// across the outputs along W that read it; the generic one loads it once per tap
+constexpr double kDepthwiseFixed = 0.85;
+
+// A direct depthwise kernel (PCR_SCHED_DEPTHWISE): its implicit GEMM is m = N*P*Q, n = C,
+// k = R*S, each multiply-add on the CUDA cores, each input and output element moved once
+// (the inputs' bytes taken as the outputs'). One "tile" per 256 outputs of 8 channels.
+void depthwise_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int64_t sms,
+                     int cc, pcr_model* t) {
+  const DeviceRates& dev = rates(cc);
+  const double eff = kd.tile_m > 0 ? kDepthwiseFixed : schedule_efficiency(kd.schedule);
+  const int64_t tiles = std::max<int64_t>(ceil_div(m * ceil_div(n, 8), 256 * 4), 1);
+  const int64_t busy = std::min(tiles, sms);
+  t->compute_us =
+      double(m) * n * k * 2.0 / (dev.tflops_sm * kCudaCoreRate * 1e6 * double(busy) * eff);
+  const int64_t bytes = m * n * (esize_of(kd.dtype_a) + esize_of(kd.dtype_d)) +
+                        n * k * esize_of(kd.dtype_b);
+  t->memory_us =
+      double(bytes) / (dev.gbps_sm * 1e3 * std::min(double(sms), busy / kBwSaturation) * eff);
+  const double c = t->compute_us, mem = t->memory_us;
+  t->us = std::max(c, mem) + kOverlap * std::min(c, mem);
+  t->tiles = tiles;
+  t->iters = std::max<int64_t>(k, 1);
+  t->busy = busy;
+  t->peers = 1;
+  t->sm_iters = ceil_div(tiles, sms) * t->iters;
+  t->slices = 1;
+  t->sms = int32_t(sms);
+  t->tflops_sm = dev.tflops_sm;
+  t->gbps_sm = dev.gbps_sm;
+  t->fill_m = t->fill_n = 1.0;
+  fill_features(t);
+}
+
 }  // namespace
 
 int model_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int64_t batch,
                 int sm_count, int cc, pcr_model* out) {
+  if (kd.schedule == PCR_SCHED_DEPTHWISE && m >= 0 && n >= 0 && k >= 0) {
+    pcr_model t{};
+    depthwise_terms(kd, m * std::max<int64_t>(batch, 1), n, k, std::max(sm_count, 1),
+                    cc ? cc : kd.family, &t);
+    *out = t;
+    return PCR_OK;
+  }
   if (kd.tile_m <= 0 || kd.tile_n <= 0 || kd.tile_k <= 0 || m < 0 || n < 0 || k < 0)
     return set_error(PCR_ERR_INVALID_ARGUMENT,
                      "pcr_model_terms: needs positive tile extents "

@@ -300,7 +300,7 @@ _TORCH_CONV_WORDS = "torch's convolution runs such calls"
 def _conv_falls_back(op, pass_, t, math, groups, filters, geometry, fused, bias=False):
     """Whether a convolution pass of operator ``op`` on ``t``'s dtype and device, with
     filters of shape ``filters`` (K, C/groups, R, S), runs torch's convolution instead."""
-    form = conv_form(pass_, groups, filters[1], filters[2:], geometry, bias)
+    form = conv_form(pass_, groups, filters, geometry, bias, t.element_size())
     dtype = kernel_dtype(t.dtype, math)
     need = conv_alternatives(pass_, form, dtype)
     out = kernel_dtype(t.dtype)

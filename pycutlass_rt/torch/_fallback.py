@@ -53,17 +53,28 @@ def _runs_on(kernel, device) -> bool:
     return bool(runs.value)
 
 
+#: the kind of the direct depthwise fprop kernels in ``alternatives`` (their op is fprop,
+#: but they run no other convolution, and the implicit-GEMM ones no depthwise one)
+DEPTHWISE = "fprop depthwise"
+
+
+def _kind(kernel) -> str:
+    """A kernel's kind as ``alternatives`` name it: its op, or :data:`DEPTHWISE`."""
+    return DEPTHWISE if kernel.schedule == "depthwise" else kernel.op
+
+
 def _takes(kernel, alternatives, dtype, out, fused) -> bool:
-    """Whether ``kernel`` is one of the kinds in ``alternatives`` ((op, layouts) pairs)
-    for inputs of ``dtype`` and an output of ``out``, with a bias/activation epilogue
-    where ``fused`` (every epilogue but the plain one computes it)."""
+    """Whether ``kernel`` is one of the kinds in ``alternatives`` ((kind, layouts) pairs,
+    :func:`_kind`) for inputs of ``dtype`` and an output of ``out``, with a bias/activation
+    epilogue where ``fused`` (every epilogue but the plain one computes it)."""
+    kind = _kind(kernel)
     return (
         kernel.dtype_a == dtype
         and kernel.dtype_d == out
         and not kernel.grouped
         and kernel.scale_m == "none"
         and (not fused or kernel.epilogue != "linear")
-        and any(kernel.op == op and kernel.layout in layouts for op, layouts in alternatives)
+        and any(kind == op and kernel.layout in layouts for op, layouts in alternatives)
     )
 
 
@@ -131,17 +142,26 @@ def gemm_layouts(a, b) -> tuple:
     return tuple(x + y for x, y in itertools.product(_letters(a), _letters(b)))
 
 
-def conv_form(pass_: str, groups: int, per_group: int, filter_hw, geometry, bias) -> str:
+#: the channels a depthwise kernel reads at once (16 bytes of 16-bit elements): the
+#: channel counts it takes are multiples of it
+DEPTHWISE_VECTOR_BYTES = 16
+
+
+def conv_form(pass_: str, groups: int, filters, geometry, bias, itemsize: int = 2) -> str:
     """A convolution pass's layout word, its form as the library runs it
-    (:func:`pycutlass_rt._conv_gemm.routes`): "nhwc" (the convolution kernels), "nhwc
-    pointwise" (1x1, unit stride, no padding: also a GEMM on the flat tensors), "nhwc
-    grouped" (one GEMM per group on the unfolded input), "nhwc depthwise" (one channel
-    per group) or "nhwc grouped bias" (a grouped fprop with a bias): no kernel takes the
-    last two."""
+    (:func:`pycutlass_rt._conv_gemm.routes`), from its filters' shape (K, C/groups, R, S)
+    and its elements' bytes: "nhwc" (the convolution kernels), "nhwc pointwise" (1x1, unit
+    stride, no padding: also a GEMM on the flat tensors), "nhwc grouped" (one GEMM per group
+    on the unfolded input), "nhwc depthwise" (one channel per group and one filter per
+    channel, in whole 16-byte vectors: the depthwise kernels run its fprop), "nhwc
+    depthwise other" (a channel multiplier, or channels short of whole vectors) or "nhwc
+    grouped bias" (a grouped fprop with a bias): no kernel takes the last two."""
     stride, padding, _ = geometry
+    k, per_group, filter_hw = filters[0], filters[1], filters[2:]
     if groups > 1:
         if per_group == 1:
-            return "nhwc depthwise"
+            whole = (groups * itemsize) % DEPTHWISE_VECTOR_BYTES == 0
+            return "nhwc depthwise" if k == groups and whole else "nhwc depthwise other"
         return "nhwc grouped bias" if pass_ == "fprop" and bias else "nhwc grouped"
     if tuple(filter_hw) == (1, 1) and tuple(stride) == (1, 1) and tuple(padding) == (0, 0):
         return "nhwc pointwise"
@@ -153,11 +173,14 @@ _ANY_GEMM = (("gemm", GEMM_LAYOUTS),)
 
 def conv_alternatives(pass_: str, form: str, dtype: str) -> tuple:
     """The kernels that can run a convolution pass of ``form`` on ``dtype`` inputs, as
-    :func:`covered` takes them: the pass's convolution kernels, and the GEMM kernels where
-    the library runs the form as GEMMs (pointwise, grouped, and float32 at fp32 accuracy,
-    which no convolution kernel computes)."""
+    :func:`covered` takes them: the pass's convolution kernels (a depthwise fprop's: the
+    depthwise kernels), and the GEMM kernels where the library runs the form as GEMMs
+    (pointwise, grouped, and float32 at fp32 accuracy, which no convolution kernel
+    computes)."""
     conv = ((pass_, ("nhwc",)),)
-    if form in ("nhwc depthwise", "nhwc grouped bias"):
+    if form == "nhwc depthwise":
+        return ((DEPTHWISE, ("nhwc",)),) if pass_ == "fprop" else ()
+    if form in ("nhwc depthwise other", "nhwc grouped bias"):
         return ()
     if form == "nhwc grouped":
         return _ANY_GEMM

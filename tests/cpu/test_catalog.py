@@ -19,8 +19,9 @@ GEMMS = [k for k in catalog.catalogue() if not k.conv]
 NAME = re.compile(
     r"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?:(?P<op>fprop|dgrad|wgrad)_)?"
     rf"(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_(?P<d>{TYPES})_"
-    r"(?P<layout>[tn]{2}|nhwc)_(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coopfa|pingpongfa|coop|pingpong|1sm|2sm|ws)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))(?:_blk(?P<block>[gb]{2}))?"
+    r"(?P<layout>[tn]{2}|nhwc)_(?:(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coopfa|pingpongfa|coop|pingpong|1sm|2sm|ws)|"
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))|f(?P<filter>\d+x\d+s\d+|any)_depthwise)"
+    r"(?:_blk(?P<block>[gb]{2}))?"
     r"(?:_(?P<epi>biasact|scaled|aux))?(?:_(?P<split>streamk|splitk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$"
 )
@@ -40,6 +41,10 @@ def test_names_unique_and_encode_every_parameter():
             k.layout,
         )
         assert m["acc"] == k.acc == catalog.ACCUMULATORS.get(k.a, "f32")
+        if k.depthwise:  # the filter and stride it is built for, "any" for the generic one
+            assert m["filter"] == ("{}x{}s{}".format(*k.tile) if k.tile[0] else "any")
+            assert k.tile == (0, 0, 0) or min(k.tile) > 0
+            continue
         assert m["tile"] == "x".join(map(str, k.tile))
         assert int(m["align"]) == k.align
         assert (m["split"] or "none") == k.split
@@ -517,6 +522,33 @@ def test_convolutions_in_the_default_build():
     src = catalog.kernel_source(k)
     assert '#include "conv_tma.cuh"' in src and "pcr::conv::Conv3x<PCR_OP_WGRAD" in src
     assert src.rstrip().endswith("pcr::ops_of<Op_" + k.ident + ", false>()};")
+
+
+def test_depthwise_kernels():
+    """Depthwise fprop: direct kernels of the sm80 family for float16 and bfloat16, one per
+    filter and stride and a generic one, each with the fused epilogue (which serves linear
+    calls), 16-byte channel vectors, filters read element by element; the default build
+    holds MobileNet's 3x3 at both strides, ConvNeXt's 7x7 and the generic one."""
+    dw = [k for k in catalog.catalogue() if k.depthwise]
+    assert {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b) for k in dw} == {
+        ("sm80", "fprop", "nhwc", "biasact", 8, 1)
+    }
+    assert {(k.a, k.d) for k in dw} == {("f16", "f16"), ("bf16", "bf16")}
+    for a in ("f16", "bf16"):
+        mine = {k.tile: k for k in dw if k.a == a}
+        assert (0, 0, 0) in mine and len(mine) == 7
+        default = {t for t, k in mine.items() if k.default}
+        assert default == {(3, 3, 1), (3, 3, 2), (7, 7, 1), (0, 0, 0)}
+    k = next(k for k in dw if k.tile == (7, 7, 1) and k.a == "bf16")
+    assert k.name == "sm80_fprop_bf16_bf16_f32_bf16_nhwc_f7x7s1_depthwise_biasact_a8"
+    src = catalog.kernel_source(k)
+    assert '#include "depthwise.cuh"' in src
+    assert "pcr::depthwise::Direct<cutlass::bfloat16_t, cutlass::bfloat16_t, 7, 7, 1, " in src
+    assert "PCR_SCHED_DEPTHWISE" in catalog.kernel_info(k)
+    generic = next(k for k in dw if k.tile == (0, 0, 0) and k.a == "f16")
+    assert generic.name == "sm80_fprop_f16_f16_f32_f16_nhwc_fany_depthwise_biasact_a8"
+    # the implicit-GEMM convolutions' patterns take none of them
+    assert not catalog.select_kernels(dw, "sm80_fprop_*_w*")
 
 
 def test_block_scaled_kernels():

@@ -6,7 +6,7 @@ import pytest
 from pycutlass_rt._kernels import KernelInfo
 
 
-def kernel(dtype_a, dtype_d, layout, epilogue="linear"):
+def kernel(dtype_a, dtype_d, layout, epilogue="linear", op="gemm", schedule="multistage"):
     return KernelInfo(
         0,
         "k",
@@ -20,20 +20,26 @@ def kernel(dtype_a, dtype_d, layout, epilogue="linear"):
         (1, 1, 1),
         (2, 2, 1),
         2,
-        "multistage",
+        schedule,
         epilogue,
         "none",
         (8, 8, 8),
+        op=op,
     )
 
 
 @pytest.fixture
 def build(monkeypatch):
-    kernels = [kernel("bfloat16", "bfloat16", "tn"), kernel("float16", "float16", "tt", "biasact")]
-    # as the real one: the GEMM kernels, or one convolution pass's
-    monkeypatch.setattr(
-        helpers, "runnable_kernels", lambda op="gemm": [k for k in kernels if k.op == op]
-    )
+    kernels = [
+        kernel("bfloat16", "bfloat16", "tn"),
+        kernel("float16", "float16", "tt", "biasact"),
+        kernel("float16", "float16", "nhwc", "biasact", "fprop", "depthwise"),
+    ]
+
+    def runnable(op="gemm", depthwise=False):  # as the real one's: a pass's, depthwise or not
+        return [k for k in kernels if k.op == op and (k.schedule == "depthwise") == depthwise]
+
+    monkeypatch.setattr(helpers, "runnable_kernels", runnable)
 
 
 @pytest.mark.parametrize(
@@ -43,6 +49,7 @@ def build(monkeypatch):
         (("bfloat16", "bfloat16", "tn"), {}),
         (("float16",), {"layout": "tt", "epilogue": "biasact"}),
         (("float16",), {"layout": "tt"}),  # a fused kernel computes the plain epilogue too
+        (("float16",), {"op": "fprop", "depthwise": True}),
     ],
 )
 def test_require_passes_when_the_build_holds_a_kernel(build, args, kwargs):
@@ -56,6 +63,9 @@ def test_require_passes_when_the_build_holds_a_kernel(build, args, kwargs):
         (("bfloat16",), {"layout": "tt"}, "in layout tt"),
         (("float16",), {"epilogue": "scaled"}, "no scaled kernel"),
         (("float32",), {}, "float32 -> float32"),
+        # a depthwise kernel runs no other convolution
+        (("float16",), {"op": "fprop"}, "no linear fprop kernel"),
+        (("bfloat16",), {"op": "fprop", "depthwise": True}, "no linear depthwise fprop"),
     ],
 )
 def test_require_skips_with_the_reason_otherwise(build, args, kwargs, why):

@@ -641,6 +641,7 @@ def default_build():
             dtype_a=CATALOG_DTYPES[k.a],
             dtype_d=CATALOG_DTYPES[k.d],
             layout=k.layout,
+            schedule=k.schedule,
             epilogue=k.epilogue,
             grouped=k.grouped,
             scale_m="groups" if k.block else "none",
@@ -673,11 +674,13 @@ class Build:
         self.kernels = [k for k in self.kernels if not unwanted(k)]
         pt._fallback._COVERED.clear()
 
-    def has(self, op, dtype, out, layouts, fused=False):
+    def has(self, op, dtype, out, layouts, fused=False, depthwise=False):
         """Whether a kernel of ``op`` takes ``dtype`` inputs to ``out`` in one of
-        ``layouts``, with a bias/activation epilogue where ``fused`` (the library's screen)."""
+        ``layouts``, with a bias/activation epilogue where ``fused`` (the library's screen);
+        a direct depthwise one where ``depthwise``, else one of the others."""
         return any(
             k.op == op
+            and (k.schedule == "depthwise") == depthwise
             and k.dtype_a == dtype
             and k.dtype_d == out
             and k.layout in layouts
@@ -1192,8 +1195,9 @@ class ConvLibrary:
     tensors that need no gradient, an ``out`` to write, and the routes of
     pycutlass_rt._conv.run on the kernels of ``build``: a pointwise pass, a grouped one
     (but depthwise, or a grouped fprop with a bias) and float32 at fp32 accuracy as GEMMs
-    (any layout), the rest on the pass's convolution kernels; where none takes it,
-    UnsupportedError. ``refuse(x_or_dy)`` may refuse one problem (a message)."""
+    (any layout), a depthwise fprop (one filter per channel, channels in 16-byte vectors)
+    on the depthwise kernels, the rest on the pass's convolution kernels; where none takes
+    it, UnsupportedError. ``refuse(x_or_dy)`` may refuse one problem (a message)."""
 
     def __init__(self, monkeypatch, build=None, refuse=None):
         self.calls = []
@@ -1211,6 +1215,10 @@ class ConvLibrary:
         pointwise = tuple(filters[2:]) == (1, 1) and tuple(stride) == (1, 1)
         if pointwise and tuple(padding) == (0, 0) and groups == 1 and gemm:
             return "gemm"
+        if groups > 1 and filters[1] == 1:  # depthwise: the direct kernels, fprop only
+            whole = groups * image.element_size() % 16 == 0 and filters[0] == groups
+            direct = self.build.has(op, dtype, out, ("nhwc",), fused, depthwise=True)
+            return "conv" if op == "fprop" and whole and direct else None
         if groups > 1:
             takes = filters[1] > 1 and not (op == "fprop" and bias is not None)
             return "gemm" if takes and gemm else None
@@ -1305,9 +1313,10 @@ def test_cuda_conv2d_on_an_emulated_library(monkeypatch, caplog, case, dtype):
 
 
 def test_conv2d_without_a_kernel_for_the_dtype_or_form_falls_back_logged_once(monkeypatch, caplog):
-    """float64 (no convolution kernel) and a depthwise convolution (no kernel of any kind)
-    run on torch's convolution, each pass logged once; a pointwise float64 convolution is a
-    GEMM the build has."""
+    """float64 (no convolution kernel) and a depthwise convolution's dgrad and wgrad (no
+    kernel of any kind) run on torch's convolution, each pass logged once; a pointwise
+    float64 convolution is a GEMM the build has, a depthwise fprop the depthwise kernels'
+    (but with a channel multiplier, or channels short of a 16-byte vector)."""
     lib = ConvLibrary(monkeypatch)
     (x, w, b), geo = conv_case(CONVS[0], F64)
     for _ in range(2):
@@ -1325,8 +1334,35 @@ def test_conv2d_without_a_kernel_for_the_dtype_or_form_falls_back_logged_once(mo
     x = torch.randn(2, 8, 6, 6, dtype=BF16).contiguous(memory_format=CL)
     w = torch.randn(8, 1, 3, 3, dtype=BF16).contiguous(memory_format=CL)
     conv_passes(x, w, torch.randn(8, dtype=BF16), ((1, 1), (1, 1), (1, 1), 8))
-    assert len(lib.calls) == 4 and len(fallbacks(caplog)) == 6
-    assert ("conv2d", "bfloat16", "nhwc depthwise") in pt._cuda._TORCH_CONV
+    assert lib.calls[4:] == [("fprop", None)] * 2 and len(fallbacks(caplog)) == 5
+    assert {key for key in pt._cuda._TORCH_CONV if key[2] == "nhwc depthwise"} == {
+        ("_conv2d_dgrad", "bfloat16", "nhwc depthwise"),
+        ("_conv2d_wgrad", "bfloat16", "nhwc depthwise"),
+    }
+    for c, k in ((8, 16), (4, 4)):  # a channel multiplier of 2; 4 channels: 8 bytes
+        x = torch.randn(2, c, 6, 6, dtype=BF16).contiguous(memory_format=CL)
+        w = torch.randn(k, 1, 3, 3, dtype=BF16).contiguous(memory_format=CL)
+        y = pt._cuda._conv2d_cuda(x, w, None, (1, 1), (1, 1), (1, 1), c)
+        torch.testing.assert_close(y, F.conv2d(x, w, None, 1, 1, 1, c))
+    assert len(lib.calls) == 6
+    assert ("conv2d", "bfloat16", "nhwc depthwise other") in pt._cuda._TORCH_CONV
+
+
+def test_depthwise_fprop_runs_on_the_depthwise_kernels_where_the_build_has_them(monkeypatch):
+    """A depthwise fprop (bias and activation fused) is the library's while the build holds
+    a depthwise kernel of its dtype; a build without them falls back to torch's."""
+    lib = ConvLibrary(monkeypatch)
+    x = torch.randn(2, 16, 7, 9, dtype=BF16).contiguous(memory_format=CL)
+    w = torch.randn(16, 1, 3, 3, dtype=BF16).contiguous(memory_format=CL)
+    b = torch.randn(16, dtype=BF16)
+    want = F.relu(F.conv2d(x.double(), w.double(), b.double(), 2, 1, 1, 16))
+    y = pt._cuda._conv2d_cuda(x, w, b, (2, 2), (1, 1), (1, 1), 16, "relu")
+    torch.testing.assert_close(y.double(), want, rtol=2e-2, atol=2e-2)
+    assert lib.calls == [("fprop", None)] and not pt._cuda._TORCH_CONV
+    lib.build.drop(lambda k: k.schedule == "depthwise")
+    pt._cuda._conv2d_cuda(x, w, b, (2, 2), (1, 1), (1, 1), 16, "relu")
+    assert lib.calls == [("fprop", None)]
+    assert pt._cuda._TORCH_CONV == {("conv2d", "bfloat16", "nhwc depthwise")}
 
 
 def test_a_refused_convolution_leaves_the_op_working(monkeypatch, caplog):

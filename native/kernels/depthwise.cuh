@@ -1,0 +1,297 @@
+// Depthwise 2-D convolution fprop (one filter per channel: groups = C = K), a direct
+// convolution on CUDA cores (sm80 family: one sm_80 source for sm_80/86/89/90 SASS): packed
+// NHWC activations, torch's channels_last depthwise filters (C, R, S, 1), fp32 accumulation,
+// and the fused epilogue y = act(alpha * acc + beta * c + bias[k]).
+//
+// Memory bound (R*S multiply-adds per loaded element), so the kernel is built around its
+// loads: a thread holds 8 channels (one 16-byte vector) of kOutputs consecutive outputs
+// along W. For each filter row it walks the input row once, in 16-byte loads, each feeding
+// every output whose window covers it (with a static filter and stride the walk unrolls
+// into straight-line FMAs), so a 3x3 stride-1 row reads 1.5 vectors per output instead of
+// 3. A CTA's filters are staged once in shared memory, tap-major, so that a thread reads
+// its 8 channels of a tap as one 16-byte load. Threads take the channel vectors of a
+// chunk of channels (the fastest index: a warp reads whole pixels) and then the output runs
+// of consecutive rows, so that small channel counts still fill the CTA.
+//
+// kR = kS = kStride = 0 make the generic kernel: any filter, stride and dilation, read
+// tap by tap without the reuse along W.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <new>
+
+#include "cutlass/array.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_conversion.h"
+
+#include "activation.h"
+#include "kernel.h"
+
+namespace pcr::depthwise {
+
+constexpr int kVector = 8;      // channels per thread: 16 bytes of 16-bit elements
+constexpr int kThreads = 256;   // per CTA
+constexpr int kMaxVectors = 32;  // channel vectors per CTA (256 channels)
+constexpr int kOutputs = 4;     // outputs per thread along W
+// a CTA's filters in shared memory: within the default static limit, which a filter of
+// up to 48 KB / (16 bytes * taps) channel vectors per CTA keeps (3072 taps: 55 x 55)
+constexpr int kMaxSmem = 48 * 1024;
+
+// One launch's arguments, built on the host.
+struct Params {
+  const void* x;     // N x H x W x C
+  const void* w;     // C x R x S (x 1)
+  const void* c;     // N x P x Q x C, read where beta != 0
+  void* y;           // N x P x Q x C
+  const void* bias;  // C values, or null
+  int n, h, w_, ch, p, q, r, s;
+  int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
+  int vectors;        // C / kVector
+  int chunk_vectors;  // channel vectors per CTA
+  int rows_per_cta;   // output runs per CTA: kThreads / chunk_vectors
+  int runs;           // output runs per output row: ceil(Q / kOutputs)
+  int64_t items;      // output runs in all: N * P * runs
+  float alpha, beta;
+  ActivationArgs activation;
+};
+
+template <class T>
+using Vec = cutlass::Array<T, kVector>;
+using Acc = cutlass::Array<float, kVector>;
+
+template <class T>
+__device__ __forceinline__ Acc load_vector(const T* p) {
+  union {
+    uint4 raw;
+    Vec<T> v;
+  } u;
+  u.raw = __ldg(reinterpret_cast<const uint4*>(p));
+  return cutlass::NumericArrayConverter<float, T, kVector>()(u.v);
+}
+
+template <class T>
+__device__ __forceinline__ Acc load_shared(const T* p) {
+  return cutlass::NumericArrayConverter<float, T, kVector>()(*reinterpret_cast<const Vec<T>*>(p));
+}
+
+// acc += x * w, channel by channel
+__device__ __forceinline__ void multiply_add(Acc& acc, const Acc& x, const Acc& w) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < kVector; ++i) acc[i] = fmaf(x[i], w[i], acc[i]);
+}
+
+// kR x kS (0: runtime) filters, stride kStride (0: runtime), dilation 1 unless generic.
+template <class T, class D, int kR, int kS, int kStride>
+__global__ void __launch_bounds__(kThreads) depthwise_fprop(const Params prm) {
+  constexpr bool kGeneric = kR == 0;
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  T* filters = reinterpret_cast<T*>(smem_bytes);  // [r * S + s][chunk channel]
+  const int taps = kGeneric ? prm.r * prm.s : kR * kS;
+  const int chunk_channels = prm.chunk_vectors * kVector;
+  const int c0 = blockIdx.y * chunk_channels;  // the chunk's first channel
+  // the chunk's filters: a contiguous run of C x R x S, read in order
+  const T* w = static_cast<const T*>(prm.w) + int64_t(c0) * taps;
+  const int chunk_taps = min(chunk_channels, prm.ch - c0) * taps;
+  for (int i = threadIdx.x; i < chunk_taps; i += kThreads)
+    filters[(i % taps) * chunk_channels + i / taps] = w[i];
+  __syncthreads();
+
+  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
+  const int vector = blockIdx.y * prm.chunk_vectors + lane;
+  const int64_t item = int64_t(blockIdx.x) * prm.rows_per_cta + row;
+  if (row >= prm.rows_per_cta || item >= prm.items || vector >= prm.vectors) return;
+  const int run = int(item % prm.runs);
+  const int64_t np = item / prm.runs;
+  const int op = int(np % prm.p), on = int(np / prm.p);
+  const int q0 = run * kOutputs;
+  const int ch = prm.ch, width = prm.w_, height = prm.h;
+  const int stride_h = kGeneric ? prm.stride_h : kStride;
+  const int stride_w = kGeneric ? prm.stride_w : kStride;
+  const int channel = vector * kVector;
+  const T* x = static_cast<const T*>(prm.x) + int64_t(on) * height * width * ch + channel;
+  const T* f = filters + lane * kVector;
+
+  Acc acc[kOutputs];
+  CUTLASS_PRAGMA_UNROLL
+  for (int t = 0; t < kOutputs; ++t) acc[t].fill(0.0f);
+
+  if constexpr (kGeneric) {
+    for (int r = 0; r < prm.r; ++r) {
+      const int ih = op * stride_h - prm.pad_h + r * prm.dilation_h;
+      if (ih < 0 || ih >= height) continue;
+      const T* in = x + int64_t(ih) * width * ch;
+      for (int s = 0; s < prm.s; ++s) {
+        const Acc wv = load_shared(f + (r * prm.s + s) * chunk_channels);
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < kOutputs; ++t) {
+          const int iw = (q0 + t) * stride_w - prm.pad_w + s * prm.dilation_w;
+          if (iw >= 0 && iw < width) multiply_add(acc[t], load_vector(in + int64_t(iw) * ch), wv);
+        }
+      }
+    }
+  } else {
+    // the input columns the run's windows cover, each loaded once per filter row
+    constexpr int kSpan = (kOutputs - 1) * kStride + kS;
+    const int iw0 = q0 * kStride - prm.pad_w;
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int r = 0; r < kR; ++r) {
+      const int ih = op * kStride - prm.pad_h + r;
+      if (ih < 0 || ih >= height) continue;
+      const T* in = x + int64_t(ih) * width * ch;
+      Acc wv[kS];
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kS; ++s) wv[s] = load_shared(f + (r * kS + s) * chunk_channels);
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kSpan; ++j) {
+        const int iw = iw0 + j;
+        if (iw < 0 || iw >= width) continue;  // padding: adds nothing
+        const Acc xv = load_vector(in + int64_t(iw) * ch);
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < kOutputs; ++t) {
+          const int s = j - t * kStride;  // the tap of output t that reads column j
+          if (s >= 0 && s < kS) multiply_add(acc[t], xv, wv[s]);
+        }
+      }
+    }
+  }
+
+  // the epilogue: act(alpha * acc + beta * c + bias), 16-byte stores
+  Acc bias;
+  if (prm.bias)
+    bias = load_vector(static_cast<const D*>(prm.bias) + channel);
+  else
+    bias.fill(0.0f);
+  const int64_t out_row = (int64_t(on) * prm.p + op) * prm.q;
+  CUTLASS_PRAGMA_UNROLL
+  for (int t = 0; t < kOutputs; ++t) {
+    if (q0 + t >= prm.q) break;
+    const int64_t at = (out_row + q0 + t) * ch + channel;
+    Acc y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kVector; ++i) y[i] = prm.alpha * acc[t][i] + bias[i];
+    if (prm.beta != 0.0f) {
+      const Acc c = load_vector(static_cast<const D*>(prm.c) + at);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kVector; ++i) y[i] = fmaf(prm.beta, c[i], y[i]);
+    }
+    y = activate(prm.activation, y);
+    union {
+      uint4 raw;
+      Vec<D> v;
+    } u;
+    u.v = cutlass::NumericArrayConverter<D, float, kVector>()(y);
+    *reinterpret_cast<uint4*>(static_cast<D*>(prm.y) + at) = u.raw;
+  }
+}
+
+inline const char* op_words(int kind) {
+  return kind == PCR_OP_FPROP ? "fprop" : kind == PCR_OP_DGRAD ? "dgrad" : "wgrad";
+}
+
+// The KernelOps of a depthwise fprop kernel (kernel.h): ElementA the inputs' dtype (half_t
+// or bfloat16_t), ElementD the output's (the same); kR x kS the filter and kStride the
+// stride it is built for, all 0 for the generic kernel. Its epilogue is always the fused
+// one (PCR_EPI_BIASACT): with no bias and no activation it is the linear one, at no cost a
+// memory-bound kernel notices.
+template <class ElementA, class ElementD, int kR, int kS, int kStride, int Epilogue>
+struct Direct {
+  static_assert(Epilogue == PCR_EPI_BIASACT, "depthwise kernels are built with the fused epilogue");
+  static_assert(sizeof(ElementA) == 2 && sizeof(ElementD) == 2, "16-bit inputs and outputs");
+  static_assert((kR == 0) == (kS == 0) && (kR == 0) == (kStride == 0), "all static or generic");
+  static constexpr bool kGeneric = kR == 0;
+  static constexpr bool kProgrammatic = false;
+
+  struct Prepared {
+    Params params;
+    dim3 grid;
+    int smem;
+  };
+
+  // Channel vectors per CTA: whole channel counts up to kMaxVectors, else chunks of equal
+  // size (960 channels: 4 of 30 vectors, not 3 of 32 and one of 24), few enough that a
+  // chunk's filters fit in shared memory.
+  static int chunk_vectors(const ConvArgs& v) {
+    const int vectors = v.c / kVector;
+    const int most = std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
+    const int chunks = (vectors + most - 1) / most;
+    return (vectors + chunks - 1) / chunks;
+  }
+
+  static int can_implement(const GemmArgs& g) {
+    const ConvArgs& v = g.conv;
+    if (v.kind != PCR_OP_FPROP)
+      return set_error(PCR_ERR_UNSUPPORTED, "a depthwise fprop kernel cannot run a %s",
+                       op_words(v.kind));
+    if (v.groups != v.c || v.k != v.c)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "depthwise kernels run one filter per channel (groups = C = K); got C %d, "
+                       "K %d, %d groups%s",
+                       v.c, v.k, v.groups,
+                       v.groups == v.c ? " (a channel multiplier K / C > 1 is not supported)" : "");
+    if (v.c % kVector)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "depthwise kernels read channels in vectors of %d; C %d is not a multiple",
+                       kVector, v.c);
+    if (int64_t(v.r) * v.s * kVector * int(sizeof(ElementA)) > kMaxSmem)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "a %d x %d filter is larger than depthwise kernels take (%d taps at most)",
+                       v.r, v.s, kMaxSmem / (kVector * int(sizeof(ElementA))));
+    if (!kGeneric && (v.r != kR || v.s != kS || v.stride_h != kStride || v.stride_w != kStride ||
+                      v.dilation_h != 1 || v.dilation_w != 1))
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "this kernel is built for %d x %d filters, stride %d, no dilation; the "
+                       "problem has %d x %d, stride (%d, %d), dilation (%d, %d)",
+                       kR, kS, kStride, v.r, v.s, v.stride_h, v.stride_w, v.dilation_h,
+                       v.dilation_w);
+    const int64_t runs = (int64_t(v.q) + kOutputs - 1) / kOutputs;
+    const int64_t rows = kThreads / chunk_vectors(v);
+    if ((int64_t(v.n) * v.p * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
+      return set_error(PCR_ERR_UNSUPPORTED, "the output (%d x %d x %d) is too large for one launch",
+                       v.n, v.p, v.q);
+    return PCR_OK;
+  }
+
+  static size_t workspace_size(const GemmArgs&) { return 0; }
+
+  static int prepare(const GemmArgs& g, void*, void* out) {
+    const ConvArgs& v = g.conv;
+    auto* prep = new (out) Prepared{};
+    Params& p = prep->params;
+    p.x = g.a, p.w = g.b, p.c = g.c, p.y = g.d, p.bias = g.bias_n;
+    p.n = v.n, p.h = v.h, p.w_ = v.w, p.ch = v.c, p.p = v.p, p.q = v.q, p.r = v.r, p.s = v.s;
+    p.pad_h = v.pad_h, p.pad_w = v.pad_w, p.stride_h = v.stride_h, p.stride_w = v.stride_w;
+    p.dilation_h = v.dilation_h, p.dilation_w = v.dilation_w;
+    p.vectors = v.c / kVector;
+    p.chunk_vectors = chunk_vectors(v);
+    p.rows_per_cta = kThreads / p.chunk_vectors;
+    p.runs = (v.q + kOutputs - 1) / kOutputs;
+    p.items = int64_t(v.n) * v.p * p.runs;
+    p.alpha = float(g.alpha), p.beta = float(g.beta);
+    p.activation = g.activation;
+    const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
+    prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
+    prep->smem = v.r * v.s * p.chunk_vectors * kVector * int(sizeof(ElementA));
+    return PCR_OK;
+  }
+
+  static int launch(const void* prepared, void*, int, cudaStream_t stream,
+                    bool /*programmatic: never, see kProgrammatic*/) {
+    const auto& prep = *static_cast<const Prepared*>(prepared);
+    depthwise_fprop<ElementA, ElementD, kR, kS, kStride>
+        <<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+      return set_error(PCR_ERR_CUDA, "depthwise kernel launch failed: %s (%s)", cudaGetErrorName(e),
+                       cudaGetErrorString(e));
+    return PCR_OK;
+  }
+
+  static const void* device_function() {
+    return reinterpret_cast<const void*>(&depthwise_fprop<ElementA, ElementD, kR, kS, kStride>);
+  }
+};
+
+}  // namespace pcr::depthwise
