@@ -1,9 +1,12 @@
 """Convolutions against cuDNN: pycutlass_rt.conv2d, conv2d_dgrad and conv2d_wgrad next to
 torch's cuDNN calls, on the layers of ResNet-50, a Stable Diffusion UNet, ViT patch
-embeddings and ResNeXt-50's grouped convolutions (benchmarks/README.md, "Convolutions")::
+embeddings, ResNeXt-50's grouped convolutions and the depthwise ones of MobileNet-V2 and
+ConvNeXt-T (fprop: the library runs no depthwise dgrad or wgrad) (benchmarks/README.md,
+"Convolutions")::
 
     python -m benchmarks.conv [--dtypes float16 bfloat16] [--passes fprop dgrad wgrad]
-        [--sets resnet50 unet vit resnext50] [--out results.csv] [--quick]
+        [--sets resnet50 unet vit resnext50 mobilenetv2 convnext_t] [--out results.csv]
+        [--quick]
 
 The method is the GEMM suite's, through its helpers (``timing``): each side is warmed up
 over every operand copy (cuDNN's autotuner, ``cudnn.benchmark``, picks its algorithm on a
@@ -141,7 +144,47 @@ RESNEXT50 = [
     Layer("layer4 3x3 1024 g32", 32, 1024, 7, 7, 1024, 3, 3, 1, 1, 1, 32),
 ]
 
-SETS = {"resnet50": RESNET50, "unet": UNET, "vit": VIT, "resnext50": RESNEXT50}
+
+def _depthwise(name, c, hw, r, stride, batches=(32, 1)) -> list:
+    """A depthwise convolution (groups = C = K, "same" padding) at each batch size."""
+    return [Layer(f"{name} b{n}", n, c, hw, hw, c, r, r, stride, r // 2, 1, c) for n in batches]
+
+
+#: MobileNet-V2 (torchvision mobilenet_v2) at 224x224: the 3x3 depthwise convolution of
+#: every inverted-residual shape (expanded channels, input size, stride), batch 32 and 1
+MOBILENETV2 = [
+    layer
+    for c, hw, stride in [
+        (32, 112, 1),
+        (96, 112, 2),
+        (144, 56, 1),
+        (144, 56, 2),
+        (192, 28, 1),
+        (192, 28, 2),
+        (384, 14, 1),
+        (576, 14, 1),
+        (576, 14, 2),
+        (960, 7, 1),
+    ]
+    for layer in _depthwise(f"dw 3x3{'/2' if stride > 1 else ''} {c} @{hw}", c, hw, 3, stride)
+]
+
+#: ConvNeXt-T (torchvision convnext_tiny) at 224x224: each stage's 7x7 depthwise
+#: convolution, batch 32 and 1
+CONVNEXT_T = [
+    layer
+    for c, hw in [(96, 56), (192, 28), (384, 14), (768, 7)]
+    for layer in _depthwise(f"dw 7x7 {c} @{hw}", c, hw, 7, 1)
+]
+
+SETS = {
+    "resnet50": RESNET50,
+    "unet": UNET,
+    "vit": VIT,
+    "resnext50": RESNEXT50,
+    "mobilenetv2": MOBILENETV2,
+    "convnext_t": CONVNEXT_T,
+}
 FIELDS = (
     "set layer pass dtype n c h w k r s stride padding dilation groups gflop status reason "
     "rel_err cudnn_rel_err ok backend kernel sets method pcr_us cudnn_us ratio notes launches"
@@ -297,7 +340,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.conv",
         description="pycutlass_rt's conv2d, dgrad and wgrad against cuDNN (through torch) on "
-        "ResNet-50, SD UNet and ViT patch-embedding layers; ratio = cuDNN time / ours.",
+        "ResNet-50, SD UNet, ViT patch-embedding, ResNeXt-50 grouped and MobileNet-V2 and "
+        "ConvNeXt-T depthwise layers; ratio = cuDNN time / ours.",
     )
     p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     p.add_argument("--passes", nargs="+", choices=PASSES, default=list(PASSES))

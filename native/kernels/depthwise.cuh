@@ -36,6 +36,9 @@ constexpr int kVector = 8;      // channels per thread: 16 bytes of 16-bit eleme
 constexpr int kThreads = 256;   // per CTA
 constexpr int kMaxVectors = 32;  // channel vectors per CTA (256 channels)
 constexpr int kOutputs = 4;     // outputs per thread along W
+// CTAs per SM the registers must allow: 16 warps keep enough loads in flight (one CTA of
+// the widest kernels, 7x7 at stride 2, otherwise holds its SM at 8)
+constexpr int kMinCtas = 2;
 // a CTA's filters in shared memory: within the default static limit, which a filter of
 // up to 48 KB / (16 bytes * taps) channel vectors per CTA keeps (3072 taps: 55 x 55)
 constexpr int kMaxSmem = 48 * 1024;
@@ -85,7 +88,7 @@ __device__ __forceinline__ void multiply_add(Acc& acc, const Acc& x, const Acc& 
 
 // kR x kS (0: runtime) filters, stride kStride (0: runtime), dilation 1 unless generic.
 template <class T, class D, int kR, int kS, int kStride>
-__global__ void __launch_bounds__(kThreads) depthwise_fprop(const Params prm) {
+__global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Params prm) {
   constexpr bool kGeneric = kR == 0;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* filters = reinterpret_cast<T*>(smem_bytes);  // [r * S + s][chunk channel]

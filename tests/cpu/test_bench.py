@@ -84,9 +84,9 @@ def test_sweep_grids_are_the_benchmark_lists():
 
 
 def test_conv_layer_sets_are_well_formed():
-    """benchmarks/conv.py's layers: the four sets, each shape once under a name of its own,
+    """benchmarks/conv.py's layers: the six sets, each shape once under a name of its own,
     every output at least 1x1; the stems, patch embeddings and groups as the models have them."""
-    assert list(conv.SETS) == ["resnet50", "unet", "vit", "resnext50"]
+    assert list(conv.SETS) == ["resnet50", "unet", "vit", "resnext50", "mobilenetv2", "convnext_t"]
     for name, layers in conv.SETS.items():
         assert len(layers) >= 3, name
         assert len({x.name for x in layers}) == len({x[1:] for x in layers}) == len(layers)
@@ -98,6 +98,11 @@ def test_conv_layer_sets_are_well_formed():
     assert conv.UNET[0].c == conv.UNET[-1].k == 4  # SD's latent channels
     assert {x.groups for x in conv.RESNEXT50} == {32} and conv.RESNEXT50[-1].out_hw() == (7, 7)
     assert [x.c // x.groups for x in conv.RESNEXT50[::2]] == [4, 8, 16, 32]  # 32x4d
+    for layers, r in ((conv.MOBILENETV2, 3), (conv.CONVNEXT_T, 7)):  # depthwise, "same" padding
+        assert all(x.groups == x.c == x.k and x.r == x.s == r for x in layers)
+        assert all(x.out_hw() == (-(-x.h // x.stride),) * 2 for x in layers)
+        assert {x.n for x in layers} == {32, 1} and len(layers) % 2 == 0
+    assert conv.MOBILENETV2[-1].out_hw() == conv.CONVNEXT_T[-1].out_hw() == (7, 7)
     assert conv.parser().parse_args(["--quick", "--passes", "dgrad"]).dtypes == list(conv.DTYPES)
 
 

@@ -10,6 +10,7 @@ F = torch.nn.functional
 import pycutlass_rt as pcr  # noqa: E402
 
 CONV = runnable_kernels(op=None)
+DEPTHWISE = runnable_kernels(op="fprop", depthwise=True)
 CL = torch.channels_last
 
 
@@ -166,17 +167,17 @@ def test_nhwc_arrays_of_other_producers():
 
 
 def test_refusals_name_the_fix():
-    """Tensors that are not channels_last, a depthwise convolution (no kernel or GEMM form),
-    mismatched shapes."""
+    """Tensors that are not channels_last, a depthwise convolution with a channel multiplier
+    (no kernel or GEMM form), mismatched shapes."""
     need("fprop")
     x = torch.randn(1, 16, 8, 8, device="cuda", dtype=torch.float16)  # NCHW-contiguous
     w = torch.randn(8, 16, 3, 3, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
     with pytest.raises(pcr.InvalidArgumentError, match="channels_last"):
         pcr.conv2d(x, w)
     x = x.contiguous(memory_format=CL)
-    depthwise = torch.randn(16, 1, 3, 3, device="cuda", dtype=torch.float16)
+    multiplier = torch.randn(32, 1, 3, 3, device="cuda", dtype=torch.float16)
     with pytest.raises(pcr.UnsupportedError, match="groups"):
-        pcr.conv2d(x, depthwise.contiguous(memory_format=CL), groups=16)
+        pcr.conv2d(x, multiplier.contiguous(memory_format=CL), groups=16)
     out = torch.empty(1, 8, 7, 7, device="cuda", dtype=torch.float16).contiguous(memory_format=CL)
     with pytest.raises(pcr.InvalidArgumentError, match=r"\(1, 8, 8, 8\)"):
         pcr.conv2d(x, w, padding=1, out=out)
@@ -355,3 +356,163 @@ def test_few_filters_run_as_a_gemm_on_the_unfolded_input(op):
     told, got, ref = explained_pass(op, x, w, dy, **geo)
     assert any("im2col" in note for note in told.notes), told.notes
     assert (got.double() - ref).norm() / ref.norm() < 1e-2
+
+
+# ---- depthwise fprop (groups = C = K): the direct kernels --------------------------------
+
+
+def depthwise_geometry(k):
+    """(filter (R, S), stride, dilation) a depthwise kernel takes: the filter and stride it
+    is built for, or for the generic one a filter, stride and dilation none other takes."""
+    r, s, stride = k.tile
+    if r == 0:
+        return (5, 3), (2, 1), (2, 1)
+    return (r, s), (stride, stride), (1, 1)
+
+
+def depthwise_case(dtype, n, c, h, w_, filt, *, seed):
+    """Integer-valued x, w (C, 1, R, S) and bias (C): every sum exact in 16-bit outputs."""
+    x = nchw(n, c, h, w_, dtype, seed=seed)
+    w = nchw(c, 1, *filt, dtype, seed=seed + 1)
+    bias = (torch.arange(c, device="cuda") % 9 - 4).to(dtype)
+    return x, w, bias
+
+
+def depthwise_reference(x, w, bias, stride, padding, dilation, activation=None):
+    """torch's depthwise convolution in float64 on the CPU, with the activation after."""
+    b = None if bias is None else bias.double().cpu()
+    y = F.conv2d(x.double().cpu(), w.double().cpu(), b, stride, padding, dilation, x.shape[1])
+    return y if activation is None else TORCH_ACTIVATIONS[activation](y)
+
+
+TORCH_ACTIVATIONS = {"relu": torch.relu, "silu": F.silu, "clamp": lambda y: y.clamp(0, 6)}
+
+
+@pytest.mark.parametrize("padding", [0, 1, 2, 3])
+@pytest.mark.parametrize("name", [k.name for k in DEPTHWISE])
+def test_depthwise_kernel(name, padding):
+    """Each depthwise kernel, forced by name, equals torch's float64 depthwise convolution
+    exactly (integer inputs) at odd N, H and W and padding 0 to 3, with its bias and a ReLU
+    fused, and without them (the linear call it also serves)."""
+    k = pcr._kernels.by_name(name)
+    dt = torch_dtype(k.dtype_a)
+    filt, stride, dilation = depthwise_geometry(k)
+    x, w, bias = depthwise_case(dt, 3, 24, 13, 11, filt, seed=20)
+    geo = dict(stride=stride, padding=padding, dilation=dilation, groups=24, kernel=name)
+    got = pcr.conv2d(x, w, bias, activation="relu", **geo)
+    assert got.is_contiguous(memory_format=CL)
+    ref = depthwise_reference(x, w, bias, stride, padding, dilation, "relu")
+    torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
+    got = pcr.conv2d(x, w, **geo)
+    ref = depthwise_reference(x, w, None, stride, padding, dilation)
+    torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
+
+
+#: (n, c, h, w): one image, one output column, channels in several CTA chunks (960: four
+#: chunks of 30 vectors; 1000: four, the last of 29), channels short of one chunk (8)
+DEPTHWISE_SHAPES = [(1, 8, 5, 3), (2, 16, 9, 1), (1, 960, 7, 7), (3, 1000, 5, 9), (5, 40, 17, 23)]
+
+
+@pytest.mark.parametrize("shape", DEPTHWISE_SHAPES, ids=str)
+@pytest.mark.parametrize("name", [k.name for k in DEPTHWISE])
+def test_depthwise_kernel_shapes(name, shape):
+    """Each depthwise kernel over channel counts that fill several CTAs' chunks or part of
+    one, a single output row or column, odd sizes: torch's result exactly."""
+    k = pcr._kernels.by_name(name)
+    n, c, h, w_ = shape
+    filt, stride, dilation = depthwise_geometry(k)
+    padding = tuple(d * (f - 1) // 2 for d, f in zip(dilation, filt))  # "same" at stride 1
+    x, w, bias = depthwise_case(torch_dtype(k.dtype_a), n, c, h, w_, filt, seed=30)
+    geo = dict(stride=stride, padding=padding, dilation=dilation, groups=c)
+    got = pcr.conv2d(x, w, bias, kernel=name, **geo)
+    ref = depthwise_reference(x, w, bias, **{g: geo[g] for g in ("stride", "padding", "dilation")})
+    torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("activation", ["silu", "clamp"])
+@pytest.mark.parametrize("name", [k.name for k in DEPTHWISE])
+def test_depthwise_epilogue(name, activation):
+    """alpha, beta * c (a residual) and an activation with parameters (ReLU6 as clamp),
+    fused, against torch on random inputs (fp32 accumulation, one 16-bit rounding)."""
+    k = pcr._kernels.by_name(name)
+    dt = torch_dtype(k.dtype_a)
+    filt, stride, dilation = depthwise_geometry(k)
+    g = torch.Generator(device="cpu").manual_seed(40)
+    x = torch.randn(2, 32, 15, 12, generator=g).to(dt).cuda().contiguous(memory_format=CL)
+    w = torch.randn(32, 1, *filt, generator=g).to(dt).cuda().contiguous(memory_format=CL) / 4
+    bias = torch.randn(32, generator=g).to(dt).cuda()
+    geo = dict(stride=stride, padding=1, dilation=dilation)
+    y = depthwise_reference(x, w, None, **geo)
+    c = torch.randn(y.shape, generator=g).to(dt).cuda().contiguous(memory_format=CL)
+    act = ("clamp", 0.0, 6.0) if activation == "clamp" else activation
+    got = pcr.conv2d(x, w, bias, **geo, groups=32, activation=act, alpha=0.5, beta=2.0, c=c)
+    pre = 0.5 * y + 2.0 * c.double().cpu() + bias.double().cpu()[None, :, None, None]
+    ref = TORCH_ACTIVATIONS[activation](pre)
+    tol = 1e-2 if dt == torch.float16 else 4e-2
+    torch.testing.assert_close(got.double().cpu(), ref, rtol=tol, atol=tol)
+
+
+#: MobileNet-V2's and ConvNeXt-T's depthwise layers (c, h, r, stride) at batch 2
+NETWORK_LAYERS = [(32, 56, 3, 1), (144, 28, 3, 2), (576, 14, 3, 1), (96, 28, 7, 1), (768, 7, 7, 1)]
+
+
+@pytest.mark.parametrize("layer", NETWORK_LAYERS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_depthwise_layers_are_chosen_and_explained(layer, dtype):
+    """Unforced, the selector runs a depthwise kernel (the one built for the filter and
+    stride where the build holds it), explain() names it, and the result is torch's."""
+    require(dtype, epilogue="biasact", op="fprop", depthwise=True)
+    c, h, r, stride = layer
+    x, w, bias = depthwise_case(dtype, 2, c, h, h, (r, r), seed=50)
+    geo = dict(stride=stride, padding=r // 2, groups=c)
+    told = pcr.conv2d(x, w, bias, activation="relu", explain=True, **geo)
+    assert told.kernel and "_depthwise_" in told.kernel, told
+    fixed = told.kernel.replace("_fany_", f"_f{r}x{r}s{stride}_")  # the same dtypes
+    built = {k.name for k in DEPTHWISE}
+    assert fixed == told.kernel or fixed not in built, f"{told.kernel} ran ahead of {fixed}"
+    got = pcr.conv2d(x, w, bias, activation="relu", **geo)
+    ref = depthwise_reference(x, w, bias, (stride, stride), r // 2, 1, "relu")
+    torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
+
+
+def test_depthwise_refusals():
+    """What no depthwise kernel serves raises UnsupportedError before anything is written:
+    channels short of whole 16-byte vectors, a channel multiplier; a kernel forced onto a
+    filter or stride it is not built for says which it is built for."""
+    require(torch.float16, epilogue="biasact", op="fprop", depthwise=True)
+    for c, k in ((12, 12), (16, 32)):
+        x = nchw(1, c, 8, 8, torch.float16, seed=60)
+        w = nchw(k, 1, 3, 3, torch.float16, seed=61)
+        out = torch.full((1, k, 8, 8), 7.0, device="cuda", dtype=torch.float16)
+        out = out.contiguous(memory_format=CL)
+        with pytest.raises(pcr.UnsupportedError, match="depthwise"):
+            pcr.conv2d(x, w, padding=1, groups=c, out=out)
+        assert bool((out == 7).all()), "a refused call wrote its output"
+    fixed = [k for k in DEPTHWISE if k.dtype_a == "float16" and k.tile[0]]
+    if fixed:
+        k = fixed[0]
+        x = nchw(1, 16, 12, 12, torch.float16, seed=62)
+        w = nchw(16, 1, k.tile[0] + 2, k.tile[1], torch.float16, seed=63)
+        with pytest.raises(pcr.UnsupportedError, match="built for"):
+            pcr.conv2d(x, w, stride=k.tile[2], groups=16, kernel=k.name)
+
+
+def test_depthwise_graph_capture_replays_the_call():
+    """A captured depthwise conv2d (bias and activation fused) replays like the eager call."""
+    require(torch.float16, epilogue="biasact", op="fprop", depthwise=True)
+    x, w, bias = depthwise_case(torch.float16, 4, 64, 14, 14, (3, 3), seed=70)
+    kw = dict(stride=1, padding=1, groups=64, activation="relu")
+    y = pcr.conv2d(x, w, bias, **kw)
+    eager = y.clone()
+    y.zero_()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        pcr.conv2d(x, w, bias, out=y, **kw)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        pcr.conv2d(x, w, bias, out=y, **kw)
+    y.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, eager, rtol=0, atol=0)
