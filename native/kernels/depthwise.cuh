@@ -32,10 +32,10 @@
 
 namespace pcr::depthwise {
 
-constexpr int kVector = 8;      // channels per thread: 16 bytes of 16-bit elements
-constexpr int kThreads = 256;   // per CTA
+constexpr int kVector = 8;       // channels per thread: 16 bytes of 16-bit elements
+constexpr int kThreads = 256;    // per CTA
 constexpr int kMaxVectors = 32;  // channel vectors per CTA (256 channels)
-constexpr int kOutputs = 4;     // outputs per thread along W
+constexpr int kOutputs = 4;      // outputs per thread along W
 // CTAs per SM the registers must allow: 16 warps keep enough loads in flight (one CTA of
 // the widest kernels, 7x7 at stride 2, otherwise holds its SM at 8)
 constexpr int kMinCtas = 2;
@@ -218,7 +218,8 @@ struct Direct {
   // chunk's filters fit in shared memory.
   static int chunk_vectors(const ConvArgs& v) {
     const int vectors = v.c / kVector;
-    const int most = std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
+    const int most =
+        std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
     const int chunks = (vectors + most - 1) / most;
     return (vectors + chunks - 1) / chunks;
   }

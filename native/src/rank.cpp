@@ -229,8 +229,8 @@ void depthwise_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k,
   const int64_t busy = std::min(tiles, sms);
   t->compute_us =
       double(m) * n * k * 2.0 / (dev.tflops_sm * kCudaCoreRate * 1e6 * double(busy) * eff);
-  const int64_t bytes = m * n * (esize_of(kd.dtype_a) + esize_of(kd.dtype_d)) +
-                        n * k * esize_of(kd.dtype_b);
+  const int64_t bytes =
+      m * n * (esize_of(kd.dtype_a) + esize_of(kd.dtype_d)) + n * k * esize_of(kd.dtype_b);
   t->memory_us =
       double(bytes) / (dev.gbps_sm * 1e3 * std::min(double(sms), busy / kBwSaturation) * eff);
   const double c = t->compute_us, mem = t->memory_us;

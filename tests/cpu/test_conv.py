@@ -1,12 +1,16 @@
 """Convolutions without a GPU: the geometry, and the C side's checks of shapes, packing and
 arguments, which run before any device is asked for (numpy NHWC arrays)."""
 
+import ctypes
+import types
+
 import numpy as np
 import pytest
 
 import pycutlass_rt as pcr
-from pycutlass_rt import _conv_gemm, _conv_tensors, _gemm
-from pycutlass_rt._abi import Op
+from pycutlass_rt import _call, _conv, _conv_gemm, _conv_tensors, _gemm, _lib, _select, errors
+from pycutlass_rt._abi import Epilogue, Op
+from pycutlass_rt._kernels import KernelInfo
 
 
 def test_output_extent_is_torchs():
@@ -516,3 +520,122 @@ def test_new_torch_outputs_and_scratch_are_made_channels_last_without_a_copy():
     assert t.shape == (2, 7, 5, 6) and t.is_contiguous(memory_format=torch.channels_last)
     assert view.shape == (2, 5, 6, 7) and view.is_contiguous()
     assert m.shape == (30, 8) and m.is_contiguous()
+
+
+# ---- depthwise fprop --------------------------------------------------------------------
+
+
+def depthwise_problem(lib, c, k=None, bias=True):
+    """The C describe step's problem of a depthwise fprop (3x3, stride 2, padding 1) on
+    numpy NHWC arrays, fused bias and ReLU: (status, problem); NO_DEVICE still fills it."""
+    k = k or c
+    x, w, y = nhwc(3, 9, 7, c), nhwc(k, 3, 3, 1), nhwc(3, 5, 4, k)
+    geo = _conv_tensors.geometry(Op.OP_FPROP, 2, 1, 1, c)
+    b = np.zeros(k, np.float16) if bias else None
+    call = _conv.prepare(geo, (x, w, None, y), 1.0, 0.0, b, "relu", None, None, None)
+    p = _lib.Problem()
+    objs = call.objs
+    st = lib.pcr_py_describe(*objs[:4], 1.0, 0.0, call.extra, ctypes.byref(p), None, 0)
+    return st, p
+
+
+def built_depthwise(dtype="float16"):
+    return [k for k in pcr.kernels() if k.schedule == "depthwise" and k.dtype_a == dtype]
+
+
+def test_a_depthwise_fprop_is_one_filter_per_channel_of_an_implicit_gemm(lib):
+    """A depthwise fprop is described as the implicit GEMM N*P*Q x C x R*S with C groups
+    and the fused epilogue; without a device, every float16 depthwise kernel of the build
+    takes it (the other fprop kernels refuse groups in CUTLASS's can_implement, on a GPU)."""
+    st, p = depthwise_problem(lib, 16)
+    if st == errors.ERR_UNSUPPORTED:  # a build without float16 bias/activation fprop kernels
+        assert "no kernel in this build computes" in lib.last_error()
+        return
+    assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
+    assert (p.op, p.m, p.n, p.k) == (Op.OP_FPROP, 3 * 5 * 4, 16, 9)
+    assert (p.conv.groups, p.conv.c, p.conv.k, p.conv.r, p.conv.s) == (16, 16, 16, 3, 3)
+    assert p.epilogue == Epilogue.EPI_BIASACT and p.align_a == 16
+    p.device = -1  # the problem alone: no device to ask whether the kernels run on it
+    verdicts = _call.judge(lib, p).verdicts
+    for k in built_depthwise():
+        assert verdicts[k.index] == (0, ""), (k.name, verdicts[k.index])
+
+
+def test_depthwise_channels_short_of_a_vector_are_refused_before_any_launch(lib):
+    """12 float16 channels (24 bytes) are no whole 16-byte vectors: each depthwise kernel's
+    verdict on the problem refuses them as misaligned, which the selector's refusal (an
+    UnsupportedError naming every kernel's reason) is made of."""
+    st, p = depthwise_problem(lib, 12)
+    if st == errors.ERR_UNSUPPORTED:
+        return  # as above
+    assert st in (0, errors.ERR_NO_DEVICE), lib.last_error()
+    verdicts = _call.judge(lib, p).verdicts
+    for k in built_depthwise():
+        status, why = verdicts[k.index]
+        assert status == errors.ERR_MISALIGNED and "16-byte alignment of a" in why, why
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        # w holds 2 channels per group where x's 16 channels in 16 groups leave 1
+        (lambda y: pcr.conv2d(nhwc(1, 8, 8, 16), nhwc(16, 3, 3, 2), groups=16, out=y), "per group"),
+        (
+            lambda y: pcr.conv2d(
+                nhwc(1, 8, 8, 16), nhwc(16, 3, 3, 1), np.zeros(8, np.float16), groups=16, out=y
+            ),
+            "bias must be a contiguous vector of the 16 output channels",
+        ),
+        (
+            lambda y: pcr.conv2d(nhwc(1, 8, 8, 16), nhwc(16, 3, 3, 1), padding=2, groups=16, out=y),
+            r"must hold \(1, 10, 10, 16\)",
+        ),
+    ],
+)
+def test_depthwise_argument_errors_write_nothing(call, match):
+    """A depthwise call's malformed arguments raise InvalidArgumentError before anything
+    runs, and its output keeps what it held."""
+    y = np.full((1, 6, 6, 16), 7, np.float16)
+    with pytest.raises(pcr.InvalidArgumentError, match=match):
+        call(y)
+    assert (y == 7).all()
+
+
+def depthwise_info(i, r, s, stride):
+    """A depthwise kernel as the build reports one (float16; (0, 0, 0): the generic one)."""
+    word = f"f{r}x{s}s{stride}" if r else "fany"
+    return KernelInfo(
+        i,
+        f"sm80_fprop_f16_f16_f32_f16_nhwc_{word}_depthwise_biasact_a8",
+        80,
+        "float16",
+        "float16",
+        "float32",
+        "float16",
+        "nhwc",
+        (r, s, stride),
+        (1, 1, 1),
+        (0, 0, 0),
+        0,
+        "depthwise",
+        "biasact",
+        "none",
+        (8, 1, 8),
+        op="fprop",
+    )
+
+
+@pytest.mark.parametrize("cc, sms", [(90, 132), (80, 108)])
+def test_the_model_ranks_a_depthwise_kernel_built_for_the_filter_ahead_of_the_generic(cc, sms):
+    """Among depthwise kernels that take a problem, the model puts those built for a filter
+    and stride ahead of the generic one (which loads each input once per tap), on Hopper
+    (whose own family has none) and on the sm80 family alike."""
+    generic, fixed = depthwise_info(0, 0, 0, 0), depthwise_info(1, 3, 3, 1)
+    for n, c, hw in [(32, 32, 112), (1, 960, 7)]:  # MobileNet-V2's first and last layers
+        problem = types.SimpleNamespace(
+            m=n * hw * hw, n=c, k=9, sm_count=sms, cc=cc, op=Op.OP_FPROP
+        )
+        order = _select.families_for(cc)
+        ranked = _select.ranked(problem, [generic, fixed], order)
+        assert [k.name for k, _, _ in ranked] == [fixed.name, generic.name]
+        assert 0 < ranked[0][2] < ranked[1][2]
