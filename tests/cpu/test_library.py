@@ -114,7 +114,7 @@ def test_registry_matches_catalogue(lib):
         assert k.family == int(rec.family[2:])
         assert k.layout == rec.layout and k.tile == rec.tile
         assert (k.dtype_a, k.dtype_d) == (DTYPE_NAMES[rec.a], DTYPE_NAMES[rec.d])
-        assert k.align[:2] == (rec.align, rec.align) and k.align[2] == rec.align_c
+        assert k.align == (rec.align, rec.align_b, rec.align_c)
         assert k.tensor_scales == rec.tensor_scales
         assert (k.schedule, k.split, k.epilogue) == (rec.schedule, rec.split, rec.epilogue)
         if rec.family in ("sm90", "sm100"):

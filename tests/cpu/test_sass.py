@@ -48,6 +48,11 @@ def cuobjdump(*args):
     ).stdout
 
 
+#: the mangled names of kernels' entry functions: CUTLASS's, and the library's own direct
+#: depthwise kernels (pcr::depthwise::depthwise_fprop)
+ENTRIES = r"(?:_ZN7cutlass|_ZN3pcr9depthwise)"
+
+
 def test_sass_for_every_requested_arch():
     # every kernel's CUTLASS entry function, in the SASS of each arch its family was built
     # for (counted by function: several kernels may share a translation unit and its cubin)
@@ -56,7 +61,7 @@ def test_sass_for_every_requested_arch():
     for line in cuobjdump("-res-usage").splitlines():
         if m := re.match(r"arch = (sm_\w+)", line):
             arch = m[1]
-        elif re.match(r"\s*Function _ZN7cutlass\w*:", line):
+        elif re.match(rf"\s*Function {ENTRIES}\w*:", line):
             entries[arch] += 1
     families = pcr.info()["build"]["catalog"]["families"]
     per_family = collections.Counter(f"sm{k.family}" for k in pcr.kernels())
@@ -65,7 +70,7 @@ def test_sass_for_every_requested_arch():
         assert entries[f"sm_{token}"] >= want, (token, want, entries)
     if "sm80" in families:  # and PTX for GPUs newer than every SASS target
         ptx = cuobjdump("-ptx", "-arch", "sm_80")
-        assert len(re.findall(r"\.entry _ZN7cutlass", ptx)) >= per_family["sm80"]
+        assert len(re.findall(rf"\.entry {ENTRIES}", ptx)) >= per_family["sm80"]
 
 
 #: (family, input dtype) -> the MMA instruction its kernels must contain
@@ -106,7 +111,10 @@ def test_expected_instructions(family, arch):
     tokens = pcr.info()["build"]["catalog"]["families"].get(family, [])
     if arch[3:] not in tokens:
         pytest.skip(f"this build has no {arch} code for {family}")
-    must = sorted({MMA[family, k.dtype_a] for k in pcr.kernels() if f"sm{k.family}" == family})
+    mine = [k for k in pcr.kernels() if f"sm{k.family}" == family]
+    must = sorted({MMA[family, k.dtype_a] for k in mine if k.schedule != "depthwise"})
+    if any(k.schedule == "depthwise" for k in mine):  # CUDA-core FMAs on 16-byte loads
+        must += ["FFMA", "LDG.E.128"]
     if family in ("sm90", "sm100"):
         must.append("UTMALDG")  # TMA
     if family == "sm100" and any(k.schedule == "2sm" for k in pcr.kernels()):
