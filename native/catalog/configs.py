@@ -172,16 +172,18 @@ SM90_CONV_CONFIGS = [
 #: depthwise fprop (groups = C = K: MobileNet's and ConvNeXt's spatial convolutions), direct
 #: kernels on CUDA cores (native/kernels/depthwise.cuh), sm80 family (they run on sm90 too):
 #: ((R, S), stride, tier), (R, S) and stride (0, 0), 0 for the generic kernel (any filter,
-#: stride and dilation). The default build holds the 3x3 filters of MobileNet-V2 and -V3 and
-#: EfficientNet at both strides, ConvNeXt's 7x7 and the generic one; 5x5 (MobileNet-V3,
-#: EfficientNet) and 7x7 at stride 2 run faster from the extended ones. Each is built with
-#: the fused epilogue alone: without a bias or activation it computes the linear one.
+#: stride and dilation). All in the extended tier until they have run on a GPU: the default
+#: build refuses depthwise convolutions (UnsupportedError; pycutlass_rt.torch runs them on
+#: torch). The 3x3 filters of MobileNet-V2/-V3 and EfficientNet at both strides, ConvNeXt's
+#: 7x7 and the generic one are meant for the core tier once measured against cuDNN. Each is
+#: built with the fused epilogue alone: without a bias or activation it computes the linear
+#: one.
 DEPTHWISE_TYPES = [("f16", "f16"), ("bf16", "bf16")]
 SM80_DEPTHWISE_CONFIGS = [
-    ((3, 3), 1, "core"),
-    ((3, 3), 2, "core"),
-    ((7, 7), 1, "core"),
-    ((0, 0), 0, "core"),
+    ((3, 3), 1, "extended"),
+    ((3, 3), 2, "extended"),
+    ((7, 7), 1, "extended"),
+    ((0, 0), 0, "extended"),
     ((5, 5), 1, "extended"),
     ((5, 5), 2, "extended"),
     ((7, 7), 2, "extended"),

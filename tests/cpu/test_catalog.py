@@ -527,8 +527,8 @@ def test_convolutions_in_the_default_build():
 def test_depthwise_kernels():
     """Depthwise fprop: direct kernels of the sm80 family for float16 and bfloat16, one per
     filter and stride and a generic one, each with the fused epilogue (which serves linear
-    calls), 16-byte channel vectors, filters read element by element; the default build
-    holds MobileNet's 3x3 at both strides, ConvNeXt's 7x7 and the generic one."""
+    calls), 16-byte channel vectors, filters read element by element; none in the default
+    build until they have run on a GPU."""
     dw = [k for k in catalog.catalogue() if k.depthwise]
     assert {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b) for k in dw} == {
         ("sm80", "fprop", "nhwc", "biasact", 8, 1)
@@ -537,8 +537,7 @@ def test_depthwise_kernels():
     for a in ("f16", "bf16"):
         mine = {k.tile: k for k in dw if k.a == a}
         assert (0, 0, 0) in mine and len(mine) == 7
-        default = {t for t, k in mine.items() if k.default}
-        assert default == {(3, 3, 1), (3, 3, 2), (7, 7, 1), (0, 0, 0)}
+        assert not any(k.default for k in mine.values())
     k = next(k for k in dw if k.tile == (7, 7, 1) and k.a == "bf16")
     assert k.name == "sm80_fprop_bf16_bf16_f32_bf16_nhwc_f7x7s1_depthwise_biasact_a8"
     src = catalog.kernel_source(k)
