@@ -633,6 +633,11 @@ GEMM_LAYOUTS = ("tn", "nn", "nt", "tt")
 def default_build():
     """The default build's kernels (the default tier, native/catalog/tiers.py), with the
     fields of pycutlass_rt.kernels()' records that say what a kernel takes."""
+    return catalogue_records(lambda k: k.default)
+
+
+def catalogue_records(wanted):
+    """The catalogue's kernels ``wanted(kernel)`` is true of, as default_build() gives them."""
     return tuple(
         types.SimpleNamespace(
             index=i,
@@ -646,7 +651,7 @@ def default_build():
             grouped=k.grouped,
             scale_m="groups" if k.block else "none",
         )
-        for i, k in enumerate(k for k in catalog.catalogue() if k.default)
+        for i, k in enumerate(k for k in catalog.catalogue() if wanted(k))
     )
 
 
@@ -672,6 +677,17 @@ class Build:
     def drop(self, unwanted):
         """A build without the kernels ``unwanted(kernel)`` is true of."""
         self.kernels = [k for k in self.kernels if not unwanted(k)]
+        pt._fallback._COVERED.clear()
+
+    def add(self, wanted):
+        """A build that also holds the catalogue's kernels ``wanted(kernel)`` is true of
+        (those of the extended tier, as a kernel filter builds them)."""
+        held = {k.name for k in self.kernels}
+        extra = [k for k in catalogue_records(wanted) if k.name not in held]
+        self.kernels += [
+            types.SimpleNamespace(**{**vars(k), "index": len(held) + i})
+            for i, k in enumerate(extra)
+        ]
         pt._fallback._COVERED.clear()
 
     def has(self, op, dtype, out, layouts, fused=False, depthwise=False):
@@ -1316,8 +1332,10 @@ def test_conv2d_without_a_kernel_for_the_dtype_or_form_falls_back_logged_once(mo
     """float64 (no convolution kernel) and a depthwise convolution's dgrad and wgrad (no
     kernel of any kind) run on torch's convolution, each pass logged once; a pointwise
     float64 convolution is a GEMM the build has, a depthwise fprop the depthwise kernels'
-    (but with a channel multiplier, or channels short of a 16-byte vector)."""
+    in a build holding them (but with a channel multiplier, or channels short of a 16-byte
+    vector)."""
     lib = ConvLibrary(monkeypatch)
+    lib.build.add(lambda k: k.depthwise)
     (x, w, b), geo = conv_case(CONVS[0], F64)
     for _ in range(2):
         conv_passes(x, w, b, tuple(geo.values()))
@@ -1350,8 +1368,10 @@ def test_conv2d_without_a_kernel_for_the_dtype_or_form_falls_back_logged_once(mo
 
 def test_depthwise_fprop_runs_on_the_depthwise_kernels_where_the_build_has_them(monkeypatch):
     """A depthwise fprop (bias and activation fused) is the library's while the build holds
-    a depthwise kernel of its dtype; a build without them falls back to torch's."""
+    a depthwise kernel of its dtype (the extended tier's); a build without them falls back
+    to torch's."""
     lib = ConvLibrary(monkeypatch)
+    lib.build.add(lambda k: k.depthwise)
     x = torch.randn(2, 16, 7, 9, dtype=BF16).contiguous(memory_format=CL)
     w = torch.randn(16, 1, 3, 3, dtype=BF16).contiguous(memory_format=CL)
     b = torch.randn(16, dtype=BF16)
