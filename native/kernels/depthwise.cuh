@@ -90,7 +90,11 @@ __device__ __forceinline__ void multiply_add(Acc& acc, const Acc& x, const Acc& 
 template <class T, class D, int kR, int kS, int kStride>
 __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Params prm) {
   constexpr bool kGeneric = kR == 0;
+#if defined(PCR_EMULATE)
+  unsigned char* smem_bytes = emulate::shared_memory().bytes;
+#else
   extern __shared__ __align__(16) unsigned char smem_bytes[];
+#endif
   T* filters = reinterpret_cast<T*>(smem_bytes);  // [r * S + s][chunk channel]
   const int taps = kGeneric ? prm.r * prm.s : kR * kS;
   const int chunk_channels = prm.chunk_vectors * kVector;
@@ -284,12 +288,17 @@ struct Direct {
   static int launch(const void* prepared, void*, int, cudaStream_t stream,
                     bool /*programmatic: never, see kProgrammatic*/) {
     const auto& prep = *static_cast<const Prepared*>(prepared);
+#if !defined(PCR_EMULATE)
     depthwise_fprop<ElementA, ElementD, kR, kS, kStride>
         <<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
       return set_error(PCR_ERR_CUDA, "depthwise kernel launch failed: %s (%s)", cudaGetErrorName(e),
                        cudaGetErrorString(e));
+#else  // the CPU tests run the device code on the host (tests/mockgpu)
+    emulate::launch(depthwise_fprop<ElementA, ElementD, kR, kS, kStride>, prep.grid, dim3(kThreads),
+                    prep.smem, prep.params);
+#endif
     return PCR_OK;
   }
 

@@ -1,0 +1,157 @@
+"""The depthwise kernels' device code, run on the CPU (tests/mockgpu): every kernel of the
+catalogue, whether this build holds it or not, through its own can_implement, prepare and
+launch, against a float64 depthwise convolution; AddressSanitizer watches every operand and
+the shared memory, which is poisoned before each CTA, as the output is before the launch.
+The GPU suite runs the same cases on the GPU (tests/gpu/test_conv_gpu.py, ``-k depthwise``).
+"""
+
+import math
+import os
+
+import mockgpu
+import numpy as np
+import pytest
+from catalog import catalogue
+
+DEPTHWISE = [k for k in catalogue() if k.depthwise]
+NAMES = [k.name for k in DEPTHWISE]
+BY_NAME = {k.name: k for k in DEPTHWISE}
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """The driver built with every depthwise kernel (cached under build/mockgpu)."""
+    try:
+        return mockgpu.build(DEPTHWISE, os.path.join(mockgpu.ROOT, "build", "mockgpu"))
+    except mockgpu.Unavailable as e:
+        if mockgpu.required():
+            pytest.fail(f"{mockgpu.REQUIRE} is set, but {e}", pytrace=False)
+        pytest.skip(str(e))
+
+
+def geometry(k):
+    """(filter (R, S), stride, dilation) a kernel takes: the filter and stride it is built
+    for, or for the generic one a filter, stride and dilation none other takes."""
+    r, s, stride = k.tile
+    if r == 0:
+        return (5, 3), (2, 1), (2, 1)
+    return (r, s), (stride, stride), (1, 1)
+
+
+def reference(x, w, bias, stride, padding, dilation):
+    """The depthwise convolution of x (N, H, W, C) by w (C, R, S, 1) in float64, plus bias."""
+    n, h, w_, c = x.shape
+    _, r, s, _ = w.shape
+    p = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
+    q = (w_ + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
+    xp = np.zeros((n, h + 2 * padding[0], w_ + 2 * padding[1], c))
+    xp[:, padding[0] : padding[0] + h, padding[1] : padding[1] + w_] = x
+    y = np.zeros((n, p, q, c))
+    for i in range(r):
+        for j in range(s):
+            rows = slice(i * dilation[0], i * dilation[0] + stride[0] * (p - 1) + 1, stride[0])
+            cols = slice(j * dilation[1], j * dilation[1] + stride[1] * (q - 1) + 1, stride[1])
+            y += xp[:, rows, cols] * w[:, i, j, 0]
+    return y if bias is None else y + bias
+
+
+def integer_case(n, c, h, w_, filt, seed):
+    """Integer-valued x, w and bias: every sum exact in 16-bit outputs."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 4, (n, h, w_, c)).astype(np.float64)
+    w = rng.integers(-2, 3, (c, *filt, 1)).astype(np.float64)
+    return x, w, (np.arange(c) % 9 - 4).astype(np.float64)
+
+
+def run(exe, name, x, w, tmp_path, **kw):
+    return mockgpu.conv2d(
+        exe, name, BY_NAME[name].a, x, w, groups=x.shape[3], workdir=str(tmp_path), **kw
+    )
+
+
+@pytest.mark.parametrize("padding", [0, 1, 2, 3])
+@pytest.mark.parametrize("name", NAMES)
+def test_depthwise_kernel(emulator, tmp_path, name, padding):
+    """Each kernel equals the float64 convolution exactly (integer inputs) at odd N, H and W
+    and padding 0 to 3, with its bias and a ReLU fused, and without them."""
+    filt, stride, dilation = geometry(BY_NAME[name])
+    x, w, bias = integer_case(3, 24, 13, 11, filt, seed=20)
+    geo = dict(stride=stride, padding=(padding, padding), dilation=dilation)
+    got = run(emulator, name, x, w, tmp_path, bias=bias, activation="relu", **geo)
+    np.testing.assert_array_equal(got, np.maximum(reference(x, w, bias, **geo), 0))
+    got = run(emulator, name, x, w, tmp_path, **geo)
+    np.testing.assert_array_equal(got, reference(x, w, None, **geo))
+
+
+#: (n, c, h, w): one image, one output column, channels in several CTA chunks (960: four
+#: chunks of 30 vectors; 1000: four, the last of 29), channels short of one chunk (8)
+SHAPES = [(1, 8, 5, 3), (2, 16, 9, 1), (1, 960, 7, 7), (3, 1000, 5, 9), (5, 40, 17, 23)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("name", NAMES)
+def test_depthwise_kernel_shapes(emulator, tmp_path, name, shape):
+    """Each kernel over channel counts that fill several CTAs' chunks or part of one, a
+    single output row or column, odd sizes: the float64 result exactly."""
+    n, c, h, w_ = shape
+    filt, stride, dilation = geometry(BY_NAME[name])
+    padding = tuple(d * (f - 1) // 2 for d, f in zip(dilation, filt))  # "same" at stride 1
+    x, w, bias = integer_case(n, c, h, w_, filt, seed=30)
+    geo = dict(stride=stride, padding=padding, dilation=dilation)
+    got = run(emulator, name, x, w, tmp_path, bias=bias, **geo)
+    np.testing.assert_array_equal(got, reference(x, w, bias, **geo))
+
+
+def silu(y):
+    return y / (1 + np.exp(-y))
+
+
+@pytest.mark.parametrize("activation", ["silu", "clamp"])
+@pytest.mark.parametrize("name", NAMES)
+def test_depthwise_epilogue(emulator, tmp_path, name, activation):
+    """alpha, beta * c (a residual) and an activation with parameters (ReLU6 as clamp),
+    fused, on random inputs: fp32 accumulation and one rounding to the 16-bit output."""
+    k = BY_NAME[name]
+    filt, stride, dilation = geometry(k)
+    rng = np.random.default_rng(40)
+    x = mockgpu.decode(mockgpu.encode(rng.standard_normal((2, 11, 10, 32)), k.a), k.a)
+    w = mockgpu.decode(mockgpu.encode(rng.standard_normal((32, *filt, 1)), k.a), k.a)
+    bias = mockgpu.decode(mockgpu.encode(rng.standard_normal(32), k.a), k.a)
+    geo = dict(stride=stride, padding=(1, 1), dilation=dilation)
+    ref = reference(x, w, None, **geo)
+    c = mockgpu.decode(mockgpu.encode(rng.standard_normal(ref.shape), k.a), k.a)
+    act = ("clamp", 0.0, 6.0) if activation == "clamp" else activation
+    got = run(
+        emulator, name, x, w, tmp_path, bias=bias, c=c, alpha=0.5, beta=-1.5, activation=act, **geo
+    )
+    y = 0.5 * ref - 1.5 * c + bias
+    y = np.clip(y, 0, 6) if activation == "clamp" else silu(y)
+    ulp = 2.0 ** (-8 if k.a == "bf16" else -11)  # the output's rounding, relative
+    np.testing.assert_allclose(got, y, rtol=2 * ulp, atol=4 * ulp * math.sqrt(filt[0] * filt[1]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_depthwise_refusals(emulator, tmp_path, name):
+    """What a kernel does not take, it refuses in can_implement, saying why: channel counts
+    that are not multiples of 8, a channel multiplier, and (the kernels built for one
+    filter and stride) another filter, stride or any dilation."""
+    k = BY_NAME[name]
+    filt, stride, dilation = geometry(k)
+    geo = dict(stride=stride, padding=(1, 1), dilation=dilation)
+    x, w, _ = integer_case(1, 12, 9, 9, filt, seed=50)
+    with pytest.raises(mockgpu.Refused, match="multiple"):
+        run(emulator, name, x, w, tmp_path, **geo)
+    x, w, _ = integer_case(1, 16, 17, 17, filt, seed=51)
+    with pytest.raises(mockgpu.Refused, match="channel multiplier"):
+        mockgpu.conv2d(
+            emulator, name, k.a, x, np.concatenate([w, w]), groups=16, workdir=str(tmp_path), **geo
+        )
+    if k.tile[0]:
+        wider = integer_case(1, 16, 17, 17, (filt[0] + 2, filt[1]), seed=52)[1]
+        for w_, g in (
+            (wider, geo),
+            (w, {**geo, "stride": (stride[0] + 1,) * 2}),
+            (w, {**geo, "dilation": (2, 2)}),
+        ):
+            with pytest.raises(mockgpu.Refused, match="built for"):
+                run(emulator, name, x, w_, tmp_path, **g)
