@@ -136,7 +136,7 @@ def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False, de
     GEMM kernels, or a convolution pass's ("fprop", "dgrad", "wgrad"; None: every pass).
     ``block_scaled``: False leaves out the kernels that take only block-scale grids
     (tests/gpu/test_block_scaled.py runs those), True keeps only them, None keeps both.
-    ``depthwise``: likewise for the direct depthwise fprop kernels, which run depthwise
+    ``depthwise``: likewise for the direct depthwise kernels, which run depthwise
     convolutions only (False: the others).
 
     Under ``PYCUTLASS_RT_REQUIRE_GPU=1``, no GPU (rather than []) or a driver that cannot

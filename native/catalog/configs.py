@@ -188,6 +188,10 @@ SM80_DEPTHWISE_CONFIGS = [
     ((5, 5), 2, "extended"),
     ((7, 7), 2, "extended"),
 ]
+#: depthwise dgrad and wgrad: generic direct kernels (any filter, stride and dilation), the
+#: linear epilogue (alpha, beta * c), extended until they have run on a GPU. wgrad sums over
+#: N * P * Q in CTA slices into fp32 partials (the workspace) added up in a fixed order.
+SM80_DEPTHWISE_GRADIENTS = [("dgrad", "extended"), ("wgrad", "extended")]
 
 # ---------------------------------------------------------------------------------
 # The other dtypes, the second outputs and the block-scaled kernels

@@ -136,7 +136,7 @@ class Kernel:
 
     @property
     def depthwise(self) -> bool:
-        """A direct depthwise fprop (native/kernels/depthwise.cuh), no implicit GEMM: its
+        """A direct depthwise kernel (native/kernels/depthwise.cuh), no implicit GEMM: its
         tile is the filter (R, S) and stride it is built for, (0, 0, 0) for any."""
         return self.schedule == "depthwise"
 

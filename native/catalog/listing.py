@@ -32,6 +32,7 @@ from .configs import (
     SM80_CONFIGS,
     SM80_CONV_CONFIGS,
     SM80_DEPTHWISE_CONFIGS,
+    SM80_DEPTHWISE_GRADIENTS,
     SM80_GROUPED_CONFIGS,
     SM90_BLOCK_CONFIGS,
     SM90_BLOCK_SWAP_CONFIGS,
@@ -105,26 +106,26 @@ def _conv_kernels() -> list[Kernel]:
 
 
 def _depthwise_kernels() -> list[Kernel]:
-    """The direct depthwise fprop kernels: a filter and stride each (tile (R, S, stride);
-    zeros: the generic kernel), 16-byte channel vectors, the fused epilogue."""
-    return [
-        Kernel(
-            "sm80",
-            a,
-            a,
-            d,
-            "nhwc",
-            (*filt, stride),
-            "depthwise",
-            align=8,
-            epilogue="biasact",
-            tier=tier,
-            op="fprop",
+    """The direct depthwise kernels: fprop's for a filter and stride each (tile (R, S,
+    stride); zeros: the generic kernel) with the fused epilogue, and generic dgrad and wgrad
+    ones with the linear epilogue; 16-byte channel vectors."""
+
+    def kernel(a, d, tile, op, epilogue, tier):
+        return Kernel(
+            "sm80", a, a, d, "nhwc", tile, "depthwise", align=8, epilogue=epilogue, tier=tier, op=op
         )
+
+    fprop = [
+        kernel(a, d, (*filt, stride), "fprop", "biasact", tier)
         for (a, d), (filt, stride, tier) in itertools.product(
             DEPTHWISE_TYPES, SM80_DEPTHWISE_CONFIGS
         )
     ]
+    gradients = [
+        kernel(a, d, (0, 0, 0), op, "linear", tier)
+        for (a, d), (op, tier) in itertools.product(DEPTHWISE_TYPES, SM80_DEPTHWISE_GRADIENTS)
+    ]
+    return fprop + gradients
 
 
 def _more_types() -> list[Kernel]:

@@ -138,8 +138,8 @@ def _conv_type(k: Kernel, ea: str, ed: str) -> str:
     """The C++ type of a convolution kernel (native/kernels/conv_mma.cuh, conv_tma.cuh,
     depthwise.cuh)."""
     if k.depthwise:
-        return "pcr::depthwise::Direct<{}, {}, {}, {}, {}, {}>".format(
-            ea, ed, *k.tile, EPILOGUES[k.epilogue]
+        return "pcr::depthwise::Direct<{}, {}, {}, {}, {}, {}, {}>".format(
+            OPS[k.op], ea, ed, *k.tile, EPILOGUES[k.epilogue]
         )
     if k.family in TMA_FAMILIES:
         return (

@@ -43,20 +43,25 @@ constexpr int kMinCtas = 2;
 // up to 48 KB / (16 bytes * taps) channel vectors per CTA keeps (3072 taps: 55 x 55)
 constexpr int kMaxSmem = 48 * 1024;
 
-// One launch's arguments, built on the host.
+// One launch's arguments, built on the host. The tensors by pass: fprop reads x and w and
+// writes y; dgrad reads dy and w and writes y = dx (N x H x W x C, c likewise); wgrad reads
+// x and dy, sums per CTA into `partials` and writes y = dw (C x R x S, c likewise).
 struct Params {
   const void* x;     // N x H x W x C
   const void* w;     // C x R x S (x 1)
-  const void* c;     // N x P x Q x C, read where beta != 0
-  void* y;           // N x P x Q x C
+  const void* dy;    // N x P x Q x C (dgrad, wgrad)
+  const void* c;     // y's shape, read where beta != 0
+  void* y;           // N x P x Q x C (fprop)
   const void* bias;  // C values, or null
+  float* partials;   // wgrad: slices x R*S x C sums (the workspace)
   int n, h, w_, ch, p, q, r, s;
   int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
   int vectors;        // C / kVector
   int chunk_vectors;  // channel vectors per CTA
-  int rows_per_cta;   // output runs per CTA: kThreads / chunk_vectors
-  int runs;           // output runs per output row: ceil(Q / kOutputs)
-  int64_t items;      // output runs in all: N * P * runs
+  int rows_per_cta;   // output runs per CTA: kThreads / chunk_vectors (wgrad: positions)
+  int runs;           // output runs per output row: ceil(width / kOutputs)
+  int64_t items;      // output runs in all: N * rows * runs (wgrad: N * P * Q positions)
+  int slices;         // wgrad: CTAs along N * P * Q per channel chunk
   float alpha, beta;
   ActivationArgs activation;
 };
@@ -86,25 +91,71 @@ __device__ __forceinline__ void multiply_add(Acc& acc, const Acc& x, const Acc& 
   for (int i = 0; i < kVector; ++i) acc[i] = fmaf(x[i], w[i], acc[i]);
 }
 
-// kR x kS (0: runtime) filters, stride kStride (0: runtime), dilation 1 unless generic.
-template <class T, class D, int kR, int kS, int kStride>
-__global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Params prm) {
-  constexpr bool kGeneric = kR == 0;
+// The epilogue of a run of outputs: act(alpha * acc + beta * c + bias) at y's elements
+// (out_row + q0 + t) * C + channel for t < kOutputs within `width`, 16-byte stores.
+template <class D>
+__device__ __forceinline__ void store_run(const Params& prm, const Acc* acc, int64_t out_row,
+                                          int q0, int width, int channel) {
+  Acc bias;
+  if (prm.bias)
+    bias = load_vector(static_cast<const D*>(prm.bias) + channel);
+  else
+    bias.fill(0.0f);
+  const int ch = prm.ch;
+  CUTLASS_PRAGMA_UNROLL
+  for (int t = 0; t < kOutputs; ++t) {
+    if (q0 + t >= width) break;
+    const int64_t at = (out_row + q0 + t) * ch + channel;
+    Acc y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kVector; ++i) y[i] = prm.alpha * acc[t][i] + bias[i];
+    if (prm.beta != 0.0f) {
+      const Acc c = load_vector(static_cast<const D*>(prm.c) + at);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kVector; ++i) y[i] = fmaf(prm.beta, c[i], y[i]);
+    }
+    y = activate(prm.activation, y);
+    union {
+      uint4 raw;
+      Vec<D> v;
+    } u;
+    u.v = cutlass::NumericArrayConverter<D, float, kVector>()(y);
+    *reinterpret_cast<uint4*>(static_cast<D*>(prm.y) + at) = u.raw;
+  }
+}
+
+// The dynamic shared memory of a launch.
+__device__ __forceinline__ unsigned char* shared_bytes() {
 #if defined(PCR_EMULATE)
-  unsigned char* smem_bytes = emulate::shared_memory().bytes;
+  return emulate::shared_memory().bytes;
 #else
   extern __shared__ __align__(16) unsigned char smem_bytes[];
+  return smem_bytes;
 #endif
-  T* filters = reinterpret_cast<T*>(smem_bytes);  // [r * S + s][chunk channel]
-  const int taps = kGeneric ? prm.r * prm.s : kR * kS;
+}
+
+// The CTA's channel chunk's filters in shared memory, tap-major ([r * S + s][chunk
+// channel]), read from w's contiguous run of C x R x S in order.
+template <class T>
+__device__ __forceinline__ const T* stage_filters(const Params& prm, int taps) {
+  T* filters = reinterpret_cast<T*>(shared_bytes());
   const int chunk_channels = prm.chunk_vectors * kVector;
-  const int c0 = blockIdx.y * chunk_channels;  // the chunk's first channel
-  // the chunk's filters: a contiguous run of C x R x S, read in order
+  const int c0 = blockIdx.y * chunk_channels;
   const T* w = static_cast<const T*>(prm.w) + int64_t(c0) * taps;
   const int chunk_taps = min(chunk_channels, prm.ch - c0) * taps;
   for (int i = threadIdx.x; i < chunk_taps; i += kThreads)
     filters[(i % taps) * chunk_channels + i / taps] = w[i];
   __syncthreads();
+  return filters;
+}
+
+// kR x kS (0: runtime) filters, stride kStride (0: runtime), dilation 1 unless generic.
+template <class T, class D, int kR, int kS, int kStride>
+__global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Params prm) {
+  constexpr bool kGeneric = kR == 0;
+  const int taps = kGeneric ? prm.r * prm.s : kR * kS;
+  const int chunk_channels = prm.chunk_vectors * kVector;
+  const T* filters = stage_filters<T>(prm, taps);
 
   const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
   const int vector = blockIdx.y * prm.chunk_vectors + lane;
@@ -165,73 +216,190 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
     }
   }
 
-  // the epilogue: act(alpha * acc + beta * c + bias), 16-byte stores
-  Acc bias;
-  if (prm.bias)
-    bias = load_vector(static_cast<const D*>(prm.bias) + channel);
-  else
-    bias.fill(0.0f);
-  const int64_t out_row = (int64_t(on) * prm.p + op) * prm.q;
+  store_run<D>(prm, acc, (int64_t(on) * prm.p + op) * prm.q, q0, prm.q, channel);
+}
+
+// dgrad, any filter, stride and dilation: dx = the transposed convolution of dy. A thread
+// takes 8 channels of kOutputs consecutive dx elements along W, as fprop's threads do; an
+// element (ih, iw) gathers dy[(ih + pad - r * dilation) / stride] for every tap whose
+// numerator the stride divides.
+template <class T, class D>
+__global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Params prm) {
+  const int taps = prm.r * prm.s;
+  const int chunk_channels = prm.chunk_vectors * kVector;
+  const T* filters = stage_filters<T>(prm, taps);
+
+  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
+  const int vector = blockIdx.y * prm.chunk_vectors + lane;
+  const int64_t item = int64_t(blockIdx.x) * prm.rows_per_cta + row;
+  if (row >= prm.rows_per_cta || item >= prm.items || vector >= prm.vectors) return;
+  const int run = int(item % prm.runs);
+  const int64_t nh = item / prm.runs;
+  const int ih = int(nh % prm.h), in_ = int(nh / prm.h);
+  const int w0 = run * kOutputs;
+  const int ch = prm.ch, channel = vector * kVector;
+  const T* dy = static_cast<const T*>(prm.dy) + int64_t(in_) * prm.p * prm.q * ch + channel;
+  const T* f = filters + lane * kVector;
+
+  Acc acc[kOutputs];
   CUTLASS_PRAGMA_UNROLL
-  for (int t = 0; t < kOutputs; ++t) {
-    if (q0 + t >= prm.q) break;
-    const int64_t at = (out_row + q0 + t) * ch + channel;
-    Acc y;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kVector; ++i) y[i] = prm.alpha * acc[t][i] + bias[i];
-    if (prm.beta != 0.0f) {
-      const Acc c = load_vector(static_cast<const D*>(prm.c) + at);
+  for (int t = 0; t < kOutputs; ++t) acc[t].fill(0.0f);
+  for (int r = 0; r < prm.r; ++r) {
+    const int num_h = ih + prm.pad_h - r * prm.dilation_h;
+    if (num_h < 0 || num_h % prm.stride_h) continue;
+    const int oh = num_h / prm.stride_h;
+    if (oh >= prm.p) continue;
+    const T* out = dy + int64_t(oh) * prm.q * ch;
+    for (int s = 0; s < prm.s; ++s) {
+      const Acc wv = load_shared(f + (r * prm.s + s) * chunk_channels);
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kVector; ++i) y[i] = fmaf(prm.beta, c[i], y[i]);
+      for (int t = 0; t < kOutputs; ++t) {
+        const int num_w = w0 + t + prm.pad_w - s * prm.dilation_w;
+        if (num_w < 0 || num_w % prm.stride_w) continue;
+        const int ow = num_w / prm.stride_w;
+        if (ow < prm.q) multiply_add(acc[t], load_vector(out + int64_t(ow) * ch), wv);
+      }
     }
-    y = activate(prm.activation, y);
-    union {
-      uint4 raw;
-      Vec<D> v;
-    } u;
-    u.v = cutlass::NumericArrayConverter<D, float, kVector>()(y);
-    *reinterpret_cast<uint4*>(static_cast<D*>(prm.y) + at) = u.raw;
   }
+  store_run<D>(prm, acc, (int64_t(in_) * prm.h + ih) * prm.w_, w0, prm.w_, channel);
+}
+
+// wgrad's taps per pass over a CTA's positions: the sums a thread holds (kVector each)
+constexpr int kWgradTaps = 4;
+
+// wgrad, any filter, stride and dilation, first of two launches: CTA (slice, chunk) sums
+// dy[n, p, q] * x[n, p * stride - pad + r * dilation, ...] over its slice of the N * P * Q
+// positions for every tap, in kWgradTaps taps a pass: a thread takes 8 channels and every
+// rows_per_cta-th position of the slice, and the CTA adds its threads' sums up in a fixed
+// order into partials[slice][tap][channel].
+template <class T>
+__global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_partials(const Params prm) {
+  float* sums = reinterpret_cast<float*>(shared_bytes());  // [row][lane][tap][channel]
+  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
+  const int vector = blockIdx.y * prm.chunk_vectors + lane;
+  const bool active = row < prm.rows_per_cta && vector < prm.vectors;
+  const int ch = prm.ch, channel = vector * kVector, taps = prm.r * prm.s;
+  const int64_t per_slice = (prm.items + prm.slices - 1) / prm.slices;
+  const int64_t first = int64_t(blockIdx.x) * per_slice;
+  const int64_t last = min(prm.items, first + per_slice);
+  const int per_row = kWgradTaps * kVector;  // floats of one thread's sums
+
+  for (int t0 = 0; t0 < taps; t0 += kWgradTaps) {
+    Acc acc[kWgradTaps];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kWgradTaps; ++j) acc[j].fill(0.0f);
+    if (active) {
+      for (int64_t pos = first + row; pos < last; pos += prm.rows_per_cta) {
+        const int oq = int(pos % prm.q);
+        const int64_t np = pos / prm.q;
+        const int op = int(np % prm.p), on = int(np / prm.p);
+        const Acc g = load_vector(static_cast<const T*>(prm.dy) + pos * ch + channel);
+        const T* x = static_cast<const T*>(prm.x) + int64_t(on) * prm.h * prm.w_ * ch + channel;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kWgradTaps; ++j) {
+          const int tap = t0 + j;
+          if (tap >= taps) break;
+          const int ih = op * prm.stride_h - prm.pad_h + (tap / prm.s) * prm.dilation_h;
+          const int iw = oq * prm.stride_w - prm.pad_w + (tap % prm.s) * prm.dilation_w;
+          if (ih >= 0 && ih < prm.h && iw >= 0 && iw < prm.w_)
+            multiply_add(acc[j], load_vector(x + (int64_t(ih) * prm.w_ + iw) * ch), g);
+        }
+      }
+    }
+    if (row < prm.rows_per_cta) {
+      float* mine = sums + (row * prm.chunk_vectors + lane) * per_row;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kWgradTaps; ++j) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kVector; ++i) mine[j * kVector + i] = acc[j][i];
+      }
+    }
+    __syncthreads();
+    // each (lane, tap, channel) summed over the rows in order: deterministic
+    for (int v = threadIdx.x; v < prm.chunk_vectors * per_row; v += kThreads) {
+      const int l = v / per_row, j = v % per_row / kVector, i = v % kVector;
+      const int c = (blockIdx.y * prm.chunk_vectors + l) * kVector + i;
+      if (t0 + j >= taps || c >= ch) continue;
+      float total = 0.0f;
+      for (int r = 0; r < prm.rows_per_cta; ++r)
+        total += sums[(r * prm.chunk_vectors + l) * per_row + j * kVector + i];
+      prm.partials[(int64_t(blockIdx.x) * taps + t0 + j) * ch + c] = total;
+    }
+    __syncthreads();
+  }
+}
+
+// wgrad's second launch: dw[c][tap] = alpha * (the slices' partials added in order) +
+// beta * c[c][tap], one thread an element.
+template <class D>
+__global__ void __launch_bounds__(kThreads) depthwise_wgrad_sum(const Params prm) {
+  const int taps = prm.r * prm.s;
+  const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;  // c * taps + tap
+  if (e >= int64_t(prm.ch) * taps) return;
+  const int c = int(e / taps), tap = int(e % taps);
+  float total = 0.0f;
+  for (int sl = 0; sl < prm.slices; ++sl)
+    total += prm.partials[(int64_t(sl) * taps + tap) * prm.ch + c];
+  float y = prm.alpha * total;
+  if (prm.beta != 0.0f) y = fmaf(prm.beta, float(static_cast<const D*>(prm.c)[e]), y);
+  static_cast<D*>(prm.y)[e] = D(y);
 }
 
 inline const char* op_words(int kind) {
   return kind == PCR_OP_FPROP ? "fprop" : kind == PCR_OP_DGRAD ? "dgrad" : "wgrad";
 }
 
-// The KernelOps of a depthwise fprop kernel (kernel.h): ElementA the inputs' dtype (half_t
-// or bfloat16_t), ElementD the output's (the same); kR x kS the filter and kStride the
-// stride it is built for, all 0 for the generic kernel. Its epilogue is always the fused
-// one (PCR_EPI_BIASACT): with no bias and no activation it is the linear one, at no cost a
-// memory-bound kernel notices.
-template <class ElementA, class ElementD, int kR, int kS, int kStride, int Epilogue>
+// The KernelOps of a direct depthwise kernel (kernel.h) of pass kOp (pcr_op): ElementA the
+// inputs' dtype (half_t or bfloat16_t), ElementD the output's (the same); for fprop, kR x kS
+// the filter and kStride the stride it is built for, all 0 for the generic kernel; dgrad and
+// wgrad kernels are generic. fprop's epilogue is always the fused one (PCR_EPI_BIASACT):
+// with no bias and no activation it is the linear one, at no cost a memory-bound kernel
+// notices; the gradients' is the linear one.
+template <int kOp, class ElementA, class ElementD, int kR, int kS, int kStride, int Epilogue>
 struct Direct {
-  static_assert(Epilogue == PCR_EPI_BIASACT, "depthwise kernels are built with the fused epilogue");
+  static_assert(kOp == PCR_OP_FPROP || kOp == PCR_OP_DGRAD || kOp == PCR_OP_WGRAD, "a pass");
+  static_assert(Epilogue == (kOp == PCR_OP_FPROP ? PCR_EPI_BIASACT : PCR_EPI_LINEAR),
+                "fprop kernels are built with the fused epilogue, the gradients' linear");
   static_assert(sizeof(ElementA) == 2 && sizeof(ElementD) == 2, "16-bit inputs and outputs");
   static_assert((kR == 0) == (kS == 0) && (kR == 0) == (kStride == 0), "all static or generic");
+  static_assert(kOp == PCR_OP_FPROP || kR == 0, "dgrad and wgrad kernels are generic");
   static constexpr bool kGeneric = kR == 0;
   static constexpr bool kProgrammatic = false;
 
   struct Prepared {
     Params params;
-    dim3 grid;
+    dim3 grid, sum_grid;  // sum_grid: wgrad's second launch
     int smem;
   };
 
   // Channel vectors per CTA: whole channel counts up to kMaxVectors, else chunks of equal
   // size (960 channels: 4 of 30 vectors, not 3 of 32 and one of 24), few enough that a
-  // chunk's filters fit in shared memory.
+  // chunk's filters (fprop, dgrad) fit in shared memory.
   static int chunk_vectors(const ConvArgs& v) {
     const int vectors = v.c / kVector;
     const int most =
-        std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
+        kOp == PCR_OP_WGRAD
+            ? kMaxVectors
+            : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
     const int chunks = (vectors + most - 1) / most;
     return (vectors + chunks - 1) / chunks;
   }
 
+  // wgrad: CTAs along the N * P * Q positions per channel chunk: about two per SM in all,
+  // each with at least 8 positions per thread
+  static int slices(const ConvArgs& v, int sm_count) {
+    const int cv = chunk_vectors(v), chunks = (v.c / kVector + cv - 1) / cv;
+    const int64_t positions = int64_t(v.n) * v.p * v.q, rows = kThreads / cv;
+    const int64_t most = std::max<int64_t>(1, positions / (rows * 8));
+    const int64_t want =
+        std::max<int64_t>(1, (2 * int64_t(std::max(sm_count, 1)) + chunks - 1) / chunks);
+    return int(std::min<int64_t>({want, most, 1024}));
+  }
+
   static int can_implement(const GemmArgs& g) {
     const ConvArgs& v = g.conv;
-    if (v.kind != PCR_OP_FPROP)
-      return set_error(PCR_ERR_UNSUPPORTED, "a depthwise fprop kernel cannot run a %s",
+    if (v.kind != kOp)
+      return set_error(PCR_ERR_UNSUPPORTED, "a depthwise %s kernel cannot run a %s", op_words(kOp),
                        op_words(v.kind));
     if (v.groups != v.c || v.k != v.c)
       return set_error(PCR_ERR_UNSUPPORTED,
@@ -243,7 +411,7 @@ struct Direct {
       return set_error(PCR_ERR_UNSUPPORTED,
                        "depthwise kernels read channels in vectors of %d; C %d is not a multiple",
                        kVector, v.c);
-    if (int64_t(v.r) * v.s * kVector * int(sizeof(ElementA)) > kMaxSmem)
+    if (kOp != PCR_OP_WGRAD && int64_t(v.r) * v.s * kVector * int(sizeof(ElementA)) > kMaxSmem)
       return set_error(PCR_ERR_UNSUPPORTED,
                        "a %d x %d filter is larger than depthwise kernels take (%d taps at most)",
                        v.r, v.s, kMaxSmem / (kVector * int(sizeof(ElementA))));
@@ -254,32 +422,58 @@ struct Direct {
                        "problem has %d x %d, stride (%d, %d), dilation (%d, %d)",
                        kR, kS, kStride, v.r, v.s, v.stride_h, v.stride_w, v.dilation_h,
                        v.dilation_w);
-    const int64_t runs = (int64_t(v.q) + kOutputs - 1) / kOutputs;
+    if (kOp == PCR_OP_WGRAD) {
+      if (int64_t(v.c) * v.r * v.s > int64_t(INT32_MAX) * kThreads / 2)
+        return set_error(PCR_ERR_UNSUPPORTED,
+                         "the filters (%d x %d x %d) are too many for one launch", v.c, v.r, v.s);
+      return PCR_OK;
+    }
+    const int width = kOp == PCR_OP_FPROP ? v.q : v.w, height = kOp == PCR_OP_FPROP ? v.p : v.h;
+    const int64_t runs = (int64_t(width) + kOutputs - 1) / kOutputs;
     const int64_t rows = kThreads / chunk_vectors(v);
-    if ((int64_t(v.n) * v.p * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
+    if ((int64_t(v.n) * height * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
       return set_error(PCR_ERR_UNSUPPORTED, "the output (%d x %d x %d) is too large for one launch",
-                       v.n, v.p, v.q);
+                       v.n, height, width);
     return PCR_OK;
   }
 
-  static size_t workspace_size(const GemmArgs&) { return 0; }
+  static size_t workspace_size(const GemmArgs& g) {
+    if (kOp != PCR_OP_WGRAD) return 0;
+    const ConvArgs& v = g.conv;
+    return size_t(slices(v, g.sm_count)) * v.r * v.s * v.c * sizeof(float);
+  }
 
-  static int prepare(const GemmArgs& g, void*, void* out) {
+  static int prepare(const GemmArgs& g, void* workspace, void* out) {
     const ConvArgs& v = g.conv;
     auto* prep = new (out) Prepared{};
     Params& p = prep->params;
-    p.x = g.a, p.w = g.b, p.c = g.c, p.y = g.d, p.bias = g.bias_n;
+    // GemmArgs' a, b and d are the pass's (fprop: x, w, y; dgrad: dy, w, dx; wgrad: dy, x, dw)
+    if (kOp == PCR_OP_FPROP) p.x = g.a, p.w = g.b;
+    if (kOp == PCR_OP_DGRAD) p.dy = g.a, p.w = g.b;
+    if (kOp == PCR_OP_WGRAD) p.dy = g.a, p.x = g.b;
+    p.c = g.c, p.y = g.d, p.bias = g.bias_n;
     p.n = v.n, p.h = v.h, p.w_ = v.w, p.ch = v.c, p.p = v.p, p.q = v.q, p.r = v.r, p.s = v.s;
     p.pad_h = v.pad_h, p.pad_w = v.pad_w, p.stride_h = v.stride_h, p.stride_w = v.stride_w;
     p.dilation_h = v.dilation_h, p.dilation_w = v.dilation_w;
     p.vectors = v.c / kVector;
     p.chunk_vectors = chunk_vectors(v);
     p.rows_per_cta = kThreads / p.chunk_vectors;
-    p.runs = (v.q + kOutputs - 1) / kOutputs;
-    p.items = int64_t(v.n) * v.p * p.runs;
     p.alpha = float(g.alpha), p.beta = float(g.beta);
     p.activation = g.activation;
     const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
+    if (kOp == PCR_OP_WGRAD) {
+      p.partials = static_cast<float*>(workspace);
+      p.items = int64_t(v.n) * v.p * v.q;
+      p.slices = slices(v, g.sm_count);
+      prep->grid = dim3(unsigned(p.slices), unsigned(chunks));
+      const int64_t elements = int64_t(v.c) * v.r * v.s;
+      prep->sum_grid = dim3(unsigned((elements + kThreads - 1) / kThreads));
+      prep->smem = kThreads * kWgradTaps * kVector * int(sizeof(float));
+      return PCR_OK;
+    }
+    const int width = kOp == PCR_OP_FPROP ? v.q : v.w, height = kOp == PCR_OP_FPROP ? v.p : v.h;
+    p.runs = (width + kOutputs - 1) / kOutputs;
+    p.items = int64_t(v.n) * height * p.runs;
     prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
     prep->smem = v.r * v.s * p.chunk_vectors * kVector * int(sizeof(ElementA));
     return PCR_OK;
@@ -289,21 +483,42 @@ struct Direct {
                     bool /*programmatic: never, see kProgrammatic*/) {
     const auto& prep = *static_cast<const Prepared*>(prepared);
 #if !defined(PCR_EMULATE)
-    depthwise_fprop<ElementA, ElementD, kR, kS, kStride>
-        <<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
+    if constexpr (kOp == PCR_OP_FPROP) {
+      depthwise_fprop<ElementA, ElementD, kR, kS, kStride>
+          <<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
+    } else if constexpr (kOp == PCR_OP_DGRAD) {
+      depthwise_dgrad<ElementA, ElementD><<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
+    } else {
+      depthwise_wgrad_partials<ElementA><<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
+      depthwise_wgrad_sum<ElementD><<<prep.sum_grid, kThreads, 0, stream>>>(prep.params);
+    }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
       return set_error(PCR_ERR_CUDA, "depthwise kernel launch failed: %s (%s)", cudaGetErrorName(e),
                        cudaGetErrorString(e));
 #else  // the CPU tests run the device code on the host (tests/mockgpu)
-    emulate::launch(depthwise_fprop<ElementA, ElementD, kR, kS, kStride>, prep.grid, dim3(kThreads),
-                    prep.smem, prep.params);
+    if constexpr (kOp == PCR_OP_FPROP) {
+      emulate::launch(depthwise_fprop<ElementA, ElementD, kR, kS, kStride>, prep.grid,
+                      dim3(kThreads), prep.smem, prep.params);
+    } else if constexpr (kOp == PCR_OP_DGRAD) {
+      emulate::launch(depthwise_dgrad<ElementA, ElementD>, prep.grid, dim3(kThreads), prep.smem,
+                      prep.params);
+    } else {
+      emulate::launch(depthwise_wgrad_partials<ElementA>, prep.grid, dim3(kThreads), prep.smem,
+                      prep.params);
+      emulate::launch(depthwise_wgrad_sum<ElementD>, prep.sum_grid, dim3(kThreads), 0, prep.params);
+    }
 #endif
     return PCR_OK;
   }
 
   static const void* device_function() {
-    return reinterpret_cast<const void*>(&depthwise_fprop<ElementA, ElementD, kR, kS, kStride>);
+    if constexpr (kOp == PCR_OP_FPROP)
+      return reinterpret_cast<const void*>(&depthwise_fprop<ElementA, ElementD, kR, kS, kStride>);
+    else if constexpr (kOp == PCR_OP_DGRAD)
+      return reinterpret_cast<const void*>(&depthwise_dgrad<ElementA, ElementD>);
+    else
+      return reinterpret_cast<const void*>(&depthwise_wgrad_partials<ElementA>);
   }
 };
 

@@ -218,19 +218,24 @@ constexpr double kCudaCoreRate = 0.125;
 // across the outputs along W that read it; the generic one loads it once per tap
 constexpr double kDepthwiseFixed = 0.85;
 
-// A direct depthwise kernel (PCR_SCHED_DEPTHWISE): its implicit GEMM is m = N*P*Q, n = C,
-// k = R*S, each multiply-add on the CUDA cores, each input and output element moved once
-// (the inputs' bytes taken as the outputs'). One "tile" per 256 outputs of 8 channels.
+// A direct depthwise kernel (PCR_SCHED_DEPTHWISE), each multiply-add on the CUDA cores. Its
+// implicit GEMM: fprop m = N*P*Q, n = C, k = R*S; dgrad m = N*H*W, n = C, k = R*S (each
+// output's m x n, one "tile" per 256 runs of 4 outputs of 8 channels, each input and
+// output element moved once, the inputs' bytes taken as the outputs'); wgrad m = C,
+// n = R*S, k = N*P*Q (dy and x read once each, about two CTAs per SM).
 void depthwise_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int64_t sms,
                      int cc, pcr_model* t) {
   const DeviceRates& dev = rates(cc);
   const double eff = kd.tile_m > 0 ? kDepthwiseFixed : schedule_efficiency(kd.schedule);
-  const int64_t tiles = std::max<int64_t>(ceil_div(m * ceil_div(n, 8), 256 * 4), 1);
+  const bool wgrad = kd.op == PCR_OP_WGRAD;
+  const int64_t tiles = wgrad ? std::max<int64_t>(std::min(2 * sms, ceil_div(k, 256 * 8)), 1)
+                              : std::max<int64_t>(ceil_div(m * ceil_div(n, 8), 256 * 4), 1);
   const int64_t busy = std::min(tiles, sms);
   t->compute_us =
       double(m) * n * k * 2.0 / (dev.tflops_sm * kCudaCoreRate * 1e6 * double(busy) * eff);
   const int64_t bytes =
-      m * n * (esize_of(kd.dtype_a) + esize_of(kd.dtype_d)) + n * k * esize_of(kd.dtype_b);
+      wgrad ? 2 * k * m * esize_of(kd.dtype_a) + m * n * esize_of(kd.dtype_d)
+            : m * n * (esize_of(kd.dtype_a) + esize_of(kd.dtype_d)) + n * k * esize_of(kd.dtype_b);
   t->memory_us =
       double(bytes) / (dev.gbps_sm * 1e3 * std::min(double(sms), busy / kBwSaturation) * eff);
   const double c = t->compute_us, mem = t->memory_us;

@@ -282,9 +282,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     (keep a network in that format to save the copies). Gradients of x and weight are the
     library's dgrad and wgrad convolutions; the bias's is a sum. Where the build's kernel
     list has nothing for the pass's dtype and form (float64 but pointwise, float32 on
-    TF32 in a build without TF32 convolution kernels, a depthwise convolution's dgrad and
-    wgrad, and its fprop where float32, with a channel multiplier or with channels short
-    of 16-byte vectors, a grouped one with a bias), torch's own convolution (cuDNN) runs it
+    TF32 in a build without TF32 convolution kernels, a depthwise convolution in a build
+    without the direct depthwise kernels of that pass (the default one), and where
+    float32, with a channel multiplier or with channels short of 16-byte vectors, a
+    grouped one with a bias), torch's own convolution (cuDNN) runs it
     instead, the activation after, logged once (``pycutlass_rt.torch._cuda._TORCH_CONV``
     lists those kinds); a problem the library refuses otherwise raises, and under
     ``PYCUTLASS_RT_STRICT=1`` every one does. float32 runs on TF32 tensor cores, as torch's convolutions do by

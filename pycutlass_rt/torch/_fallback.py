@@ -53,14 +53,15 @@ def _runs_on(kernel, device) -> bool:
     return bool(runs.value)
 
 
-#: the kind of the direct depthwise fprop kernels in ``alternatives`` (their op is fprop,
-#: but they run no other convolution, and the implicit-GEMM ones no depthwise one)
-DEPTHWISE = "fprop depthwise"
+#: the kind of the direct depthwise kernels in ``alternatives``, after their pass ("fprop
+#: depthwise"): they run no other convolution, and the implicit-GEMM ones no depthwise one
+DEPTHWISE = "depthwise"
 
 
 def _kind(kernel) -> str:
-    """A kernel's kind as ``alternatives`` name it: its op, or :data:`DEPTHWISE`."""
-    return DEPTHWISE if kernel.schedule == "depthwise" else kernel.op
+    """A kernel's kind as ``alternatives`` name it: its op, and :data:`DEPTHWISE` after it
+    for the direct depthwise kernels."""
+    return f"{kernel.op} {DEPTHWISE}" if kernel.schedule == "depthwise" else kernel.op
 
 
 def _takes(kernel, alternatives, dtype, out, fused) -> bool:
@@ -153,7 +154,7 @@ def conv_form(pass_: str, groups: int, filters, geometry, bias, itemsize: int = 
     and its elements' bytes: "nhwc" (the convolution kernels), "nhwc pointwise" (1x1, unit
     stride, no padding: also a GEMM on the flat tensors), "nhwc grouped" (one GEMM per group
     on the unfolded input), "nhwc depthwise" (one channel per group and one filter per
-    channel, in whole 16-byte vectors: the depthwise kernels run its fprop), "nhwc
+    channel, in whole 16-byte vectors: the depthwise kernels run its passes), "nhwc
     depthwise other" (a channel multiplier, or channels short of whole vectors) or "nhwc
     grouped bias" (a grouped fprop with a bias): no kernel takes the last two."""
     stride, padding, _ = geometry
@@ -173,13 +174,13 @@ _ANY_GEMM = (("gemm", GEMM_LAYOUTS),)
 
 def conv_alternatives(pass_: str, form: str, dtype: str) -> tuple:
     """The kernels that can run a convolution pass of ``form`` on ``dtype`` inputs, as
-    :func:`covered` takes them: the pass's convolution kernels (a depthwise fprop's: the
-    depthwise kernels), and the GEMM kernels where the library runs the form as GEMMs
+    :func:`covered` takes them: the pass's convolution kernels (a depthwise pass's: the
+    depthwise kernels of that pass), and the GEMM kernels where the library runs the form as GEMMs
     (pointwise, grouped, and float32 at fp32 accuracy, which no convolution kernel
     computes)."""
     conv = ((pass_, ("nhwc",)),)
     if form == "nhwc depthwise":
-        return ((DEPTHWISE, ("nhwc",)),) if pass_ == "fprop" else ()
+        return ((f"{pass_} {DEPTHWISE}", ("nhwc",)),)
     if form in ("nhwc depthwise other", "nhwc grouped bias"):
         return ()
     if form == "nhwc grouped":

@@ -525,29 +525,45 @@ def test_convolutions_in_the_default_build():
 
 
 def test_depthwise_kernels():
-    """Depthwise fprop: direct kernels of the sm80 family for float16 and bfloat16, one per
-    filter and stride and a generic one, each with the fused epilogue (which serves linear
-    calls), 16-byte channel vectors, filters read element by element; none in the default
-    build until they have run on a GPU."""
+    """Depthwise: direct kernels of the sm80 family for float16 and bfloat16, fprop's one
+    per filter and stride and a generic one, each with the fused epilogue (which serves
+    linear calls), and a generic dgrad and wgrad with the linear one; 16-byte channel
+    vectors, filters read element by element; none in the default build until they have
+    run on a GPU."""
     dw = [k for k in catalog.catalogue() if k.depthwise]
     assert {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b) for k in dw} == {
-        ("sm80", "fprop", "nhwc", "biasact", 8, 1)
+        ("sm80", "fprop", "nhwc", "biasact", 8, 1),
+        ("sm80", "dgrad", "nhwc", "linear", 8, 1),
+        ("sm80", "wgrad", "nhwc", "linear", 8, 1),
     }
     assert {(k.a, k.d) for k in dw} == {("f16", "f16"), ("bf16", "bf16")}
+    assert not any(k.default for k in dw)
     for a in ("f16", "bf16"):
-        mine = {k.tile: k for k in dw if k.a == a}
-        assert (0, 0, 0) in mine and len(mine) == 7
-        assert not any(k.default for k in mine.values())
+        fprop = {k.tile: k for k in dw if k.a == a and k.op == "fprop"}
+        assert (0, 0, 0) in fprop and len(fprop) == 7
+        gradients = [k for k in dw if k.a == a and k.op != "fprop"]
+        assert sorted(k.op for k in gradients) == ["dgrad", "wgrad"]
+        assert all(k.tile == (0, 0, 0) for k in gradients)
     k = next(k for k in dw if k.tile == (7, 7, 1) and k.a == "bf16")
     assert k.name == "sm80_fprop_bf16_bf16_f32_bf16_nhwc_f7x7s1_depthwise_biasact_a8"
     src = catalog.kernel_source(k)
     assert '#include "depthwise.cuh"' in src
-    assert "pcr::depthwise::Direct<cutlass::bfloat16_t, cutlass::bfloat16_t, 7, 7, 1, " in src
+    want = (
+        "pcr::depthwise::Direct<PCR_OP_FPROP, cutlass::bfloat16_t, cutlass::bfloat16_t, 7, 7, 1, "
+    )
+    assert want in src
     assert "PCR_SCHED_DEPTHWISE" in catalog.kernel_info(k)
-    generic = next(k for k in dw if k.tile == (0, 0, 0) and k.a == "f16")
+    generic = next(k for k in dw if k.tile == (0, 0, 0) and k.a == "f16" and k.op == "fprop")
     assert generic.name == "sm80_fprop_f16_f16_f32_f16_nhwc_fany_depthwise_biasact_a8"
+    wgrad = next(k for k in dw if k.op == "wgrad" and k.a == "bf16")
+    assert wgrad.name == "sm80_wgrad_bf16_bf16_f32_bf16_nhwc_fany_depthwise_a8"
+    assert (
+        "Direct<PCR_OP_WGRAD, cutlass::bfloat16_t, cutlass::bfloat16_t, 0, 0, 0, PCR_EPI_LINEAR>"
+        in (catalog.kernel_source(wgrad))
+    )
     # the implicit-GEMM convolutions' patterns take none of them
     assert not catalog.select_kernels(dw, "sm80_fprop_*_w*")
+    assert not catalog.select_kernels(dw, "sm80_*grad_*_w*")
 
 
 def test_block_scaled_kernels():

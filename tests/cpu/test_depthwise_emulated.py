@@ -14,7 +14,8 @@ import pytest
 from catalog import catalogue
 
 DEPTHWISE = [k for k in catalogue() if k.depthwise]
-NAMES = [k.name for k in DEPTHWISE]
+NAMES = [k.name for k in DEPTHWISE if k.op == "fprop"]
+GRADIENTS = [k.name for k in DEPTHWISE if k.op != "fprop"]
 BY_NAME = {k.name: k for k in DEPTHWISE}
 
 
@@ -64,8 +65,18 @@ def integer_case(n, c, h, w_, filt, seed):
 
 
 def run(exe, name, x, w, tmp_path, **kw):
-    return mockgpu.conv2d(
-        exe, name, BY_NAME[name].a, x, w, groups=x.shape[3], workdir=str(tmp_path), **kw
+    """An fprop of x (N, H, W, C) by w (C, R, S, 1), one filter per channel."""
+    return mockgpu.conv(
+        exe,
+        name,
+        BY_NAME[name].a,
+        x,
+        w,
+        x_shape=x.shape,
+        w_shape=w.shape,
+        groups=x.shape[3],
+        workdir=str(tmp_path),
+        **kw,
     )
 
 
@@ -143,8 +154,18 @@ def test_depthwise_refusals(emulator, tmp_path, name):
         run(emulator, name, x, w, tmp_path, **geo)
     x, w, _ = integer_case(1, 16, 17, 17, filt, seed=51)
     with pytest.raises(mockgpu.Refused, match="channel multiplier"):
-        mockgpu.conv2d(
-            emulator, name, k.a, x, np.concatenate([w, w]), groups=16, workdir=str(tmp_path), **geo
+        w2 = np.concatenate([w, w])
+        mockgpu.conv(
+            emulator,
+            name,
+            k.a,
+            x,
+            w2,
+            x_shape=x.shape,
+            w_shape=w2.shape,
+            groups=16,
+            workdir=str(tmp_path),
+            **geo,
         )
     if k.tile[0]:
         wider = integer_case(1, 16, 17, 17, (filt[0] + 2, filt[1]), seed=52)[1]
@@ -155,3 +176,93 @@ def test_depthwise_refusals(emulator, tmp_path, name):
         ):
             with pytest.raises(mockgpu.Refused, match="built for"):
                 run(emulator, name, x, w_, tmp_path, **g)
+
+
+# ---- dgrad and wgrad: generic kernels ---------------------------------------------------
+
+
+def gradients(x, w, dy, stride, padding, dilation):
+    """(dx, dw) of the depthwise convolution y = conv(x, w) for the upstream gradient dy, in
+    float64: the adjoints of :func:`reference`, tap by tap."""
+    n, h, w_, c = x.shape
+    _, r, s, _ = w.shape
+    _, p, q, _ = dy.shape
+    dxp = np.zeros((n, h + 2 * padding[0], w_ + 2 * padding[1], c))
+    xp = np.zeros_like(dxp)
+    xp[:, padding[0] : padding[0] + h, padding[1] : padding[1] + w_] = x
+    dw = np.zeros_like(w)
+    for i in range(r):
+        for j in range(s):
+            rows = slice(i * dilation[0], i * dilation[0] + stride[0] * (p - 1) + 1, stride[0])
+            cols = slice(j * dilation[1], j * dilation[1] + stride[1] * (q - 1) + 1, stride[1])
+            dxp[:, rows, cols] += dy * w[:, i, j, 0]
+            dw[:, i, j, 0] = (dy * xp[:, rows, cols]).sum(axis=(0, 1, 2))
+    return dxp[:, padding[0] : padding[0] + h, padding[1] : padding[1] + w_], dw
+
+
+#: (n, c, h, w, filter, stride, padding, dilation): MobileNet's 3x3 at both strides,
+#: ConvNeXt's 7x7, 5x5 at stride 2 with a ragged edge, dilation, a stride that skips
+#: inputs (3 > filter 2), channels in several chunks (960) and a single channel vector
+GRADIENT_CASES = [
+    (2, 24, 13, 11, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (3, 16, 12, 9, (3, 3), (2, 2), (1, 1), (1, 1)),
+    (1, 40, 14, 14, (7, 7), (1, 1), (3, 3), (1, 1)),
+    (2, 8, 11, 13, (5, 5), (2, 2), (2, 1), (1, 1)),
+    (1, 32, 15, 12, (3, 3), (1, 2), (2, 1), (2, 2)),
+    (2, 8, 10, 10, (2, 2), (3, 3), (0, 0), (1, 1)),
+    (1, 960, 6, 5, (3, 3), (1, 1), (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", GRADIENT_CASES, ids=str)
+@pytest.mark.parametrize("name", GRADIENTS)
+def test_depthwise_gradient(emulator, tmp_path, name, case):
+    """dgrad and wgrad kernels equal the float64 adjoints on integer data exactly (every sum
+    exact in float32, then one rounding to the 16-bit output), over strides, dilation,
+    padding and channel chunks, and add beta * c to alpha times the gradient."""
+    k = BY_NAME[name]
+    n, c, h, w_, filt, stride, padding, dilation = case
+    x, w, _ = integer_case(n, c, h, w_, filt, seed=60)
+    geo = dict(stride=stride, padding=padding, dilation=dilation)
+    p = (h + 2 * padding[0] - dilation[0] * (filt[0] - 1) - 1) // stride[0] + 1
+    q = (w_ + 2 * padding[1] - dilation[1] * (filt[1] - 1) - 1) // stride[1] + 1
+    dy = np.random.default_rng(61).integers(-2, 3, (n, p, q, c)).astype(np.float64)
+    dx, dw = gradients(x, w, dy, **geo)
+    kw = dict(x_shape=x.shape, w_shape=w.shape, groups=c, workdir=str(tmp_path), **geo)
+    b, want = (w, dx) if k.op == "dgrad" else (x, dw)
+
+    def rounded(v):
+        return mockgpu.decode(mockgpu.encode(v, k.a), k.a)
+
+    got = mockgpu.conv(emulator, name, k.a, dy, b, **kw)
+    np.testing.assert_array_equal(got, rounded(want))
+    prior = np.random.default_rng(62).integers(-4, 5, want.shape).astype(np.float64)
+    got = mockgpu.conv(emulator, name, k.a, dy, b, c=prior, alpha=2.0, beta=-1.0, **kw)
+    np.testing.assert_array_equal(got, rounded(2.0 * want - prior))
+
+
+@pytest.mark.parametrize("name", GRADIENTS)
+def test_depthwise_gradient_refusals(emulator, tmp_path, name):
+    """A gradient kernel refuses channel counts that are not multiples of 8 and a channel
+    multiplier, saying why."""
+    k = BY_NAME[name]
+    x, w, _ = integer_case(1, 16, 9, 9, (3, 3), seed=70)
+    dy = np.ones((1, 9, 9, 16))
+    kw = dict(x_shape=x.shape, w_shape=w.shape, padding=(1, 1), workdir=str(tmp_path))
+    b = w if k.op == "dgrad" else x
+    twelve = {**kw, "x_shape": (1, 9, 9, 12), "w_shape": (12, 3, 3, 1)}
+    with pytest.raises(mockgpu.Refused, match="multiple"):
+        mockgpu.conv(
+            emulator,
+            name,
+            k.a,
+            dy[..., :12],
+            b[..., :12] if k.op == "wgrad" else b[:12],
+            groups=12,
+            **twelve,
+        )
+    doubled = {**kw, "w_shape": (32, 3, 3, 1)}
+    dy2 = np.ones((1, 9, 9, 32))
+    b2 = np.concatenate([w, w]) if k.op == "dgrad" else x
+    with pytest.raises(mockgpu.Refused, match="channel multiplier"):
+        mockgpu.conv(emulator, name, k.a, dy2, b2, groups=16, **doubled)

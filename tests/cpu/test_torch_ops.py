@@ -1211,8 +1211,8 @@ class ConvLibrary:
     tensors that need no gradient, an ``out`` to write, and the routes of
     pycutlass_rt._conv.run on the kernels of ``build``: a pointwise pass, a grouped one
     (but depthwise, or a grouped fprop with a bias) and float32 at fp32 accuracy as GEMMs
-    (any layout), a depthwise fprop (one filter per channel, channels in 16-byte vectors)
-    on the depthwise kernels, the rest on the pass's convolution kernels; where none takes
+    (any layout), a depthwise pass (one filter per channel, channels in 16-byte vectors)
+    on the depthwise kernels of that pass, the rest on the pass's convolution kernels; where none takes
     it, UnsupportedError. ``refuse(x_or_dy)`` may refuse one problem (a message)."""
 
     def __init__(self, monkeypatch, build=None, refuse=None):
@@ -1231,10 +1231,10 @@ class ConvLibrary:
         pointwise = tuple(filters[2:]) == (1, 1) and tuple(stride) == (1, 1)
         if pointwise and tuple(padding) == (0, 0) and groups == 1 and gemm:
             return "gemm"
-        if groups > 1 and filters[1] == 1:  # depthwise: the direct kernels, fprop only
+        if groups > 1 and filters[1] == 1:  # depthwise: the direct kernels of the pass
             whole = groups * image.element_size() % 16 == 0 and filters[0] == groups
             direct = self.build.has(op, dtype, out, ("nhwc",), fused, depthwise=True)
-            return "conv" if op == "fprop" and whole and direct else None
+            return "conv" if whole and direct else None
         if groups > 1:
             takes = filters[1] > 1 and not (op == "fprop" and bias is not None)
             return "gemm" if takes and gemm else None
@@ -1329,13 +1329,13 @@ def test_cuda_conv2d_on_an_emulated_library(monkeypatch, caplog, case, dtype):
 
 
 def test_conv2d_without_a_kernel_for_the_dtype_or_form_falls_back_logged_once(monkeypatch, caplog):
-    """float64 (no convolution kernel) and a depthwise convolution's dgrad and wgrad (no
-    kernel of any kind) run on torch's convolution, each pass logged once; a pointwise
-    float64 convolution is a GEMM the build has, a depthwise fprop the depthwise kernels'
-    in a build holding them (but with a channel multiplier, or channels short of a 16-byte
-    vector)."""
+    """float64 (no convolution kernel) and a depthwise convolution's dgrad and wgrad in a
+    build without depthwise gradient kernels (no kernel of any kind) run on torch's
+    convolution, each pass logged once; a pointwise float64 convolution is a GEMM the build
+    has, a depthwise fprop the depthwise kernels' in a build holding them (but with a
+    channel multiplier, or channels short of a 16-byte vector)."""
     lib = ConvLibrary(monkeypatch)
-    lib.build.add(lambda k: k.depthwise)
+    lib.build.add(lambda k: k.depthwise and k.op == "fprop")
     (x, w, b), geo = conv_case(CONVS[0], F64)
     for _ in range(2):
         conv_passes(x, w, b, tuple(geo.values()))
@@ -1383,6 +1383,21 @@ def test_depthwise_fprop_runs_on_the_depthwise_kernels_where_the_build_has_them(
     pt._cuda._conv2d_cuda(x, w, b, (2, 2), (1, 1), (1, 1), 16, "relu")
     assert lib.calls == [("fprop", None)]
     assert pt._cuda._TORCH_CONV == {("conv2d", "bfloat16", "nhwc depthwise")}
+
+
+def test_depthwise_passes_run_on_the_depthwise_kernels(monkeypatch, caplog):
+    """With the direct depthwise kernels of every pass in the build (the extended tier's),
+    a depthwise convolution's fprop, dgrad and wgrad all run on the library, at stride 1
+    and 2, and nothing falls back."""
+    lib = ConvLibrary(monkeypatch)
+    lib.build.add(lambda k: k.depthwise)
+    for stride in (1, 2):
+        x = torch.randn(2, 16, 7, 9, dtype=BF16).contiguous(memory_format=CL)
+        w = torch.randn(16, 1, 3, 3, dtype=BF16).contiguous(memory_format=CL)
+        conv_passes(x, w, torch.randn(16, dtype=BF16), ((stride,) * 2, (1, 1), (1, 1), 16))
+    passes = [("fprop", None)] * 2 + [("dgrad", None), ("wgrad", None)]
+    assert lib.calls == passes * 2
+    assert not pt._cuda._TORCH_CONV and not fallbacks(caplog)
 
 
 def test_a_refused_convolution_leaves_the_op_working(monkeypatch, caplog):

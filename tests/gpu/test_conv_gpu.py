@@ -11,6 +11,7 @@ import pycutlass_rt as pcr  # noqa: E402
 
 CONV = runnable_kernels(op=None)
 DEPTHWISE = runnable_kernels(op="fprop", depthwise=True)
+DEPTHWISE_GRADIENTS = [k for k in runnable_kernels(op=None, depthwise=True) if k.op != "fprop"]
 CL = torch.channels_last
 
 
@@ -450,6 +451,43 @@ def test_depthwise_epilogue(name, activation):
     ref = TORCH_ACTIVATIONS[activation](pre)
     tol = 1e-2 if dt == torch.float16 else 4e-2
     torch.testing.assert_close(got.double().cpu(), ref, rtol=tol, atol=tol)
+
+
+#: (c, h, w, filter, stride, padding, dilation): MobileNet's 3x3 at both strides, ConvNeXt's
+#: 7x7, dilation with unequal strides and padding, channels in several CTA chunks (960)
+GRADIENT_GEOMETRIES = [
+    (24, 13, 11, (3, 3), 1, 1, 1),
+    (16, 12, 9, (3, 3), 2, 1, 1),
+    (40, 14, 14, (7, 7), 1, 3, 1),
+    (32, 15, 12, (3, 3), (1, 2), (2, 1), 2),
+    (960, 6, 5, (3, 3), 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("geometry", GRADIENT_GEOMETRIES, ids=str)
+@pytest.mark.parametrize("name", [k.name for k in DEPTHWISE_GRADIENTS])
+def test_depthwise_gradient_kernel(name, geometry):
+    """Each depthwise dgrad and wgrad kernel, forced by name, equals torch's float64
+    gradient rounded once to the output's dtype (integer inputs: every sum exact), and
+    unforced the selector takes a depthwise kernel of the pass and explain() names it."""
+    k = pcr._kernels.by_name(name)
+    dt = torch_dtype(k.dtype_a)
+    c, h, w_, filt, stride, padding, dilation = geometry
+    x, w, _ = depthwise_case(dt, 2, c, h, w_, filt, seed=60)
+    args = (stride, padding, dilation, c)
+    y = F.conv2d(x.double().cpu(), w.double().cpu(), None, *args)
+    dy = nchw(*y.shape, dt, seed=61)
+    geo = dict(stride=stride, padding=padding, dilation=dilation, groups=c)
+    if k.op == "dgrad":
+        run = lambda **kw: pcr.conv2d_dgrad(dy, w, tuple(x.shape), **geo, **kw)  # noqa: E731
+        ref = torch.nn.grad.conv2d_input(x.shape, w.double().cpu(), dy.double().cpu(), *args)
+    else:
+        run = lambda **kw: pcr.conv2d_wgrad(dy, x, tuple(w.shape), **geo, **kw)  # noqa: E731
+        ref = torch.nn.grad.conv2d_weight(x.double().cpu(), w.shape, dy.double().cpu(), *args)
+    got = run(kernel=name)
+    torch.testing.assert_close(got.double().cpu(), ref.to(dt).double(), rtol=0, atol=0)
+    told = run(explain=True)
+    assert told.kernel and f"_{k.op}_" in told.kernel and "_depthwise_" in told.kernel, told
 
 
 #: MobileNet-V2's and ConvNeXt-T's depthwise layers (c, h, r, stride) at batch 2

@@ -159,13 +159,15 @@ def build(kernels, dest: str) -> str:
     return exe
 
 
-def conv2d(
+def conv(
     exe: str,
     kernel: str,
     dtype: str,
-    x,
-    w,
+    a,
+    b,
     *,
+    x_shape,
+    w_shape,
     stride=(1, 1),
     padding=(0, 0),
     dilation=(1, 1),
@@ -177,26 +179,30 @@ def conv2d(
     activation=None,
     workdir: str,
 ):
-    """An fprop by ``kernel`` in the emulation: x (N, H, W, C) and w (K, R, S, C/groups)
-    values (NHWC, KRSC), c (N, P, Q, K) and bias (K) likewise, each rounded to ``dtype``
-    (the kernel's, "f16" or "bf16"); returns y (N, P, Q, K) as float64 values of the
-    kernel's output, or raises Refused with the kernel's reason. ``activation``: a name of
-    ACTIVATIONS, or (name, alpha[, beta])."""
-    n, h, w_, ch = x.shape
-    k, r, s, _ = w.shape
+    """One pass by ``kernel`` (the pass its name says) in the emulation: a and b its inputs
+    (fprop: x, w; dgrad: dy, w; wgrad: dy, x) as values, rounded to ``dtype`` ("f16" or
+    "bf16"), activations NHWC and filters KRSC; x_shape (N, H, W, C) and w_shape (K, R, S,
+    C/groups) the geometry; c and bias (K) likewise. Returns the output (fprop y (N, P, Q,
+    K), dgrad dx (N, H, W, C), wgrad dw (K, R, S, C/groups)) as float64 values, or raises
+    Refused with the kernel's reason. ``activation``: a name of ACTIVATIONS, or (name,
+    alpha[, beta])."""
+    op = kernel.split("_")[1]
+    n, h, w_, ch = x_shape
+    k, r, s, _ = w_shape
     p = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
     q = (w_ + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
+    out_shape = {"fprop": (n, p, q, k), "dgrad": tuple(x_shape), "wgrad": tuple(w_shape)}[op]
     act = activation if isinstance(activation, tuple) else (activation,)
     params = list(act[1:]) + [0.0] * (3 - len(act))
     os.makedirs(workdir, exist_ok=True)
     paths = {}
-    for name, arr in (("x", x), ("w", w), ("c", c), ("bias", bias)):
+    for name, arr in (("a", a), ("b", b), ("c", c), ("bias", bias)):
         if arr is None:
             paths[name] = "-"
             continue
         paths[name] = os.path.join(workdir, name + ".bin")
         encode(arr, dtype).tofile(paths[name])
-    paths["y"] = os.path.join(workdir, "y.bin")
+    paths["d"] = os.path.join(workdir, "d.bin")
     geo = [n, h, w_, ch, k, r, s, p, q, *padding, *stride, *dilation, groups]
     lines = [
         f"kernel {kernel}",
@@ -215,4 +221,4 @@ def conv2d(
         raise RuntimeError(
             f"the emulated {kernel} failed ({done.returncode}):\n{done.stderr[-4000:]}"
         )
-    return decode(np.fromfile(paths["y"], dtype=np.uint16), dtype).reshape(n, p, q, k)
+    return decode(np.fromfile(paths["d"], dtype=np.uint16), dtype).reshape(out_shape)

@@ -10,7 +10,9 @@
 //   conv N H W C K R S P Q PAD_H PAD_W STRIDE_H STRIDE_W DILATION_H DILATION_W GROUPS
 //   scalars ALPHA BETA
 //   activation KIND ALPHA BETA            (pcr_activation and its parameters)
-//   x PATH / w PATH / y PATH / c PATH|- / bias PATH|-   (raw 16-bit elements)
+//   a PATH / b PATH / d PATH / c PATH|- / bias PATH|-   (raw 16-bit elements)
+// a, b and d are the kernel's pass's operands (kernel.h, ConvArgs: fprop x, w, y; dgrad dy,
+// w, dx; wgrad dy, x, dw), all packed (NHWC activations, KRSC filters).
 #include <cstdarg>
 #include <fstream>
 #include <iostream>
@@ -88,35 +90,44 @@ int main(int argc, char** argv) {
                     &g.conv.stride_w, &g.conv.dilation_h, &g.conv.dilation_w, &g.conv.groups};
   for (size_t i = 0; i < std::size(geo); ++i) *geo[i] = std::stoi(get("conv", i));
   const pcr::ConvArgs& v = g.conv;
-  g.conv.kind = entry->info.op;
-  // the implicit GEMM's extents, as the runtime describes an fprop
-  g.m = v.n * v.p * v.q;
-  g.n = v.k;
-  g.k = v.r * v.s * (v.c / v.groups);
+  const int op = g.conv.kind = entry->info.op;
+  // the implicit GEMM's extents, as the runtime describes the pass (conv.cpp)
+  const int64_t npq = int64_t(v.n) * v.p * v.q, nhw = int64_t(v.n) * v.h * v.w;
+  const int64_t filters = int64_t(v.k) * v.r * v.s * (v.c / v.groups);
+  const int64_t mnk[3][3] = {{npq, v.k, int64_t(v.r) * v.s * (v.c / v.groups)},
+                             {nhw, v.c, int64_t(v.r) * v.s * v.k / v.groups},
+                             {v.k, int64_t(v.r) * v.s * (v.c / v.groups), npq}};
+  g.m = int(mnk[op - 1][0]), g.n = int(mnk[op - 1][1]), g.k = int(mnk[op - 1][2]);
   g.batch = 1;
   g.alpha = std::stod(get("scalars", 0));
   g.beta = std::stod(get("scalars", 1));
   g.activation = {std::stoi(get("activation", 0)), std::stod(get("activation", 1)),
                   std::stod(get("activation", 2))};
 
-  const size_t xs = size_t(v.n) * v.h * v.w * v.c, ws = size_t(v.k) * v.r * v.s * (v.c / v.groups);
-  const size_t ys = size_t(v.n) * v.p * v.q * v.k;
-  std::vector<uint16_t> x = read_elements(get("x", 0), xs), w = read_elements(get("w", 0), ws);
-  std::vector<uint16_t> c, bias, y(ys, 0xffff);
-  if (get("c", 0) != "-") c = read_elements(get("c", 0), ys);
+  // elements of a, b and d by pass: fprop x, w, y; dgrad dy, w, dx; wgrad dy, x, dw
+  const size_t x_size = size_t(nhw) * v.c, y_size = size_t(npq) * v.k;
+  const size_t sizes[3][3] = {{x_size, size_t(filters), y_size},
+                              {y_size, size_t(filters), x_size},
+                              {y_size, x_size, size_t(filters)}};
+  const size_t* size = sizes[op - 1];
+  std::vector<uint16_t> a = read_elements(get("a", 0), size[0]);
+  std::vector<uint16_t> b = read_elements(get("b", 0), size[1]);
+  std::vector<uint16_t> c, bias, d(size[2], 0xffff);  // d poisoned: NaN until written
+  if (get("c", 0) != "-") c = read_elements(get("c", 0), size[2]);
   if (get("bias", 0) != "-") bias = read_elements(get("bias", 0), size_t(v.k));
-  g.a = x.data(), g.b = w.data(), g.d = y.data();
-  g.c = c.empty() ? y.data() : c.data();
+  g.a = a.data(), g.b = b.data(), g.d = d.data();
+  g.c = c.empty() ? d.data() : c.data();
   g.bias_n = bias.empty() ? nullptr : bias.data();
   g.sm_count = 132;
 
   if (entry->ops.can_implement(g) != PCR_OK) return 3;
-  if (entry->ops.workspace_size(g) != 0) fail("an emulated kernel asked for a workspace");
+  std::vector<unsigned char> workspace(entry->ops.workspace_size(g), 0xff);
   alignas(pcr::kPreparedAlign) static unsigned char prepared[pcr::kMaxPrepared];
-  if (entry->ops.prepare(g, nullptr, prepared) != PCR_OK) fail("prepare failed");
-  if (entry->ops.launch(prepared, nullptr, 0, nullptr, false) != PCR_OK) fail("launch failed");
+  if (entry->ops.prepare(g, workspace.data(), prepared) != PCR_OK) fail("prepare failed");
+  if (entry->ops.launch(prepared, workspace.data(), 0, nullptr, false) != PCR_OK)
+    fail("launch failed");
 
-  std::ofstream out(get("y", 0), std::ios::binary);
-  out.write(reinterpret_cast<const char*>(y.data()), std::streamsize(ys * 2));
+  std::ofstream out(get("d", 0), std::ios::binary);
+  out.write(reinterpret_cast<const char*>(d.data()), std::streamsize(d.size() * 2));
   return out ? 0 : 1;
 }

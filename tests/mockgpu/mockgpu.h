@@ -134,7 +134,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&
     current_cta = &cta;
     for (long i = 0; i < ctas; ++i) {
       team.meet([&] {  // shared memory as uninitialized as it would be: all bits set
-        std::memset(sm.bytes, 0xff, sm.size);
+        if (sm.size) std::memset(sm.bytes, 0xff, sm.size);
         cta.reset();
       });
       blockIdx = uint3{unsigned(i % grid.x), unsigned(i / grid.x % grid.y),
