@@ -1,8 +1,8 @@
 """Convolutions against cuDNN: pycutlass_rt.conv2d, conv2d_dgrad and conv2d_wgrad next to
 torch's cuDNN calls, on the layers of ResNet-50, a Stable Diffusion UNet, ViT patch
 embeddings, ResNeXt-50's grouped convolutions and the depthwise ones of MobileNet-V2 and
-ConvNeXt-T (fprop: the library runs no depthwise dgrad or wgrad) (benchmarks/README.md,
-"Convolutions")::
+ConvNeXt-T (on the direct depthwise kernels where the build holds them: the extended tier)
+(benchmarks/README.md, "Convolutions")::
 
     python -m benchmarks.conv [--dtypes float16 bfloat16] [--passes fprop dgrad wgrad]
         [--sets resnet50 unet vit resnext50 mobilenetv2 convnext_t] [--out results.csv]
@@ -217,6 +217,8 @@ def ours(pcr, layer, pass_, **kw):
 def chosen(pcr, layer, pass_, a, b, out) -> str:
     """The kernel pycutlass_rt runs for the pass, with the route where it is a GEMM's."""
     told = ours(pcr, layer, pass_, explain=True)(a, b, out)
+    if told.kernel is None:  # the call itself then raises why, into the row
+        return "none"
     route = next((note.split(":")[0] for note in told.notes if "as a GEMM" in note), None)
     return told.kernel + (f" [{route}]" if route else "")
 

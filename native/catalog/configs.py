@@ -188,10 +188,18 @@ SM80_DEPTHWISE_CONFIGS = [
     ((5, 5), 2, "extended"),
     ((7, 7), 2, "extended"),
 ]
-#: depthwise dgrad and wgrad: generic direct kernels (any filter, stride and dilation), the
-#: linear epilogue (alpha, beta * c), extended until they have run on a GPU. wgrad sums over
-#: N * P * Q in CTA slices into fp32 partials (the workspace) added up in a fixed order.
-SM80_DEPTHWISE_GRADIENTS = [("dgrad", "extended"), ("wgrad", "extended")]
+#: depthwise dgrad and wgrad, the linear epilogue (alpha, beta * c), extended until they have
+#: run on a GPU: (op, (R, S), stride, tier) as above. A stride-1 dgrad built for a filter is
+#: fprop's kernel for it on dy with the filters rotated (reusing inputs along W); the
+#: generic dgrad gathers tap by tap. wgrad sums over N * P * Q in CTA slices into fp32
+#: partials (the workspace) added up in a fixed order.
+SM80_DEPTHWISE_GRADIENTS = [
+    ("dgrad", (3, 3), 1, "extended"),
+    ("dgrad", (5, 5), 1, "extended"),
+    ("dgrad", (7, 7), 1, "extended"),
+    ("dgrad", (0, 0), 0, "extended"),
+    ("wgrad", (0, 0), 0, "extended"),
+]
 
 # ---------------------------------------------------------------------------------
 # The other dtypes, the second outputs and the block-scaled kernels

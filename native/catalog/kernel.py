@@ -207,11 +207,18 @@ class Kernel:
     @property
     def align_b(self) -> int:
         """B's alignment in elements: a depthwise kernel stages its filters (one value per
-        channel and tap) through shared memory element by element."""
-        return 1 if self.depthwise else self.align
+        channel and tap) through shared memory element by element, and its wgrad reads x
+        (B) in channel vectors, whose alignment its A (dy) has too."""
+        if self.depthwise:
+            return self.align if self.op == "wgrad" else 1
+        return self.align
 
     @property
     def align_c(self) -> int:
+        """C's and D's alignment in elements: a depthwise wgrad writes dw (C x R x S, rows
+        of R * S taps) element by element."""
+        if self.depthwise and self.op == "wgrad":
+            return 1
         if self.conv:  # the output's channels: the inputs' alignment (same element size)
             return self.align
         return 1 if self.align == 1 else 16 // DTYPES[self.d][2]

@@ -107,8 +107,8 @@ def _conv_kernels() -> list[Kernel]:
 
 def _depthwise_kernels() -> list[Kernel]:
     """The direct depthwise kernels: fprop's for a filter and stride each (tile (R, S,
-    stride); zeros: the generic kernel) with the fused epilogue, and generic dgrad and wgrad
-    ones with the linear epilogue; 16-byte channel vectors."""
+    stride); zeros: the generic kernel) with the fused epilogue, dgrad's and a generic
+    wgrad with the linear epilogue; 16-byte channel vectors."""
 
     def kernel(a, d, tile, op, epilogue, tier):
         return Kernel(
@@ -122,8 +122,10 @@ def _depthwise_kernels() -> list[Kernel]:
         )
     ]
     gradients = [
-        kernel(a, d, (0, 0, 0), op, "linear", tier)
-        for (a, d), (op, tier) in itertools.product(DEPTHWISE_TYPES, SM80_DEPTHWISE_GRADIENTS)
+        kernel(a, d, (*filt, stride), op, "linear", tier)
+        for (a, d), (op, filt, stride, tier) in itertools.product(
+            DEPTHWISE_TYPES, SM80_DEPTHWISE_GRADIENTS
+        )
     ]
     return fprop + gradients
 

@@ -135,27 +135,32 @@ __device__ __forceinline__ unsigned char* shared_bytes() {
 }
 
 // The CTA's channel chunk's filters in shared memory, tap-major ([r * S + s][chunk
-// channel]), read from w's contiguous run of C x R x S in order.
-template <class T>
+// channel]), read from w's contiguous run of C x R x S in order; kFlip: rotated by 180
+// degrees (tap r * S + s holds w's (R - 1 - r, S - 1 - s)).
+template <class T, bool kFlip = false>
 __device__ __forceinline__ const T* stage_filters(const Params& prm, int taps) {
   T* filters = reinterpret_cast<T*>(shared_bytes());
   const int chunk_channels = prm.chunk_vectors * kVector;
   const int c0 = blockIdx.y * chunk_channels;
   const T* w = static_cast<const T*>(prm.w) + int64_t(c0) * taps;
   const int chunk_taps = min(chunk_channels, prm.ch - c0) * taps;
-  for (int i = threadIdx.x; i < chunk_taps; i += kThreads)
-    filters[(i % taps) * chunk_channels + i / taps] = w[i];
+  for (int i = threadIdx.x; i < chunk_taps; i += kThreads) {
+    const int tap = kFlip ? taps - 1 - i % taps : i % taps;
+    filters[tap * chunk_channels + i / taps] = w[i];
+  }
   __syncthreads();
   return filters;
 }
 
 // kR x kS (0: runtime) filters, stride kStride (0: runtime), dilation 1 unless generic.
-template <class T, class D, int kR, int kS, int kStride>
+// kFlip: the filters rotated by 180 degrees, which makes a stride-1 dgrad an fprop of dy
+// (Direct's dgrad kernels built for a filter).
+template <class T, class D, int kR, int kS, int kStride, bool kFlip = false>
 __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Params prm) {
   constexpr bool kGeneric = kR == 0;
   const int taps = kGeneric ? prm.r * prm.s : kR * kS;
   const int chunk_channels = prm.chunk_vectors * kVector;
-  const T* filters = stage_filters<T>(prm, taps);
+  const T* filters = stage_filters<T, kFlip>(prm, taps);
 
   const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
   const int vector = blockIdx.y * prm.chunk_vectors + lane;
@@ -362,7 +367,11 @@ struct Direct {
                 "fprop kernels are built with the fused epilogue, the gradients' linear");
   static_assert(sizeof(ElementA) == 2 && sizeof(ElementD) == 2, "16-bit inputs and outputs");
   static_assert((kR == 0) == (kS == 0) && (kR == 0) == (kStride == 0), "all static or generic");
-  static_assert(kOp == PCR_OP_FPROP || kR == 0, "dgrad and wgrad kernels are generic");
+  static_assert(kOp != PCR_OP_WGRAD || kR == 0, "wgrad kernels are generic");
+  static_assert(kOp != PCR_OP_DGRAD || kStride <= 1, "dgrad kernels for a filter: stride 1");
+  // A stride-1 dgrad kernel built for a filter runs fprop's kernel on dy with the filters
+  // rotated and the padding R - 1 - pad: dx is that fprop's output.
+  static constexpr bool kFlipped = kOp == PCR_OP_DGRAD && !(kR == 0);
   static constexpr bool kGeneric = kR == 0;
   static constexpr bool kProgrammatic = false;
 
@@ -415,6 +424,11 @@ struct Direct {
       return set_error(PCR_ERR_UNSUPPORTED,
                        "a %d x %d filter is larger than depthwise kernels take (%d taps at most)",
                        v.r, v.s, kMaxSmem / (kVector * int(sizeof(ElementA))));
+    if (kFlipped && (v.pad_h > kR - 1 || v.pad_w > kS - 1))
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "this dgrad kernel takes padding up to the filter's extent less one (%d, "
+                       "%d); the problem has (%d, %d)",
+                       kR - 1, kS - 1, v.pad_h, v.pad_w);
     if (!kGeneric && (v.r != kR || v.s != kS || v.stride_h != kStride || v.stride_w != kStride ||
                       v.dilation_h != 1 || v.dilation_w != 1))
       return set_error(PCR_ERR_UNSUPPORTED,
@@ -472,6 +486,11 @@ struct Direct {
       return PCR_OK;
     }
     const int width = kOp == PCR_OP_FPROP ? v.q : v.w, height = kOp == PCR_OP_FPROP ? v.p : v.h;
+    if (kFlipped) {  // fprop's kernel from dy (P x Q) to dx (H x W)
+      p.x = g.a;
+      p.h = v.p, p.w_ = v.q, p.p = v.h, p.q = v.w;
+      p.pad_h = kR - 1 - v.pad_h, p.pad_w = kS - 1 - v.pad_w;
+    }
     p.runs = (width + kOutputs - 1) / kOutputs;
     p.items = int64_t(v.n) * height * p.runs;
     prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
@@ -486,6 +505,9 @@ struct Direct {
     if constexpr (kOp == PCR_OP_FPROP) {
       depthwise_fprop<ElementA, ElementD, kR, kS, kStride>
           <<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
+    } else if constexpr (kFlipped) {
+      depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>
+          <<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
     } else if constexpr (kOp == PCR_OP_DGRAD) {
       depthwise_dgrad<ElementA, ElementD><<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
     } else {
@@ -499,6 +521,9 @@ struct Direct {
 #else  // the CPU tests run the device code on the host (tests/mockgpu)
     if constexpr (kOp == PCR_OP_FPROP) {
       emulate::launch(depthwise_fprop<ElementA, ElementD, kR, kS, kStride>, prep.grid,
+                      dim3(kThreads), prep.smem, prep.params);
+    } else if constexpr (kFlipped) {
+      emulate::launch(depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>, prep.grid,
                       dim3(kThreads), prep.smem, prep.params);
     } else if constexpr (kOp == PCR_OP_DGRAD) {
       emulate::launch(depthwise_dgrad<ElementA, ElementD>, prep.grid, dim3(kThreads), prep.smem,
@@ -515,6 +540,8 @@ struct Direct {
   static const void* device_function() {
     if constexpr (kOp == PCR_OP_FPROP)
       return reinterpret_cast<const void*>(&depthwise_fprop<ElementA, ElementD, kR, kS, kStride>);
+    else if constexpr (kFlipped)
+      return reinterpret_cast<const void*>(&depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>);
     else if constexpr (kOp == PCR_OP_DGRAD)
       return reinterpret_cast<const void*>(&depthwise_dgrad<ElementA, ElementD>);
     else

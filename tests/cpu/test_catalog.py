@@ -527,23 +527,25 @@ def test_convolutions_in_the_default_build():
 def test_depthwise_kernels():
     """Depthwise: direct kernels of the sm80 family for float16 and bfloat16, fprop's one
     per filter and stride and a generic one, each with the fused epilogue (which serves
-    linear calls), and a generic dgrad and wgrad with the linear one; 16-byte channel
+    linear calls), and dgrad (stride 1 for a filter, and generic) and a generic wgrad with
+    the linear one; 16-byte channel
     vectors, filters read element by element; none in the default build until they have
     run on a GPU."""
     dw = [k for k in catalog.catalogue() if k.depthwise]
-    assert {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b) for k in dw} == {
-        ("sm80", "fprop", "nhwc", "biasact", 8, 1),
-        ("sm80", "dgrad", "nhwc", "linear", 8, 1),
-        ("sm80", "wgrad", "nhwc", "linear", 8, 1),
+    got = {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b, k.align_c) for k in dw}
+    assert got == {  # wgrad: x read in vectors, dw (rows of R * S taps) written one by one
+        ("sm80", "fprop", "nhwc", "biasact", 8, 1, 8),
+        ("sm80", "dgrad", "nhwc", "linear", 8, 1, 8),
+        ("sm80", "wgrad", "nhwc", "linear", 8, 8, 1),
     }
     assert {(k.a, k.d) for k in dw} == {("f16", "f16"), ("bf16", "bf16")}
     assert not any(k.default for k in dw)
     for a in ("f16", "bf16"):
         fprop = {k.tile: k for k in dw if k.a == a and k.op == "fprop"}
         assert (0, 0, 0) in fprop and len(fprop) == 7
-        gradients = [k for k in dw if k.a == a and k.op != "fprop"]
-        assert sorted(k.op for k in gradients) == ["dgrad", "wgrad"]
-        assert all(k.tile == (0, 0, 0) for k in gradients)
+        dgrad = {k.tile for k in dw if k.a == a and k.op == "dgrad"}
+        assert dgrad == {(3, 3, 1), (5, 5, 1), (7, 7, 1), (0, 0, 0)}
+        assert [k.tile for k in dw if k.a == a and k.op == "wgrad"] == [(0, 0, 0)]
     k = next(k for k in dw if k.tile == (7, 7, 1) and k.a == "bf16")
     assert k.name == "sm80_fprop_bf16_bf16_f32_bf16_nhwc_f7x7s1_depthwise_biasact_a8"
     src = catalog.kernel_source(k)

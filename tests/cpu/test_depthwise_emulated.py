@@ -214,12 +214,30 @@ GRADIENT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", GRADIENT_CASES, ids=str)
-@pytest.mark.parametrize("name", GRADIENTS)
+def gradient_cases(k):
+    """The cases a gradient kernel takes: all for the generic ones; for a stride-1 dgrad
+    built for a filter, that filter at padding 0, "same" and the filter's extent less one
+    (the most it takes), over odd sizes and channel chunks."""
+    if k.tile == (0, 0, 0):
+        return GRADIENT_CASES
+    r, s, _ = k.tile
+    return [
+        (2, 24, 13, 11, (r, s), (1, 1), (0, 0), (1, 1)),
+        (3, 16, 9, 14, (r, s), (1, 1), (r // 2, s // 2), (1, 1)),
+        (1, 960, 8, 7, (r, s), (1, 1), (r - 1, s - 1), (1, 1)),
+    ]
+
+
+@pytest.mark.parametrize(
+    "name, case",
+    [(n, c) for n in GRADIENTS for c in gradient_cases(BY_NAME[n])],
+    ids=lambda v: str(v),
+)
 def test_depthwise_gradient(emulator, tmp_path, name, case):
     """dgrad and wgrad kernels equal the float64 adjoints on integer data exactly (every sum
     exact in float32, then one rounding to the 16-bit output), over strides, dilation,
-    padding and channel chunks, and add beta * c to alpha times the gradient."""
+    padding and channel chunks (for the dgrad kernels built for a filter: that filter at
+    stride 1), and add beta * c to alpha times the gradient."""
     k = BY_NAME[name]
     n, c, h, w_, filt, stride, padding, dilation = case
     x, w, _ = integer_case(n, c, h, w_, filt, seed=60)
@@ -266,3 +284,28 @@ def test_depthwise_gradient_refusals(emulator, tmp_path, name):
     b2 = np.concatenate([w, w]) if k.op == "dgrad" else x
     with pytest.raises(mockgpu.Refused, match="channel multiplier"):
         mockgpu.conv(emulator, name, k.a, dy2, b2, groups=16, **doubled)
+
+
+def extent(size, pad, dilation, filt, stride):
+    """An output extent of a convolution (torch's formula)."""
+    return (size + 2 * pad - dilation * (filt - 1) - 1) // stride + 1
+
+
+@pytest.mark.parametrize("name", [n for n in GRADIENTS if BY_NAME[n].tile != (0, 0, 0)])
+def test_depthwise_dgrad_for_a_filter_refuses_the_rest(emulator, tmp_path, name):
+    """A dgrad kernel built for a filter runs it at stride 1 with padding up to the
+    filter's extent less one, no dilation: the rest it refuses, saying why."""
+    k = BY_NAME[name]
+    r, s, _ = k.tile
+    x, w, _ = integer_case(1, 16, 17, 17, (r, s), seed=80)
+    kw = dict(x_shape=x.shape, w_shape=w.shape, groups=16, workdir=str(tmp_path))
+    for stride, padding, dilation, why in (
+        (2, (1, 1), 1, "built for"),
+        (1, (1, 1), 2, "built for"),
+        (1, (r, 0), 1, "padding up to"),
+    ):
+        p = extent(17, padding[0], dilation, r, stride)
+        q = extent(17, padding[1], dilation, s, stride)
+        geo = dict(stride=(stride,) * 2, padding=padding, dilation=(dilation,) * 2)
+        with pytest.raises(mockgpu.Refused, match=why):
+            mockgpu.conv(emulator, name, k.a, np.ones((1, p, q, 16)), w, **kw, **geo)
