@@ -539,8 +539,11 @@ def depthwise_problem(lib, c, k=None, bias=True):
     return st, p
 
 
-def built_depthwise(dtype="float16"):
-    return [k for k in pcr.kernels() if k.schedule == "depthwise" and k.dtype_a == dtype]
+def built_depthwise(dtype="float16", op="fprop"):
+    """The build's depthwise kernels of ``dtype`` for pass ``op``."""
+    return [
+        k for k in pcr.kernels() if k.schedule == "depthwise" and k.dtype_a == dtype and k.op == op
+    ]
 
 
 def test_a_depthwise_fprop_is_one_filter_per_channel_of_an_implicit_gemm(lib):
@@ -559,6 +562,9 @@ def test_a_depthwise_fprop_is_one_filter_per_channel_of_an_implicit_gemm(lib):
     verdicts = _call.judge(lib, p).verdicts
     for k in built_depthwise():
         assert verdicts[k.index] == (0, ""), (k.name, verdicts[k.index])
+    for k in built_depthwise(op="dgrad") + built_depthwise(op="wgrad"):  # another pass's
+        status, why = verdicts[k.index]
+        assert status == errors.ERR_UNSUPPORTED and f"convolution {k.op} kernel" in why, why
 
 
 def test_depthwise_channels_short_of_a_vector_are_refused_before_any_launch(lib):
