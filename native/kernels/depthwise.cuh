@@ -61,7 +61,8 @@ struct Params {
   int rows_per_cta;   // output runs per CTA: kThreads / chunk_vectors (wgrad: positions)
   int runs;           // output runs per output row: ceil(width / kOutputs)
   int64_t items;      // output runs in all: N * rows * runs (wgrad: N * P * Q positions)
-  int slices;         // wgrad: CTAs along N * P * Q per channel chunk
+  int slices;         // wgrad: slices of N * P * Q per channel chunk and tap group
+  int tap_groups;     // wgrad: groups of kWgradTaps taps, a CTA each
   float alpha, beta;
   ActivationArgs activation;
 };
@@ -272,9 +273,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Para
 // wgrad's taps per pass over a CTA's positions: the sums a thread holds (kVector each)
 constexpr int kWgradTaps = 4;
 
-// wgrad, any filter, stride and dilation, first of two launches: CTA (slice, chunk) sums
-// dy[n, p, q] * x[n, p * stride - pad + r * dilation, ...] over its slice of the N * P * Q
-// positions for every tap, in kWgradTaps taps a pass: a thread takes 8 channels and every
+// wgrad, any filter, stride and dilation, first of two launches: CTA (slice and tap group,
+// channel chunk) sums dy[n, p, q] * x[n, p * stride - pad + r * dilation, ...] over its
+// slice of the N * P * Q positions for kWgradTaps taps: a thread takes 8 channels and every
 // rows_per_cta-th position of the slice, and the CTA adds its threads' sums up in a fixed
 // order into partials[slice][tap][channel].
 template <class T>
@@ -282,55 +283,63 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_partials(c
   float* sums = reinterpret_cast<float*>(shared_bytes());  // [row][lane][tap][channel]
   const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
   const int vector = blockIdx.y * prm.chunk_vectors + lane;
-  const bool active = row < prm.rows_per_cta && vector < prm.vectors;
+  const int slice = blockIdx.x / prm.tap_groups, t0 = blockIdx.x % prm.tap_groups * kWgradTaps;
   const int ch = prm.ch, channel = vector * kVector, taps = prm.r * prm.s;
   const int64_t per_slice = (prm.items + prm.slices - 1) / prm.slices;
-  const int64_t first = int64_t(blockIdx.x) * per_slice;
+  const int64_t first = int64_t(slice) * per_slice;
   const int64_t last = min(prm.items, first + per_slice);
   const int per_row = kWgradTaps * kVector;  // floats of one thread's sums
+  // the taps' offsets in x, and which exist
+  int dh[kWgradTaps], dw[kWgradTaps];
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kWgradTaps; ++j) {
+    const int tap = min(t0 + j, taps - 1);
+    dh[j] = (tap / prm.s) * prm.dilation_h - prm.pad_h;
+    dw[j] = (tap % prm.s) * prm.dilation_w - prm.pad_w;
+  }
 
-  for (int t0 = 0; t0 < taps; t0 += kWgradTaps) {
-    Acc acc[kWgradTaps];
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kWgradTaps; ++j) acc[j].fill(0.0f);
-    if (active) {
-      for (int64_t pos = first + row; pos < last; pos += prm.rows_per_cta) {
-        const int oq = int(pos % prm.q);
-        const int64_t np = pos / prm.q;
-        const int op = int(np % prm.p), on = int(np / prm.p);
-        const Acc g = load_vector(static_cast<const T*>(prm.dy) + pos * ch + channel);
-        const T* x = static_cast<const T*>(prm.x) + int64_t(on) * prm.h * prm.w_ * ch + channel;
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kWgradTaps; ++j) {
-          const int tap = t0 + j;
-          if (tap >= taps) break;
-          const int ih = op * prm.stride_h - prm.pad_h + (tap / prm.s) * prm.dilation_h;
-          const int iw = oq * prm.stride_w - prm.pad_w + (tap % prm.s) * prm.dilation_w;
-          if (ih >= 0 && ih < prm.h && iw >= 0 && iw < prm.w_)
-            multiply_add(acc[j], load_vector(x + (int64_t(ih) * prm.w_ + iw) * ch), g);
-        }
-      }
-    }
-    if (row < prm.rows_per_cta) {
-      float* mine = sums + (row * prm.chunk_vectors + lane) * per_row;
+  Acc acc[kWgradTaps];
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kWgradTaps; ++j) acc[j].fill(0.0f);
+  if (row < prm.rows_per_cta && vector < prm.vectors && first + row < last) {
+    // the first position's (n, p, q), then stepped by rows_per_cta without dividing
+    int64_t pos = first + row;
+    int oq = int(pos % prm.q), op = int(pos / prm.q % prm.p), on = int(pos / prm.q / prm.p);
+    const int step_q = prm.rows_per_cta % prm.q, step_rows = prm.rows_per_cta / prm.q;
+    for (; pos < last; pos += prm.rows_per_cta) {
+      const Acc g = load_vector(static_cast<const T*>(prm.dy) + pos * ch + channel);
+      const T* x = static_cast<const T*>(prm.x) + int64_t(on) * prm.h * prm.w_ * ch + channel;
+      const int ih0 = op * prm.stride_h, iw0 = oq * prm.stride_w;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWgradTaps; ++j) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < kVector; ++i) mine[j * kVector + i] = acc[j][i];
+        const int ih = ih0 + dh[j], iw = iw0 + dw[j];
+        if (t0 + j < taps && ih >= 0 && ih < prm.h && iw >= 0 && iw < prm.w_)
+          multiply_add(acc[j], load_vector(x + (int64_t(ih) * prm.w_ + iw) * ch), g);
       }
+      oq += step_q;
+      op += step_rows;
+      if (oq >= prm.q) oq -= prm.q, ++op;
+      while (op >= prm.p) op -= prm.p, ++on;
     }
-    __syncthreads();
-    // each (lane, tap, channel) summed over the rows in order: deterministic
-    for (int v = threadIdx.x; v < prm.chunk_vectors * per_row; v += kThreads) {
-      const int l = v / per_row, j = v % per_row / kVector, i = v % kVector;
-      const int c = (blockIdx.y * prm.chunk_vectors + l) * kVector + i;
-      if (t0 + j >= taps || c >= ch) continue;
-      float total = 0.0f;
-      for (int r = 0; r < prm.rows_per_cta; ++r)
-        total += sums[(r * prm.chunk_vectors + l) * per_row + j * kVector + i];
-      prm.partials[(int64_t(blockIdx.x) * taps + t0 + j) * ch + c] = total;
+  }
+  if (row < prm.rows_per_cta) {
+    float* mine = sums + (row * prm.chunk_vectors + lane) * per_row;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kWgradTaps; ++j) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kVector; ++i) mine[j * kVector + i] = acc[j][i];
     }
-    __syncthreads();
+  }
+  __syncthreads();
+  // each (lane, tap, channel) summed over the rows in order: deterministic
+  for (int v = threadIdx.x; v < prm.chunk_vectors * per_row; v += kThreads) {
+    const int l = v / per_row, j = v % per_row / kVector, i = v % kVector;
+    const int c = (blockIdx.y * prm.chunk_vectors + l) * kVector + i;
+    if (t0 + j >= taps || c >= ch) continue;
+    float total = 0.0f;
+    for (int r = 0; r < prm.rows_per_cta; ++r)
+      total += sums[(r * prm.chunk_vectors + l) * per_row + j * kVector + i];
+    prm.partials[(int64_t(slice) * taps + t0 + j) * ch + c] = total;
   }
 }
 
@@ -394,14 +403,17 @@ struct Direct {
     return (vectors + chunks - 1) / chunks;
   }
 
-  // wgrad: CTAs along the N * P * Q positions per channel chunk: about two per SM in all,
-  // each with at least 8 positions per thread
+  static int tap_groups(const ConvArgs& v) { return (v.r * v.s + kWgradTaps - 1) / kWgradTaps; }
+
+  // wgrad: slices of the N * P * Q positions per channel chunk and tap group: about four
+  // CTAs per SM in all, each with at least 8 positions per thread
   static int slices(const ConvArgs& v, int sm_count) {
     const int cv = chunk_vectors(v), chunks = (v.c / kVector + cv - 1) / cv;
     const int64_t positions = int64_t(v.n) * v.p * v.q, rows = kThreads / cv;
+    const int64_t ctas = int64_t(chunks) * tap_groups(v);
     const int64_t most = std::max<int64_t>(1, positions / (rows * 8));
     const int64_t want =
-        std::max<int64_t>(1, (2 * int64_t(std::max(sm_count, 1)) + chunks - 1) / chunks);
+        std::max<int64_t>(1, (4 * int64_t(std::max(sm_count, 1)) + ctas - 1) / ctas);
     return int(std::min<int64_t>({want, most, 1024}));
   }
 
@@ -479,7 +491,8 @@ struct Direct {
       p.partials = static_cast<float*>(workspace);
       p.items = int64_t(v.n) * v.p * v.q;
       p.slices = slices(v, g.sm_count);
-      prep->grid = dim3(unsigned(p.slices), unsigned(chunks));
+      p.tap_groups = tap_groups(v);
+      prep->grid = dim3(unsigned(p.slices * p.tap_groups), unsigned(chunks));
       const int64_t elements = int64_t(v.c) * v.r * v.s;
       prep->sum_grid = dim3(unsigned((elements + kThreads - 1) / kThreads));
       prep->smem = kThreads * kWgradTaps * kVector * int(sizeof(float));
