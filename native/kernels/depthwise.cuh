@@ -506,6 +506,11 @@ struct Direct {
     }
     p.runs = (width + kOutputs - 1) / kOutputs;
     p.items = int64_t(v.n) * height * p.runs;
+    // a small problem (batch 1, late layers) spreads its runs over more CTAs, fewer each,
+    // so that twice as many CTAs as SMs share its load latency
+    const int64_t want = 2 * int64_t(std::max(g.sm_count, 1));
+    p.rows_per_cta =
+        int(std::clamp<int64_t>((p.items * chunks + want - 1) / want, 1, p.rows_per_cta));
     prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
     prep->smem = v.r * v.s * p.chunk_vectors * kVector * int(sizeof(ElementA));
     return PCR_OK;
