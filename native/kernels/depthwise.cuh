@@ -153,6 +153,23 @@ __device__ __forceinline__ const T* stage_filters(const Params& prm, int taps) {
   return filters;
 }
 
+// The outputs a thread of fprop's or dgrad's kernels takes: kOutputs consecutive columns
+// from col0 of output row `row` (of `height`) of image n, in its CTA's channel vector.
+struct Run {
+  int lane, vector, n, row, col0;
+};
+__device__ __forceinline__ bool run_of(const Params& prm, int height, Run& r) {
+  r.lane = threadIdx.x % prm.chunk_vectors;
+  const int slot = threadIdx.x / prm.chunk_vectors;
+  r.vector = blockIdx.y * prm.chunk_vectors + r.lane;
+  const int64_t item = int64_t(blockIdx.x) * prm.rows_per_cta + slot;
+  if (slot >= prm.rows_per_cta || item >= prm.items || r.vector >= prm.vectors) return false;
+  const int64_t nrow = item / prm.runs;
+  r.col0 = int(item % prm.runs) * kOutputs;
+  r.row = int(nrow % height), r.n = int(nrow / height);
+  return true;
+}
+
 // kR x kS (0: runtime) filters, stride kStride (0: runtime), dilation 1 unless generic.
 // kFlip: the filters rotated by 180 degrees, which makes a stride-1 dgrad an fprop of dy
 // (Direct's dgrad kernels built for a filter).
@@ -163,14 +180,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   const int chunk_channels = prm.chunk_vectors * kVector;
   const T* filters = stage_filters<T, kFlip>(prm, taps);
 
-  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
-  const int vector = blockIdx.y * prm.chunk_vectors + lane;
-  const int64_t item = int64_t(blockIdx.x) * prm.rows_per_cta + row;
-  if (row >= prm.rows_per_cta || item >= prm.items || vector >= prm.vectors) return;
-  const int run = int(item % prm.runs);
-  const int64_t np = item / prm.runs;
-  const int op = int(np % prm.p), on = int(np / prm.p);
-  const int q0 = run * kOutputs;
+  Run run;
+  if (!run_of(prm, prm.p, run)) return;
+  const int lane = run.lane, vector = run.vector, op = run.row, on = run.n, q0 = run.col0;
   const int ch = prm.ch, width = prm.w_, height = prm.h;
   const int stride_h = kGeneric ? prm.stride_h : kStride;
   const int stride_w = kGeneric ? prm.stride_w : kStride;
@@ -235,15 +247,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Para
   const int chunk_channels = prm.chunk_vectors * kVector;
   const T* filters = stage_filters<T>(prm, taps);
 
-  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
-  const int vector = blockIdx.y * prm.chunk_vectors + lane;
-  const int64_t item = int64_t(blockIdx.x) * prm.rows_per_cta + row;
-  if (row >= prm.rows_per_cta || item >= prm.items || vector >= prm.vectors) return;
-  const int run = int(item % prm.runs);
-  const int64_t nh = item / prm.runs;
-  const int ih = int(nh % prm.h), in_ = int(nh / prm.h);
-  const int w0 = run * kOutputs;
-  const int ch = prm.ch, channel = vector * kVector;
+  Run run;
+  if (!run_of(prm, prm.h, run)) return;
+  const int lane = run.lane, ih = run.row, in_ = run.n, w0 = run.col0;
+  const int ch = prm.ch, channel = run.vector * kVector;
   const T* dy = static_cast<const T*>(prm.dy) + int64_t(in_) * prm.p * prm.q * ch + channel;
   const T* f = filters + lane * kVector;
 
