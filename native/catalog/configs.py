@@ -172,12 +172,12 @@ SM90_CONV_CONFIGS = [
 #: depthwise fprop (groups = C = K: MobileNet's and ConvNeXt's spatial convolutions), direct
 #: kernels on CUDA cores (native/kernels/depthwise.cuh), sm80 family (they run on sm90 too):
 #: ((R, S), stride, tier), (R, S) and stride (0, 0), 0 for the generic kernel (any filter,
-#: stride and dilation). All in the extended tier until they have run on a GPU: the default
-#: build refuses depthwise convolutions (UnsupportedError; pycutlass_rt.torch runs them on
-#: torch). The 3x3 filters of MobileNet-V2/-V3 and EfficientNet at both strides, ConvNeXt's
-#: 7x7 and the generic one are meant for the core tier once measured against cuDNN. Each is
-#: built with the fused epilogue alone: without a bias or activation it computes the linear
-#: one.
+#: stride and dilation). All in the extended tier while they trail cuDNN (they compute
+#: right; benchmarks/RESULTS.md has their speed): the default build refuses depthwise
+#: convolutions (UnsupportedError; pycutlass_rt.torch runs them on torch). The 3x3 filters
+#: of MobileNet-V2/-V3 and EfficientNet at both strides, ConvNeXt's 7x7 and the generic one
+#: are meant for the core tier once they match it. Each is built with the fused epilogue
+#: alone: without a bias or activation it computes the linear one.
 DEPTHWISE_TYPES = [("f16", "f16"), ("bf16", "bf16")]
 SM80_DEPTHWISE_CONFIGS = [
     ((3, 3), 1, "extended"),
@@ -188,8 +188,8 @@ SM80_DEPTHWISE_CONFIGS = [
     ((5, 5), 2, "extended"),
     ((7, 7), 2, "extended"),
 ]
-#: depthwise dgrad and wgrad, the linear epilogue (alpha, beta * c), extended until they have
-#: run on a GPU: (op, (R, S), stride, tier) as above. A stride-1 dgrad built for a filter is
+#: depthwise dgrad and wgrad, the linear epilogue (alpha, beta * c), extended as the fprop
+#: ones: (op, (R, S), stride, tier) as above. A stride-1 dgrad built for a filter is
 #: fprop's kernel for it on dy with the filters rotated (reusing inputs along W); the
 #: generic dgrad gathers tap by tap. wgrad sums over N * P * Q in CTA slices into fp32
 #: partials (the workspace) added up in a fixed order.
