@@ -32,7 +32,13 @@ ACTIVATIONS = {None: int(Activation.ACT_NONE), **{a.token: int(a) for a in Activ
 
 def encode(values, dtype: str):
     """float values -> their 16-bit encodings (uint16) in ``dtype`` ("f16" or "bf16"),
-    rounded to nearest even."""
+    rounded to nearest even (bfloat16 by way of float32, exact for values float32 holds).
+
+    >>> encode([1.0, -2.5], "bf16")
+    array([16256, 49184], dtype=uint16)
+    >>> decode(encode([1.0 + 2**-9, 3.0], "bf16"), "bf16")  # 1 + 2^-9 ties to even: 1
+    array([1., 3.])
+    """
     v = np.asarray(values, dtype=np.float64)
     if dtype == "f16":
         return v.astype(np.float16).view(np.uint16)
@@ -58,6 +64,7 @@ class Refused(Exception):
 
 
 def required() -> bool:
+    """Whether ``PYCUTLASS_RT_REQUIRE_MOCKGPU`` asks the emulation to run, not skip."""
     return os.environ.get(REQUIRE, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
