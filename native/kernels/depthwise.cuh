@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <new>
+#include <utility>
 
 #include "cutlass/array.h"
 #include "cutlass/cutlass.h"
@@ -370,6 +371,22 @@ inline const char* op_words(int kind) {
   return kind == PCR_OP_FPROP ? "fprop" : kind == PCR_OP_DGRAD ? "dgrad" : "wgrad";
 }
 
+// Enqueues one of this file's kernels on `stream` (kThreads a CTA).
+inline int start(void (*kernel)(const Params), dim3 grid, int smem, cudaStream_t stream,
+                 const Params& prm) {
+#if !defined(PCR_EMULATE)
+  kernel<<<grid, kThreads, smem, stream>>>(prm);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return set_error(PCR_ERR_CUDA, "depthwise kernel launch failed: %s (%s)", cudaGetErrorName(e),
+                     cudaGetErrorString(e));
+#else  // the CPU tests run the device code on the host (tests/mockgpu)
+  (void)stream;
+  emulate::launch(kernel, grid, dim3(kThreads), smem, prm);
+#endif
+  return PCR_OK;
+}
+
 // The KernelOps of a direct depthwise kernel (kernel.h) of pass kOp (pcr_op): ElementA the
 // inputs' dtype (half_t or bfloat16_t), ElementD the output's (the same); for fprop, kR x kS
 // the filter and kStride the stride it is built for, all 0 for the generic kernel; dgrad and
@@ -408,6 +425,11 @@ struct Direct {
             : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
     const int chunks = (vectors + most - 1) / most;
     return (vectors + chunks - 1) / chunks;
+  }
+
+  // The rows and columns of fprop's output (y: P x Q) or dgrad's (dx: H x W).
+  static std::pair<int, int> output_extent(const ConvArgs& v) {
+    return kOp == PCR_OP_FPROP ? std::pair{v.p, v.q} : std::pair{v.h, v.w};
   }
 
   static int tap_groups(const ConvArgs& v) { return (v.r * v.s + kWgradTaps - 1) / kWgradTaps; }
@@ -461,7 +483,7 @@ struct Direct {
                          "the filters (%d x %d x %d) are too many for one launch", v.c, v.r, v.s);
       return PCR_OK;
     }
-    const int width = kOp == PCR_OP_FPROP ? v.q : v.w, height = kOp == PCR_OP_FPROP ? v.p : v.h;
+    const auto [height, width] = output_extent(v);
     const int64_t runs = (int64_t(width) + kOutputs - 1) / kOutputs;
     const int64_t rows = kThreads / chunk_vectors(v);
     if ((int64_t(v.n) * height * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
@@ -505,7 +527,7 @@ struct Direct {
       prep->smem = kThreads * kWgradTaps * kVector * int(sizeof(float));
       return PCR_OK;
     }
-    const int width = kOp == PCR_OP_FPROP ? v.q : v.w, height = kOp == PCR_OP_FPROP ? v.p : v.h;
+    const auto [height, width] = output_extent(v);
     if (kFlipped) {  // fprop's kernel from dy (P x Q) to dx (H x W)
       p.x = g.a;
       p.h = v.p, p.w_ = v.q, p.p = v.h, p.q = v.w;
@@ -523,55 +545,28 @@ struct Direct {
     return PCR_OK;
   }
 
+  // The pass's kernel (wgrad's first; depthwise_wgrad_sum follows it).
+  static auto kernel() {
+    if constexpr (kOp == PCR_OP_FPROP)
+      return &depthwise_fprop<ElementA, ElementD, kR, kS, kStride>;
+    else if constexpr (kFlipped)
+      return &depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>;
+    else if constexpr (kOp == PCR_OP_DGRAD)
+      return &depthwise_dgrad<ElementA, ElementD>;
+    else
+      return &depthwise_wgrad_partials<ElementA>;
+  }
+
   static int launch(const void* prepared, void*, int, cudaStream_t stream,
                     bool /*programmatic: never, see kProgrammatic*/) {
     const auto& prep = *static_cast<const Prepared*>(prepared);
-#if !defined(PCR_EMULATE)
-    if constexpr (kOp == PCR_OP_FPROP) {
-      depthwise_fprop<ElementA, ElementD, kR, kS, kStride>
-          <<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
-    } else if constexpr (kFlipped) {
-      depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>
-          <<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
-    } else if constexpr (kOp == PCR_OP_DGRAD) {
-      depthwise_dgrad<ElementA, ElementD><<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
-    } else {
-      depthwise_wgrad_partials<ElementA><<<prep.grid, kThreads, prep.smem, stream>>>(prep.params);
-      depthwise_wgrad_sum<ElementD><<<prep.sum_grid, kThreads, 0, stream>>>(prep.params);
-    }
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-      return set_error(PCR_ERR_CUDA, "depthwise kernel launch failed: %s (%s)", cudaGetErrorName(e),
-                       cudaGetErrorString(e));
-#else  // the CPU tests run the device code on the host (tests/mockgpu)
-    if constexpr (kOp == PCR_OP_FPROP) {
-      emulate::launch(depthwise_fprop<ElementA, ElementD, kR, kS, kStride>, prep.grid,
-                      dim3(kThreads), prep.smem, prep.params);
-    } else if constexpr (kFlipped) {
-      emulate::launch(depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>, prep.grid,
-                      dim3(kThreads), prep.smem, prep.params);
-    } else if constexpr (kOp == PCR_OP_DGRAD) {
-      emulate::launch(depthwise_dgrad<ElementA, ElementD>, prep.grid, dim3(kThreads), prep.smem,
-                      prep.params);
-    } else {
-      emulate::launch(depthwise_wgrad_partials<ElementA>, prep.grid, dim3(kThreads), prep.smem,
-                      prep.params);
-      emulate::launch(depthwise_wgrad_sum<ElementD>, prep.sum_grid, dim3(kThreads), 0, prep.params);
-    }
-#endif
-    return PCR_OK;
+    int st = start(kernel(), prep.grid, prep.smem, stream, prep.params);
+    if (st == PCR_OK && kOp == PCR_OP_WGRAD)
+      st = start(&depthwise_wgrad_sum<ElementD>, prep.sum_grid, 0, stream, prep.params);
+    return st;
   }
 
-  static const void* device_function() {
-    if constexpr (kOp == PCR_OP_FPROP)
-      return reinterpret_cast<const void*>(&depthwise_fprop<ElementA, ElementD, kR, kS, kStride>);
-    else if constexpr (kFlipped)
-      return reinterpret_cast<const void*>(&depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>);
-    else if constexpr (kOp == PCR_OP_DGRAD)
-      return reinterpret_cast<const void*>(&depthwise_dgrad<ElementA, ElementD>);
-    else
-      return reinterpret_cast<const void*>(&depthwise_wgrad_partials<ElementA>);
-  }
+  static const void* device_function() { return reinterpret_cast<const void*>(kernel()); }
 };
 
 }  // namespace pcr::depthwise
