@@ -1,7 +1,11 @@
-// Depthwise 2-D convolution fprop (one filter per channel: groups = C = K), a direct
-// convolution on CUDA cores (sm80 family: one sm_80 source for sm_80/86/89/90 SASS): packed
-// NHWC activations, torch's channels_last depthwise filters (C, R, S, 1), fp32 accumulation,
-// and the fused epilogue y = act(alpha * acc + beta * c + bias[k]).
+// Depthwise 2-D convolutions (one filter per channel: groups = C = K), direct convolutions
+// on CUDA cores (sm80 family: one sm_80 source for sm_80/86/89/90 SASS): packed NHWC
+// activations, torch's channels_last depthwise filters (C, R, S, 1), fp32 accumulation.
+// fprop has the fused epilogue y = act(alpha * acc + beta * c + bias[k]); dgrad (a
+// stride-1 one as fprop of dy with the filters rotated) and wgrad the linear one.
+//
+// What follows describes fprop's kernel; dgrad's gathers the same way, wgrad's sums per
+// tap over slices of the outputs (each kernel says how).
 //
 // Memory bound (R*S multiply-adds per loaded element), so the kernel is built around its
 // loads: a thread holds 8 channels (one 16-byte vector) of kOutputs consecutive outputs
@@ -59,7 +63,8 @@ struct Params {
   int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
   int vectors;        // C / kVector
   int chunk_vectors;  // channel vectors per CTA
-  int rows_per_cta;   // output runs per CTA: kThreads / chunk_vectors (wgrad: positions)
+  int rows_per_cta;   // output runs per CTA (wgrad: positions): kThreads / chunk_vectors
+                      // at most, fewer where a small problem spreads over more CTAs
   int runs;           // output runs per output row: ceil(width / kOutputs)
   int64_t items;      // output runs in all: N * rows * runs (wgrad: N * P * Q positions)
   int slices;         // wgrad: slices of N * P * Q per channel chunk and tap group
@@ -388,11 +393,11 @@ inline int start(void (*kernel)(const Params), dim3 grid, int smem, cudaStream_t
 }
 
 // The KernelOps of a direct depthwise kernel (kernel.h) of pass kOp (pcr_op): ElementA the
-// inputs' dtype (half_t or bfloat16_t), ElementD the output's (the same); for fprop, kR x kS
-// the filter and kStride the stride it is built for, all 0 for the generic kernel; dgrad and
-// wgrad kernels are generic. fprop's epilogue is always the fused one (PCR_EPI_BIASACT):
-// with no bias and no activation it is the linear one, at no cost a memory-bound kernel
-// notices; the gradients' is the linear one.
+// inputs' dtype (half_t or bfloat16_t), ElementD the output's (the same); kR x kS the
+// filter and kStride the stride it is built for, all 0 for the generic kernel (dgrad's
+// built for a filter take stride 1; wgrad's are generic). fprop's epilogue is always the fused one
+// (PCR_EPI_BIASACT): with no bias and no activation it is the linear one, at no cost a memory-bound
+// kernel notices; the gradients' is the linear one.
 template <int kOp, class ElementA, class ElementD, int kR, int kS, int kStride, int Epilogue>
 struct Direct {
   static_assert(kOp == PCR_OP_FPROP || kOp == PCR_OP_DGRAD || kOp == PCR_OP_WGRAD, "a pass");

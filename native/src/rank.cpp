@@ -222,7 +222,7 @@ constexpr double kDepthwiseFixed = 0.85;
 // implicit GEMM: fprop m = N*P*Q, n = C, k = R*S; dgrad m = N*H*W, n = C, k = R*S (each
 // output's m x n, one "tile" per 256 runs of 4 outputs of 8 channels, each input and
 // output element moved once, the inputs' bytes taken as the outputs'); wgrad m = C,
-// n = R*S, k = N*P*Q (dy and x read once each, about two CTAs per SM).
+// n = R*S, k = N*P*Q (dy and x read once each, CTAs enough to fill the SMs).
 void depthwise_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int64_t sms,
                      int cc, pcr_model* t) {
   const DeviceRates& dev = rates(cc);
