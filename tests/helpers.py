@@ -442,3 +442,49 @@ def hf_mlp(hidden, inter, fused):
             return self.down_proj(gate * self.up_proj(x))
 
     return HFMLP()
+
+
+# ---- depthwise convolutions: the cases the GPU suite and the CPU emulation share ------------
+
+
+def depthwise_geometry(tile):
+    """(filter (R, S), stride, dilation) a depthwise kernel of ``tile`` (its (R, S, stride),
+    zeros for the generic kernel) takes: its own filter and stride, or for the generic one a
+    filter, stride and dilation none other takes."""
+    r, s, stride = tile
+    if r == 0:
+        return (5, 3), (2, 1), (2, 1)
+    return (r, s), (stride, stride), (1, 1)
+
+
+#: (n, c, h, w): one image, one output column, channels in several CTA chunks (960: four
+#: chunks of 30 vectors; 1000: four, the last of 29), channels short of one chunk (8)
+DEPTHWISE_SHAPES = [(1, 8, 5, 3), (2, 16, 9, 1), (1, 960, 7, 7), (3, 1000, 5, 9), (5, 40, 17, 23)]
+
+#: (n, c, h, w, filter, stride, padding, dilation): MobileNet's 3x3 at both strides,
+#: ConvNeXt's 7x7, 5x5 at stride 2 with a ragged edge, dilation, a stride that skips
+#: inputs (3 > filter 2), channels in several chunks (960) and a single channel vector
+DEPTHWISE_GRADIENT_CASES = [
+    (2, 24, 13, 11, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (3, 16, 12, 9, (3, 3), (2, 2), (1, 1), (1, 1)),
+    (1, 40, 14, 14, (7, 7), (1, 1), (3, 3), (1, 1)),
+    (2, 8, 11, 13, (5, 5), (2, 2), (2, 1), (1, 1)),
+    (1, 32, 15, 12, (3, 3), (1, 2), (2, 1), (2, 2)),
+    (2, 8, 10, 10, (2, 2), (3, 3), (0, 0), (1, 1)),
+    (1, 960, 6, 5, (3, 3), (1, 1), (1, 1), (1, 1)),
+]
+
+
+def depthwise_gradient_cases(tile):
+    """The cases a depthwise gradient kernel of ``tile`` takes: all of
+    :data:`DEPTHWISE_GRADIENT_CASES` for the generic ones; for a stride-1 dgrad built for a
+    filter, that filter at padding 0, "same" and the filter's extent less one (the most it
+    takes), over odd sizes and channel chunks."""
+    if tuple(tile) == (0, 0, 0):
+        return DEPTHWISE_GRADIENT_CASES
+    r, s, _ = tile
+    return [
+        (2, 24, 13, 11, (r, s), (1, 1), (0, 0), (1, 1)),
+        (3, 16, 9, 14, (r, s), (1, 1), (r // 2, s // 2), (1, 1)),
+        (1, 960, 8, 7, (r, s), (1, 1), (r - 1, s - 1), (1, 1)),
+    ]

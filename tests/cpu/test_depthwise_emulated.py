@@ -12,6 +12,11 @@ import mockgpu
 import numpy as np
 import pytest
 from catalog import catalogue
+from helpers import (
+    DEPTHWISE_SHAPES,
+    depthwise_geometry,
+    depthwise_gradient_cases,
+)
 
 DEPTHWISE = [k for k in catalogue() if k.depthwise]
 NAMES = [k.name for k in DEPTHWISE if k.op == "fprop"]
@@ -28,15 +33,6 @@ def emulator():
         if mockgpu.required():
             pytest.fail(f"{mockgpu.REQUIRE} is set, but {e}", pytrace=False)
         pytest.skip(str(e))
-
-
-def geometry(k):
-    """(filter (R, S), stride, dilation) a kernel takes: the filter and stride it is built
-    for, or for the generic one a filter, stride and dilation none other takes."""
-    r, s, stride = k.tile
-    if r == 0:
-        return (5, 3), (2, 1), (2, 1)
-    return (r, s), (stride, stride), (1, 1)
 
 
 def reference(x, w, bias, stride, padding, dilation):
@@ -85,7 +81,7 @@ def run(exe, name, x, w, tmp_path, **kw):
 def test_depthwise_kernel(emulator, tmp_path, name, padding):
     """Each kernel equals the float64 convolution exactly (integer inputs) at odd N, H and W
     and padding 0 to 3, with its bias and a ReLU fused, and without them."""
-    filt, stride, dilation = geometry(BY_NAME[name])
+    filt, stride, dilation = depthwise_geometry(BY_NAME[name].tile)
     x, w, bias = integer_case(3, 24, 13, 11, filt, seed=20)
     geo = dict(stride=stride, padding=(padding, padding), dilation=dilation)
     got = run(emulator, name, x, w, tmp_path, bias=bias, activation="relu", **geo)
@@ -94,18 +90,13 @@ def test_depthwise_kernel(emulator, tmp_path, name, padding):
     np.testing.assert_array_equal(got, reference(x, w, None, **geo))
 
 
-#: (n, c, h, w): one image, one output column, channels in several CTA chunks (960: four
-#: chunks of 30 vectors; 1000: four, the last of 29), channels short of one chunk (8)
-SHAPES = [(1, 8, 5, 3), (2, 16, 9, 1), (1, 960, 7, 7), (3, 1000, 5, 9), (5, 40, 17, 23)]
-
-
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("shape", DEPTHWISE_SHAPES, ids=str)
 @pytest.mark.parametrize("name", NAMES)
 def test_depthwise_kernel_shapes(emulator, tmp_path, name, shape):
     """Each kernel over channel counts that fill several CTAs' chunks or part of one, a
     single output row or column, odd sizes: the float64 result exactly."""
     n, c, h, w_ = shape
-    filt, stride, dilation = geometry(BY_NAME[name])
+    filt, stride, dilation = depthwise_geometry(BY_NAME[name].tile)
     padding = tuple(d * (f - 1) // 2 for d, f in zip(dilation, filt))  # "same" at stride 1
     x, w, bias = integer_case(n, c, h, w_, filt, seed=30)
     geo = dict(stride=stride, padding=padding, dilation=dilation)
@@ -123,7 +114,7 @@ def test_depthwise_epilogue(emulator, tmp_path, name, activation):
     """alpha, beta * c (a residual) and an activation with parameters (ReLU6 as clamp),
     fused, on random inputs: fp32 accumulation and one rounding to the 16-bit output."""
     k = BY_NAME[name]
-    filt, stride, dilation = geometry(k)
+    filt, stride, dilation = depthwise_geometry(k.tile)
     rng = np.random.default_rng(40)
     x = mockgpu.decode(mockgpu.encode(rng.standard_normal((2, 11, 10, 32)), k.a), k.a)
     w = mockgpu.decode(mockgpu.encode(rng.standard_normal((32, *filt, 1)), k.a), k.a)
@@ -147,7 +138,7 @@ def test_depthwise_refusals(emulator, tmp_path, name):
     that are not multiples of 8, a channel multiplier, and (the kernels built for one
     filter and stride) another filter, stride or any dilation."""
     k = BY_NAME[name]
-    filt, stride, dilation = geometry(k)
+    filt, stride, dilation = depthwise_geometry(k.tile)
     geo = dict(stride=stride, padding=(1, 1), dilation=dilation)
     x, w, _ = integer_case(1, 12, 9, 9, filt, seed=50)
     with pytest.raises(mockgpu.Refused, match="multiple"):
@@ -200,37 +191,9 @@ def gradients(x, w, dy, stride, padding, dilation):
     return dxp[:, padding[0] : padding[0] + h, padding[1] : padding[1] + w_], dw
 
 
-#: (n, c, h, w, filter, stride, padding, dilation): MobileNet's 3x3 at both strides,
-#: ConvNeXt's 7x7, 5x5 at stride 2 with a ragged edge, dilation, a stride that skips
-#: inputs (3 > filter 2), channels in several chunks (960) and a single channel vector
-GRADIENT_CASES = [
-    (2, 24, 13, 11, (3, 3), (1, 1), (1, 1), (1, 1)),
-    (3, 16, 12, 9, (3, 3), (2, 2), (1, 1), (1, 1)),
-    (1, 40, 14, 14, (7, 7), (1, 1), (3, 3), (1, 1)),
-    (2, 8, 11, 13, (5, 5), (2, 2), (2, 1), (1, 1)),
-    (1, 32, 15, 12, (3, 3), (1, 2), (2, 1), (2, 2)),
-    (2, 8, 10, 10, (2, 2), (3, 3), (0, 0), (1, 1)),
-    (1, 960, 6, 5, (3, 3), (1, 1), (1, 1), (1, 1)),
-]
-
-
-def gradient_cases(k):
-    """The cases a gradient kernel takes: all for the generic ones; for a stride-1 dgrad
-    built for a filter, that filter at padding 0, "same" and the filter's extent less one
-    (the most it takes), over odd sizes and channel chunks."""
-    if k.tile == (0, 0, 0):
-        return GRADIENT_CASES
-    r, s, _ = k.tile
-    return [
-        (2, 24, 13, 11, (r, s), (1, 1), (0, 0), (1, 1)),
-        (3, 16, 9, 14, (r, s), (1, 1), (r // 2, s // 2), (1, 1)),
-        (1, 960, 8, 7, (r, s), (1, 1), (r - 1, s - 1), (1, 1)),
-    ]
-
-
 @pytest.mark.parametrize(
     "name, case",
-    [(n, c) for n in GRADIENTS for c in gradient_cases(BY_NAME[n])],
+    [(n, c) for n in GRADIENTS for c in depthwise_gradient_cases(BY_NAME[n].tile)],
     ids=lambda v: str(v),
 )
 def test_depthwise_gradient(emulator, tmp_path, name, case):

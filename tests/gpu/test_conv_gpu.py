@@ -3,7 +3,14 @@ reference (exact-in-float inputs), and pycutlass_rt.conv2d / conv2d_dgrad / conv
 against torch over stride, padding and dilation."""
 
 import pytest
-from helpers import require, runnable_kernels, torch_dtype
+from helpers import (
+    DEPTHWISE_SHAPES,
+    depthwise_geometry,
+    depthwise_gradient_cases,
+    require,
+    runnable_kernels,
+    torch_dtype,
+)
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -362,15 +369,6 @@ def test_few_filters_run_as_a_gemm_on_the_unfolded_input(op):
 # ---- depthwise fprop (groups = C = K): the direct kernels --------------------------------
 
 
-def depthwise_geometry(k):
-    """(filter (R, S), stride, dilation) a depthwise kernel takes: the filter and stride it
-    is built for, or for the generic one a filter, stride and dilation none other takes."""
-    r, s, stride = k.tile
-    if r == 0:
-        return (5, 3), (2, 1), (2, 1)
-    return (r, s), (stride, stride), (1, 1)
-
-
 def depthwise_case(dtype, n, c, h, w_, filt, *, seed):
     """Integer-valued x, w (C, 1, R, S) and bias (C): every sum exact in 16-bit outputs."""
     x = nchw(n, c, h, w_, dtype, seed=seed)
@@ -397,7 +395,7 @@ def test_depthwise_kernel(name, padding):
     fused, and without them (the linear call it also serves)."""
     k = pcr._kernels.by_name(name)
     dt = torch_dtype(k.dtype_a)
-    filt, stride, dilation = depthwise_geometry(k)
+    filt, stride, dilation = depthwise_geometry(k.tile)
     x, w, bias = depthwise_case(dt, 3, 24, 13, 11, filt, seed=20)
     geo = dict(stride=stride, padding=padding, dilation=dilation, groups=24, kernel=name)
     got = pcr.conv2d(x, w, bias, activation="relu", **geo)
@@ -409,11 +407,6 @@ def test_depthwise_kernel(name, padding):
     torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
 
 
-#: (n, c, h, w): one image, one output column, channels in several CTA chunks (960: four
-#: chunks of 30 vectors; 1000: four, the last of 29), channels short of one chunk (8)
-DEPTHWISE_SHAPES = [(1, 8, 5, 3), (2, 16, 9, 1), (1, 960, 7, 7), (3, 1000, 5, 9), (5, 40, 17, 23)]
-
-
 @pytest.mark.parametrize("shape", DEPTHWISE_SHAPES, ids=str)
 @pytest.mark.parametrize("name", [k.name for k in DEPTHWISE])
 def test_depthwise_kernel_shapes(name, shape):
@@ -421,7 +414,7 @@ def test_depthwise_kernel_shapes(name, shape):
     one, a single output row or column, odd sizes: torch's result exactly."""
     k = pcr._kernels.by_name(name)
     n, c, h, w_ = shape
-    filt, stride, dilation = depthwise_geometry(k)
+    filt, stride, dilation = depthwise_geometry(k.tile)
     padding = tuple(d * (f - 1) // 2 for d, f in zip(dilation, filt))  # "same" at stride 1
     x, w, bias = depthwise_case(torch_dtype(k.dtype_a), n, c, h, w_, filt, seed=30)
     geo = dict(stride=stride, padding=padding, dilation=dilation, groups=c)
@@ -437,7 +430,7 @@ def test_depthwise_epilogue(name, activation):
     fused, against torch on random inputs (fp32 accumulation, one 16-bit rounding)."""
     k = pcr._kernels.by_name(name)
     dt = torch_dtype(k.dtype_a)
-    filt, stride, dilation = depthwise_geometry(k)
+    filt, stride, dilation = depthwise_geometry(k.tile)
     g = torch.Generator(device="cpu").manual_seed(40)
     x = torch.randn(2, 32, 15, 12, generator=g).to(dt).cuda().contiguous(memory_format=CL)
     w = torch.randn(32, 1, *filt, generator=g).to(dt).cuda().contiguous(memory_format=CL) / 4
@@ -453,33 +446,9 @@ def test_depthwise_epilogue(name, activation):
     torch.testing.assert_close(got.double().cpu(), ref, rtol=tol, atol=tol)
 
 
-#: (c, h, w, filter, stride, padding, dilation): MobileNet's 3x3 at both strides, ConvNeXt's
-#: 7x7, dilation with unequal strides and padding, channels in several CTA chunks (960)
-GRADIENT_GEOMETRIES = [
-    (24, 13, 11, (3, 3), 1, 1, 1),
-    (16, 12, 9, (3, 3), 2, 1, 1),
-    (40, 14, 14, (7, 7), 1, 3, 1),
-    (32, 15, 12, (3, 3), (1, 2), (2, 1), 2),
-    (960, 6, 5, (3, 3), 1, 1, 1),
-]
-
-
-def gradient_geometries(k):
-    """The geometries a gradient kernel takes: all for the generic ones; a stride-1 dgrad
-    kernel built for a filter: that filter at padding 0, "same" and its extent less one."""
-    if k.tile == (0, 0, 0):
-        return GRADIENT_GEOMETRIES
-    r, s, _ = k.tile
-    return [
-        (24, 13, 11, (r, s), 1, 0, 1),
-        (16, 9, 14, (r, s), 1, (r // 2, s // 2), 1),
-        (960, 8, 7, (r, s), 1, (r - 1, s - 1), 1),
-    ]
-
-
 @pytest.mark.parametrize(
     "name, geometry",
-    [(k.name, g) for k in DEPTHWISE_GRADIENTS for g in gradient_geometries(k)],
+    [(k.name, g) for k in DEPTHWISE_GRADIENTS for g in depthwise_gradient_cases(k.tile)],
     ids=str,
 )
 def test_depthwise_gradient_kernel(name, geometry):
@@ -488,8 +457,8 @@ def test_depthwise_gradient_kernel(name, geometry):
     unforced the selector takes a depthwise kernel of the pass and explain() names it."""
     k = pcr._kernels.by_name(name)
     dt = torch_dtype(k.dtype_a)
-    c, h, w_, filt, stride, padding, dilation = geometry
-    x, w, _ = depthwise_case(dt, 2, c, h, w_, filt, seed=60)
+    n, c, h, w_, filt, stride, padding, dilation = geometry
+    x, w, _ = depthwise_case(dt, n, c, h, w_, filt, seed=60)
     args = (stride, padding, dilation, c)
     y = F.conv2d(x.double().cpu(), w.double().cpu(), None, *args)
     dy = nchw(*y.shape, dt, seed=61)
