@@ -477,14 +477,17 @@ DEPTHWISE_GRADIENT_CASES = [
 
 def depthwise_gradient_cases(tile):
     """The cases a depthwise gradient kernel of ``tile`` takes: all of
-    :data:`DEPTHWISE_GRADIENT_CASES` for the generic ones; for a stride-1 dgrad built for a
-    filter, that filter at padding 0, "same" and the filter's extent less one (the most it
-    takes), over odd sizes and channel chunks."""
+    :data:`DEPTHWISE_GRADIENT_CASES` for the generic ones; for one built for a filter and
+    stride (dgrad's: stride 1), that filter and stride at padding 0, "same" and the
+    filter's extent less one (the most a dgrad takes), over odd sizes (runs of outputs
+    cut short at the right edge) and channel chunks."""
     if tuple(tile) == (0, 0, 0):
         return DEPTHWISE_GRADIENT_CASES
-    r, s, _ = tile
+    r, s, stride = tile
+    st = (stride, stride)
     return [
-        (2, 24, 13, 11, (r, s), (1, 1), (0, 0), (1, 1)),
-        (3, 16, 9, 14, (r, s), (1, 1), (r // 2, s // 2), (1, 1)),
-        (1, 960, 8, 7, (r, s), (1, 1), (r - 1, s - 1), (1, 1)),
+        (2, 24, 13, 11, (r, s), st, (0, 0), (1, 1)),
+        (3, 16, 9, 14, (r, s), st, (r // 2, s // 2), (1, 1)),
+        (1, 960, 8, 7, (r, s), st, (r - 1, s - 1), (1, 1)),
+        (2, 8, 17, 22, (r, s), st, (r // 2, 0), (1, 1)),
     ]

@@ -107,8 +107,8 @@ def _conv_kernels() -> list[Kernel]:
 
 def _depthwise_kernels() -> list[Kernel]:
     """The direct depthwise kernels: fprop's for a filter and stride each (tile (R, S,
-    stride); zeros: the generic kernel) with the fused epilogue, dgrad's and a generic
-    wgrad with the linear epilogue; 16-byte channel vectors."""
+    stride); zeros: the generic kernel) with the fused epilogue, dgrad's and wgrad's (for a
+    filter and generic) with the linear epilogue; 16-byte channel vectors."""
 
     def kernel(a, d, tile, op, epilogue, tier):
         return Kernel(

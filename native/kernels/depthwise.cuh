@@ -5,7 +5,8 @@
 // stride-1 one as fprop of dy with the filters rotated) and wgrad the linear one.
 //
 // What follows describes fprop's kernel; dgrad's gathers the same way, wgrad's sums per
-// tap over slices of the outputs (each kernel says how).
+// tap over slices of the outputs, those built for a filter reusing inputs along W as
+// fprop's do (each kernel says how).
 //
 // Memory bound (R*S multiply-adds per loaded element), so the kernel is built around its
 // loads: a thread holds 8 channels (one 16-byte vector) of kOutputs consecutive outputs
@@ -283,8 +284,38 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Para
   store_run<D>(prm, acc, (int64_t(in_) * prm.h + ih) * prm.w_, w0, prm.w_, channel);
 }
 
-// wgrad's taps per pass over a CTA's positions: the sums a thread holds (kVector each)
+// wgrad's taps per round of a CTA's reduction, and the generic kernel's taps per CTA
 constexpr int kWgradTaps = 4;
+
+// The sums of one round of kWgradTaps taps (the first `count`), held by every thread of a
+// wgrad CTA, added up over the CTA's rows in a fixed order into partials[slice][tap0 +
+// j][channel]; the smem staging makes the order deterministic.
+__device__ __forceinline__ void reduce_taps(const Params& prm, const Acc* acc, int slice, int tap0,
+                                            int count) {
+  float* sums = reinterpret_cast<float*>(shared_bytes());  // [row][lane][tap][channel]
+  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
+  const int per_row = kWgradTaps * kVector;  // floats of one thread's sums
+  const int taps = prm.r * prm.s;
+  if (row < prm.rows_per_cta) {
+    float* mine = sums + (row * prm.chunk_vectors + lane) * per_row;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kWgradTaps; ++j) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kVector; ++i) mine[j * kVector + i] = acc[j][i];
+    }
+  }
+  __syncthreads();
+  for (int v = threadIdx.x; v < prm.chunk_vectors * per_row; v += kThreads) {
+    const int l = v / per_row, j = v % per_row / kVector, i = v % kVector;
+    const int c = (blockIdx.y * prm.chunk_vectors + l) * kVector + i;
+    if (j >= count || c >= prm.ch) continue;
+    float total = 0.0f;
+    for (int r = 0; r < prm.rows_per_cta; ++r)
+      total += sums[(r * prm.chunk_vectors + l) * per_row + j * kVector + i];
+    prm.partials[(int64_t(slice) * taps + tap0 + j) * prm.ch + c] = total;
+  }
+  __syncthreads();  // the next round writes sums again
+}
 
 // wgrad, any filter, stride and dilation, first of two launches: CTA (slice and tap group,
 // channel chunk) sums dy[n, p, q] * x[n, p * stride - pad + r * dilation, ...] over its
@@ -293,7 +324,6 @@ constexpr int kWgradTaps = 4;
 // order into partials[slice][tap][channel].
 template <class T>
 __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_partials(const Params prm) {
-  float* sums = reinterpret_cast<float*>(shared_bytes());  // [row][lane][tap][channel]
   const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
   const int vector = blockIdx.y * prm.chunk_vectors + lane;
   const int slice = blockIdx.x / prm.tap_groups, t0 = blockIdx.x % prm.tap_groups * kWgradTaps;
@@ -301,7 +331,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_partials(c
   const int64_t per_slice = (prm.items + prm.slices - 1) / prm.slices;
   const int64_t first = int64_t(slice) * per_slice;
   const int64_t last = min(prm.items, first + per_slice);
-  const int per_row = kWgradTaps * kVector;  // floats of one thread's sums
   // the taps' offsets in x, and which exist
   int dh[kWgradTaps], dw[kWgradTaps];
   CUTLASS_PRAGMA_UNROLL
@@ -335,24 +364,74 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_partials(c
       while (op >= prm.p) op -= prm.p, ++on;
     }
   }
-  if (row < prm.rows_per_cta) {
-    float* mine = sums + (row * prm.chunk_vectors + lane) * per_row;
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kWgradTaps; ++j) {
+  reduce_taps(prm, acc, slice, t0, min(kWgradTaps, taps - t0));
+}
+
+// wgrad built for a kR x kS filter at stride kStride (dilation 1), first of two launches:
+// CTA (slice and filter row fr, channel chunk) sums dy[n, p, q] * x[n, p * stride - pad +
+// fr, q * stride - pad + s] for every tap s of its row over its slice of the output runs.
+// A thread takes 8 channels of kOutputs consecutive outputs along W (as fprop's threads
+// do) and walks the input row they cover once, each load feeding every tap that reads it.
+template <class T, int kR, int kS, int kStride>
+__global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_rows(const Params prm) {
+  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
+  const int vector = blockIdx.y * prm.chunk_vectors + lane;
+  const int slice = blockIdx.x / kR, fr = blockIdx.x % kR;
+  const int ch = prm.ch, channel = vector * kVector;
+  const int64_t per_slice = (prm.items + prm.slices - 1) / prm.slices;
+  const int64_t first = int64_t(slice) * per_slice;
+  const int64_t last = min(prm.items, first + per_slice);
+  constexpr int kSpan = (kOutputs - 1) * kStride + kS;
+
+  Acc acc[kS];
+  CUTLASS_PRAGMA_UNROLL
+  for (int s = 0; s < kS; ++s) acc[s].fill(0.0f);
+  if (row < prm.rows_per_cta && vector < prm.vectors) {
+    for (int64_t item = first + row; item < last; item += prm.rows_per_cta) {
+      const int64_t nrow = item / prm.runs;
+      const int q0 = int(item - nrow * prm.runs) * kOutputs;
+      const int op = int(nrow % prm.p), on = int(nrow / prm.p);
+      const int ih = op * kStride - prm.pad_h + fr;
+      if (ih < 0 || ih >= prm.h) continue;
+      const int outputs = min(kOutputs, prm.q - q0);
+      const T* dy = static_cast<const T*>(prm.dy) + (nrow * prm.q + q0) * ch + channel;
+      Acc g[kOutputs];
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kVector; ++i) mine[j * kVector + i] = acc[j][i];
+      for (int t = 0; t < kOutputs; ++t) {
+        if (t < outputs)
+          g[t] = load_vector(dy + int64_t(t) * ch);
+        else
+          g[t].fill(0.0f);
+      }
+      const T* in =
+          static_cast<const T*>(prm.x) + (int64_t(on) * prm.h + ih) * prm.w_ * ch + channel;
+      const int iw0 = q0 * kStride - prm.pad_w;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kSpan; ++j) {
+        const int iw = iw0 + j;
+        if (iw < 0 || iw >= prm.w_) continue;  // padding: adds nothing
+        // columns only outputs past the edge read are never loaded (0 * inf would be NaN)
+        if (j >= (outputs - 1) * kStride + kS) break;
+        const Acc xv = load_vector(in + int64_t(iw) * ch);
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < kOutputs; ++t) {
+          const int s = j - t * kStride;  // the tap of output t that reads column j
+          if (t < outputs && s >= 0 && s < kS) multiply_add(acc[s], xv, g[t]);
+        }
+      }
     }
   }
-  __syncthreads();
-  // each (lane, tap, channel) summed over the rows in order: deterministic
-  for (int v = threadIdx.x; v < prm.chunk_vectors * per_row; v += kThreads) {
-    const int l = v / per_row, j = v % per_row / kVector, i = v % kVector;
-    const int c = (blockIdx.y * prm.chunk_vectors + l) * kVector + i;
-    if (t0 + j >= taps || c >= ch) continue;
-    float total = 0.0f;
-    for (int r = 0; r < prm.rows_per_cta; ++r)
-      total += sums[(r * prm.chunk_vectors + l) * per_row + j * kVector + i];
-    prm.partials[(int64_t(slice) * taps + t0 + j) * ch + c] = total;
+  CUTLASS_PRAGMA_UNROLL
+  for (int s0 = 0; s0 < kS; s0 += kWgradTaps) {
+    Acc round[kWgradTaps];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kWgradTaps; ++j) {
+      if (s0 + j < kS)
+        round[j] = acc[s0 + j];
+      else
+        round[j].fill(0.0f);
+    }
+    reduce_taps(prm, round, slice, fr * kS + s0, min(kWgradTaps, kS - s0));
   }
 }
 
@@ -395,9 +474,9 @@ inline int start(void (*kernel)(const Params), dim3 grid, int smem, cudaStream_t
 // The KernelOps of a direct depthwise kernel (kernel.h) of pass kOp (pcr_op): ElementA the
 // inputs' dtype (half_t or bfloat16_t), ElementD the output's (the same); kR x kS the
 // filter and kStride the stride it is built for, all 0 for the generic kernel (dgrad's
-// built for a filter take stride 1; wgrad's are generic). fprop's epilogue is always the fused one
-// (PCR_EPI_BIASACT): with no bias and no activation it is the linear one, at no cost a memory-bound
-// kernel notices; the gradients' is the linear one.
+// built for a filter take stride 1). fprop's epilogue is always the fused one
+// (PCR_EPI_BIASACT): with no bias and no activation it is the linear one, at no cost a
+// memory-bound kernel notices; the gradients' is the linear one.
 template <int kOp, class ElementA, class ElementD, int kR, int kS, int kStride, int Epilogue>
 struct Direct {
   static_assert(kOp == PCR_OP_FPROP || kOp == PCR_OP_DGRAD || kOp == PCR_OP_WGRAD, "a pass");
@@ -405,12 +484,13 @@ struct Direct {
                 "fprop kernels are built with the fused epilogue, the gradients' linear");
   static_assert(sizeof(ElementA) == 2 && sizeof(ElementD) == 2, "16-bit inputs and outputs");
   static_assert((kR == 0) == (kS == 0) && (kR == 0) == (kStride == 0), "all static or generic");
-  static_assert(kOp != PCR_OP_WGRAD || kR == 0, "wgrad kernels are generic");
   static_assert(kOp != PCR_OP_DGRAD || kStride <= 1, "dgrad kernels for a filter: stride 1");
   // A stride-1 dgrad kernel built for a filter runs fprop's kernel on dy with the filters
   // rotated and the padding R - 1 - pad: dx is that fprop's output.
   static constexpr bool kFlipped = kOp == PCR_OP_DGRAD && !(kR == 0);
   static constexpr bool kGeneric = kR == 0;
+  // wgrad built for a filter: a CTA per filter row, its threads on runs of outputs
+  static constexpr bool kWgradRows = kOp == PCR_OP_WGRAD && !kGeneric;
   static constexpr bool kProgrammatic = false;
 
   struct Prepared {
@@ -437,15 +517,24 @@ struct Direct {
     return kOp == PCR_OP_FPROP ? std::pair{v.p, v.q} : std::pair{v.h, v.w};
   }
 
-  static int tap_groups(const ConvArgs& v) { return (v.r * v.s + kWgradTaps - 1) / kWgradTaps; }
+  // wgrad's taps a CTA each: groups of kWgradTaps (generic) or the filter's rows
+  static int tap_groups(const ConvArgs& v) {
+    return kWgradRows ? kR : (v.r * v.s + kWgradTaps - 1) / kWgradTaps;
+  }
 
-  // wgrad: slices of the N * P * Q positions per channel chunk and tap group: about four
-  // CTAs per SM in all, each with at least 8 positions per thread
+  // wgrad's work items: positions (generic) or runs of kOutputs along Q, N * P * Q or
+  // N * P * ceil(Q / kOutputs)
+  static int64_t wgrad_items(const ConvArgs& v) {
+    return int64_t(v.n) * v.p * (kWgradRows ? (v.q + kOutputs - 1) / kOutputs : v.q);
+  }
+
+  // wgrad: slices of the work items per channel chunk and tap group: about four CTAs per
+  // SM in all, each thread with at least 8 positions (generic) or one run
   static int slices(const ConvArgs& v, int sm_count) {
     const int cv = chunk_vectors(v), chunks = (v.c / kVector + cv - 1) / cv;
-    const int64_t positions = int64_t(v.n) * v.p * v.q, rows = kThreads / cv;
+    const int64_t rows = kThreads / cv;
     const int64_t ctas = int64_t(chunks) * tap_groups(v);
-    const int64_t most = std::max<int64_t>(1, positions / (rows * 8));
+    const int64_t most = std::max<int64_t>(1, wgrad_items(v) / (rows * (kWgradRows ? 1 : 8)));
     const int64_t want =
         std::max<int64_t>(1, (4 * int64_t(std::max(sm_count, 1)) + ctas - 1) / ctas);
     return int(std::min<int64_t>({want, most, 1024}));
@@ -523,7 +612,8 @@ struct Direct {
     const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
     if (kOp == PCR_OP_WGRAD) {
       p.partials = static_cast<float*>(workspace);
-      p.items = int64_t(v.n) * v.p * v.q;
+      p.runs = (v.q + kOutputs - 1) / kOutputs;
+      p.items = wgrad_items(v);
       p.slices = slices(v, g.sm_count);
       p.tap_groups = tap_groups(v);
       prep->grid = dim3(unsigned(p.slices * p.tap_groups), unsigned(chunks));
@@ -558,6 +648,8 @@ struct Direct {
       return &depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>;
     else if constexpr (kOp == PCR_OP_DGRAD)
       return &depthwise_dgrad<ElementA, ElementD>;
+    else if constexpr (kWgradRows)
+      return &depthwise_wgrad_rows<ElementA, kR, kS, kStride>;
     else
       return &depthwise_wgrad_partials<ElementA>;
   }

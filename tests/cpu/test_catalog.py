@@ -527,10 +527,9 @@ def test_convolutions_in_the_default_build():
 def test_depthwise_kernels():
     """Depthwise: direct kernels of the sm80 family for float16 and bfloat16, fprop's one
     per filter and stride and a generic one, each with the fused epilogue (which serves
-    linear calls), and dgrad (stride 1 for a filter, and generic) and a generic wgrad with
-    the linear one; 16-byte channel
-    vectors, filters read element by element; none in the default build until they have
-    run on a GPU."""
+    linear calls), and dgrad (stride 1 for a filter, and generic) and wgrad (per filter and
+    stride, and generic) with the linear one; 16-byte channel vectors, filters read element
+    by element; none in the default build until they match cuDNN."""
     dw = [k for k in catalog.catalogue() if k.depthwise]
     got = {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b, k.align_c) for k in dw}
     assert got == {  # wgrad: x read in vectors, dw (rows of R * S taps) written one by one
@@ -545,7 +544,8 @@ def test_depthwise_kernels():
         assert (0, 0, 0) in fprop and len(fprop) == 7
         dgrad = {k.tile for k in dw if k.a == a and k.op == "dgrad"}
         assert dgrad == {(3, 3, 1), (5, 5, 1), (7, 7, 1), (0, 0, 0)}
-        assert [k.tile for k in dw if k.a == a and k.op == "wgrad"] == [(0, 0, 0)]
+        wgrad = {k.tile for k in dw if k.a == a and k.op == "wgrad"}
+        assert wgrad == {(3, 3, 1), (3, 3, 2), (5, 5, 1), (5, 5, 2), (7, 7, 1), (0, 0, 0)}
     k = next(k for k in dw if k.tile == (7, 7, 1) and k.a == "bf16")
     assert k.name == "sm80_fprop_bf16_bf16_f32_bf16_nhwc_f7x7s1_depthwise_biasact_a8"
     src = catalog.kernel_source(k)
@@ -557,7 +557,7 @@ def test_depthwise_kernels():
     assert "PCR_SCHED_DEPTHWISE" in catalog.kernel_info(k)
     generic = next(k for k in dw if k.tile == (0, 0, 0) and k.a == "f16" and k.op == "fprop")
     assert generic.name == "sm80_fprop_f16_f16_f32_f16_nhwc_fany_depthwise_biasact_a8"
-    wgrad = next(k for k in dw if k.op == "wgrad" and k.a == "bf16")
+    wgrad = next(k for k in dw if k.op == "wgrad" and k.a == "bf16" and k.tile == (0, 0, 0))
     assert wgrad.name == "sm80_wgrad_bf16_bf16_f32_bf16_nhwc_fany_depthwise_a8"
     assert (
         "Direct<PCR_OP_WGRAD, cutlass::bfloat16_t, cutlass::bfloat16_t, 0, 0, 0, PCR_EPI_LINEAR>"

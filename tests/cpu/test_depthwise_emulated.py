@@ -255,20 +255,21 @@ def extent(size, pad, dilation, filt, stride):
 
 
 @pytest.mark.parametrize("name", [n for n in GRADIENTS if BY_NAME[n].tile != (0, 0, 0)])
-def test_depthwise_dgrad_for_a_filter_refuses_the_rest(emulator, tmp_path, name):
-    """A dgrad kernel built for a filter runs it at stride 1 with padding up to the
-    filter's extent less one, no dilation: the rest it refuses, saying why."""
+def test_depthwise_gradient_for_a_filter_refuses_the_rest(emulator, tmp_path, name):
+    """A gradient kernel built for a filter runs it at its stride (dgrad's: 1), no
+    dilation, and a dgrad's with padding up to the filter's extent less one: the rest it
+    refuses, saying why."""
     k = BY_NAME[name]
-    r, s, _ = k.tile
+    r, s, built = k.tile
     x, w, _ = integer_case(1, 16, 17, 17, (r, s), seed=80)
     kw = dict(x_shape=x.shape, w_shape=w.shape, groups=16, workdir=str(tmp_path))
-    for stride, padding, dilation, why in (
-        (2, (1, 1), 1, "built for"),
-        (1, (1, 1), 2, "built for"),
-        (1, (r, 0), 1, "padding up to"),
-    ):
+    b = w if k.op == "dgrad" else x
+    refusals = [(built + 1, (1, 1), 1, "built for"), (built, (1, 1), 2, "built for")]
+    if k.op == "dgrad":
+        refusals.append((1, (r, 0), 1, "padding up to"))
+    for stride, padding, dilation, why in refusals:
         p = extent(17, padding[0], dilation, r, stride)
         q = extent(17, padding[1], dilation, s, stride)
         geo = dict(stride=(stride,) * 2, padding=padding, dilation=(dilation,) * 2)
         with pytest.raises(mockgpu.Refused, match=why):
-            mockgpu.conv(emulator, name, k.a, np.ones((1, p, q, 16)), w, **kw, **geo)
+            mockgpu.conv(emulator, name, k.a, np.ones((1, p, q, 16)), b, **kw, **geo)
