@@ -478,9 +478,9 @@ DEPTHWISE_GRADIENT_CASES = [
 def depthwise_gradient_cases(tile):
     """The cases a depthwise gradient kernel of ``tile`` takes: all of
     :data:`DEPTHWISE_GRADIENT_CASES` for the generic ones; for one built for a filter and
-    stride (dgrad's: stride 1), that filter and stride at padding 0, "same" and the
-    filter's extent less one (the most a dgrad takes), over odd sizes (runs of outputs
-    cut short at the right edge) and channel chunks."""
+    stride, that filter and stride at padding 0, "same" and the filter's extent less one
+    (the most a stride-1 dgrad takes), over odd sizes (runs of outputs cut short at the
+    right edge) and channel chunks."""
     if tuple(tile) == (0, 0, 0):
         return DEPTHWISE_GRADIENT_CASES
     r, s, stride = tile

@@ -191,13 +191,16 @@ SM80_DEPTHWISE_CONFIGS = [
 #: depthwise dgrad and wgrad, the linear epilogue (alpha, beta * c), extended as the fprop
 #: ones: (op, (R, S), stride, tier) as above. A stride-1 dgrad built for a filter is
 #: fprop's kernel for it on dy with the filters rotated (reusing inputs along W); the
-#: generic dgrad gathers tap by tap. wgrad sums over N * P * Q in CTA slices into fp32
+#: stride-2 ones and the generic dgrad gather tap by tap (the former with the taps
+#: unrolled and the stride's divisions as shifts). wgrad sums over N * P * Q in CTA slices into fp32
 #: partials (the workspace) added up in a fixed order; one built for a filter takes a
 #: filter row per CTA and runs of outputs along W per thread, reusing inputs as fprop's.
 SM80_DEPTHWISE_GRADIENTS = [
     ("dgrad", (3, 3), 1, "extended"),
     ("dgrad", (5, 5), 1, "extended"),
     ("dgrad", (7, 7), 1, "extended"),
+    ("dgrad", (3, 3), 2, "extended"),
+    ("dgrad", (5, 5), 2, "extended"),
     ("dgrad", (0, 0), 0, "extended"),
     ("wgrad", (3, 3), 1, "extended"),
     ("wgrad", (3, 3), 2, "extended"),

@@ -244,13 +244,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   store_run<D>(prm, acc, (int64_t(on) * prm.p + op) * prm.q, q0, prm.q, channel);
 }
 
-// dgrad, any filter, stride and dilation: dx = the transposed convolution of dy. A thread
-// takes 8 channels of kOutputs consecutive dx elements along W, as fprop's threads do; an
-// element (ih, iw) gathers dy[(ih + pad - r * dilation) / stride] for every tap whose
-// numerator the stride divides.
-template <class T, class D>
+// dgrad: dx = the transposed convolution of dy, any filter, stride and dilation (kR = kS =
+// kStride = 0), or built for a kR x kS filter at stride kStride, no dilation (the taps
+// unrolled, the stride's divisions shifts). A thread takes 8 channels of kOutputs
+// consecutive dx elements along W, as fprop's threads do; an element (ih, iw) gathers
+// dy[(ih + pad - r * dilation) / stride] for every tap whose numerator the stride divides.
+template <class T, class D, int kR = 0, int kS = 0, int kStride = 0>
 __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Params prm) {
-  const int taps = prm.r * prm.s;
+  constexpr bool kGeneric = kR == 0;
+  const int filter_r = kGeneric ? prm.r : kR, filter_s = kGeneric ? prm.s : kS;
+  const int stride_h = kGeneric ? prm.stride_h : kStride;
+  const int stride_w = kGeneric ? prm.stride_w : kStride;
+  const int dilation_h = kGeneric ? prm.dilation_h : 1, dilation_w = kGeneric ? prm.dilation_w : 1;
+  const int taps = filter_r * filter_s;
   const int chunk_channels = prm.chunk_vectors * kVector;
   const T* filters = stage_filters<T>(prm, taps);
 
@@ -264,19 +270,21 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Para
   Acc acc[kOutputs];
   CUTLASS_PRAGMA_UNROLL
   for (int t = 0; t < kOutputs; ++t) acc[t].fill(0.0f);
-  for (int r = 0; r < prm.r; ++r) {
-    const int num_h = ih + prm.pad_h - r * prm.dilation_h;
-    if (num_h < 0 || num_h % prm.stride_h) continue;
-    const int oh = num_h / prm.stride_h;
+  CUTLASS_PRAGMA_NO_UNROLL
+  for (int r = 0; r < filter_r; ++r) {
+    const int num_h = ih + prm.pad_h - r * dilation_h;
+    if (num_h < 0 || num_h % stride_h) continue;
+    const int oh = num_h / stride_h;
     if (oh >= prm.p) continue;
     const T* out = dy + int64_t(oh) * prm.q * ch;
-    for (int s = 0; s < prm.s; ++s) {
-      const Acc wv = load_shared(f + (r * prm.s + s) * chunk_channels);
+    CUTLASS_PRAGMA_UNROLL  // whole where the filter is static
+        for (int s = 0; s < filter_s; ++s) {
+      const Acc wv = load_shared(f + (r * filter_s + s) * chunk_channels);
       CUTLASS_PRAGMA_UNROLL
       for (int t = 0; t < kOutputs; ++t) {
-        const int num_w = w0 + t + prm.pad_w - s * prm.dilation_w;
-        if (num_w < 0 || num_w % prm.stride_w) continue;
-        const int ow = num_w / prm.stride_w;
+        const int num_w = w0 + t + prm.pad_w - s * dilation_w;
+        if (num_w < 0 || num_w % stride_w) continue;
+        const int ow = num_w / stride_w;
         if (ow < prm.q) multiply_add(acc[t], load_vector(out + int64_t(ow) * ch), wv);
       }
     }
@@ -473,8 +481,8 @@ inline int start(void (*kernel)(const Params), dim3 grid, int smem, cudaStream_t
 
 // The KernelOps of a direct depthwise kernel (kernel.h) of pass kOp (pcr_op): ElementA the
 // inputs' dtype (half_t or bfloat16_t), ElementD the output's (the same); kR x kS the
-// filter and kStride the stride it is built for, all 0 for the generic kernel (dgrad's
-// built for a filter take stride 1). fprop's epilogue is always the fused one
+// filter and kStride the stride it is built for, all 0 for the generic kernel (a dgrad's
+// at stride 1 is fprop's, at stride 2 the gather). fprop's epilogue is always the fused one
 // (PCR_EPI_BIASACT): with no bias and no activation it is the linear one, at no cost a
 // memory-bound kernel notices; the gradients' is the linear one.
 template <int kOp, class ElementA, class ElementD, int kR, int kS, int kStride, int Epilogue>
@@ -484,10 +492,10 @@ struct Direct {
                 "fprop kernels are built with the fused epilogue, the gradients' linear");
   static_assert(sizeof(ElementA) == 2 && sizeof(ElementD) == 2, "16-bit inputs and outputs");
   static_assert((kR == 0) == (kS == 0) && (kR == 0) == (kStride == 0), "all static or generic");
-  static_assert(kOp != PCR_OP_DGRAD || kStride <= 1, "dgrad kernels for a filter: stride 1");
+
   // A stride-1 dgrad kernel built for a filter runs fprop's kernel on dy with the filters
   // rotated and the padding R - 1 - pad: dx is that fprop's output.
-  static constexpr bool kFlipped = kOp == PCR_OP_DGRAD && !(kR == 0);
+  static constexpr bool kFlipped = kOp == PCR_OP_DGRAD && kStride == 1;
   static constexpr bool kGeneric = kR == 0;
   // wgrad built for a filter: a CTA per filter row, its threads on runs of outputs
   static constexpr bool kWgradRows = kOp == PCR_OP_WGRAD && !kGeneric;
@@ -647,7 +655,7 @@ struct Direct {
     else if constexpr (kFlipped)
       return &depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>;
     else if constexpr (kOp == PCR_OP_DGRAD)
-      return &depthwise_dgrad<ElementA, ElementD>;
+      return &depthwise_dgrad<ElementA, ElementD, kR, kS, kStride>;
     else if constexpr (kWgradRows)
       return &depthwise_wgrad_rows<ElementA, kR, kS, kStride>;
     else

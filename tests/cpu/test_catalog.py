@@ -527,8 +527,7 @@ def test_convolutions_in_the_default_build():
 def test_depthwise_kernels():
     """Depthwise: direct kernels of the sm80 family for float16 and bfloat16, fprop's one
     per filter and stride and a generic one, each with the fused epilogue (which serves
-    linear calls), and dgrad (stride 1 for a filter, and generic) and wgrad (per filter and
-    stride, and generic) with the linear one; 16-byte channel vectors, filters read element
+    linear calls), and dgrad and wgrad (per filter and stride, and generic) with the linear one; 16-byte channel vectors, filters read element
     by element; none in the default build until they match cuDNN."""
     dw = [k for k in catalog.catalogue() if k.depthwise]
     got = {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b, k.align_c) for k in dw}
@@ -543,7 +542,7 @@ def test_depthwise_kernels():
         fprop = {k.tile: k for k in dw if k.a == a and k.op == "fprop"}
         assert (0, 0, 0) in fprop and len(fprop) == 7
         dgrad = {k.tile for k in dw if k.a == a and k.op == "dgrad"}
-        assert dgrad == {(3, 3, 1), (5, 5, 1), (7, 7, 1), (0, 0, 0)}
+        assert dgrad == {(3, 3, 1), (5, 5, 1), (7, 7, 1), (3, 3, 2), (5, 5, 2), (0, 0, 0)}
         wgrad = {k.tile for k in dw if k.a == a and k.op == "wgrad"}
         assert wgrad == {(3, 3, 1), (3, 3, 2), (5, 5, 1), (5, 5, 2), (7, 7, 1), (0, 0, 0)}
     k = next(k for k in dw if k.tile == (7, 7, 1) and k.a == "bf16")
