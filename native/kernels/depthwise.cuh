@@ -66,6 +66,8 @@ struct Params {
   int chunk_vectors;  // channel vectors per CTA
   int rows_per_cta;   // output runs per CTA (wgrad: positions): kThreads / chunk_vectors
                       // at most, fewer where a small problem spreads over more CTAs
+  int row_split;      // fprop built for a filter: threads per run, each a share of the
+                      // filter rows (1, or R for a small problem)
   int runs;           // output runs per output row: ceil(width / kOutputs)
   int64_t items;      // output runs in all: N * rows * runs (wgrad: N * P * Q positions)
   int slices;         // wgrad: slices of N * P * Q per channel chunk and tap group
@@ -161,16 +163,19 @@ __device__ __forceinline__ const T* stage_filters(const Params& prm, int taps) {
 }
 
 // The outputs a thread of fprop's or dgrad's kernels takes: kOutputs consecutive columns
-// from col0 of output row `row` (of `height`) of image n, in its CTA's channel vector.
+// from col0 of output row `row` (of `height`) of image n, in its CTA's channel vector;
+// with fprop's row_split, filter rows part, part + row_split, ... of them.
 struct Run {
-  int lane, vector, n, row, col0;
+  int lane, vector, n, row, col0, part;
 };
 __device__ __forceinline__ bool run_of(const Params& prm, int height, Run& r) {
   r.lane = threadIdx.x % prm.chunk_vectors;
   const int slot = threadIdx.x / prm.chunk_vectors;
+  r.part = slot % prm.row_split;
   r.vector = blockIdx.y * prm.chunk_vectors + r.lane;
-  const int64_t item = int64_t(blockIdx.x) * prm.rows_per_cta + slot;
-  if (slot >= prm.rows_per_cta || item >= prm.items || r.vector >= prm.vectors) return false;
+  const int64_t item = int64_t(blockIdx.x) * prm.rows_per_cta + slot / prm.row_split;
+  if (slot / prm.row_split >= prm.rows_per_cta || item >= prm.items || r.vector >= prm.vectors)
+    return false;
   const int64_t nrow = item / prm.runs;
   r.col0 = int(item % prm.runs) * kOutputs;
   r.row = int(nrow % height), r.n = int(nrow / height);
@@ -179,7 +184,10 @@ __device__ __forceinline__ bool run_of(const Params& prm, int height, Run& r) {
 
 // kR x kS (0: runtime) filters, stride kStride (0: runtime), dilation 1 unless generic.
 // kFlip: the filters rotated by 180 degrees, which makes a stride-1 dgrad an fprop of dy
-// (Direct's dgrad kernels built for a filter).
+// (Direct's dgrad kernels built for a filter). With row_split > 1 (kernels built for a
+// filter, small problems) the threads of a run each take a share of the filter rows, so
+// that no thread walks all R rows' loads one after another; the first adds the others'
+// sums up in order through shared memory.
 template <class T, class D, int kR, int kS, int kStride, bool kFlip = false>
 __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Params prm) {
   constexpr bool kGeneric = kR == 0;
@@ -187,8 +195,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   const int chunk_channels = prm.chunk_vectors * kVector;
   const T* filters = stage_filters<T, kFlip>(prm, taps);
 
-  Run run;
-  if (!run_of(prm, prm.p, run)) return;
+  Run run{};
+  const bool active = run_of(prm, prm.p, run);
+  if (!active && prm.row_split == 1) return;
   const int lane = run.lane, vector = run.vector, op = run.row, on = run.n, q0 = run.col0;
   const int ch = prm.ch, width = prm.w_, height = prm.h;
   const int stride_h = kGeneric ? prm.stride_h : kStride;
@@ -201,7 +210,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   CUTLASS_PRAGMA_UNROLL
   for (int t = 0; t < kOutputs; ++t) acc[t].fill(0.0f);
 
-  if constexpr (kGeneric) {
+  if (!active) {  // a thread of a split run past the end: only the barriers below
+  } else if constexpr (kGeneric) {
     for (int r = 0; r < prm.r; ++r) {
       const int ih = op * stride_h - prm.pad_h + r * prm.dilation_h;
       if (ih < 0 || ih >= height) continue;
@@ -220,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
     constexpr int kSpan = (kOutputs - 1) * kStride + kS;
     const int iw0 = q0 * kStride - prm.pad_w;
     CUTLASS_PRAGMA_NO_UNROLL
-    for (int r = 0; r < kR; ++r) {
+    for (int r = run.part; r < kR; r += prm.row_split) {
       const int ih = op * kStride - prm.pad_h + r;
       if (ih < 0 || ih >= height) continue;
       const T* in = x + int64_t(ih) * width * ch;
@@ -241,6 +251,26 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
     }
   }
 
+  if (prm.row_split > 1) {
+    __syncthreads();  // every thread is done with the filters: their bytes take the sums
+    float* sums = reinterpret_cast<float*>(shared_bytes());  // [thread][output][channel]
+    constexpr int kFloats = kOutputs * kVector;
+    CUTLASS_PRAGMA_UNROLL
+    for (int t = 0; t < kOutputs; ++t) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kVector; ++i) sums[threadIdx.x * kFloats + t * kVector + i] = acc[t][i];
+    }
+    __syncthreads();
+    if (!active || run.part != 0) return;
+    for (int part = 1; part < prm.row_split; ++part) {  // the run's threads: chunk_vectors apart
+      const float* theirs = sums + (threadIdx.x + part * prm.chunk_vectors) * kFloats;
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < kOutputs; ++t) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kVector; ++i) acc[t][i] += theirs[t * kVector + i];
+      }
+    }
+  }
   store_run<D>(prm, acc, (int64_t(on) * prm.p + op) * prm.q, q0, prm.q, channel);
 }
 
@@ -497,6 +527,8 @@ struct Direct {
   // rotated and the padding R - 1 - pad: dx is that fprop's output.
   static constexpr bool kFlipped = kOp == PCR_OP_DGRAD && kStride == 1;
   static constexpr bool kGeneric = kR == 0;
+  // fprop's kernel built for a filter (fprop's or a stride-1 dgrad's): row_split applies
+  static constexpr bool kSplitsRows = !kGeneric && (kOp == PCR_OP_FPROP || kFlipped);
   // wgrad built for a filter: a CTA per filter row, its threads on runs of outputs
   static constexpr bool kWgradRows = kOp == PCR_OP_WGRAD && !kGeneric;
   static constexpr bool kProgrammatic = false;
@@ -615,6 +647,7 @@ struct Direct {
     p.vectors = v.c / kVector;
     p.chunk_vectors = chunk_vectors(v);
     p.rows_per_cta = kThreads / p.chunk_vectors;
+    p.row_split = 1;
     p.alpha = float(g.alpha), p.beta = float(g.beta);
     p.activation = g.activation;
     const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
@@ -638,13 +671,22 @@ struct Direct {
     }
     p.runs = (width + kOutputs - 1) / kOutputs;
     p.items = int64_t(v.n) * height * p.runs;
-    // a small problem (batch 1, late layers) spreads its runs over more CTAs, fewer each,
-    // so that twice as many CTAs as SMs share its load latency
-    const int64_t want = 2 * int64_t(std::max(g.sm_count, 1));
+    const int64_t sms = std::max(g.sm_count, 1);
+    // a small problem (batch 1, late layers) gives each run's filter rows to kR threads
+    // where that many fit the GPU at once (fprop's kernels built for a filter) ...
+    if (kSplitsRows) {
+      if (p.items * p.vectors * kR <= sms * kThreads * kMinCtas) p.row_split = kR;
+      p.rows_per_cta /= p.row_split;
+    }
+    // ... and spreads its runs over more CTAs, fewer each, so that twice as many CTAs as
+    // SMs share its load latency
+    const int64_t want = 2 * sms;
     p.rows_per_cta =
         int(std::clamp<int64_t>((p.items * chunks + want - 1) / want, 1, p.rows_per_cta));
     prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
-    prep->smem = v.r * v.s * p.chunk_vectors * kVector * int(sizeof(ElementA));
+    const int filters = v.r * v.s * p.chunk_vectors * kVector * int(sizeof(ElementA));
+    const int sums = p.row_split > 1 ? kThreads * kOutputs * kVector * int(sizeof(float)) : 0;
+    prep->smem = std::max(filters, sums);
     return PCR_OK;
   }
 
