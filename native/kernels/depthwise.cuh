@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 #include "cutlass/array.h"
@@ -144,19 +145,20 @@ __device__ __forceinline__ unsigned char* shared_bytes() {
 #endif
 }
 
-// The CTA's channel chunk's filters in shared memory, tap-major ([r * S + s][chunk
-// channel]), read from w's contiguous run of C x R x S in order; kFlip: rotated by 180
-// degrees (tap r * S + s holds w's (R - 1 - r, S - 1 - s)).
-template <class T, bool kFlip = false>
-__device__ __forceinline__ const T* stage_filters(const Params& prm, int taps) {
-  T* filters = reinterpret_cast<T*>(shared_bytes());
+// The CTA's channel chunk's filters in shared memory as F (T, or float: converted once
+// here rather than at every read), tap-major ([r * S + s][chunk channel]), read from w's
+// contiguous run of C x R x S in order; kFlip: rotated by 180 degrees (tap r * S + s
+// holds w's (R - 1 - r, S - 1 - s)).
+template <class T, class F = T, bool kFlip = false>
+__device__ __forceinline__ const F* stage_filters(const Params& prm, int taps) {
+  F* filters = reinterpret_cast<F*>(shared_bytes());
   const int chunk_channels = prm.chunk_vectors * kVector;
   const int c0 = blockIdx.y * chunk_channels;
   const T* w = static_cast<const T*>(prm.w) + int64_t(c0) * taps;
   const int chunk_taps = min(chunk_channels, prm.ch - c0) * taps;
   for (int i = threadIdx.x; i < chunk_taps; i += kThreads) {
     const int tap = kFlip ? taps - 1 - i % taps : i % taps;
-    filters[tap * chunk_channels + i / taps] = w[i];
+    filters[tap * chunk_channels + i / taps] = F(w[i]);
   }
   __syncthreads();
   return filters;
@@ -193,7 +195,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   constexpr bool kGeneric = kR == 0;
   const int taps = kGeneric ? prm.r * prm.s : kR * kS;
   const int chunk_channels = prm.chunk_vectors * kVector;
-  const T* filters = stage_filters<T, kFlip>(prm, taps);
+  // the kernels built for a filter read each tap's filters once per run and row: as
+  // floats, with no conversion
+  using F = std::conditional_t<kGeneric, T, float>;
+  const F* filters = stage_filters<T, F, kFlip>(prm, taps);
 
   Run run{};
   const bool active = run_of(prm, prm.p, run);
@@ -204,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   const int stride_w = kGeneric ? prm.stride_w : kStride;
   const int channel = vector * kVector;
   const T* x = static_cast<const T*>(prm.x) + int64_t(on) * height * width * ch + channel;
-  const T* f = filters + lane * kVector;
+  const F* f = filters + lane * kVector;
 
   Acc acc[kOutputs];
   CUTLASS_PRAGMA_UNROLL
@@ -226,29 +231,36 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
       }
     }
   } else {
-    // the input columns the run's windows cover, each loaded once per filter row
+    // the input columns the run's windows cover, each loaded once per filter row; a run
+    // whose columns all lie inside the row (most) walks them without bounds checks
     constexpr int kSpan = (kOutputs - 1) * kStride + kS;
     const int iw0 = q0 * kStride - prm.pad_w;
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (int r = run.part; r < kR; r += prm.row_split) {
-      const int ih = op * kStride - prm.pad_h + r;
-      if (ih < 0 || ih >= height) continue;
-      const T* in = x + int64_t(ih) * width * ch;
-      Acc wv[kS];
-      CUTLASS_PRAGMA_UNROLL
-      for (int s = 0; s < kS; ++s) wv[s] = load_shared(f + (r * kS + s) * chunk_channels);
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kSpan; ++j) {
-        const int iw = iw0 + j;
-        if (iw < 0 || iw >= width) continue;  // padding: adds nothing
-        const Acc xv = load_vector(in + int64_t(iw) * ch);
+    auto rows = [&](auto checked) {
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (int r = run.part; r < kR; r += prm.row_split) {
+        const int ih = op * kStride - prm.pad_h + r;
+        if (ih < 0 || ih >= height) continue;
+        const T* in = x + (int64_t(ih) * width + iw0) * ch;  // column iw0 (maybe padding)
+        Acc wv[kS];
         CUTLASS_PRAGMA_UNROLL
-        for (int t = 0; t < kOutputs; ++t) {
-          const int s = j - t * kStride;  // the tap of output t that reads column j
-          if (s >= 0 && s < kS) multiply_add(acc[t], xv, wv[s]);
+        for (int s = 0; s < kS; ++s) wv[s] = load_shared(f + (r * kS + s) * chunk_channels);
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kSpan; ++j) {
+          if (decltype(checked)::value && (iw0 + j < 0 || iw0 + j >= width))
+            continue;  // padding: adds nothing
+          const Acc xv = load_vector(in + j * ch);
+          CUTLASS_PRAGMA_UNROLL
+          for (int t = 0; t < kOutputs; ++t) {
+            const int s = j - t * kStride;  // the tap of output t that reads column j
+            if (s >= 0 && s < kS) multiply_add(acc[t], xv, wv[s]);
+          }
         }
       }
-    }
+    };
+    if (iw0 >= 0 && iw0 + kSpan <= width)
+      rows(std::false_type{});
+    else
+      rows(std::true_type{});
   }
 
   if (prm.row_split > 1) {
@@ -527,8 +539,11 @@ struct Direct {
   // rotated and the padding R - 1 - pad: dx is that fprop's output.
   static constexpr bool kFlipped = kOp == PCR_OP_DGRAD && kStride == 1;
   static constexpr bool kGeneric = kR == 0;
-  // fprop's kernel built for a filter (fprop's or a stride-1 dgrad's): row_split applies
-  static constexpr bool kSplitsRows = !kGeneric && (kOp == PCR_OP_FPROP || kFlipped);
+  // runs fprop's kernel built for a filter (fprop's or a stride-1 dgrad's), which splits
+  // small problems' filter rows (row_split) and stages its filters as floats
+  static constexpr bool kStaticFprop = !kGeneric && (kOp == PCR_OP_FPROP || kFlipped);
+  // the filters' element in shared memory
+  static constexpr int kFilterBytes = kStaticFprop ? int(sizeof(float)) : int(sizeof(ElementA));
   // wgrad built for a filter: a CTA per filter row, its threads on runs of outputs
   static constexpr bool kWgradRows = kOp == PCR_OP_WGRAD && !kGeneric;
   static constexpr bool kProgrammatic = false;
@@ -544,10 +559,9 @@ struct Direct {
   // chunk's filters (fprop, dgrad) fit in shared memory.
   static int chunk_vectors(const ConvArgs& v) {
     const int vectors = v.c / kVector;
-    const int most =
-        kOp == PCR_OP_WGRAD
-            ? kMaxVectors
-            : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
+    const int most = kOp == PCR_OP_WGRAD
+                         ? kMaxVectors
+                         : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * kFilterBytes));
     const int chunks = (vectors + most - 1) / most;
     return (vectors + chunks - 1) / chunks;
   }
@@ -595,10 +609,10 @@ struct Direct {
       return set_error(PCR_ERR_UNSUPPORTED,
                        "depthwise kernels read channels in vectors of %d; C %d is not a multiple",
                        kVector, v.c);
-    if (kOp != PCR_OP_WGRAD && int64_t(v.r) * v.s * kVector * int(sizeof(ElementA)) > kMaxSmem)
+    if (kOp != PCR_OP_WGRAD && int64_t(v.r) * v.s * kVector * kFilterBytes > kMaxSmem)
       return set_error(PCR_ERR_UNSUPPORTED,
                        "a %d x %d filter is larger than depthwise kernels take (%d taps at most)",
-                       v.r, v.s, kMaxSmem / (kVector * int(sizeof(ElementA))));
+                       v.r, v.s, kMaxSmem / (kVector * kFilterBytes));
     if (kFlipped && (v.pad_h > kR - 1 || v.pad_w > kS - 1))
       return set_error(PCR_ERR_UNSUPPORTED,
                        "this dgrad kernel takes padding up to the filter's extent less one (%d, "
@@ -674,7 +688,7 @@ struct Direct {
     const int64_t sms = std::max(g.sm_count, 1);
     // a small problem (batch 1, late layers) gives each run's filter rows to kR threads
     // where that many fit the GPU at once (fprop's kernels built for a filter) ...
-    if (kSplitsRows) {
+    if (kStaticFprop) {
       if (p.items * p.vectors * kR <= sms * kThreads * kMinCtas) p.row_split = kR;
       p.rows_per_cta /= p.row_split;
     }
@@ -684,7 +698,7 @@ struct Direct {
     p.rows_per_cta =
         int(std::clamp<int64_t>((p.items * chunks + want - 1) / want, 1, p.rows_per_cta));
     prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
-    const int filters = v.r * v.s * p.chunk_vectors * kVector * int(sizeof(ElementA));
+    const int filters = v.r * v.s * p.chunk_vectors * kVector * kFilterBytes;
     const int sums = p.row_split > 1 ? kThreads * kOutputs * kVector * int(sizeof(float)) : 0;
     prep->smem = std::max(filters, sums);
     return PCR_OK;
