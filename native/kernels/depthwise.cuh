@@ -436,39 +436,59 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_rows(const
   Acc acc[kS];
   CUTLASS_PRAGMA_UNROLL
   for (int s = 0; s < kS; ++s) acc[s].fill(0.0f);
-  if (row < prm.rows_per_cta && vector < prm.vectors) {
-    for (int64_t item = first + row; item < last; item += prm.rows_per_cta) {
-      const int64_t nrow = item / prm.runs;
-      const int q0 = int(item - nrow * prm.runs) * kOutputs;
-      const int op = int(nrow % prm.p), on = int(nrow / prm.p);
-      const int ih = op * kStride - prm.pad_h + fr;
-      if (ih < 0 || ih >= prm.h) continue;
-      const int outputs = min(kOutputs, prm.q - q0);
-      const T* dy = static_cast<const T*>(prm.dy) + (nrow * prm.q + q0) * ch + channel;
-      Acc g[kOutputs];
-      CUTLASS_PRAGMA_UNROLL
-      for (int t = 0; t < kOutputs; ++t) {
-        if (t < outputs)
-          g[t] = load_vector(dy + int64_t(t) * ch);
-        else
-          g[t].fill(0.0f);
-      }
-      const T* in =
-          static_cast<const T*>(prm.x) + (int64_t(on) * prm.h + ih) * prm.w_ * ch + channel;
-      const int iw0 = q0 * kStride - prm.pad_w;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kSpan; ++j) {
-        const int iw = iw0 + j;
-        if (iw < 0 || iw >= prm.w_) continue;  // padding: adds nothing
+  // one run of filter row fr: its outputs' dy against the input columns they read; a run
+  // whole and inside the row (most) walks them without checks
+  auto run_taps = [&](auto checked, int on, int op, int q0) {
+    constexpr bool kChecked = decltype(checked)::value;
+    const int ih = op * kStride - prm.pad_h + fr;
+    const int outputs = kChecked ? min(kOutputs, prm.q - q0) : kOutputs;
+    const T* dy =
+        static_cast<const T*>(prm.dy) + ((int64_t(on) * prm.p + op) * prm.q + q0) * ch + channel;
+    Acc g[kOutputs];
+    CUTLASS_PRAGMA_UNROLL
+    for (int t = 0; t < kOutputs; ++t) {
+      if (t < outputs)
+        g[t] = load_vector(dy + t * ch);
+      else
+        g[t].fill(0.0f);
+    }
+    const int iw0 = q0 * kStride - prm.pad_w;
+    const T* in = static_cast<const T*>(prm.x) + ((int64_t(on) * prm.h + ih) * prm.w_ + iw0) * ch +
+                  channel;  // column iw0
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kSpan; ++j) {
+      if (kChecked) {
+        if (iw0 + j < 0 || iw0 + j >= prm.w_) continue;  // padding: adds nothing
         // columns only outputs past the edge read are never loaded (0 * inf would be NaN)
         if (j >= (outputs - 1) * kStride + kS) break;
-        const Acc xv = load_vector(in + int64_t(iw) * ch);
-        CUTLASS_PRAGMA_UNROLL
-        for (int t = 0; t < kOutputs; ++t) {
-          const int s = j - t * kStride;  // the tap of output t that reads column j
-          if (t < outputs && s >= 0 && s < kS) multiply_add(acc[s], xv, g[t]);
-        }
       }
+      const Acc xv = load_vector(in + j * ch);
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < kOutputs; ++t) {
+        const int s = j - t * kStride;  // the tap of output t that reads column j
+        if ((!kChecked || t < outputs) && s >= 0 && s < kS) multiply_add(acc[s], xv, g[t]);
+      }
+    }
+  };
+  if (row < prm.rows_per_cta && vector < prm.vectors && first + row < last) {
+    // the first item's (n, p, run), then stepped by rows_per_cta without dividing
+    int64_t item = first + row;
+    int run = int(item % prm.runs);
+    int op = int(item / prm.runs % prm.p), on = int(item / prm.runs / prm.p);
+    const int step_runs = prm.rows_per_cta % prm.runs, step_rows = prm.rows_per_cta / prm.runs;
+    for (; item < last; item += prm.rows_per_cta) {
+      const int ih = op * kStride - prm.pad_h + fr, q0 = run * kOutputs;
+      const int iw0 = q0 * kStride - prm.pad_w;
+      if (ih >= 0 && ih < prm.h) {
+        if (q0 + kOutputs <= prm.q && iw0 >= 0 && iw0 + kSpan <= prm.w_)
+          run_taps(std::false_type{}, on, op, q0);
+        else
+          run_taps(std::true_type{}, on, op, q0);
+      }
+      run += step_runs;
+      op += step_rows;
+      if (run >= prm.runs) run -= prm.runs, ++op;
+      while (op >= prm.p) op -= prm.p, ++on;
     }
   }
   CUTLASS_PRAGMA_UNROLL
