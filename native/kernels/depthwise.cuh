@@ -145,20 +145,20 @@ __device__ __forceinline__ unsigned char* shared_bytes() {
 #endif
 }
 
-// The CTA's channel chunk's filters in shared memory as F (T, or float: converted once
-// here rather than at every read), tap-major ([r * S + s][chunk channel]), read from w's
-// contiguous run of C x R x S in order; kFlip: rotated by 180 degrees (tap r * S + s
-// holds w's (R - 1 - r, S - 1 - s)).
-template <class T, class F = T, bool kFlip = false>
-__device__ __forceinline__ const F* stage_filters(const Params& prm, int taps) {
-  F* filters = reinterpret_cast<F*>(shared_bytes());
+// The CTA's channel chunk's filters in shared memory, tap-major ([r * S + s][chunk
+// channel]), read from w's contiguous run of C x R x S in order; kFlip: rotated by 180
+// degrees (tap r * S + s holds w's (R - 1 - r, S - 1 - s)). 16-bit, as w: staged as
+// floats, fprop's kernels read twice the shared-memory bytes per tap and ran slower.
+template <class T, bool kFlip = false>
+__device__ __forceinline__ const T* stage_filters(const Params& prm, int taps) {
+  T* filters = reinterpret_cast<T*>(shared_bytes());
   const int chunk_channels = prm.chunk_vectors * kVector;
   const int c0 = blockIdx.y * chunk_channels;
   const T* w = static_cast<const T*>(prm.w) + int64_t(c0) * taps;
   const int chunk_taps = min(chunk_channels, prm.ch - c0) * taps;
   for (int i = threadIdx.x; i < chunk_taps; i += kThreads) {
     const int tap = kFlip ? taps - 1 - i % taps : i % taps;
-    filters[tap * chunk_channels + i / taps] = F(w[i]);
+    filters[tap * chunk_channels + i / taps] = w[i];
   }
   __syncthreads();
   return filters;
@@ -195,10 +195,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   constexpr bool kGeneric = kR == 0;
   const int taps = kGeneric ? prm.r * prm.s : kR * kS;
   const int chunk_channels = prm.chunk_vectors * kVector;
-  // the kernels built for a filter read each tap's filters once per run and row: as
-  // floats, with no conversion
-  using F = std::conditional_t<kGeneric, T, float>;
-  const F* filters = stage_filters<T, F, kFlip>(prm, taps);
+  const T* filters = stage_filters<T, kFlip>(prm, taps);
 
   Run run{};
   const bool active = run_of(prm, prm.p, run);
@@ -209,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   const int stride_w = kGeneric ? prm.stride_w : kStride;
   const int channel = vector * kVector;
   const T* x = static_cast<const T*>(prm.x) + int64_t(on) * height * width * ch + channel;
-  const F* f = filters + lane * kVector;
+  const T* f = filters + lane * kVector;
 
   Acc acc[kOutputs];
   CUTLASS_PRAGMA_UNROLL
@@ -560,10 +557,8 @@ struct Direct {
   static constexpr bool kFlipped = kOp == PCR_OP_DGRAD && kStride == 1;
   static constexpr bool kGeneric = kR == 0;
   // runs fprop's kernel built for a filter (fprop's or a stride-1 dgrad's), which splits
-  // small problems' filter rows (row_split) and stages its filters as floats
+  // small problems' filter rows (row_split)
   static constexpr bool kStaticFprop = !kGeneric && (kOp == PCR_OP_FPROP || kFlipped);
-  // the filters' element in shared memory
-  static constexpr int kFilterBytes = kStaticFprop ? int(sizeof(float)) : int(sizeof(ElementA));
   // wgrad built for a filter: a CTA per filter row, its threads on runs of outputs
   static constexpr bool kWgradRows = kOp == PCR_OP_WGRAD && !kGeneric;
   static constexpr bool kProgrammatic = false;
@@ -579,9 +574,10 @@ struct Direct {
   // chunk's filters (fprop, dgrad) fit in shared memory.
   static int chunk_vectors(const ConvArgs& v) {
     const int vectors = v.c / kVector;
-    const int most = kOp == PCR_OP_WGRAD
-                         ? kMaxVectors
-                         : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * kFilterBytes));
+    const int most =
+        kOp == PCR_OP_WGRAD
+            ? kMaxVectors
+            : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
     const int chunks = (vectors + most - 1) / most;
     return (vectors + chunks - 1) / chunks;
   }
@@ -629,10 +625,10 @@ struct Direct {
       return set_error(PCR_ERR_UNSUPPORTED,
                        "depthwise kernels read channels in vectors of %d; C %d is not a multiple",
                        kVector, v.c);
-    if (kOp != PCR_OP_WGRAD && int64_t(v.r) * v.s * kVector * kFilterBytes > kMaxSmem)
+    if (kOp != PCR_OP_WGRAD && int64_t(v.r) * v.s * kVector * int(sizeof(ElementA)) > kMaxSmem)
       return set_error(PCR_ERR_UNSUPPORTED,
                        "a %d x %d filter is larger than depthwise kernels take (%d taps at most)",
-                       v.r, v.s, kMaxSmem / (kVector * kFilterBytes));
+                       v.r, v.s, kMaxSmem / (kVector * int(sizeof(ElementA))));
     if (kFlipped && (v.pad_h > kR - 1 || v.pad_w > kS - 1))
       return set_error(PCR_ERR_UNSUPPORTED,
                        "this dgrad kernel takes padding up to the filter's extent less one (%d, "
@@ -718,7 +714,7 @@ struct Direct {
     p.rows_per_cta =
         int(std::clamp<int64_t>((p.items * chunks + want - 1) / want, 1, p.rows_per_cta));
     prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
-    const int filters = v.r * v.s * p.chunk_vectors * kVector * kFilterBytes;
+    const int filters = v.r * v.s * p.chunk_vectors * kVector * int(sizeof(ElementA));
     const int sums = p.row_split > 1 ? kThreads * kOutputs * kVector * int(sizeof(float)) : 0;
     prep->smem = std::max(filters, sums);
     return PCR_OK;
