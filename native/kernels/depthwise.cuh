@@ -147,8 +147,8 @@ __device__ __forceinline__ unsigned char* shared_bytes() {
 
 // The CTA's channel chunk's filters in shared memory, tap-major ([r * S + s][chunk
 // channel]), read from w's contiguous run of C x R x S in order; kFlip: rotated by 180
-// degrees (tap r * S + s holds w's (R - 1 - r, S - 1 - s)). 16-bit, as w: staged as
-// floats, fprop's kernels read twice the shared-memory bytes per tap and ran slower.
+// degrees (tap r * S + s holds w's (R - 1 - r, S - 1 - s)). 16-bit, as w: floats would
+// double the shared-memory bytes each tap's read moves.
 template <class T, bool kFlip = false>
 __device__ __forceinline__ const T* stage_filters(const Params& prm, int taps) {
   T* filters = reinterpret_cast<T*>(shared_bytes());
@@ -316,8 +316,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Para
     const int oh = num_h / stride_h;
     if (oh >= prm.p) continue;
     const T* out = dy + int64_t(oh) * prm.q * ch;
-    CUTLASS_PRAGMA_UNROLL  // whole where the filter is static
-        for (int s = 0; s < filter_s; ++s) {
+    // whole where the filter is static
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < filter_s; ++s) {
       const Acc wv = load_shared(f + (r * filter_s + s) * chunk_channels);
       CUTLASS_PRAGMA_UNROLL
       for (int t = 0; t < kOutputs; ++t) {
@@ -364,6 +365,31 @@ __device__ __forceinline__ void reduce_taps(const Params& prm, const Acc* acc, i
   __syncthreads();  // the next round writes sums again
 }
 
+// A wgrad thread's work items: those of slice `slice` (of prm.slices over prm.items) from
+// the thread's row on, rows_per_cta apart, each as (image n, output row p, column col of
+// the `cols` per output row), stepped from one to the next without dividing.
+struct Walk {
+  int64_t item, last;
+  int col, p, n;
+  int cols, step_cols, step_rows;
+  __device__ Walk(const Params& prm, int slice, int row, int cols_) : cols(cols_) {
+    const int64_t per_slice = (prm.items + prm.slices - 1) / prm.slices;
+    const int64_t first = int64_t(slice) * per_slice;
+    last = min(prm.items, first + per_slice);
+    item = first + row;
+    col = int(item % cols), p = int(item / cols % prm.p), n = int(item / cols / prm.p);
+    step_cols = prm.rows_per_cta % cols, step_rows = prm.rows_per_cta / cols;
+  }
+  __device__ bool more() const { return item < last; }
+  __device__ void next(const Params& prm) {
+    item += prm.rows_per_cta;
+    col += step_cols;
+    p += step_rows;
+    if (col >= cols) col -= cols, ++p;
+    while (p >= prm.p) p -= prm.p, ++n;
+  }
+};
+
 // wgrad, any filter, stride and dilation, first of two launches: CTA (slice and tap group,
 // channel chunk) sums dy[n, p, q] * x[n, p * stride - pad + r * dilation, ...] over its
 // slice of the N * P * Q positions for kWgradTaps taps: a thread takes 8 channels and every
@@ -375,9 +401,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_partials(c
   const int vector = blockIdx.y * prm.chunk_vectors + lane;
   const int slice = blockIdx.x / prm.tap_groups, t0 = blockIdx.x % prm.tap_groups * kWgradTaps;
   const int ch = prm.ch, channel = vector * kVector, taps = prm.r * prm.s;
-  const int64_t per_slice = (prm.items + prm.slices - 1) / prm.slices;
-  const int64_t first = int64_t(slice) * per_slice;
-  const int64_t last = min(prm.items, first + per_slice);
   // the taps' offsets in x, and which exist
   int dh[kWgradTaps], dw[kWgradTaps];
   CUTLASS_PRAGMA_UNROLL
@@ -390,25 +413,17 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_partials(c
   Acc acc[kWgradTaps];
   CUTLASS_PRAGMA_UNROLL
   for (int j = 0; j < kWgradTaps; ++j) acc[j].fill(0.0f);
-  if (row < prm.rows_per_cta && vector < prm.vectors && first + row < last) {
-    // the first position's (n, p, q), then stepped by rows_per_cta without dividing
-    int64_t pos = first + row;
-    int oq = int(pos % prm.q), op = int(pos / prm.q % prm.p), on = int(pos / prm.q / prm.p);
-    const int step_q = prm.rows_per_cta % prm.q, step_rows = prm.rows_per_cta / prm.q;
-    for (; pos < last; pos += prm.rows_per_cta) {
-      const Acc g = load_vector(static_cast<const T*>(prm.dy) + pos * ch + channel);
-      const T* x = static_cast<const T*>(prm.x) + int64_t(on) * prm.h * prm.w_ * ch + channel;
-      const int ih0 = op * prm.stride_h, iw0 = oq * prm.stride_w;
+  if (row < prm.rows_per_cta && vector < prm.vectors) {
+    for (Walk at(prm, slice, row, prm.q); at.more(); at.next(prm)) {  // positions
+      const Acc g = load_vector(static_cast<const T*>(prm.dy) + at.item * ch + channel);
+      const T* x = static_cast<const T*>(prm.x) + int64_t(at.n) * prm.h * prm.w_ * ch + channel;
+      const int ih0 = at.p * prm.stride_h, iw0 = at.col * prm.stride_w;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kWgradTaps; ++j) {
         const int ih = ih0 + dh[j], iw = iw0 + dw[j];
         if (t0 + j < taps && ih >= 0 && ih < prm.h && iw >= 0 && iw < prm.w_)
           multiply_add(acc[j], load_vector(x + (int64_t(ih) * prm.w_ + iw) * ch), g);
       }
-      oq += step_q;
-      op += step_rows;
-      if (oq >= prm.q) oq -= prm.q, ++op;
-      while (op >= prm.p) op -= prm.p, ++on;
     }
   }
   reduce_taps(prm, acc, slice, t0, min(kWgradTaps, taps - t0));
@@ -425,19 +440,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_rows(const
   const int vector = blockIdx.y * prm.chunk_vectors + lane;
   const int slice = blockIdx.x / kR, fr = blockIdx.x % kR;
   const int ch = prm.ch, channel = vector * kVector;
-  const int64_t per_slice = (prm.items + prm.slices - 1) / prm.slices;
-  const int64_t first = int64_t(slice) * per_slice;
-  const int64_t last = min(prm.items, first + per_slice);
   constexpr int kSpan = (kOutputs - 1) * kStride + kS;
 
   Acc acc[kS];
   CUTLASS_PRAGMA_UNROLL
   for (int s = 0; s < kS; ++s) acc[s].fill(0.0f);
-  // one run of filter row fr: its outputs' dy against the input columns they read; a run
-  // whole and inside the row (most) walks them without checks
-  auto run_taps = [&](auto checked, int on, int op, int q0) {
+  // one run of filter row fr (input row ih, columns from iw0): its outputs' dy against the
+  // input columns they read; a run whole and inside the row (most) walks them unchecked
+  auto run_taps = [&](auto checked, int on, int op, int q0, int ih, int iw0) {
     constexpr bool kChecked = decltype(checked)::value;
-    const int ih = op * kStride - prm.pad_h + fr;
     const int outputs = kChecked ? min(kOutputs, prm.q - q0) : kOutputs;
     const T* dy =
         static_cast<const T*>(prm.dy) + ((int64_t(on) * prm.p + op) * prm.q + q0) * ch + channel;
@@ -449,7 +460,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_rows(const
       else
         g[t].fill(0.0f);
     }
-    const int iw0 = q0 * kStride - prm.pad_w;
     const T* in = static_cast<const T*>(prm.x) + ((int64_t(on) * prm.h + ih) * prm.w_ + iw0) * ch +
                   channel;  // column iw0
     CUTLASS_PRAGMA_UNROLL
@@ -467,25 +477,15 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_rows(const
       }
     }
   };
-  if (row < prm.rows_per_cta && vector < prm.vectors && first + row < last) {
-    // the first item's (n, p, run), then stepped by rows_per_cta without dividing
-    int64_t item = first + row;
-    int run = int(item % prm.runs);
-    int op = int(item / prm.runs % prm.p), on = int(item / prm.runs / prm.p);
-    const int step_runs = prm.rows_per_cta % prm.runs, step_rows = prm.rows_per_cta / prm.runs;
-    for (; item < last; item += prm.rows_per_cta) {
-      const int ih = op * kStride - prm.pad_h + fr, q0 = run * kOutputs;
+  if (row < prm.rows_per_cta && vector < prm.vectors) {
+    for (Walk at(prm, slice, row, prm.runs); at.more(); at.next(prm)) {  // runs
+      const int ih = at.p * kStride - prm.pad_h + fr, q0 = at.col * kOutputs;
       const int iw0 = q0 * kStride - prm.pad_w;
-      if (ih >= 0 && ih < prm.h) {
-        if (q0 + kOutputs <= prm.q && iw0 >= 0 && iw0 + kSpan <= prm.w_)
-          run_taps(std::false_type{}, on, op, q0);
-        else
-          run_taps(std::true_type{}, on, op, q0);
-      }
-      run += step_runs;
-      op += step_rows;
-      if (run >= prm.runs) run -= prm.runs, ++op;
-      while (op >= prm.p) op -= prm.p, ++on;
+      if (ih < 0 || ih >= prm.h) continue;
+      if (q0 + kOutputs <= prm.q && iw0 >= 0 && iw0 + kSpan <= prm.w_)
+        run_taps(std::false_type{}, at.n, at.p, q0, ih, iw0);
+      else
+        run_taps(std::true_type{}, at.n, at.p, q0, ih, iw0);
     }
   }
   CUTLASS_PRAGMA_UNROLL
