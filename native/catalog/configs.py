@@ -192,9 +192,10 @@ SM80_DEPTHWISE_CONFIGS = [
 #: ones: (op, (R, S), stride, tier) as above. A stride-1 dgrad built for a filter is
 #: fprop's kernel for it on dy with the filters rotated (reusing inputs along W); the
 #: stride-2 ones and the generic dgrad gather tap by tap (the former with the taps
-#: unrolled and the stride's divisions as shifts). wgrad sums over N * P * Q in CTA slices into fp32
-#: partials (the workspace) added up in a fixed order; one built for a filter takes a
-#: filter row per CTA and runs of outputs along W per thread, reusing inputs as fprop's.
+#: unrolled and the stride's divisions as shifts). wgrad sums over N * P * Q in CTA
+#: slices into fp32 partials (the workspace) added up in a fixed order; one built for a
+#: filter takes a filter row per CTA and runs of outputs along W per thread, reusing
+#: inputs as fprop's.
 SM80_DEPTHWISE_GRADIENTS = [
     ("dgrad", (3, 3), 1, "extended"),
     ("dgrad", (5, 5), 1, "extended"),
