@@ -480,7 +480,8 @@ def depthwise_gradient_cases(tile):
     :data:`DEPTHWISE_GRADIENT_CASES` for the generic ones; for one built for a filter and
     stride, that filter and stride at padding 0, "same" and the filter's extent less one
     (the most a stride-1 dgrad takes), over odd sizes (runs of outputs cut short at the
-    right edge) and channel chunks."""
+    right edge) and channel chunks, and a problem whose wgrad sums more slices than its
+    second launch has warps."""
     if tuple(tile) == (0, 0, 0):
         return DEPTHWISE_GRADIENT_CASES
     r, s, stride = tile
@@ -490,4 +491,5 @@ def depthwise_gradient_cases(tile):
         (3, 16, 9, 14, (r, s), st, (r // 2, s // 2), (1, 1)),
         (1, 960, 8, 7, (r, s), st, (r - 1, s - 1), (1, 1)),
         (2, 8, 17, 22, (r, s), st, (r // 2, 0), (1, 1)),
+        (4, 8, 32, 32, (r, s), st, (r // 2, s // 2), (1, 1)),
     ]

@@ -65,14 +65,17 @@ struct Params {
   int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
   int vectors;        // C / kVector
   int chunk_vectors;  // channel vectors per CTA
-  int rows_per_cta;   // output runs per CTA (wgrad: positions): kThreads / chunk_vectors
-                      // at most, fewer where a small problem spreads over more CTAs
+  int rows_per_cta;   // rows of threads per CTA, each row on output runs (wgrad: positions,
+                      // or runs once per filter row of the CTA): kThreads / chunk_vectors at
+                      // most, fewer where a small problem spreads over more CTAs
   int row_split;      // fprop built for a filter: threads per run, each a share of the
                       // filter rows (1, or R for a small problem)
   int runs;           // output runs per output row: ceil(width / kOutputs)
   int64_t items;      // output runs in all: N * rows * runs (wgrad: N * P * Q positions)
   int slices;         // wgrad: slices of N * P * Q per channel chunk and tap group
-  int tap_groups;     // wgrad: groups of kWgradTaps taps, a CTA each
+  int tap_groups;     // wgrad: CTAs per slice and channel chunk, each a group of taps:
+                      // kWgradTaps (generic) or filter_rows rows of the filter
+  int filter_rows;    // wgrad built for a filter: filter rows per CTA (1 or R)
   float alpha, beta;
   ActivationArgs activation;
 };
@@ -336,16 +339,18 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Para
 constexpr int kWgradTaps = 4;
 
 // The sums of one round of kWgradTaps taps (the first `count`), held by every thread of a
-// wgrad CTA, added up over the CTA's rows in a fixed order into partials[slice][tap0 +
-// j][channel]; the smem staging makes the order deterministic.
+// wgrad CTA, added up over the CTA's rows in a fixed order into partials[slice][tap][channel].
+// The CTA's threads form `groups` groups of chunk_vectors lanes per row (thread = (row *
+// groups + group) * chunk_vectors + lane), group g's sums being taps tap0 + g * group_taps
+// + j; the smem staging makes the order deterministic.
 __device__ __forceinline__ void reduce_taps(const Params& prm, const Acc* acc, int slice, int tap0,
-                                            int count) {
-  float* sums = reinterpret_cast<float*>(shared_bytes());  // [row][lane][tap][channel]
-  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
-  const int per_row = kWgradTaps * kVector;  // floats of one thread's sums
+                                            int count, int groups = 1, int group_taps = 0) {
+  float* sums = reinterpret_cast<float*>(shared_bytes());  // [row][group][lane][tap][channel]
+  const int per_row = kWgradTaps * kVector;                // floats of one thread's sums
+  const int lanes = prm.chunk_vectors * groups;            // threads of one row
   const int taps = prm.r * prm.s;
-  if (row < prm.rows_per_cta) {
-    float* mine = sums + (row * prm.chunk_vectors + lane) * per_row;
+  if (threadIdx.x / lanes < prm.rows_per_cta) {
+    float* mine = sums + threadIdx.x * per_row;
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kWgradTaps; ++j) {
       CUTLASS_PRAGMA_UNROLL
@@ -353,14 +358,15 @@ __device__ __forceinline__ void reduce_taps(const Params& prm, const Acc* acc, i
     }
   }
   __syncthreads();
-  for (int v = threadIdx.x; v < prm.chunk_vectors * per_row; v += kThreads) {
+  for (int v = threadIdx.x; v < lanes * per_row; v += kThreads) {
     const int l = v / per_row, j = v % per_row / kVector, i = v % kVector;
-    const int c = (blockIdx.y * prm.chunk_vectors + l) * kVector + i;
+    const int g = l / prm.chunk_vectors;
+    const int c = (blockIdx.y * prm.chunk_vectors + l % prm.chunk_vectors) * kVector + i;
     if (j >= count || c >= prm.ch) continue;
     float total = 0.0f;
     for (int r = 0; r < prm.rows_per_cta; ++r)
-      total += sums[(r * prm.chunk_vectors + l) * per_row + j * kVector + i];
-    prm.partials[(int64_t(slice) * taps + tap0 + j) * prm.ch + c] = total;
+      total += sums[(r * lanes + l) * per_row + j * kVector + i];
+    prm.partials[(int64_t(slice) * taps + tap0 + g * group_taps + j) * prm.ch + c] = total;
   }
   __syncthreads();  // the next round writes sums again
 }
@@ -430,15 +436,21 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_partials(c
 }
 
 // wgrad built for a kR x kS filter at stride kStride (dilation 1), first of two launches:
-// CTA (slice and filter row fr, channel chunk) sums dy[n, p, q] * x[n, p * stride - pad +
-// fr, q * stride - pad + s] for every tap s of its row over its slice of the output runs.
-// A thread takes 8 channels of kOutputs consecutive outputs along W (as fprop's threads
-// do) and walks the input row they cover once, each load feeding every tap that reads it.
+// CTA (slice and group of filter_rows filter rows, channel chunk) sums dy[n, p, q] * x[n, p *
+// stride - pad + fr, q * stride - pad + s] for every tap (fr, s) of its rows over its slice
+// of the output runs. A thread takes 8 channels of kOutputs consecutive outputs along W (as
+// fprop's threads do) for one filter row, and walks the input row it reads once, each load
+// feeding every tap that reads it. With filter_rows = R (large problems) a run's R threads
+// sit in one CTA: they read the same dy and, a few runs apart, the same input rows, from
+// the SM's L1 rather than each from L2; with 1 (small problems, whose partials would
+// otherwise outweigh their inputs) a CTA takes one filter row and more CTAs share a slice.
 template <class T, int kR, int kS, int kStride>
 __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_rows(const Params prm) {
-  const int lane = threadIdx.x % prm.chunk_vectors, row = threadIdx.x / prm.chunk_vectors;
+  const int lane = threadIdx.x % prm.chunk_vectors, rows = prm.filter_rows;
+  const int row = threadIdx.x / (prm.chunk_vectors * rows);
+  const int slice = blockIdx.x / prm.tap_groups, fr0 = blockIdx.x % prm.tap_groups * rows;
+  const int fr = fr0 + threadIdx.x / prm.chunk_vectors % rows;
   const int vector = blockIdx.y * prm.chunk_vectors + lane;
-  const int slice = blockIdx.x / kR, fr = blockIdx.x % kR;
   const int ch = prm.ch, channel = vector * kVector;
   constexpr int kSpan = (kOutputs - 1) * kStride + kS;
 
@@ -498,21 +510,37 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_wgrad_rows(const
       else
         round[j].fill(0.0f);
     }
-    reduce_taps(prm, round, slice, fr * kS + s0, min(kWgradTaps, kS - s0));
+    reduce_taps(prm, round, slice, fr0 * kS + s0, min(kWgradTaps, kS - s0), rows, kS);
   }
 }
 
-// wgrad's second launch: dw[c][tap] = alpha * (the slices' partials added in order) +
-// beta * c[c][tap], one thread an element.
+// wgrad's second launch: dw[c][tap] = alpha * (the slices' partials added in a fixed order)
+// + beta * c[c][tap]. A CTA (kSumSmem bytes of shared memory) takes 32 channels of one tap
+// (blockIdx.x: tap * channel tiles + tile), a warp's lanes a channel each, so that each
+// slice's row is one coalesced 128-byte read; its kSumGroups warps add every kSumGroups-th
+// slice, and the first adds their sums in order: the chains of dependent loads stay short
+// for any slice count.
+constexpr int kSumGroups = kThreads / 32;
+constexpr int kSumSmem = kThreads * int(sizeof(float));
 template <class D>
 __global__ void __launch_bounds__(kThreads) depthwise_wgrad_sum(const Params prm) {
-  const int taps = prm.r * prm.s;
-  const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;  // c * taps + tap
-  if (e >= int64_t(prm.ch) * taps) return;
-  const int c = int(e / taps), tap = int(e % taps);
+  const int taps = prm.r * prm.s, tiles = (prm.ch + 31) / 32;
+  const int tap = blockIdx.x / tiles, c = blockIdx.x % tiles * 32 + threadIdx.x % 32;
+  const int group = threadIdx.x / 32;
+  auto* sums = reinterpret_cast<float (*)[32]>(shared_bytes());  // [group][lane]
   float total = 0.0f;
-  for (int sl = 0; sl < prm.slices; ++sl)
-    total += prm.partials[(int64_t(sl) * taps + tap) * prm.ch + c];
+  if (c < prm.ch) {
+    const float* from = prm.partials + int64_t(tap) * prm.ch + c;
+    const int64_t step = int64_t(taps) * prm.ch;  // one slice
+    for (int sl = group; sl < prm.slices; sl += kSumGroups) total += from[sl * step];
+  }
+  sums[group][threadIdx.x % 32] = total;
+  __syncthreads();
+  if (group != 0 || c >= prm.ch) return;
+  total = sums[0][threadIdx.x];
+  CUTLASS_PRAGMA_UNROLL
+  for (int g = 1; g < kSumGroups; ++g) total += sums[g][threadIdx.x];
+  const int64_t e = int64_t(c) * taps + tap;
   float y = prm.alpha * total;
   if (prm.beta != 0.0f) y = fmaf(prm.beta, float(static_cast<const D*>(prm.c)[e]), y);
   static_cast<D*>(prm.y)[e] = D(y);
@@ -587,27 +615,41 @@ struct Direct {
     return kOp == PCR_OP_FPROP ? std::pair{v.p, v.q} : std::pair{v.h, v.w};
   }
 
-  // wgrad's taps a CTA each: groups of kWgradTaps (generic) or the filter's rows
-  static int tap_groups(const ConvArgs& v) {
-    return kWgradRows ? kR : (v.r * v.s + kWgradTaps - 1) / kWgradTaps;
-  }
-
   // wgrad's work items: positions (generic) or runs of kOutputs along Q, N * P * Q or
   // N * P * ceil(Q / kOutputs)
   static int64_t wgrad_items(const ConvArgs& v) {
     return int64_t(v.n) * v.p * (kWgradRows ? (v.q + kOutputs - 1) / kOutputs : v.q);
   }
 
-  // wgrad: slices of the work items per channel chunk and tap group: about four CTAs per
-  // SM in all, each thread with at least 8 positions (generic) or one run
-  static int slices(const ConvArgs& v, int sm_count) {
+  // wgrad's partition: filter rows per CTA (1 or kR, built for a filter), CTAs per slice and
+  // channel chunk, rows of threads per CTA, and slices of the work items
+  struct WgradSplit {
+    int filter_rows, tap_groups, rows, slices;
+  };
+
+  // About four CTAs per SM in all, each thread with at least 8 positions (generic) or one
+  // run. Built for a filter, a CTA takes all kR filter rows unless the slices' partials
+  // would then outweigh a quarter of the inputs (x and dy) they are summed from.
+  static WgradSplit wgrad_split(const ConvArgs& v, int sm_count) {
     const int cv = chunk_vectors(v), chunks = (v.c / kVector + cv - 1) / cv;
-    const int64_t rows = kThreads / cv;
-    const int64_t ctas = int64_t(chunks) * tap_groups(v);
-    const int64_t most = std::max<int64_t>(1, wgrad_items(v) / (rows * (kWgradRows ? 1 : 8)));
-    const int64_t want =
-        std::max<int64_t>(1, (4 * int64_t(std::max(sm_count, 1)) + ctas - 1) / ctas);
-    return int(std::min<int64_t>({want, most, 1024}));
+    auto split = [&](int filter_rows) {
+      WgradSplit w{};
+      w.filter_rows = filter_rows;
+      w.tap_groups = kWgradRows ? kR / filter_rows : (v.r * v.s + kWgradTaps - 1) / kWgradTaps;
+      w.rows = kThreads / (cv * filter_rows);
+      const int64_t ctas = int64_t(chunks) * w.tap_groups;
+      const int64_t most = std::max<int64_t>(1, wgrad_items(v) / (w.rows * (kWgradRows ? 1 : 8)));
+      const int64_t want =
+          std::max<int64_t>(1, (4 * int64_t(std::max(sm_count, 1)) + ctas - 1) / ctas);
+      w.slices = int(std::min<int64_t>({want, most, 1024}));
+      return w;
+    };
+    if (!kWgradRows) return split(1);
+    const WgradSplit whole = split(kR);
+    const int64_t partials = int64_t(whole.slices) * v.r * v.s * v.c * int64_t(sizeof(float));
+    const int64_t inputs =
+        (int64_t(v.h) * v.w + int64_t(v.p) * v.q) * v.n * v.c * int64_t(sizeof(ElementA));
+    return 4 * partials <= inputs ? whole : split(1);
   }
 
   static int can_implement(const GemmArgs& g) {
@@ -642,7 +684,7 @@ struct Direct {
                        kR, kS, kStride, v.r, v.s, v.stride_h, v.stride_w, v.dilation_h,
                        v.dilation_w);
     if (kOp == PCR_OP_WGRAD) {
-      if (int64_t(v.c) * v.r * v.s > int64_t(INT32_MAX) * kThreads / 2)
+      if (int64_t(v.r) * v.s * ((v.c + 31) / 32) > INT32_MAX)  // the sum's grid
         return set_error(PCR_ERR_UNSUPPORTED,
                          "the filters (%d x %d x %d) are too many for one launch", v.c, v.r, v.s);
       return PCR_OK;
@@ -659,7 +701,7 @@ struct Direct {
   static size_t workspace_size(const GemmArgs& g) {
     if (kOp != PCR_OP_WGRAD) return 0;
     const ConvArgs& v = g.conv;
-    return size_t(slices(v, g.sm_count)) * v.r * v.s * v.c * sizeof(float);
+    return size_t(wgrad_split(v, g.sm_count).slices) * v.r * v.s * v.c * sizeof(float);
   }
 
   static int prepare(const GemmArgs& g, void* workspace, void* out) {
@@ -682,14 +724,14 @@ struct Direct {
     p.activation = g.activation;
     const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
     if (kOp == PCR_OP_WGRAD) {
+      const WgradSplit w = wgrad_split(v, g.sm_count);
       p.partials = static_cast<float*>(workspace);
+      p.filter_rows = w.filter_rows, p.tap_groups = w.tap_groups;
+      p.rows_per_cta = w.rows, p.slices = w.slices;
       p.runs = (v.q + kOutputs - 1) / kOutputs;
       p.items = wgrad_items(v);
-      p.slices = slices(v, g.sm_count);
-      p.tap_groups = tap_groups(v);
       prep->grid = dim3(unsigned(p.slices * p.tap_groups), unsigned(chunks));
-      const int64_t elements = int64_t(v.c) * v.r * v.s;
-      prep->sum_grid = dim3(unsigned((elements + kThreads - 1) / kThreads));
+      prep->sum_grid = dim3(unsigned(v.r * v.s * ((v.c + 31) / 32)));
       prep->smem = kThreads * kWgradTaps * kVector * int(sizeof(float));
       return PCR_OK;
     }
@@ -739,7 +781,7 @@ struct Direct {
     const auto& prep = *static_cast<const Prepared*>(prepared);
     int st = start(kernel(), prep.grid, prep.smem, stream, prep.params);
     if (st == PCR_OK && kOp == PCR_OP_WGRAD)
-      st = start(&depthwise_wgrad_sum<ElementD>, prep.sum_grid, 0, stream, prep.params);
+      st = start(&depthwise_wgrad_sum<ElementD>, prep.sum_grid, kSumSmem, stream, prep.params);
     return st;
   }
 
