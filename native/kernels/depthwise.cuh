@@ -10,13 +10,15 @@
 //
 // Memory bound (R*S multiply-adds per loaded element), so the kernel is built around its
 // loads: a thread holds 8 channels (one 16-byte vector) of kOutputs consecutive outputs
-// along W. For each filter row it walks the input row once, in 16-byte loads, each feeding
-// every output whose window covers it (with a static filter and stride the walk unrolls
-// into straight-line FMAs), so a 3x3 stride-1 row reads 1.5 vectors per output instead of
-// 3. A CTA's filters are staged once in shared memory, tap-major, so that a thread reads
-// its 8 channels of a tap as one 16-byte load. Threads take the channel vectors of a
-// chunk of channels (the fastest index: a warp reads whole pixels) and then the output runs
-// of consecutive rows, so that small channel counts still fill the CTA.
+// along W (for 5x5 and 7x7 filters 4 channels, 8 bytes, of 8 outputs: the registers hold
+// no more, and a longer run converts fewer loaded inputs per FMA). For each filter row it
+// walks the input row once, each load feeding every output whose window covers it (with a
+// static filter and stride the walk unrolls into straight-line FMAs), so a 3x3 stride-1
+// row reads 1.5 vectors per output instead of 3. A CTA's filters are staged once in shared
+// memory, tap-major, so that a thread reads its channels of a tap in one load. Threads
+// take the channel vectors of a chunk of channels (the fastest index: a warp reads whole
+// pixels) and then the output runs of consecutive rows, so that small channel counts still
+// fill the CTA.
 //
 // kR = kS = kStride = 0 make the generic kernel: any filter, stride and dilation, read
 // tap by tap without the reuse along W.
@@ -41,7 +43,7 @@ namespace pcr::depthwise {
 
 constexpr int kVector = 8;       // channels per thread: 16 bytes of 16-bit elements
 constexpr int kThreads = 256;    // per CTA
-constexpr int kMaxVectors = 32;  // channel vectors per CTA (256 channels)
+constexpr int kMaxVectors = 32;  // channel vectors per CTA (256 channels of kVector)
 constexpr int kOutputs = 4;      // outputs per thread along W
 // CTAs per SM the registers must allow: 16 warps keep enough loads in flight (one CTA of
 // the widest kernels, 7x7 at stride 2, otherwise holds its SM at 8)
@@ -80,61 +82,80 @@ struct Params {
   ActivationArgs activation;
 };
 
-template <class T>
-using Vec = cutlass::Array<T, kVector>;
-using Acc = cutlass::Array<float, kVector>;
+// N channels of a thread: kVector (one 16-byte load of 16-bit elements), or 4 (8 bytes)
+// where a kernel holds more outputs instead
+template <class T, int N = kVector>
+using Vec = cutlass::Array<T, N>;
+template <int N = kVector>
+using AccN = cutlass::Array<float, N>;
+using Acc = AccN<>;
 
-template <class T>
-__device__ __forceinline__ Acc load_vector(const T* p) {
+template <int N>
+struct Raw;  // the load unit of N 16-bit elements
+template <>
+struct Raw<8> {
+  using type = uint4;
+};
+template <>
+struct Raw<4> {
+  using type = uint2;
+};
+
+template <class T, int N = kVector>
+__device__ __forceinline__ AccN<N> load_vector(const T* p) {
+  using R = typename Raw<N>::type;
   union {
-    uint4 raw;
-    Vec<T> v;
+    R raw;
+    Vec<T, N> v;
   } u;
-  u.raw = __ldg(reinterpret_cast<const uint4*>(p));
-  return cutlass::NumericArrayConverter<float, T, kVector>()(u.v);
+  u.raw = __ldg(reinterpret_cast<const R*>(p));
+  return cutlass::NumericArrayConverter<float, T, N>()(u.v);
 }
 
-template <class T>
-__device__ __forceinline__ Acc load_shared(const T* p) {
-  return cutlass::NumericArrayConverter<float, T, kVector>()(*reinterpret_cast<const Vec<T>*>(p));
+template <class T, int N = kVector>
+__device__ __forceinline__ AccN<N> load_shared(const T* p) {
+  return cutlass::NumericArrayConverter<float, T, N>()(*reinterpret_cast<const Vec<T, N>*>(p));
 }
 
 // acc += x * w, channel by channel
-__device__ __forceinline__ void multiply_add(Acc& acc, const Acc& x, const Acc& w) {
+template <int N>
+__device__ __forceinline__ void multiply_add(AccN<N>& acc, const AccN<N>& x, const AccN<N>& w) {
   CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < kVector; ++i) acc[i] = fmaf(x[i], w[i], acc[i]);
+  for (int i = 0; i < N; ++i) acc[i] = fmaf(x[i], w[i], acc[i]);
 }
 
-// The epilogue of a run of outputs: act(alpha * acc + beta * c + bias) at y's elements
-// (out_row + q0 + t) * C + channel for t < kOutputs within `width`, 16-byte stores.
-template <class D>
-__device__ __forceinline__ void store_run(const Params& prm, const Acc* acc, int64_t out_row,
+// The epilogue of a run of kRun outputs of kVec channels: act(alpha * acc + beta * c +
+// bias) at y's elements (out_row + q0 + t) * C + channel for t < kRun within `width`, one
+// store of kVec elements each.
+template <class D, int kVec = kVector, int kRun = kOutputs>
+__device__ __forceinline__ void store_run(const Params& prm, const AccN<kVec>* acc, int64_t out_row,
                                           int q0, int width, int channel) {
-  Acc bias;
+  AccN<kVec> bias;
   if (prm.bias)
-    bias = load_vector(static_cast<const D*>(prm.bias) + channel);
+    bias = load_vector<D, kVec>(static_cast<const D*>(prm.bias) + channel);
   else
     bias.fill(0.0f);
   const int ch = prm.ch;
   CUTLASS_PRAGMA_UNROLL
-  for (int t = 0; t < kOutputs; ++t) {
+  for (int t = 0; t < kRun; ++t) {
     if (q0 + t >= width) break;
     const int64_t at = (out_row + q0 + t) * ch + channel;
-    Acc y;
+    AccN<kVec> y;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kVector; ++i) y[i] = prm.alpha * acc[t][i] + bias[i];
+    for (int i = 0; i < kVec; ++i) y[i] = prm.alpha * acc[t][i] + bias[i];
     if (prm.beta != 0.0f) {
-      const Acc c = load_vector(static_cast<const D*>(prm.c) + at);
+      const AccN<kVec> c = load_vector<D, kVec>(static_cast<const D*>(prm.c) + at);
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kVector; ++i) y[i] = fmaf(prm.beta, c[i], y[i]);
+      for (int i = 0; i < kVec; ++i) y[i] = fmaf(prm.beta, c[i], y[i]);
     }
     y = activate(prm.activation, y);
+    using R = typename Raw<kVec>::type;
     union {
-      uint4 raw;
-      Vec<D> v;
+      R raw;
+      Vec<D, kVec> v;
     } u;
-    u.v = cutlass::NumericArrayConverter<D, float, kVector>()(y);
-    *reinterpret_cast<uint4*>(static_cast<D*>(prm.y) + at) = u.raw;
+    u.v = cutlass::NumericArrayConverter<D, float, kVec>()(y);
+    *reinterpret_cast<R*>(static_cast<D*>(prm.y) + at) = u.raw;
   }
 }
 
@@ -148,31 +169,37 @@ __device__ __forceinline__ unsigned char* shared_bytes() {
 #endif
 }
 
-// The CTA's channel chunk's filters in shared memory, tap-major ([r * S + s][chunk
+// The type a kernel whose threads hold kVec channels stages its filters as: 16-bit, as w,
+// for kVector channels (floats would double the shared-memory bytes each tap's read moves,
+// which the 3x3 kernels feel); floats for fewer, read without a conversion per tap.
+template <class T, int kVec>
+using FilterOf = std::conditional_t<kVec == kVector, T, float>;
+
+// The CTA's channel chunk's filters in shared memory as F, tap-major ([r * S + s][chunk
 // channel]), read from w's contiguous run of C x R x S in order; kFlip: rotated by 180
-// degrees (tap r * S + s holds w's (R - 1 - r, S - 1 - s)). 16-bit, as w: floats would
-// double the shared-memory bytes each tap's read moves.
-template <class T, bool kFlip = false>
-__device__ __forceinline__ const T* stage_filters(const Params& prm, int taps) {
-  T* filters = reinterpret_cast<T*>(shared_bytes());
-  const int chunk_channels = prm.chunk_vectors * kVector;
+// degrees (tap r * S + s holds w's (R - 1 - r, S - 1 - s)).
+template <class F, class T, bool kFlip = false, int kVec = kVector>
+__device__ __forceinline__ const F* stage_filters(const Params& prm, int taps) {
+  F* filters = reinterpret_cast<F*>(shared_bytes());
+  const int chunk_channels = prm.chunk_vectors * kVec;
   const int c0 = blockIdx.y * chunk_channels;
   const T* w = static_cast<const T*>(prm.w) + int64_t(c0) * taps;
   const int chunk_taps = min(chunk_channels, prm.ch - c0) * taps;
   for (int i = threadIdx.x; i < chunk_taps; i += kThreads) {
     const int tap = kFlip ? taps - 1 - i % taps : i % taps;
-    filters[tap * chunk_channels + i / taps] = w[i];
+    filters[tap * chunk_channels + i / taps] = F(w[i]);
   }
   __syncthreads();
   return filters;
 }
 
-// The outputs a thread of fprop's or dgrad's kernels takes: kOutputs consecutive columns
-// from col0 of output row `row` (of `height`) of image n, in its CTA's channel vector;
-// with fprop's row_split, filter rows part, part + row_split, ... of them.
+// The outputs a thread of fprop's or dgrad's kernels takes: kRun consecutive columns from
+// col0 of output row `row` (of `height`) of image n, in its CTA's channel vector; with
+// fprop's row_split, filter rows part, part + row_split, ... of them.
 struct Run {
   int lane, vector, n, row, col0, part;
 };
+template <int kRun = kOutputs>
 __device__ __forceinline__ bool run_of(const Params& prm, int height, Run& r) {
   r.lane = threadIdx.x % prm.chunk_vectors;
   const int slot = threadIdx.x / prm.chunk_vectors;
@@ -182,7 +209,7 @@ __device__ __forceinline__ bool run_of(const Params& prm, int height, Run& r) {
   if (slot / prm.row_split >= prm.rows_per_cta || item >= prm.items || r.vector >= prm.vectors)
     return false;
   const int64_t nrow = item / prm.runs;
-  r.col0 = int(item % prm.runs) * kOutputs;
+  r.col0 = int(item % prm.runs) * kRun;
   r.row = int(nrow % height), r.n = int(nrow / height);
   return true;
 }
@@ -192,28 +219,32 @@ __device__ __forceinline__ bool run_of(const Params& prm, int height, Run& r) {
 // (Direct's dgrad kernels built for a filter). With row_split > 1 (kernels built for a
 // filter, small problems) the threads of a run each take a share of the filter rows, so
 // that no thread walks all R rows' loads one after another; the first adds the others'
-// sums up in order through shared memory.
-template <class T, class D, int kR, int kS, int kStride, bool kFlip = false>
+// sums up in order through shared memory. A thread holds kVec channels (kVector, or 4 where
+// the kernel holds more outputs instead) of kRun consecutive outputs along W.
+template <class T, class D, int kR, int kS, int kStride, bool kFlip = false, int kVec = kVector,
+          int kRun = kOutputs>
 __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Params prm) {
   constexpr bool kGeneric = kR == 0;
   const int taps = kGeneric ? prm.r * prm.s : kR * kS;
-  const int chunk_channels = prm.chunk_vectors * kVector;
-  const T* filters = stage_filters<T, kFlip>(prm, taps);
+  const int chunk_channels = prm.chunk_vectors * kVec;
+  using F = FilterOf<T, kVec>;
+  const F* filters = stage_filters<F, T, kFlip, kVec>(prm, taps);
+  using A = AccN<kVec>;
 
   Run run{};
-  const bool active = run_of(prm, prm.p, run);
+  const bool active = run_of<kRun>(prm, prm.p, run);
   if (!active && prm.row_split == 1) return;
   const int lane = run.lane, vector = run.vector, op = run.row, on = run.n, q0 = run.col0;
   const int ch = prm.ch, width = prm.w_, height = prm.h;
   const int stride_h = kGeneric ? prm.stride_h : kStride;
   const int stride_w = kGeneric ? prm.stride_w : kStride;
-  const int channel = vector * kVector;
+  const int channel = vector * kVec;
   const T* x = static_cast<const T*>(prm.x) + int64_t(on) * height * width * ch + channel;
-  const T* f = filters + lane * kVector;
+  const F* f = filters + lane * kVec;
 
-  Acc acc[kOutputs];
+  A acc[kRun];
   CUTLASS_PRAGMA_UNROLL
-  for (int t = 0; t < kOutputs; ++t) acc[t].fill(0.0f);
+  for (int t = 0; t < kRun; ++t) acc[t].fill(0.0f);
 
   if (!active) {  // a thread of a split run past the end: only the barriers below
   } else if constexpr (kGeneric) {
@@ -222,18 +253,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
       if (ih < 0 || ih >= height) continue;
       const T* in = x + int64_t(ih) * width * ch;
       for (int s = 0; s < prm.s; ++s) {
-        const Acc wv = load_shared(f + (r * prm.s + s) * chunk_channels);
+        const A wv = load_shared<F, kVec>(f + (r * prm.s + s) * chunk_channels);
         CUTLASS_PRAGMA_UNROLL
-        for (int t = 0; t < kOutputs; ++t) {
+        for (int t = 0; t < kRun; ++t) {
           const int iw = (q0 + t) * stride_w - prm.pad_w + s * prm.dilation_w;
-          if (iw >= 0 && iw < width) multiply_add(acc[t], load_vector(in + int64_t(iw) * ch), wv);
+          if (iw >= 0 && iw < width)
+            multiply_add(acc[t], load_vector<T, kVec>(in + int64_t(iw) * ch), wv);
         }
       }
     }
   } else {
     // the input columns the run's windows cover, each loaded once per filter row; a run
     // whose columns all lie inside the row (most) walks them without bounds checks
-    constexpr int kSpan = (kOutputs - 1) * kStride + kS;
+    constexpr int kSpan = (kRun - 1) * kStride + kS;
     const int iw0 = q0 * kStride - prm.pad_w;
     auto rows = [&](auto checked) {
       CUTLASS_PRAGMA_NO_UNROLL
@@ -241,16 +273,17 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
         const int ih = op * kStride - prm.pad_h + r;
         if (ih < 0 || ih >= height) continue;
         const T* in = x + (int64_t(ih) * width + iw0) * ch;  // column iw0 (maybe padding)
-        Acc wv[kS];
-        CUTLASS_PRAGMA_UNROLL
-        for (int s = 0; s < kS; ++s) wv[s] = load_shared(f + (r * kS + s) * chunk_channels);
+        // tap s is first read at column s (by output 0): loaded there, so that only the taps
+        // of the columns in flight hold registers
+        A wv[kS];
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kSpan; ++j) {
+          if (j < kS) wv[j] = load_shared<F, kVec>(f + (r * kS + j) * chunk_channels);
           if (decltype(checked)::value && (iw0 + j < 0 || iw0 + j >= width))
             continue;  // padding: adds nothing
-          const Acc xv = load_vector(in + j * ch);
+          const A xv = load_vector<T, kVec>(in + j * ch);
           CUTLASS_PRAGMA_UNROLL
-          for (int t = 0; t < kOutputs; ++t) {
+          for (int t = 0; t < kRun; ++t) {
             const int s = j - t * kStride;  // the tap of output t that reads column j
             if (s >= 0 && s < kS) multiply_add(acc[t], xv, wv[s]);
           }
@@ -266,24 +299,24 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_fprop(const Para
   if (prm.row_split > 1) {
     __syncthreads();  // every thread is done with the filters: their bytes take the sums
     float* sums = reinterpret_cast<float*>(shared_bytes());  // [thread][output][channel]
-    constexpr int kFloats = kOutputs * kVector;
+    constexpr int kFloats = kRun * kVec;
     CUTLASS_PRAGMA_UNROLL
-    for (int t = 0; t < kOutputs; ++t) {
+    for (int t = 0; t < kRun; ++t) {
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kVector; ++i) sums[threadIdx.x * kFloats + t * kVector + i] = acc[t][i];
+      for (int i = 0; i < kVec; ++i) sums[threadIdx.x * kFloats + t * kVec + i] = acc[t][i];
     }
     __syncthreads();
     if (!active || run.part != 0) return;
     for (int part = 1; part < prm.row_split; ++part) {  // the run's threads: chunk_vectors apart
       const float* theirs = sums + (threadIdx.x + part * prm.chunk_vectors) * kFloats;
       CUTLASS_PRAGMA_UNROLL
-      for (int t = 0; t < kOutputs; ++t) {
+      for (int t = 0; t < kRun; ++t) {
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < kVector; ++i) acc[t][i] += theirs[t * kVector + i];
+        for (int i = 0; i < kVec; ++i) acc[t][i] += theirs[t * kVec + i];
       }
     }
   }
-  store_run<D>(prm, acc, (int64_t(on) * prm.p + op) * prm.q, q0, prm.q, channel);
+  store_run<D, kVec, kRun>(prm, acc, (int64_t(on) * prm.p + op) * prm.q, q0, prm.q, channel);
 }
 
 // dgrad: dx = the transposed convolution of dy, any filter, stride and dilation (kR = kS =
@@ -300,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) depthwise_dgrad(const Para
   const int dilation_h = kGeneric ? prm.dilation_h : 1, dilation_w = kGeneric ? prm.dilation_w : 1;
   const int taps = filter_r * filter_s;
   const int chunk_channels = prm.chunk_vectors * kVector;
-  const T* filters = stage_filters<T>(prm, taps);
+  const T* filters = stage_filters<T, T>(prm, taps);
 
   Run run;
   if (!run_of(prm, prm.h, run)) return;
@@ -589,6 +622,14 @@ struct Direct {
   static constexpr bool kStaticFprop = !kGeneric && (kOp == PCR_OP_FPROP || kFlipped);
   // wgrad built for a filter: a CTA per filter row, its threads on runs of outputs
   static constexpr bool kWgradRows = kOp == PCR_OP_WGRAD && !kGeneric;
+  // Channels and outputs a thread of fprop's kernel holds: 4 channels of 8 outputs for 5x5
+  // and 7x7 filters, for which kVector channels of kOutputs outputs and a filter row's taps
+  // outgrow the registers of two CTAs per SM (spills, and moves between the FMAs), and a
+  // run of 8 converts fewer loaded inputs per FMA; kVector of kOutputs otherwise.
+  static constexpr bool kWideRun = kStaticFprop && kR >= 5;
+  static constexpr int kVec = kWideRun ? 4 : kVector;
+  static constexpr int kRun = kWideRun ? 8 : kOutputs;
+  static constexpr int kFilterBytes = int(sizeof(FilterOf<ElementA, kVec>));  // per tap and channel
   static constexpr bool kProgrammatic = false;
 
   struct Prepared {
@@ -601,11 +642,10 @@ struct Direct {
   // size (960 channels: 4 of 30 vectors, not 3 of 32 and one of 24), few enough that a
   // chunk's filters (fprop, dgrad) fit in shared memory.
   static int chunk_vectors(const ConvArgs& v) {
-    const int vectors = v.c / kVector;
-    const int most =
-        kOp == PCR_OP_WGRAD
-            ? kMaxVectors
-            : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVector * int(sizeof(ElementA))));
+    const int vectors = v.c / kVec;
+    const int most = kOp == PCR_OP_WGRAD
+                         ? kMaxVectors
+                         : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVec * kFilterBytes));
     const int chunks = (vectors + most - 1) / most;
     return (vectors + chunks - 1) / chunks;
   }
@@ -631,7 +671,7 @@ struct Direct {
   // run. Built for a filter, a CTA takes all kR filter rows unless the slices' partials
   // would then outweigh a quarter of the inputs (x and dy) they are summed from.
   static WgradSplit wgrad_split(const ConvArgs& v, int sm_count) {
-    const int cv = chunk_vectors(v), chunks = (v.c / kVector + cv - 1) / cv;
+    const int cv = chunk_vectors(v), chunks = (v.c / kVec + cv - 1) / cv;
     auto split = [&](int filter_rows) {
       WgradSplit w{};
       w.filter_rows = filter_rows;
@@ -667,10 +707,10 @@ struct Direct {
       return set_error(PCR_ERR_UNSUPPORTED,
                        "depthwise kernels read channels in vectors of %d; C %d is not a multiple",
                        kVector, v.c);
-    if (kOp != PCR_OP_WGRAD && int64_t(v.r) * v.s * kVector * int(sizeof(ElementA)) > kMaxSmem)
+    if (kOp != PCR_OP_WGRAD && int64_t(v.r) * v.s * kVec * kFilterBytes > kMaxSmem)
       return set_error(PCR_ERR_UNSUPPORTED,
                        "a %d x %d filter is larger than depthwise kernels take (%d taps at most)",
-                       v.r, v.s, kMaxSmem / (kVector * int(sizeof(ElementA))));
+                       v.r, v.s, kMaxSmem / (kVec * kFilterBytes));
     if (kFlipped && (v.pad_h > kR - 1 || v.pad_w > kS - 1))
       return set_error(PCR_ERR_UNSUPPORTED,
                        "this dgrad kernel takes padding up to the filter's extent less one (%d, "
@@ -690,7 +730,7 @@ struct Direct {
       return PCR_OK;
     }
     const auto [height, width] = output_extent(v);
-    const int64_t runs = (int64_t(width) + kOutputs - 1) / kOutputs;
+    const int64_t runs = (int64_t(width) + kRun - 1) / kRun;
     const int64_t rows = kThreads / chunk_vectors(v);
     if ((int64_t(v.n) * height * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
       return set_error(PCR_ERR_UNSUPPORTED, "the output (%d x %d x %d) is too large for one launch",
@@ -716,7 +756,7 @@ struct Direct {
     p.n = v.n, p.h = v.h, p.w_ = v.w, p.ch = v.c, p.p = v.p, p.q = v.q, p.r = v.r, p.s = v.s;
     p.pad_h = v.pad_h, p.pad_w = v.pad_w, p.stride_h = v.stride_h, p.stride_w = v.stride_w;
     p.dilation_h = v.dilation_h, p.dilation_w = v.dilation_w;
-    p.vectors = v.c / kVector;
+    p.vectors = v.c / kVec;
     p.chunk_vectors = chunk_vectors(v);
     p.rows_per_cta = kThreads / p.chunk_vectors;
     p.row_split = 1;
@@ -741,7 +781,7 @@ struct Direct {
       p.h = v.p, p.w_ = v.q, p.p = v.h, p.q = v.w;
       p.pad_h = kR - 1 - v.pad_h, p.pad_w = kS - 1 - v.pad_w;
     }
-    p.runs = (width + kOutputs - 1) / kOutputs;
+    p.runs = (width + kRun - 1) / kRun;
     p.items = int64_t(v.n) * height * p.runs;
     const int64_t sms = std::max(g.sm_count, 1);
     // a small problem (batch 1, late layers) gives each run's filter rows to kR threads
@@ -756,8 +796,8 @@ struct Direct {
     p.rows_per_cta =
         int(std::clamp<int64_t>((p.items * chunks + want - 1) / want, 1, p.rows_per_cta));
     prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
-    const int filters = v.r * v.s * p.chunk_vectors * kVector * int(sizeof(ElementA));
-    const int sums = p.row_split > 1 ? kThreads * kOutputs * kVector * int(sizeof(float)) : 0;
+    const int filters = v.r * v.s * p.chunk_vectors * kVec * kFilterBytes;
+    const int sums = p.row_split > 1 ? kThreads * kRun * kVec * int(sizeof(float)) : 0;
     prep->smem = std::max(filters, sums);
     return PCR_OK;
   }
@@ -765,9 +805,9 @@ struct Direct {
   // The pass's kernel (wgrad's first; depthwise_wgrad_sum follows it).
   static auto kernel() {
     if constexpr (kOp == PCR_OP_FPROP)
-      return &depthwise_fprop<ElementA, ElementD, kR, kS, kStride>;
+      return &depthwise_fprop<ElementA, ElementD, kR, kS, kStride, false, kVec, kRun>;
     else if constexpr (kFlipped)
-      return &depthwise_fprop<ElementA, ElementD, kR, kS, 1, true>;
+      return &depthwise_fprop<ElementA, ElementD, kR, kS, 1, true, kVec, kRun>;
     else if constexpr (kOp == PCR_OP_DGRAD)
       return &depthwise_dgrad<ElementA, ElementD, kR, kS, kStride>;
     else if constexpr (kWgradRows)
