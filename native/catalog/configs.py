@@ -194,8 +194,8 @@ SM80_DEPTHWISE_CONFIGS = [
 #: stride-2 ones and the generic dgrad gather tap by tap (the former with the taps
 #: unrolled and the stride's divisions as shifts). wgrad sums over N * P * Q in CTA
 #: slices into fp32 partials (the workspace) added up in a fixed order; one built for a
-#: filter takes a filter row per CTA and runs of outputs along W per thread, reusing
-#: inputs as fprop's.
+#: filter gives each thread a run of outputs along W for one filter row, reusing inputs as
+#: fprop's, and a CTA all filter rows of its runs (one, for small problems).
 SM80_DEPTHWISE_GRADIENTS = [
     ("dgrad", (3, 3), 1, "extended"),
     ("dgrad", (5, 5), 1, "extended"),

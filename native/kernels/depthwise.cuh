@@ -620,7 +620,7 @@ struct Direct {
   // runs fprop's kernel built for a filter (fprop's or a stride-1 dgrad's), which splits
   // small problems' filter rows (row_split)
   static constexpr bool kStaticFprop = !kGeneric && (kOp == PCR_OP_FPROP || kFlipped);
-  // wgrad built for a filter: a CTA per filter row, its threads on runs of outputs
+  // wgrad built for a filter: threads on runs of outputs, each for one filter row
   static constexpr bool kWgradRows = kOp == PCR_OP_WGRAD && !kGeneric;
   // Channels and outputs a thread of fprop's kernel holds: 4 channels of 8 outputs for 5x5
   // and 7x7 filters, for which kVector channels of kOutputs outputs and a filter row's taps
