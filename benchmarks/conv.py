@@ -1,8 +1,8 @@
 """Convolutions against cuDNN: pycutlass_rt.conv2d, conv2d_dgrad and conv2d_wgrad next to
 torch's cuDNN calls, on the layers of ResNet-50, a Stable Diffusion UNet, ViT patch
 embeddings, ResNeXt-50's grouped convolutions and the depthwise ones of MobileNet-V2 and
-ConvNeXt-T (on the direct depthwise kernels where the build holds them: the extended tier)
-(benchmarks/README.md, "Convolutions")::
+ConvNeXt-T (on the direct grouped and depthwise kernels where the build holds them: the
+extended tier) (benchmarks/README.md, "Convolutions")::
 
     python -m benchmarks.conv [--dtypes float16 bfloat16] [--passes fprop dgrad wgrad]
         [--sets resnet50 unet vit resnext50 mobilenetv2 convnext_t] [--out results.csv]

@@ -51,7 +51,7 @@ class Function(NamedTuple):
     python: bool
 
 
-PCR_ABI_VERSION = 21
+PCR_ABI_VERSION = 22
 PCR_REASON_SIZE = 252
 PCR_KERNEL_SELECT = -1
 PCR_KERNEL_NONE = -1
@@ -138,6 +138,7 @@ class Schedule(AbiEnum):
     SCHED_COOPFA = 7
     SCHED_PINGPONGFA = 8
     SCHED_DEPTHWISE = 9
+    SCHED_DIRECT = 10
 
 
 class Epilogue(AbiEnum):
@@ -315,7 +316,8 @@ class KernelDesc(Structure):
                 ("epilogue", c_int32), ("split", c_int32), ("align_a", c_int32),
                 ("align_b", c_int32), ("align_c", c_int32), ("swap_ab", c_int32),
                 ("grouped", c_int32), ("tensor_scales", c_int32), ("op", c_int32),
-                ("scale_m", c_int32), ("scale_n", c_int32), ("out_scale", c_int32)]
+                ("scale_m", c_int32), ("scale_n", c_int32), ("out_scale", c_int32),
+                ("group_width", c_int32)]
 
 
 class ConvShape(Structure):

@@ -10,12 +10,15 @@ it (:mod:`pycutlass_rt._conv_gemm`).
 
 from __future__ import annotations
 
+import functools
+
 from . import _call, _conv_gemm, _gemm, _lib
-from ._abi import Op
+from ._abi import Op, Status
 from ._conv_tensors import Geometry, _torch, empty_like_producer, geometry, nhwc
 from ._explain import explain as explain_gemm
 from ._explain import explanation
-from .errors import InvalidArgumentError, UnsupportedError
+from ._kernels import kernels
+from .errors import InvalidArgumentError, NoDeviceError, UnsupportedError
 
 
 def conv_math(math):
@@ -42,11 +45,17 @@ def prepare(geo: Geometry, views, alpha, beta, bias, activation, math, stream, k
 def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kernel, explain):
     """Runs one convolution pass on the kernels' ``views`` (a, b, c, and d to write), or
     with ``explain`` returns its :class:`~pycutlass_rt.Explanation` instead. Unless a
-    convolution kernel is named, the GEMM forms of :func:`pycutlass_rt._conv_gemm.routes`
-    (pointwise; few channels, groups, fp32 accuracy, too few output tiles, a strided and
-    dilated dgrad on unfolded operands) run where a GEMM kernel of the build takes them;
-    the rest, and those, on the convolution kernels."""
+    convolution kernel is named, a grouped convolution runs on a direct kernel of the build
+    for its group width where there is one; then the GEMM forms of
+    :func:`pycutlass_rt._conv_gemm.routes` (pointwise; few channels, groups, fp32 accuracy,
+    too few output tiles, a strided and dilated dgrad on unfolded operands) run where a GEMM
+    kernel of the build takes them; the rest, and those, on the convolution kernels."""
     math = conv_math(math)
+    if kernel is None and _direct_first(geo, views):
+        # as GEMMs, one per group, it would be K / groups wide; else the GEMM forms
+        done = _native(geo, views, alpha, beta, bias, activation, math, stream, None, explain)
+        if done is not False:
+            return done
     for form, note in (
         _conv_gemm.routes(geo, views, stream, alpha, beta, bias, math, explain)
         if kernel is None
@@ -68,14 +77,52 @@ def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kerne
         if form.finish is not None:
             form.finish()
         return None
+    return _native(geo, views, alpha, beta, bias, activation, math, stream, kernel, explain, True)
+
+
+def _direct_first(geo: Geometry, views) -> bool:
+    """Whether a grouped fprop goes to the convolution kernels before the GEMM forms: where
+    the build holds direct grouped kernels of its group width (C / groups channels)."""
+    if geo.op != Op.OP_FPROP or geo.groups == 1:
+        return False
+    width = views[1].shape[3]  # w: K x R x S x C / groups
+    return width > 1 and width in _direct_widths()
+
+
+@functools.cache
+def _direct_widths() -> frozenset:
+    """The group widths of the build's direct grouped kernels."""
+    return frozenset(k.group_width for k in kernels() if k.schedule == "direct")
+
+
+#: what a call that is not the last route hands on to the next: no kernel of the build takes
+#: it, none for this GPU, or no GPU to ask (each before any launch)
+_PASSED_ON = (Status.ERR_UNSUPPORTED, Status.ERR_NO_KERNEL_FOR_ARCH, Status.ERR_NO_DEVICE)
+
+
+def _native(geo, views, alpha, beta, bias, activation, math, stream, kernel, explain, last=False):
+    """The convolution kernels' run of one pass (None), or its Explanation with
+    ``explain``. Where no kernel of the build takes it, or there is no GPU to run it on:
+    False, the next route's turn, unless ``last`` (then the error, or the Explanation
+    saying so)."""
     call = prepare(geo, views, alpha, beta, bias, activation, math, stream, kernel)
     lib = _lib.load()
     if explain:
-        return explanation(lib, call)
+        try:
+            told = explanation(lib, call)
+        except (UnsupportedError, NoDeviceError):  # NoKernelForArchError is an Unsupported one
+            if last:
+                raise
+            return False
+        return told if last or told.kernel is not None else False
     o = call.objs
     args = (o[0], o[1], o[2], o[3], call.alpha, call.beta, call.extra, call.kernel)
-    lib.check(lib.gemm(*args, call.flags, call.handle))
+    st = lib.gemm(*args, call.flags, call.handle)
+    if st in _PASSED_ON and not last:
+        return False  # refused before any launch
+    lib.check(st)
     _lib.note_cuda_used()
+    return None
 
 
 def _output(out, like, dims, dtype, name):

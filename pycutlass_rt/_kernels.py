@@ -56,6 +56,9 @@ class KernelInfo:
     scale_n: str = "none"
     #: a quantized inputs' epilogue that also reduces amax and applies scale_d
     out_scale: bool = False
+    #: a direct grouped convolution kernel (schedule "direct"): the channels per group it
+    #: is built for; 0 for every other kernel
+    group_width: int = 0
 
     @property
     def base_name(self) -> str:
@@ -103,6 +106,7 @@ def desc_of(kern: KernelInfo) -> KernelDesc:
         ScaleKind.from_token(kern.scale_m),
         ScaleKind.from_token(kern.scale_n),
         int(kern.out_scale),
+        kern.group_width,
     )
 
 
@@ -138,6 +142,7 @@ def _all() -> tuple:
                 scale_m=ScaleKind(desc.scale_m).token,
                 scale_n=ScaleKind(desc.scale_n).token,
                 out_scale=bool(desc.out_scale),
+                group_width=desc.group_width,
             )
         )
     return tuple(out)

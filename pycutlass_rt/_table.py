@@ -251,7 +251,7 @@ def table() -> dict:
 
 _CONFIG = re.compile(
     r"^(sm\d+_(?:(?:fprop|dgrad|wgrad)_)?)[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_(?:[tn]{2}|nhwc)_"
-    r"(\d+x\d+x\d+_.+|f(?:\d+x\d+s\d+|any)_depthwise_.+)$"
+    r"(\d+x\d+x\d+_.+|f(?:\d+x\d+s\d+|any)(?:g\d+)?_(?:depthwise|direct)_.+)$"
 )
 
 
@@ -265,6 +265,8 @@ def config_of(name: str) -> str:
     'sm80_wgrad_*_128x128x32_w2x2_s3_splitk_a8'
     >>> config_of("sm80_fprop_bf16_bf16_f32_bf16_nhwc_f7x7s1_depthwise_a8")
     'sm80_fprop_*_f7x7s1_depthwise_a8'
+    >>> config_of("sm80_fprop_f16_f16_f32_f16_nhwc_f3x3s2g8_direct_biasact_a8")
+    'sm80_fprop_*_f3x3s2g8_direct_biasact_a8'
     """
     m = _CONFIG.match(name)
     if not m:

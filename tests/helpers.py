@@ -127,7 +127,9 @@ def built_kernels(block_scaled=False):
     ]
 
 
-def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False, depthwise=False):
+def runnable_kernels(
+    kind=None, grouped=False, op="gemm", block_scaled=False, depthwise=False, direct=False
+):
     """The build's kernels that run on GPU 0 ([] without a GPU), in registry order.
 
     ``kind``: a function of a KernelInfo; only the first kernel of each kind is kept
@@ -137,7 +139,8 @@ def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False, de
     ``block_scaled``: False leaves out the kernels that take only block-scale grids
     (tests/gpu/test_block_scaled.py runs those), True keeps only them, None keeps both.
     ``depthwise``: likewise for the direct depthwise kernels, which run depthwise
-    convolutions only (False: the others).
+    convolutions only (False: the others); ``direct`` for the direct grouped ones, which
+    run grouped convolutions of their group width only.
 
     Under ``PYCUTLASS_RT_REQUIRE_GPU=1``, no GPU (rather than []) or a driver that cannot
     say whether a kernel runs fails the calling test (or the collection of its module).
@@ -160,6 +163,8 @@ def runnable_kernels(kind=None, grouped=False, op="gemm", block_scaled=False, de
         if block_scaled is not None and (k.scale_m != "none") != block_scaled:
             continue
         if depthwise is not None and (k.schedule == "depthwise") != depthwise:
+            continue
+        if direct is not None and (k.schedule == "direct") != direct:
             continue
         runs = ctypes.c_int32()
         st = lib.pcr_kernel_runs_on(k.index, 0, ctypes.byref(runs))

@@ -53,6 +53,7 @@ SCHEDULES = {
     "coopfa": "PCR_SCHED_COOPFA",
     "pingpongfa": "PCR_SCHED_PINGPONGFA",
     "depthwise": "PCR_SCHED_DEPTHWISE",
+    "direct": "PCR_SCHED_DIRECT",
 }
 #: work decomposition -> (pcr_split, CUTLASS 3.x tile scheduler, CUTLASS 2.x swizzle).
 #: "streamk": CUTLASS's stream-K, whose heuristic spreads the K loop of too few output
@@ -128,6 +129,9 @@ class Kernel:
     #: a block-scaled fp8 mainloop: a's then b's scale kind (BLOCK_SCALES letters, problem
     #: terms: "gb" is DeepSeek-V3's per-token a, 128x128-block b); "" for none
     block: str = ""
+    #: a direct grouped kernel (schedule "direct"): the channels per group (C / groups = K /
+    #: groups) it is built for; 0 for every other kernel
+    group: int = 0
 
     @property
     def default(self) -> bool:
@@ -141,13 +145,23 @@ class Kernel:
         return self.schedule == "depthwise"
 
     @property
+    def direct(self) -> bool:
+        """A direct convolution on CUDA cores, no implicit GEMM: a depthwise kernel, or a
+        grouped one (native/kernels/grouped_direct.cuh; ``group`` channels per group), its
+        tile the filter (R, S) and stride it is built for."""
+        return self.schedule in ("depthwise", "direct")
+
+    @property
     def name(self) -> str:
         tile = "x".join(map(str, self.tile))
         op = [self.op] if self.conv else []
         parts = [self.family, *op, self.a, self.b, self.acc, self.d, self.layout, tile]
-        if self.depthwise:  # the filter and stride word ("f3x3s2", "fany"), the schedule's
+        if self.direct:
+            # the filter and stride word ("f3x3s2", "fany"; "f3x3s1g8": also 8 channels per
+            # group), then the schedule's
             r, s, stride = self.tile
-            parts[-1:] = [f"f{r}x{s}s{stride}" if r else "fany", self.schedule]
+            word = f"f{r}x{s}s{stride}" if r else "fany"
+            parts[-1:] = [word + (f"g{self.group}" if self.group else ""), self.schedule]
         elif self.family in TMA_FAMILIES:
             parts += ["c{}x{}".format(*self.cluster[:2]), self.schedule]
         else:
@@ -209,7 +223,7 @@ class Kernel:
         """B's alignment in elements: a depthwise kernel stages its filters (one value per
         channel and tap) through shared memory element by element, and its wgrad reads x
         (B) in channel vectors, whose alignment its A (dy) has too."""
-        if self.depthwise:
+        if self.direct:
             return self.align if self.op == "wgrad" else 1
         return self.align
 

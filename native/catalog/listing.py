@@ -34,6 +34,7 @@ from .configs import (
     SM80_DEPTHWISE_CONFIGS,
     SM80_DEPTHWISE_GRADIENTS,
     SM80_GROUPED_CONFIGS,
+    SM80_GROUPED_DIRECT,
     SM90_BLOCK_CONFIGS,
     SM90_BLOCK_SWAP_CONFIGS,
     SM90_CONFIGS,
@@ -105,10 +106,11 @@ def _conv_kernels() -> list[Kernel]:
     return out
 
 
-def _depthwise_kernels() -> list[Kernel]:
-    """The direct depthwise kernels: fprop's for a filter and stride each (tile (R, S,
+def _direct_kernels() -> list[Kernel]:
+    """The direct kernels: depthwise fprop's for a filter and stride each (tile (R, S,
     stride); zeros: the generic kernel) with the fused epilogue, dgrad's and wgrad's (for a
-    filter and generic) with the linear epilogue; 16-byte channel vectors."""
+    filter and generic) with the linear epilogue, 16-byte channel vectors; and the grouped
+    fprop ones for a filter, stride and group width, with the fused epilogue."""
 
     def kernel(a, d, tile, op, epilogue, tier):
         return Kernel(
@@ -127,7 +129,26 @@ def _depthwise_kernels() -> list[Kernel]:
             DEPTHWISE_TYPES, SM80_DEPTHWISE_GRADIENTS
         )
     ]
-    return fprop + gradients
+    grouped = [
+        Kernel(
+            "sm80",
+            a,
+            a,
+            d,
+            "nhwc",
+            (*filt, stride),
+            "direct",
+            align=8,
+            epilogue="biasact",
+            tier=tier,
+            op="fprop",
+            group=group,
+        )
+        for (a, d), (filt, stride, group, tier) in itertools.product(
+            DEPTHWISE_TYPES, SM80_GROUPED_DIRECT
+        )
+    ]
+    return fprop + gradients + grouped
 
 
 def _more_types() -> list[Kernel]:
@@ -322,7 +343,7 @@ def catalogue() -> list[Kernel]:
     out += _block_scaled()
     out += _grouped_quantized()
     out += _conv_kernels()
-    out += _depthwise_kernels()
+    out += _direct_kernels()
     names = [k.name for k in out]
     assert len(names) == len(set(names)), "kernel names must be unique"
     return out

@@ -53,8 +53,9 @@ SPLIT_K_HEADERS = {"tma_gemm.cuh": "split_k_tma.cuh", "mma_gemm.cuh": "split_k.c
 CONV_HEADERS = {"sm80": "conv_mma.cuh", "sm90": "conv_tma.cuh"}
 #: schedule -> the tag struct of native/kernels/conv_tma.cuh
 CONV_SCHEDULES = {"ws": "pcr::conv::Sm90WarpSpecialized"}
-#: the header of the direct depthwise fprop kernels
+#: the headers of the direct depthwise kernels and of the direct grouped ones
 DEPTHWISE_HEADER = "depthwise.cuh"
+GROUPED_DIRECT_HEADER = "grouped_direct.cuh"
 
 
 #: the first line of every generated file. It names the generator's path before it became a
@@ -136,7 +137,11 @@ def kernel_type(k: Kernel, unsplit: bool = False) -> str:
 
 def _conv_type(k: Kernel, ea: str, ed: str) -> str:
     """The C++ type of a convolution kernel (native/kernels/conv_mma.cuh, conv_tma.cuh,
-    depthwise.cuh)."""
+    depthwise.cuh, grouped_direct.cuh)."""
+    if k.schedule == "direct":
+        return "pcr::depthwise::GroupedDirect<{}, {}, {}, {}, {}, {}>".format(
+            ea, ed, *k.tile, k.group
+        )
     if k.depthwise:
         return "pcr::depthwise::Direct<{}, {}, {}, {}, {}, {}, {}>".format(
             OPS[k.op], ea, ed, *k.tile, EPILOGUES[k.epilogue]
@@ -181,14 +186,15 @@ def kernel_info(k: Kernel) -> str:
         *(BLOCK_SCALES[x][0] for x in k.block or ()),
         *(("PCR_SCALE_NONE",) * 2 if not k.block else ()),
         int(k.out_scale),
+        k.group,
     ]
     return "{" + ", ".join(map(str, fields)) + "}"
 
 
 def header_of(k: Kernel) -> str:
     """The header of ``k``'s template (translation units group kernels by it too)."""
-    if k.depthwise:
-        return DEPTHWISE_HEADER
+    if k.direct:
+        return DEPTHWISE_HEADER if k.depthwise else GROUPED_DIRECT_HEADER
     if k.conv:
         return CONV_HEADERS[k.family]
     if k.grouped and k.family in TMA_FAMILIES:

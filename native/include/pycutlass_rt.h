@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define PCR_ABI_VERSION 21
+#define PCR_ABI_VERSION 22
 
 #if defined(_WIN32)
 #define PCR_API __declspec(dllexport)
@@ -126,8 +126,10 @@ typedef enum {
   PCR_SCHED_WS = 6,         /* sm90a convolutions: TMA warp-specialized, a CTA per tile */
   PCR_SCHED_COOPFA = 7,     /* sm90a fp8: COOP with fast accumulation (PCR_MATH_FAST_ACCUM) */
   PCR_SCHED_PINGPONGFA = 8, /* sm90a fp8: PINGPONG with fast accumulation */
-  PCR_SCHED_DEPTHWISE = 9   /* sm80 family: a direct depthwise fprop on CUDA cores (groups =
+  PCR_SCHED_DEPTHWISE = 9,  /* sm80 family: a direct depthwise fprop on CUDA cores (groups =
                                C = K), no implicit GEMM; see pcr_kernel_desc's tile */
+  PCR_SCHED_DIRECT = 10     /* sm80 family: a direct grouped fprop on CUDA cores (C = K, a few
+                               channels per group: pcr_kernel_desc's group_width) */
 } pcr_schedule;
 
 /* Epilogues: LINEAR computes alpha * acc + beta * c; BIASACT adds an optional bias
@@ -256,8 +258,9 @@ typedef struct {
   int32_t family; /* 70, 75, 80, 89, 90, 100: arch family (sm80 SASS also serves 86/89/90) */
   int32_t dtype_a, dtype_b, dtype_acc, dtype_d; /* pcr_dtype; C has D's dtype */
   int32_t layout_a, layout_b;                   /* pcr_layout; C and D are row-major */
-  int32_t tile_m, tile_n, tile_k; /* PCR_SCHED_DEPTHWISE: the filter (R x S) and the stride
-                                     the kernel is built for; 0 x 0 x 0 for any */
+  int32_t tile_m, tile_n, tile_k; /* PCR_SCHED_DEPTHWISE and PCR_SCHED_DIRECT: the filter (R x
+                                     S) and the stride the kernel is built for; 0 x 0 x 0 for
+                                     any */
   int32_t cluster_m, cluster_n, cluster_k;
   int32_t warps_m, warps_n, warps_k; /* sm80 family; 0 where not applicable */
   int32_t stages;                    /* 0 = chosen by CUTLASS */
@@ -279,6 +282,8 @@ typedef struct {
   int32_t out_scale;        /* 1: a quantized inputs' epilogue that also reduces max |d|
                                into pcr_extras.amax and multiplies d by pcr_extras.scale_d,
                                each when given */
+  int32_t group_width;      /* PCR_SCHED_DIRECT: the channels per group (C / groups = K /
+                               groups) the kernel is built for; 0 for every other kernel */
 } pcr_kernel_desc;
 
 /* A convolution problem's geometry (pcr_problem.conv; zeros for a GEMM). */

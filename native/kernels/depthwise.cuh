@@ -583,6 +583,33 @@ inline const char* op_words(int kind) {
   return kind == PCR_OP_FPROP ? "fprop" : kind == PCR_OP_DGRAD ? "dgrad" : "wgrad";
 }
 
+// The Params every direct kernel's launch shares: the operands past the pass's inputs (c,
+// y, bias), the geometry, the scalars, `vec` channels a thread in CTA chunks of
+// `chunk_vectors` such vectors (as many rows of threads as kThreads holds), no row split.
+inline void common_params(const GemmArgs& g, int vec, int chunk_vectors, Params& p) {
+  const ConvArgs& v = g.conv;
+  p.c = g.c, p.y = g.d, p.bias = g.bias_n;
+  p.n = v.n, p.h = v.h, p.w_ = v.w, p.ch = v.c, p.p = v.p, p.q = v.q, p.r = v.r, p.s = v.s;
+  p.pad_h = v.pad_h, p.pad_w = v.pad_w, p.stride_h = v.stride_h, p.stride_w = v.stride_w;
+  p.dilation_h = v.dilation_h, p.dilation_w = v.dilation_w;
+  p.vectors = v.c / vec;
+  p.chunk_vectors = chunk_vectors;
+  p.rows_per_cta = kThreads / chunk_vectors;
+  p.row_split = 1;
+  p.alpha = float(g.alpha), p.beta = float(g.beta);
+  p.activation = g.activation;
+}
+
+// The grid of fprop's or dgrad's runs (p.items over `chunks` channel chunks), p.rows_per_cta
+// lowered where a small problem would otherwise leave SMs idle: twice as many CTAs as SMs,
+// fewer runs each, share its load latency.
+inline dim3 spread_runs(Params& p, int chunks, int sm_count) {
+  const int64_t want = 2 * int64_t(std::max(sm_count, 1));
+  p.rows_per_cta =
+      int(std::clamp<int64_t>((p.items * chunks + want - 1) / want, 1, p.rows_per_cta));
+  return dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
+}
+
 // Enqueues one of this file's kernels on `stream` (kThreads a CTA).
 inline int start(void (*kernel)(const Params), dim3 grid, int smem, cudaStream_t stream,
                  const Params& prm) {
@@ -752,16 +779,7 @@ struct Direct {
     if (kOp == PCR_OP_FPROP) p.x = g.a, p.w = g.b;
     if (kOp == PCR_OP_DGRAD) p.dy = g.a, p.w = g.b;
     if (kOp == PCR_OP_WGRAD) p.dy = g.a, p.x = g.b;
-    p.c = g.c, p.y = g.d, p.bias = g.bias_n;
-    p.n = v.n, p.h = v.h, p.w_ = v.w, p.ch = v.c, p.p = v.p, p.q = v.q, p.r = v.r, p.s = v.s;
-    p.pad_h = v.pad_h, p.pad_w = v.pad_w, p.stride_h = v.stride_h, p.stride_w = v.stride_w;
-    p.dilation_h = v.dilation_h, p.dilation_w = v.dilation_w;
-    p.vectors = v.c / kVec;
-    p.chunk_vectors = chunk_vectors(v);
-    p.rows_per_cta = kThreads / p.chunk_vectors;
-    p.row_split = 1;
-    p.alpha = float(g.alpha), p.beta = float(g.beta);
-    p.activation = g.activation;
+    common_params(g, kVec, chunk_vectors(v), p);
     const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
     if (kOp == PCR_OP_WGRAD) {
       const WgradSplit w = wgrad_split(v, g.sm_count);
@@ -790,12 +808,8 @@ struct Direct {
       if (p.items * p.vectors * kR <= sms * kThreads * kMinCtas) p.row_split = kR;
       p.rows_per_cta /= p.row_split;
     }
-    // ... and spreads its runs over more CTAs, fewer each, so that twice as many CTAs as
-    // SMs share its load latency
-    const int64_t want = 2 * sms;
-    p.rows_per_cta =
-        int(std::clamp<int64_t>((p.items * chunks + want - 1) / want, 1, p.rows_per_cta));
-    prep->grid = dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
+    // ... and spreads its runs over more CTAs
+    prep->grid = spread_runs(p, chunks, g.sm_count);
     const int filters = v.r * v.s * p.chunk_vectors * kVec * kFilterBytes;
     const int sums = p.row_split > 1 ? kThreads * kRun * kVec * int(sizeof(float)) : 0;
     prep->smem = std::max(filters, sums);

@@ -112,6 +112,7 @@ double schedule_efficiency(int schedule) {
     case PCR_SCHED_PIPELINED:
       return 0.35;
     case PCR_SCHED_DEPTHWISE:  // the generic kernel's share (depthwise_terms)
+    case PCR_SCHED_DIRECT:
       return 0.45;
     default:
       return 0.5;
@@ -218,11 +219,12 @@ constexpr double kCudaCoreRate = 0.125;
 // across the outputs along W that read it; the generic one loads it once per tap
 constexpr double kDepthwiseFixed = 0.85;
 
-// A direct depthwise kernel (PCR_SCHED_DEPTHWISE), each multiply-add on the CUDA cores. Its
-// implicit GEMM: fprop m = N*P*Q, n = C, k = R*S; dgrad m = N*H*W, n = C, k = R*S (each
-// output's m x n, one "tile" per 256 runs of 4 outputs of 8 channels, each input and
-// output element moved once, the inputs' bytes taken as the outputs'); wgrad m = C,
-// n = R*S, k = N*P*Q (dy and x read once each, CTAs enough to fill the SMs).
+// A direct kernel (PCR_SCHED_DEPTHWISE; PCR_SCHED_DIRECT, grouped, its k R*S*C/groups), each
+// multiply-add on the CUDA cores. Its implicit GEMM: fprop m = N*P*Q, n = C, k = R*S; dgrad
+// m = N*H*W, n = C, k = R*S (each output's m x n, one "tile" per 256 runs of 4 outputs of 8
+// channels, each input and output element moved once, the inputs' bytes taken as the
+// outputs'); wgrad m = C, n = R*S, k = N*P*Q (dy and x read once each, CTAs enough to fill
+// the SMs).
 void depthwise_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int64_t sms,
                      int cc, pcr_model* t) {
   const DeviceRates& dev = rates(cc);
@@ -257,7 +259,8 @@ void depthwise_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k,
 
 int model_terms(const pcr_kernel_desc& kd, int64_t m, int64_t n, int64_t k, int64_t batch,
                 int sm_count, int cc, pcr_model* out) {
-  if (kd.schedule == PCR_SCHED_DEPTHWISE && m >= 0 && n >= 0 && k >= 0) {
+  const bool direct = kd.schedule == PCR_SCHED_DEPTHWISE || kd.schedule == PCR_SCHED_DIRECT;
+  if (direct && m >= 0 && n >= 0 && k >= 0) {
     pcr_model t{};
     depthwise_terms(kd, m * std::max<int64_t>(batch, 1), n, k, std::max(sm_count, 1),
                     cc ? cc : kd.family, &t);

@@ -212,7 +212,7 @@ def test_structs_have_the_c_compilers_layout(tmp_path):
     )
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     assert [int(x) for x in out.split()] == expect
-    assert ctypes.sizeof(_abi.Problem) == 216 and ctypes.sizeof(_abi.KernelDesc) == 128
+    assert ctypes.sizeof(_abi.Problem) == 216 and ctypes.sizeof(_abi.KernelDesc) == 136
 
 
 def test_library_is_bound_from_the_mirror(lib):

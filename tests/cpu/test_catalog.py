@@ -20,7 +20,8 @@ NAME = re.compile(
     r"^(?P<fam>sm70|sm75|sm80|sm89|sm90|sm100)_(?:(?P<op>fprop|dgrad|wgrad)_)?"
     rf"(?P<a>{TYPES})_(?P<b>{TYPES})_(?P<acc>f32|f64|s32)_(?P<d>{TYPES})_"
     r"(?P<layout>[tn]{2}|nhwc)_(?:(?P<tile>\d+x\d+x\d+)_(?:c(?P<cl>\d+x\d+)_(?P<sched>coopfa|pingpongfa|coop|pingpong|1sm|2sm|ws)|"
-    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))|f(?P<filter>\d+x\d+s\d+|any)_depthwise)"
+    r"w(?P<warps>\d+x\d+)_s(?P<stages>\d+))|f(?P<filter>\d+x\d+s\d+|any)(?:g(?P<group>\d+))?"
+    r"_(?P<direct>depthwise|direct))"
     r"(?:_blk(?P<block>[gb]{2}))?"
     r"(?:_(?P<epi>biasact|scaled|aux))?(?:_(?P<split>streamk|splitk))?"
     r"(?P<swap>_swapab)?(?P<grouped>_grouped)?_a(?P<align>\d+)$"
@@ -41,9 +42,11 @@ def test_names_unique_and_encode_every_parameter():
             k.layout,
         )
         assert m["acc"] == k.acc == catalog.ACCUMULATORS.get(k.a, "f32")
-        if k.depthwise:  # the filter and stride it is built for, "any" for the generic one
+        if k.direct:  # the filter and stride it is built for, "any" for the generic one
             assert m["filter"] == ("{}x{}s{}".format(*k.tile) if k.tile[0] else "any")
             assert k.tile == (0, 0, 0) or min(k.tile) > 0
+            assert m["direct"] == k.schedule and int(m["group"] or 0) == k.group
+            assert (k.group > 0) == (k.schedule == "direct")
             continue
         assert m["tile"] == "x".join(map(str, k.tile))
         assert int(m["align"]) == k.align
@@ -166,19 +169,21 @@ def test_swap_ab_kernels_hand_cutlass_the_transposed_problem():
     assert "RowMajor, cutlass::layout::ColumnMajor" in t
     info = catalog.kernel_info(k)
     assert (
-        info.endswith(", 1, 0, 0, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, 0}")
+        info.endswith(", 1, 0, 0, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, 0, 0}")
         and "PCR_ROW_MAJOR, PCR_COL_MAJOR, 16, 128, 128" in info
-    )  # swap; not grouped, no tensor scales; a GEMM; no block scales, no output scale
+    )  # swap; not grouped, no tensor scales; a GEMM; no block scales, no output scale, no group
     plain = catalog.Kernel("sm90", "bf16", "bf16", "bf16", "tt", (128, 128, 64), "coop")
     assert catalog.kernel_type(plain).endswith(
         "false, PCR_EPI_LINEAR, float, false>"
     ) and catalog.kernel_info(plain).endswith(
-        ", 0, 0, 0, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, 0}"
+        ", 0, 0, 0, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, 0, 0}"
     )
     # a block-scaled swap-AB kernel: CUTLASS's M (the weights' N) takes the 128-blocks
     blk = next(k for k in swapped if k.block == "gb" and k.tile == (16, 128, 128))
     assert catalog.kernel_type(blk).endswith(", false, 128, 1>")
-    assert catalog.kernel_info(blk).endswith("PCR_OP_GEMM, PCR_SCALE_GROUPS, PCR_SCALE_BLOCKS, 1}")
+    assert catalog.kernel_info(blk).endswith(
+        "PCR_OP_GEMM, PCR_SCALE_GROUPS, PCR_SCALE_BLOCKS, 1, 0}"
+    )
 
 
 def test_sm90_variety():
@@ -417,7 +422,7 @@ def test_tensor_scales_flag_marks_the_plain_quantized_tma_kernels():
         assert src.count(f", {flag}>;") == 1  # the template's last argument
         assert catalog.kernel_info(k).endswith(
             f", {int(k.tensor_scales)}, PCR_OP_GEMM, PCR_SCALE_NONE, PCR_SCALE_NONE, "
-            f"{int(k.out_scale)}}}"
+            f"{int(k.out_scale)}, 0}}"
         )
 
 
@@ -445,7 +450,7 @@ def test_grouped_kernels():
         grids = (
             "PCR_SCALE_GROUPS, PCR_SCALE_BLOCKS" if k.block else "PCR_SCALE_NONE, PCR_SCALE_NONE"
         )
-        assert catalog.kernel_info(k).endswith(f", 1, 0, PCR_OP_GEMM, {grids}, 0}}"), k.name
+        assert catalog.kernel_info(k).endswith(f", 1, 0, PCR_OP_GEMM, {grids}, 0, 0}}"), k.name
     core = catalog.select_kernels(kernels, "default")
     assert {(k.family, k.layout) for k in core if k.grouped} >= {("sm90", "tn"), ("sm80", "nn")}
     assert {(k.a, k.epilogue, k.block) for k in core if k.grouped and k.family == "sm90"} == {
@@ -585,3 +590,23 @@ def test_block_scaled_kernels():
     assert {k.family for k in core} == {"sm90"} and any(k.swap for k in core)
     assert {k.epilogue for k in core} == {"linear", "biasact"}
     assert {k.family for k in blk} == {"sm90", "sm100"}
+
+
+def test_grouped_direct_kernels():
+    """Grouped fprop with 4 or 8 channels per group (ResNeXt's first stages): direct
+    kernels of the sm80 family for float16 and bfloat16, 3x3 at strides 1 and 2, the fused
+    epilogue, filters read element by element, outside the default build; the descriptor
+    carries the group width."""
+    direct = [k for k in catalog.catalogue() if k.schedule == "direct"]
+    got = {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b, k.align_c) for k in direct}
+    assert got == {("sm80", "fprop", "nhwc", "biasact", 8, 1, 8)}
+    assert {(k.a, k.d) for k in direct} == {("f16", "f16"), ("bf16", "bf16")}
+    assert {(k.tile, k.group) for k in direct} == {((3, 3, s), g) for s in (1, 2) for g in (4, 8)}
+    assert not any(k.default or k.depthwise for k in direct) and all(k.direct for k in direct)
+    k = direct[0]
+    assert catalog.kernel_type(k) == (
+        "pcr::depthwise::GroupedDirect<cutlass::half_t, cutlass::half_t, 3, 3, 1, 4>"
+    )
+    assert sources.header_of(k) == "grouped_direct.cuh"
+    info = sources.kernel_info(k)
+    assert "PCR_SCHED_DIRECT" in info and info.endswith(", 0, 4}")  # no out_scale, 4 a group

@@ -449,6 +449,35 @@ def test_gemm_routes_compute_the_convolution(monkeypatch, case, op, framework):
     np.testing.assert_array_equal(got.astype(np.float64), want)  # small integers: exact
 
 
+@pytest.mark.parametrize("width, built", [(4, {4}), (8, {4}), (4, set())])
+def test_a_grouped_fprop_goes_to_a_direct_kernel_of_its_width_first(monkeypatch, width, built):
+    """A grouped fprop whose group width the build has direct kernels for goes to the
+    convolution kernels first, and on to the unfolded GEMM route only where they refuse it;
+    other widths, and builds without direct kernels, take the GEMM route directly; the
+    gradients always do."""
+    tried, calls = [], []
+
+    def native(geo, views, *args):
+        tried.append(views[1].shape)
+        return False  # refused before any launch: no kernel takes it
+
+    monkeypatch.setattr(_conv, "_direct_widths", lambda: frozenset(built))
+    monkeypatch.setattr(_conv, "_native", native)
+    monkeypatch.setattr(_conv_gemm, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
+    monkeypatch.setattr(_conv_gemm, "_unfold", any_unfold)
+    monkeypatch.setattr(_gemm, "gemm", lambda *args, **kw: calls.append(args))
+    x, w = nhwc(1, 6, 6, 4 * width), nhwc(4 * width, 3, 3, width)
+    pcr.conv2d(x, w, padding=1, groups=4)
+    assert tried == ([w.shape] if width in built else [])
+    assert len(calls) == 1  # the GEMM route: one batched GEMM over the 4 groups
+    tried.clear()
+    dy = nhwc(1, 6, 6, 4 * width)
+    monkeypatch.setattr(_conv_gemm, "_fold", lambda *args: None)
+    pcr.conv2d_dgrad(dy, w, input_size=x.shape, padding=1, groups=4)
+    assert not tried
+
+
 @pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])
 def test_float32_at_fp32_accuracy_runs_as_a_gemm_on_the_unfolded_input(monkeypatch, op):
     """math="ieee" on float32 (no convolution kernel computes at fp32 accuracy): the unfolded

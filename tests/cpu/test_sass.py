@@ -112,9 +112,12 @@ def test_expected_instructions(family, arch):
     if arch[3:] not in tokens:
         pytest.skip(f"this build has no {arch} code for {family}")
     mine = [k for k in pcr.kernels() if f"sm{k.family}" == family]
-    must = sorted({MMA[family, k.dtype_a] for k in mine if k.schedule != "depthwise"})
-    if any(k.schedule == "depthwise" for k in mine):  # CUDA-core FMAs on 16-byte loads
-        must += ["FFMA", "LDG.E.128"]
+    direct = ("depthwise", "direct")
+    must = sorted({MMA[family, k.dtype_a] for k in mine if k.schedule not in direct})
+    if any(k.schedule in direct for k in mine):  # CUDA-core FMAs
+        must.append("FFMA")
+    if any(k.schedule == "depthwise" for k in mine):  # on 16-byte loads
+        must.append("LDG.E.128")
     if family in ("sm90", "sm100"):
         must.append("UTMALDG")  # TMA
     if family == "sm100" and any(k.schedule == "2sm" for k in pcr.kernels()):

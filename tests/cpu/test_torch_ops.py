@@ -693,10 +693,12 @@ class Build:
     def has(self, op, dtype, out, layouts, fused=False, depthwise=False):
         """Whether a kernel of ``op`` takes ``dtype`` inputs to ``out`` in one of
         ``layouts``, with a bias/activation epilogue where ``fused`` (the library's screen);
-        a direct depthwise one where ``depthwise``, else one of the others."""
+        a direct depthwise one where ``depthwise``, else one of the others (not the direct
+        grouped ones: a grouped fprop they take here runs as GEMMs, its result the same)."""
         return any(
             k.op == op
             and (k.schedule == "depthwise") == depthwise
+            and k.schedule != "direct"
             and k.dtype_a == dtype
             and k.dtype_d == out
             and k.layout in layouts

@@ -19,6 +19,7 @@ import pycutlass_rt as pcr  # noqa: E402
 CONV = runnable_kernels(op=None)
 DEPTHWISE = runnable_kernels(op="fprop", depthwise=True)
 DEPTHWISE_GRADIENTS = [k for k in runnable_kernels(op=None, depthwise=True) if k.op != "fprop"]
+GROUPED_DIRECT = runnable_kernels(op="fprop", direct=True)
 CL = torch.channels_last
 
 
@@ -539,3 +540,66 @@ def test_depthwise_graph_capture_replays_the_call():
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(y, eager, rtol=0, atol=0)
+
+
+# ---- grouped fprop, a few channels per group: the direct kernels ------------------------
+
+
+def grouped_reference(x, w, bias, stride, padding, groups):
+    """torch's grouped convolution in float64 on the CPU, ReLU after."""
+    b = None if bias is None else bias.double().cpu()
+    return F.conv2d(x.double().cpu(), w.double().cpu(), b, stride, padding, 1, groups).relu()
+
+
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("name", [k.name for k in GROUPED_DIRECT])
+def test_grouped_direct_kernel(name, padding):
+    """Each direct grouped kernel, forced by name, equals torch's float64 grouped
+    convolution exactly (integer inputs) at odd N, H and W over channels in two CTA chunks,
+    its bias and a ReLU fused; unforced, the selector takes a direct kernel and explain()
+    names it."""
+    k = pcr._kernels.by_name(name)
+    dt = torch_dtype(k.dtype_a)
+    r, s, stride = k.tile
+    c = 34 * 4  # 34 vectors of 4 output channels: two chunks
+    groups = c // k.group_width
+    x = nchw(3, c, 13, 11, dt, seed=80)
+    w = nchw(c, k.group_width, r, s, dt, seed=81)
+    bias = (torch.arange(c, device="cuda") % 9 - 4).to(dt)
+    geo = dict(stride=stride, padding=padding, groups=groups)
+    got = pcr.conv2d(x, w, bias, activation="relu", kernel=name, **geo)
+    ref = grouped_reference(x, w, bias, stride, padding, groups)
+    torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
+    told = pcr.conv2d(x, w, bias, activation="relu", explain=True, **geo)
+    assert told.kernel and "_direct_" in told.kernel, told
+
+
+#: ResNeXt-50 32x4d's grouped 3x3s of its first two stages (c, h, stride) at batch 2
+RESNEXT_LAYERS = [(128, 28, 1), (256, 28, 2), (256, 14, 1)]
+
+
+@pytest.mark.parametrize("layer", RESNEXT_LAYERS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_resnext_layers_run_on_a_direct_kernel_where_the_build_has_one(layer, dtype):
+    """Unforced, a grouped convolution of 4 or 8 channels per group runs on the direct
+    kernel built for it where the build holds one (explain() names it), else as GEMMs on
+    the unfolded input; torch's result either way."""
+    c, h, stride = layer
+    width = c // 32
+    x = nchw(2, c, h, h, dtype, seed=90)
+    w = nchw(c, width, 3, 3, dtype, seed=91)
+    geo = dict(stride=stride, padding=1, groups=32)
+    told = pcr.conv2d(x, w, explain=True, **geo)
+    dtype_word = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
+    direct = [
+        k.name
+        for k in GROUPED_DIRECT
+        if k.tile == (3, 3, stride) and k.group_width == width and f"_{dtype_word}_" in k.name
+    ]
+    if direct:
+        assert told.kernel in direct, told
+    else:
+        assert told.kernel and "_direct_" not in told.kernel, told
+    got = pcr.conv2d(x, w, **geo)
+    ref = F.conv2d(x.double().cpu(), w.double().cpu(), None, stride, 1, 1, 32)
+    torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)

@@ -166,6 +166,37 @@ def build(kernels, dest: str) -> str:
     return exe
 
 
+def driver(kernels) -> str:
+    """The driver built with ``kernels`` (cached under the checkout's build/mockgpu), for a
+    test module's fixture: where it cannot be built the calling tests skip, or fail under
+    ``PYCUTLASS_RT_REQUIRE_MOCKGPU``."""
+    import pytest
+
+    try:
+        return build(kernels, os.path.join(ROOT, "build", "mockgpu"))
+    except Unavailable as e:
+        if required():
+            pytest.fail(f"{REQUIRE} is set, but {e}", pytrace=False)
+        pytest.skip(str(e))
+
+
+def fprop(exe: str, kernel: str, dtype: str, x, w, *, groups: int, workdir: str, **kw):
+    """:func:`conv` of an fprop, x (N, H, W, C) by w (K, R, S, C / groups), the shapes
+    theirs."""
+    return conv(
+        exe,
+        kernel,
+        dtype,
+        x,
+        w,
+        x_shape=x.shape,
+        w_shape=w.shape,
+        groups=groups,
+        workdir=workdir,
+        **kw,
+    )
+
+
 def conv(
     exe: str,
     kernel: str,

@@ -1,0 +1,188 @@
+// Grouped 2-D convolutions with few channels per group (C = K, kG = 4 or 8 channels a
+// group: ResNeXt's 32 groups in its first two stages), fprop, direct on CUDA cores: the
+// depthwise kernels' pieces (Params, runs of outputs along W, channel chunks per CTA, the
+// fused epilogue) with each output channel summing its group's kG input channels per tap.
+// As one GEMM per group such a convolution is N = K / groups wide, far narrower than any
+// tensor-core tile.
+//
+// A thread holds 4 output channels (kG is 4 or 8, so they lie in one group) of kOutputs
+// consecutive outputs along W. For each tap it reads its 4 x kG weights from shared memory
+// once, then for each output the group's kG input channels at that tap's column (one 8- or
+// 16-byte load, mostly from L1: the run's outputs and the CTA's neighbouring runs share
+// columns) and adds 4 x kG products.
+#pragma once
+
+#include "depthwise.cuh"
+
+namespace pcr::depthwise {
+
+constexpr int kGroupVec = 4;  // output channels per thread
+
+// The CTA's chunk of output channels' filters (w: K x R x S x kG) in shared memory as
+// floats, so that a warp's lanes (consecutive channel vectors) read consecutive 16 bytes:
+// float4 [tap][q][i][lane] holds the weights of output channel 4 * lane + i for input
+// channels 4q .. 4q + 3 of its group at tap.
+template <class T, int kG>
+__device__ __forceinline__ const float4* stage_group_filters(const Params& prm, int taps) {
+  float* filters = reinterpret_cast<float*>(shared_bytes());
+  const int cv = prm.chunk_vectors, chunk_channels = cv * kGroupVec;
+  const int k0 = blockIdx.y * chunk_channels;
+  const T* w = static_cast<const T*>(prm.w) + int64_t(k0) * taps * kG;
+  const int count = min(chunk_channels, prm.ch - k0) * taps * kG;
+  for (int e = threadIdx.x; e < count; e += kThreads) {  // w's order: k, tap, c
+    const int c = e % kG, tap = e / kG % taps, k = e / (kG * taps);
+    const int lane = k / kGroupVec, i = k % kGroupVec;
+    filters[(((tap * (kG / 4) + c / 4) * kGroupVec + i) * cv + lane) * 4 + c % 4] = float(w[e]);
+  }
+  __syncthreads();
+  return reinterpret_cast<const float4*>(filters);
+}
+
+// fprop of a kR x kS filter at stride kStride (dilation 1), kG channels per group, C = K.
+template <class T, class D, int kR, int kS, int kStride, int kG>
+__global__ void __launch_bounds__(kThreads, kMinCtas) grouped_fprop(const Params prm) {
+  static_assert(kG == 4 || kG == 8, "4 or 8 channels per group");
+  constexpr int kQ = kG / 4;  // float4s of one output channel's weights at a tap
+  using A = AccN<kGroupVec>;
+  const int cv = prm.chunk_vectors;
+  const float4* filters = stage_group_filters<T, kG>(prm, kR * kS);
+
+  Run run;
+  if (!run_of(prm, prm.p, run)) return;
+  const int channel = run.vector * kGroupVec;  // the thread's first output channel
+  const int ch = prm.ch, width = prm.w_;
+  // its group's first input channel
+  const T* x =
+      static_cast<const T*>(prm.x) + int64_t(run.n) * prm.h * width * ch + channel / kG * kG;
+  const float4* f = filters + run.lane;
+
+  A acc[kOutputs];
+  CUTLASS_PRAGMA_UNROLL
+  for (int t = 0; t < kOutputs; ++t) acc[t].fill(0.0f);
+  // the input columns of the run's windows; a run whose columns all lie inside the row
+  // (most) reads them without bounds checks
+  constexpr int kSpan = (kOutputs - 1) * kStride + kS;
+  const int iw0 = run.col0 * kStride - prm.pad_w;
+  auto rows = [&](auto checked) {
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int r = 0; r < kR; ++r) {
+      const int ih = run.row * kStride - prm.pad_h + r;
+      if (ih < 0 || ih >= prm.h) continue;
+      const T* in = x + (int64_t(ih) * width + iw0) * ch;  // column iw0 (maybe padding)
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kS; ++s) {
+        float w[kGroupVec][kG];  // the tap's weights: output channel i, input channel c
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kGroupVec; ++i) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int q = 0; q < kQ; ++q) {
+            const float4 v = f[(((r * kS + s) * kQ + q) * kGroupVec + i) * cv];
+            w[i][4 * q] = v.x, w[i][4 * q + 1] = v.y, w[i][4 * q + 2] = v.z;
+            w[i][4 * q + 3] = v.w;
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < kOutputs; ++t) {
+          const int j = t * kStride + s;  // the column output t reads at tap s
+          if (decltype(checked)::value && (iw0 + j < 0 || iw0 + j >= width))
+            continue;  // padding (or an output past the row's end)
+          const AccN<kG> xv = load_vector<T, kG>(in + j * ch);
+          CUTLASS_PRAGMA_UNROLL
+          for (int i = 0; i < kGroupVec; ++i) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int c = 0; c < kG; ++c) acc[t][i] = fmaf(xv[c], w[i][c], acc[t][i]);
+          }
+        }
+      }
+    }
+  };
+  if (iw0 >= 0 && iw0 + kSpan <= width)
+    rows(std::false_type{});
+  else
+    rows(std::true_type{});
+  store_run<D, kGroupVec, kOutputs>(prm, acc, (int64_t(run.n) * prm.p + run.row) * prm.q, run.col0,
+                                    prm.q, channel);
+}
+
+// The KernelOps (kernel.h) of a direct grouped fprop kernel: ElementA the inputs' dtype
+// (half_t or bfloat16_t), ElementD the output's (the same); built for a kR x kS filter at
+// stride kStride and kG channels per group. The epilogue is the fused one (PCR_EPI_BIASACT).
+template <class ElementA, class ElementD, int kR, int kS, int kStride, int kG>
+struct GroupedDirect {
+  static_assert(sizeof(ElementA) == 2 && sizeof(ElementD) == 2, "16-bit inputs and outputs");
+  static constexpr bool kProgrammatic = false;
+  static constexpr int kFilterBytes = kR * kS * kGroupVec * kG * int(sizeof(float));  // a vector's
+
+  struct Prepared {
+    Params params;
+    dim3 grid;
+    int smem;
+  };
+
+  // Output channel vectors per CTA: whole channel counts up to what shared memory holds the
+  // filters of, else chunks of equal size.
+  static int chunk_vectors(const ConvArgs& v) {
+    const int vectors = v.c / kGroupVec;
+    const int most = std::min(kMaxVectors, kMaxSmem / kFilterBytes);
+    const int chunks = (vectors + most - 1) / most;
+    return (vectors + chunks - 1) / chunks;
+  }
+
+  static int can_implement(const GemmArgs& g) {
+    const ConvArgs& v = g.conv;
+    if (v.kind != PCR_OP_FPROP)
+      return set_error(PCR_ERR_UNSUPPORTED, "a grouped fprop kernel cannot run a %s",
+                       op_words(v.kind));
+    if (v.groups < 2 || v.k != v.c || v.c != v.groups * kG)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "this kernel runs grouped convolutions of %d channels per group, as "
+                       "many out as in; got C %d, K %d, %d groups",
+                       kG, v.c, v.k, v.groups);
+    if (v.c % kVector)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "grouped direct kernels read channels in 16-byte rows; C %d is not a "
+                       "multiple of %d",
+                       v.c, kVector);
+    if (v.r != kR || v.s != kS || v.stride_h != kStride || v.stride_w != kStride ||
+        v.dilation_h != 1 || v.dilation_w != 1)
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "this kernel is built for %d x %d filters, stride %d, no dilation; the "
+                       "problem has %d x %d, stride (%d, %d), dilation (%d, %d)",
+                       kR, kS, kStride, v.r, v.s, v.stride_h, v.stride_w, v.dilation_h,
+                       v.dilation_w);
+    const int64_t runs = (int64_t(v.q) + kOutputs - 1) / kOutputs;
+    const int64_t rows = kThreads / chunk_vectors(v);
+    if ((int64_t(v.n) * v.p * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
+      return set_error(PCR_ERR_UNSUPPORTED, "the output (%d x %d x %d) is too large for one launch",
+                       v.n, v.p, v.q);
+    return PCR_OK;
+  }
+
+  static size_t workspace_size(const GemmArgs&) { return 0; }
+
+  static int prepare(const GemmArgs& g, void*, void* out) {
+    const ConvArgs& v = g.conv;
+    auto* prep = new (out) Prepared{};
+    Params& p = prep->params;
+    p.x = g.a, p.w = g.b;
+    common_params(g, kGroupVec, chunk_vectors(v), p);
+    p.runs = (v.q + kOutputs - 1) / kOutputs;
+    p.items = int64_t(v.n) * v.p * p.runs;
+    const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
+    prep->grid = spread_runs(p, chunks, g.sm_count);
+    prep->smem = p.chunk_vectors * kFilterBytes;
+    return PCR_OK;
+  }
+
+  static auto kernel() { return &grouped_fprop<ElementA, ElementD, kR, kS, kStride, kG>; }
+
+  static int launch(const void* prepared, void*, int, cudaStream_t stream,
+                    bool /*programmatic: never, see kProgrammatic*/) {
+    const auto& prep = *static_cast<const Prepared*>(prepared);
+    return start(kernel(), prep.grid, prep.smem, stream, prep.params);
+  }
+
+  static const void* device_function() { return reinterpret_cast<const void*>(kernel()); }
+};
+
+}  // namespace pcr::depthwise
