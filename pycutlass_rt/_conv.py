@@ -81,18 +81,20 @@ def run(geo: Geometry, views, alpha, beta, bias, activation, math, stream, kerne
 
 
 def _direct_first(geo: Geometry, views) -> bool:
-    """Whether a grouped fprop goes to the convolution kernels before the GEMM forms: where
-    the build holds direct grouped kernels of its group width (C / groups channels)."""
-    if geo.op != Op.OP_FPROP or geo.groups == 1:
+    """Whether a grouped pass goes to the convolution kernels before the GEMM forms: where
+    the build holds direct grouped kernels of its pass and group width (C / groups)."""
+    if geo.groups == 1:
         return False
     width = views[1].shape[3]  # w: K x R x S x C / groups
-    return width > 1 and width in _direct_widths()
+    return width > 1 and (geo.op, width) in _direct_widths()
 
 
 @functools.cache
 def _direct_widths() -> frozenset:
-    """The group widths of the build's direct grouped kernels."""
-    return frozenset(k.group_width for k in kernels() if k.schedule == "direct")
+    """The (pass, group width) pairs of the build's direct grouped kernels."""
+    return frozenset(
+        (Op.from_token(k.op), k.group_width) for k in kernels() if k.schedule == "direct"
+    )
 
 
 #: what a call that is not the last route hands on to the next: no kernel of the build takes

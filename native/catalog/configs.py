@@ -210,17 +210,20 @@ SM80_DEPTHWISE_GRADIENTS = [
     ("wgrad", (7, 7), 1, "extended"),
     ("wgrad", (0, 0), 0, "extended"),
 ]
-#: grouped fprop with few channels per group (C = K: ResNeXt's 3x3s, 32 groups of 4 and 8
-#: channels in its first two stages), direct kernels on CUDA cores
-#: (native/kernels/grouped_direct.cuh), sm80 family, the fused epilogue: ((R, S), stride,
-#: channels per group, tier). Where none takes a grouped convolution, it runs as one GEMM
-#: per group on the unfolded input (pycutlass_rt/_conv_gemm.py). Extended until they have
-#: run against cuDNN.
+#: grouped convolutions with few channels per group (C = K: ResNeXt's 3x3s, 32 groups of 4
+#: and 8 channels in its first two stages), direct kernels on CUDA cores
+#: (native/kernels/grouped_direct.cuh), sm80 family: (op, (R, S), stride, channels per
+#: group, tier); fprop with the fused epilogue, a stride-1 dgrad (fprop's kernel on dy with
+#: the filters flipped) with the linear one. Where none takes a grouped convolution, it
+#: runs as one GEMM per group on the unfolded input (pycutlass_rt/_conv_gemm.py). Extended
+#: until they have run against cuDNN.
 SM80_GROUPED_DIRECT = [
-    ((3, 3), 1, 4, "extended"),
-    ((3, 3), 2, 4, "extended"),
-    ((3, 3), 1, 8, "extended"),
-    ((3, 3), 2, 8, "extended"),
+    ("fprop", (3, 3), 1, 4, "extended"),
+    ("fprop", (3, 3), 2, 4, "extended"),
+    ("fprop", (3, 3), 1, 8, "extended"),
+    ("fprop", (3, 3), 2, 8, "extended"),
+    ("dgrad", (3, 3), 1, 4, "extended"),
+    ("dgrad", (3, 3), 1, 8, "extended"),
 ]
 
 # ---------------------------------------------------------------------------------

@@ -110,7 +110,8 @@ def _direct_kernels() -> list[Kernel]:
     """The direct kernels: depthwise fprop's for a filter and stride each (tile (R, S,
     stride); zeros: the generic kernel) with the fused epilogue, dgrad's and wgrad's (for a
     filter and generic) with the linear epilogue, 16-byte channel vectors; and the grouped
-    fprop ones for a filter, stride and group width, with the fused epilogue."""
+    ones for a filter, stride and group width (fprop's with the fused epilogue, dgrad's
+    with the linear one)."""
 
     def kernel(a, d, tile, op, epilogue, tier):
         return Kernel(
@@ -139,12 +140,12 @@ def _direct_kernels() -> list[Kernel]:
             (*filt, stride),
             "direct",
             align=8,
-            epilogue="biasact",
+            epilogue="biasact" if op == "fprop" else "linear",
             tier=tier,
-            op="fprop",
+            op=op,
             group=group,
         )
-        for (a, d), (filt, stride, group, tier) in itertools.product(
+        for (a, d), (op, filt, stride, group, tier) in itertools.product(
             DEPTHWISE_TYPES, SM80_GROUPED_DIRECT
         )
     ]

@@ -139,8 +139,8 @@ def _conv_type(k: Kernel, ea: str, ed: str) -> str:
     """The C++ type of a convolution kernel (native/kernels/conv_mma.cuh, conv_tma.cuh,
     depthwise.cuh, grouped_direct.cuh)."""
     if k.schedule == "direct":
-        return "pcr::depthwise::GroupedDirect<{}, {}, {}, {}, {}, {}>".format(
-            ea, ed, *k.tile, k.group
+        return "pcr::depthwise::GroupedDirect<{}, {}, {}, {}, {}, {}, {}>".format(
+            OPS[k.op], ea, ed, *k.tile, k.group
         )
     if k.depthwise:
         return "pcr::depthwise::Direct<{}, {}, {}, {}, {}, {}, {}>".format(

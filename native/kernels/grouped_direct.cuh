@@ -1,9 +1,12 @@
 // Grouped 2-D convolutions with few channels per group (C = K, kG = 4 or 8 channels a
-// group: ResNeXt's 32 groups in its first two stages), fprop, direct on CUDA cores: the
+// group: ResNeXt's 32 groups in its first two stages), fprop and a stride-1 dgrad, direct
+// on CUDA cores: the
 // depthwise kernels' pieces (Params, runs of outputs along W, channel chunks per CTA, the
 // fused epilogue) with each output channel summing its group's kG input channels per tap.
 // As one GEMM per group such a convolution is N = K / groups wide, far narrower than any
-// tensor-core tile.
+// tensor-core tile. A stride-1 dgrad is the same kernel run on dy with each group's filters
+// rotated by 180 degrees and transposed (dx's channel c takes dy's channel k of its group
+// through w[k][R-1-r][S-1-s][c]), the padding R - 1 - pad.
 //
 // A thread holds 4 output channels (kG is 4 or 8, so they lie in one group) of kOutputs
 // consecutive outputs along W. For each tap it reads its 4 x kG weights from shared memory
@@ -21,31 +24,37 @@ constexpr int kGroupVec = 4;  // output channels per thread
 // The CTA's chunk of output channels' filters (w: K x R x S x kG) in shared memory as
 // floats, so that a warp's lanes (consecutive channel vectors) read consecutive 16 bytes:
 // float4 [tap][q][i][lane] holds the weights of output channel 4 * lane + i for input
-// channels 4q .. 4q + 3 of its group at tap.
-template <class T, int kG>
+// channels 4q .. 4q + 3 of its group at tap. kFlip: a dgrad's, w rotated by 180 degrees
+// and transposed within each group (output channel o, input channel c of its group g at
+// tap t: w[g * kG + c][taps - 1 - t][o - g * kG]).
+template <class T, int kG, bool kFlip = false>
 __device__ __forceinline__ const float4* stage_group_filters(const Params& prm, int taps) {
   float* filters = reinterpret_cast<float*>(shared_bytes());
   const int cv = prm.chunk_vectors, chunk_channels = cv * kGroupVec;
-  const int k0 = blockIdx.y * chunk_channels;
-  const T* w = static_cast<const T*>(prm.w) + int64_t(k0) * taps * kG;
-  const int count = min(chunk_channels, prm.ch - k0) * taps * kG;
-  for (int e = threadIdx.x; e < count; e += kThreads) {  // w's order: k, tap, c
-    const int c = e % kG, tap = e / kG % taps, k = e / (kG * taps);
-    const int lane = k / kGroupVec, i = k % kGroupVec;
-    filters[(((tap * (kG / 4) + c / 4) * kGroupVec + i) * cv + lane) * 4 + c % 4] = float(w[e]);
+  const int o0 = blockIdx.y * chunk_channels;
+  const T* w = static_cast<const T*>(prm.w);
+  const int count = min(chunk_channels, prm.ch - o0) * taps * kG;
+  for (int e = threadIdx.x; e < count; e += kThreads) {  // the chunk's order: o, tap, c
+    const int c = e % kG, tap = e / kG % taps, o = e / (kG * taps);
+    const int from = o0 + o, group = from / kG * kG;
+    const int64_t at = kFlip ? (int64_t(group + c) * taps + taps - 1 - tap) * kG + from - group
+                             : int64_t(o0) * taps * kG + e;
+    const int lane = o / kGroupVec, i = o % kGroupVec;
+    filters[(((tap * (kG / 4) + c / 4) * kGroupVec + i) * cv + lane) * 4 + c % 4] = float(w[at]);
   }
   __syncthreads();
   return reinterpret_cast<const float4*>(filters);
 }
 
-// fprop of a kR x kS filter at stride kStride (dilation 1), kG channels per group, C = K.
-template <class T, class D, int kR, int kS, int kStride, int kG>
+// fprop of a kR x kS filter at stride kStride (dilation 1), kG channels per group, C = K;
+// kFlip: the filters rotated and transposed within their group (a stride-1 dgrad).
+template <class T, class D, int kR, int kS, int kStride, int kG, bool kFlip = false>
 __global__ void __launch_bounds__(kThreads, kMinCtas) grouped_fprop(const Params prm) {
   static_assert(kG == 4 || kG == 8, "4 or 8 channels per group");
   constexpr int kQ = kG / 4;  // float4s of one output channel's weights at a tap
   using A = AccN<kGroupVec>;
   const int cv = prm.chunk_vectors;
-  const float4* filters = stage_group_filters<T, kG>(prm, kR * kS);
+  const float4* filters = stage_group_filters<T, kG, kFlip>(prm, kR * kS);
 
   Run run;
   if (!run_of(prm, prm.p, run)) return;
@@ -104,12 +113,17 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) grouped_fprop(const Params
                                     prm.q, channel);
 }
 
-// The KernelOps (kernel.h) of a direct grouped fprop kernel: ElementA the inputs' dtype
-// (half_t or bfloat16_t), ElementD the output's (the same); built for a kR x kS filter at
-// stride kStride and kG channels per group. The epilogue is the fused one (PCR_EPI_BIASACT).
-template <class ElementA, class ElementD, int kR, int kS, int kStride, int kG>
+// The KernelOps (kernel.h) of a direct grouped kernel of pass kOp (fprop, or a stride-1
+// dgrad: fprop's kernel on dy with the filters flipped): ElementA the inputs' dtype (half_t
+// or bfloat16_t), ElementD the output's (the same); built for a kR x kS filter at stride
+// kStride and kG channels per group. fprop's epilogue is the fused one (PCR_EPI_BIASACT),
+// dgrad's the linear one.
+template <int kOp, class ElementA, class ElementD, int kR, int kS, int kStride, int kG>
 struct GroupedDirect {
   static_assert(sizeof(ElementA) == 2 && sizeof(ElementD) == 2, "16-bit inputs and outputs");
+  static_assert(kOp == PCR_OP_FPROP || (kOp == PCR_OP_DGRAD && kStride == 1),
+                "fprop, or a stride-1 dgrad");
+  static constexpr bool kFlip = kOp == PCR_OP_DGRAD;
   static constexpr bool kProgrammatic = false;
   static constexpr int kFilterBytes = kR * kS * kGroupVec * kG * int(sizeof(float));  // a vector's
 
@@ -130,8 +144,8 @@ struct GroupedDirect {
 
   static int can_implement(const GemmArgs& g) {
     const ConvArgs& v = g.conv;
-    if (v.kind != PCR_OP_FPROP)
-      return set_error(PCR_ERR_UNSUPPORTED, "a grouped fprop kernel cannot run a %s",
+    if (v.kind != kOp)
+      return set_error(PCR_ERR_UNSUPPORTED, "a grouped %s kernel cannot run a %s", op_words(kOp),
                        op_words(v.kind));
     if (v.groups < 2 || v.k != v.c || v.c != v.groups * kG)
       return set_error(PCR_ERR_UNSUPPORTED,
@@ -150,11 +164,17 @@ struct GroupedDirect {
                        "problem has %d x %d, stride (%d, %d), dilation (%d, %d)",
                        kR, kS, kStride, v.r, v.s, v.stride_h, v.stride_w, v.dilation_h,
                        v.dilation_w);
-    const int64_t runs = (int64_t(v.q) + kOutputs - 1) / kOutputs;
+    if (kFlip && (v.pad_h > kR - 1 || v.pad_w > kS - 1))
+      return set_error(PCR_ERR_UNSUPPORTED,
+                       "this dgrad kernel takes padding up to the filter's extent less one (%d, "
+                       "%d); the problem has (%d, %d)",
+                       kR - 1, kS - 1, v.pad_h, v.pad_w);
+    const auto [height, width] = kFlip ? std::pair{v.h, v.w} : std::pair{v.p, v.q};
+    const int64_t runs = (int64_t(width) + kOutputs - 1) / kOutputs;
     const int64_t rows = kThreads / chunk_vectors(v);
-    if ((int64_t(v.n) * v.p * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
+    if ((int64_t(v.n) * height * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
       return set_error(PCR_ERR_UNSUPPORTED, "the output (%d x %d x %d) is too large for one launch",
-                       v.n, v.p, v.q);
+                       v.n, height, width);
     return PCR_OK;
   }
 
@@ -164,17 +184,21 @@ struct GroupedDirect {
     const ConvArgs& v = g.conv;
     auto* prep = new (out) Prepared{};
     Params& p = prep->params;
-    p.x = g.a, p.w = g.b;
+    p.x = g.a, p.w = g.b;  // dgrad: dy, w
     common_params(g, kGroupVec, chunk_vectors(v), p);
-    p.runs = (v.q + kOutputs - 1) / kOutputs;
-    p.items = int64_t(v.n) * v.p * p.runs;
+    if (kFlip) {  // fprop's kernel from dy (P x Q) to dx (H x W)
+      p.h = v.p, p.w_ = v.q, p.p = v.h, p.q = v.w;
+      p.pad_h = kR - 1 - v.pad_h, p.pad_w = kS - 1 - v.pad_w;
+    }
+    p.runs = (p.q + kOutputs - 1) / kOutputs;
+    p.items = int64_t(v.n) * p.p * p.runs;
     const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
     prep->grid = spread_runs(p, chunks, g.sm_count);
     prep->smem = p.chunk_vectors * kFilterBytes;
     return PCR_OK;
   }
 
-  static auto kernel() { return &grouped_fprop<ElementA, ElementD, kR, kS, kStride, kG>; }
+  static auto kernel() { return &grouped_fprop<ElementA, ElementD, kR, kS, kStride, kG, kFlip>; }
 
   static int launch(const void* prepared, void*, int, cudaStream_t stream,
                     bool /*programmatic: never, see kProgrammatic*/) {

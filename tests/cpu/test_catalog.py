@@ -593,19 +593,26 @@ def test_block_scaled_kernels():
 
 
 def test_grouped_direct_kernels():
-    """Grouped fprop with 4 or 8 channels per group (ResNeXt's first stages): direct
-    kernels of the sm80 family for float16 and bfloat16, 3x3 at strides 1 and 2, the fused
-    epilogue, filters read element by element, outside the default build; the descriptor
-    carries the group width."""
+    """Grouped convolutions with 4 or 8 channels per group (ResNeXt's first stages): direct
+    kernels of the sm80 family for float16 and bfloat16, fprop 3x3 at strides 1 and 2 with
+    the fused epilogue, dgrad 3x3 at stride 1 (fprop's kernel with the filters flipped) with
+    the linear one, filters read element by element, outside the default build; the
+    descriptor carries the group width."""
     direct = [k for k in catalog.catalogue() if k.schedule == "direct"]
     got = {(k.family, k.op, k.layout, k.epilogue, k.align, k.align_b, k.align_c) for k in direct}
-    assert got == {("sm80", "fprop", "nhwc", "biasact", 8, 1, 8)}
+    assert got == {
+        ("sm80", "fprop", "nhwc", "biasact", 8, 1, 8),
+        ("sm80", "dgrad", "nhwc", "linear", 8, 1, 8),
+    }
     assert {(k.a, k.d) for k in direct} == {("f16", "f16"), ("bf16", "bf16")}
-    assert {(k.tile, k.group) for k in direct} == {((3, 3, s), g) for s in (1, 2) for g in (4, 8)}
+    assert {(k.op, k.tile, k.group) for k in direct} == {
+        *(("fprop", (3, 3, s), g) for s in (1, 2) for g in (4, 8)),
+        *(("dgrad", (3, 3, 1), g) for g in (4, 8)),
+    }
     assert not any(k.default or k.depthwise for k in direct) and all(k.direct for k in direct)
     k = direct[0]
     assert catalog.kernel_type(k) == (
-        "pcr::depthwise::GroupedDirect<cutlass::half_t, cutlass::half_t, 3, 3, 1, 4>"
+        "pcr::depthwise::GroupedDirect<PCR_OP_FPROP, cutlass::half_t, cutlass::half_t, 3, 3, 1, 4>"
     )
     assert sources.header_of(k) == "grouped_direct.cuh"
     info = sources.kernel_info(k)

@@ -449,16 +449,21 @@ def test_gemm_routes_compute_the_convolution(monkeypatch, case, op, framework):
     np.testing.assert_array_equal(got.astype(np.float64), want)  # small integers: exact
 
 
-@pytest.mark.parametrize("width, built", [(4, {4}), (8, {4}), (4, set())])
-def test_a_grouped_fprop_goes_to_a_direct_kernel_of_its_width_first(monkeypatch, width, built):
-    """A grouped fprop whose group width the build has direct kernels for goes to the
-    convolution kernels first, and on to the unfolded GEMM route only where they refuse it;
-    other widths, and builds without direct kernels, take the GEMM route directly; the
-    gradients always do."""
+FPROP4, DGRAD4 = (Op.OP_FPROP, 4), (Op.OP_DGRAD, 4)
+
+
+@pytest.mark.parametrize(
+    "width, built", [(4, {FPROP4, DGRAD4}), (4, {FPROP4}), (8, {FPROP4}), (4, set())]
+)
+def test_a_grouped_pass_goes_to_a_direct_kernel_of_its_width_first(monkeypatch, width, built):
+    """A grouped fprop or dgrad whose pass and group width the build has direct kernels for
+    goes to the convolution kernels first, and on to the unfolded GEMM route only where they
+    refuse it; other passes and widths, and builds without direct kernels, take the GEMM
+    route directly."""
     tried, calls = [], []
 
     def native(geo, views, *args):
-        tried.append(views[1].shape)
+        tried.append(geo.op)
         return False  # refused before any launch: no kernel takes it
 
     monkeypatch.setattr(_conv, "_direct_widths", lambda: frozenset(built))
@@ -466,16 +471,19 @@ def test_a_grouped_fprop_goes_to_a_direct_kernel_of_its_width_first(monkeypatch,
     monkeypatch.setattr(_conv_gemm, "_on_gpu", lambda t: True)
     monkeypatch.setattr(_conv_gemm, "_makes_matrices", lambda t: True)
     monkeypatch.setattr(_conv_gemm, "_unfold", any_unfold)
+    monkeypatch.setattr(_conv_gemm, "_fold", lambda *args: None)
     monkeypatch.setattr(_gemm, "gemm", lambda *args, **kw: calls.append(args))
     x, w = nhwc(1, 6, 6, 4 * width), nhwc(4 * width, 3, 3, width)
-    pcr.conv2d(x, w, padding=1, groups=4)
-    assert tried == ([w.shape] if width in built else [])
-    assert len(calls) == 1  # the GEMM route: one batched GEMM over the 4 groups
-    tried.clear()
     dy = nhwc(1, 6, 6, 4 * width)
-    monkeypatch.setattr(_conv_gemm, "_fold", lambda *args: None)
-    pcr.conv2d_dgrad(dy, w, input_size=x.shape, padding=1, groups=4)
-    assert not tried
+    for run in (
+        lambda: pcr.conv2d(x, w, padding=1, groups=4),
+        lambda: pcr.conv2d_dgrad(dy, w, input_size=x.shape, padding=1, groups=4),
+        lambda: pcr.conv2d_wgrad(dy, x, weight_size=w.shape, padding=1, groups=4),
+    ):
+        calls.clear()
+        run()
+        assert calls  # on the GEMM route: a batched GEMM over the groups
+    assert tried == [op for op in (Op.OP_FPROP, Op.OP_DGRAD) if (op, width) in built]
 
 
 @pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad"])

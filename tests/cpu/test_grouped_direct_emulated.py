@@ -1,8 +1,8 @@
-"""The direct grouped fprop kernels' device code, run on the CPU (tests/mockgpu): every one
-of the catalogue, whether this build holds it or not, through its own can_implement,
-prepare and launch, against a float64 grouped convolution, AddressSanitizer watching every
-operand and the shared memory. The GPU suite runs them too (tests/gpu/test_conv_gpu.py,
-``-k grouped_direct``).
+"""The direct grouped kernels' device code, run on the CPU (tests/mockgpu): every one of
+the catalogue, whether this build holds it or not, through its own can_implement, prepare
+and launch, against a float64 grouped convolution (fprop) or its adjoint (dgrad),
+AddressSanitizer watching every operand and the shared memory. The GPU suite runs them too
+(tests/gpu/test_conv_gpu.py, ``-k grouped_direct``).
 """
 
 import math
@@ -13,7 +13,8 @@ import pytest
 from catalog import catalogue
 
 GROUPED = [k for k in catalogue() if k.schedule == "direct"]
-NAMES = [k.name for k in GROUPED]
+NAMES = [k.name for k in GROUPED if k.op == "fprop"]
+DGRADS = [k.name for k in GROUPED if k.op == "dgrad"]
 BY_NAME = {k.name: k for k in GROUPED}
 
 #: (n, channels, h, w): odd sizes, one output column (unpadded), and channels in two CTA chunks (136:
@@ -143,3 +144,69 @@ def test_grouped_direct_refusals(emulator, tmp_path, name):
     w5 = np.ones((32, 5, 5, k.group))
     with pytest.raises(mockgpu.Refused, match="built for"):
         run(emulator, name, x, w5, tmp_path, 32 // k.group, **geo)
+
+
+def dgrad_reference(dy, w, groups, padding, h, w_):
+    """dx (N, H, W, C) of the stride-1 grouped convolution by w (K, R, S, C / groups) for
+    the upstream gradient dy (N, P, Q, K), in float64."""
+    n, p, q, k = dy.shape
+    _, r, s, cg = w.shape
+    kg = k // groups
+    dxp = np.zeros((n, h + 2 * padding, w_ + 2 * padding, cg * groups))
+    for g in range(groups):
+        ins, outs = slice(g * cg, (g + 1) * cg), slice(g * kg, (g + 1) * kg)
+        for i in range(r):
+            for j in range(s):
+                dxp[:, i : i + p, j : j + q, ins] += dy[..., outs] @ w[outs, i, j, :]
+    return dxp[:, padding : padding + h, padding : padding + w_]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("name", DGRADS)
+def test_grouped_direct_dgrad(emulator, tmp_path, name, padding, shape):
+    """Each dgrad kernel (fprop's on dy, each group's filters flipped) equals the float64
+    adjoint exactly on integer data, rounded once to the 16-bit output, over odd sizes,
+    padding 0 to the filter's extent less one and two CTA chunks; and adds beta * c to
+    alpha times it."""
+    k = BY_NAME[name]
+    n, c, h, w_ = shape
+    x, w, _ = integer_case(n, c, h, w_, k, seed=60)
+    groups = c // k.group
+    p, q = h + 2 * padding - 2, w_ + 2 * padding - 2
+    dy = np.random.default_rng(61).integers(-2, 3, (n, p, q, c)).astype(np.float64)
+    want = dgrad_reference(dy, w, groups, padding, h, w_)
+    kw = dict(x_shape=x.shape, w_shape=w.shape, groups=groups, padding=(padding,) * 2)
+
+    def rounded(v):
+        return mockgpu.decode(mockgpu.encode(v, k.a), k.a)
+
+    got = mockgpu.conv(emulator, name, k.a, dy, w, workdir=str(tmp_path), **kw)
+    np.testing.assert_array_equal(got, rounded(want))
+    prior = np.random.default_rng(62).integers(-4, 5, want.shape).astype(np.float64)
+    got = mockgpu.conv(
+        emulator, name, k.a, dy, w, c=prior, alpha=2.0, beta=-1.0, workdir=str(tmp_path), **kw
+    )
+    np.testing.assert_array_equal(got, rounded(2.0 * want - prior))
+
+
+@pytest.mark.parametrize("name", DGRADS)
+def test_grouped_direct_dgrad_refusals(emulator, tmp_path, name):
+    """A dgrad kernel takes stride 1 and padding up to the filter's extent less one: the
+    rest it refuses, saying why."""
+    k = BY_NAME[name]
+    x, w, _ = integer_case(1, 32, 9, 9, k, seed=70)
+    kw = dict(x_shape=x.shape, w_shape=w.shape, groups=32 // k.group, workdir=str(tmp_path))
+    for stride, padding, why in ((2, 1, "built for"), (1, 3, "padding up to")):
+        p = (9 + 2 * padding - 3) // stride + 1
+        with pytest.raises(mockgpu.Refused, match=why):
+            mockgpu.conv(
+                emulator,
+                name,
+                k.a,
+                np.ones((1, p, p, 32)),
+                w,
+                stride=(stride,) * 2,
+                padding=(padding,) * 2,
+                **kw,
+            )

@@ -20,6 +20,7 @@ CONV = runnable_kernels(op=None)
 DEPTHWISE = runnable_kernels(op="fprop", depthwise=True)
 DEPTHWISE_GRADIENTS = [k for k in runnable_kernels(op=None, depthwise=True) if k.op != "fprop"]
 GROUPED_DIRECT = runnable_kernels(op="fprop", direct=True)
+GROUPED_DIRECT_DGRAD = runnable_kernels(op="dgrad", direct=True)
 CL = torch.channels_last
 
 
@@ -603,3 +604,26 @@ def test_resnext_layers_run_on_a_direct_kernel_where_the_build_has_one(layer, dt
     got = pcr.conv2d(x, w, **geo)
     ref = F.conv2d(x.double().cpu(), w.double().cpu(), None, stride, 1, 1, 32)
     torch.testing.assert_close(got.double().cpu(), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("name", [k.name for k in GROUPED_DIRECT_DGRAD])
+def test_grouped_direct_dgrad_kernel(name, padding):
+    """Each direct grouped dgrad kernel, forced by name, equals torch's float64 input
+    gradient rounded once to the output's dtype (integer inputs: every sum exact), plus beta
+    * c; unforced, the selector takes a direct kernel and explain() names it."""
+    k = pcr._kernels.by_name(name)
+    dt = torch_dtype(k.dtype_a)
+    c = 34 * 4
+    groups = c // k.group_width
+    x = nchw(3, c, 13, 11, dt, seed=100)
+    w = nchw(c, k.group_width, 3, 3, dt, seed=101)
+    dy = nchw(3, c, 11 + 2 * padding, 9 + 2 * padding, dt, seed=102)
+    prior = nchw(3, c, 13, 11, dt, seed=103)
+    geo = dict(stride=1, padding=padding, groups=groups)
+    got = pcr.conv2d_dgrad(dy, w, tuple(x.shape), beta=1.0, c=prior, kernel=name, **geo)
+    ref = torch.nn.grad.conv2d_input(x.shape, w.double().cpu(), dy.double().cpu(), **geo)
+    want = (ref.to(dt).double() + prior.double().cpu()).to(dt).double()
+    torch.testing.assert_close(got.double().cpu(), want, rtol=0, atol=0)
+    told = pcr.conv2d_dgrad(dy, w, tuple(x.shape), explain=True, **geo)
+    assert told.kernel and "_dgrad_" in told.kernel and "_direct_" in told.kernel, told
