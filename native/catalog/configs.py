@@ -210,8 +210,8 @@ SM80_DEPTHWISE_GRADIENTS = [
     ("wgrad", (7, 7), 1, "extended"),
     ("wgrad", (0, 0), 0, "extended"),
 ]
-#: grouped convolutions with few channels per group (C = K: ResNeXt's 3x3s, 32 groups of 4
-#: and 8 channels in its first two stages), direct kernels on CUDA cores
+#: grouped convolutions with few channels per group (C = K: ResNeXt's 3x3s, 32 groups of 4,
+#: 8 and 16 channels in its first three stages), direct kernels on CUDA cores
 #: (native/kernels/grouped_direct.cuh), sm80 family: (op, (R, S), stride, channels per
 #: group, tier); fprop with the fused epilogue, a stride-1 dgrad (fprop's kernel on dy with
 #: the filters flipped) with the linear one. Where none takes a grouped convolution, it
@@ -222,8 +222,11 @@ SM80_GROUPED_DIRECT = [
     ("fprop", (3, 3), 2, 4, "extended"),
     ("fprop", (3, 3), 1, 8, "extended"),
     ("fprop", (3, 3), 2, 8, "extended"),
+    ("fprop", (3, 3), 1, 16, "extended"),
+    ("fprop", (3, 3), 2, 16, "extended"),
     ("dgrad", (3, 3), 1, 4, "extended"),
     ("dgrad", (3, 3), 1, 8, "extended"),
+    ("dgrad", (3, 3), 1, 16, "extended"),
 ]
 
 # ---------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-// Grouped 2-D convolutions with few channels per group (C = K, kG = 4 or 8 channels a
-// group: ResNeXt's 32 groups in its first two stages), fprop and a stride-1 dgrad, direct
+// Grouped 2-D convolutions with few channels per group (C = K, kG = 4, 8 or 16 channels a
+// group: ResNeXt's 32 groups in its first three stages), fprop and a stride-1 dgrad, direct
 // on CUDA cores: the
 // depthwise kernels' pieces (Params, runs of outputs along W, channel chunks per CTA, the
 // fused epilogue) with each output channel summing its group's kG input channels per tap.
@@ -8,10 +8,10 @@
 // rotated by 180 degrees and transposed (dx's channel c takes dy's channel k of its group
 // through w[k][R-1-r][S-1-s][c]), the padding R - 1 - pad.
 //
-// A thread holds 4 output channels (kG is 4 or 8, so they lie in one group) of kOutputs
+// A thread holds 4 output channels (kG is 4, 8 or 16, so they lie in one group) of kOutputs
 // consecutive outputs along W. For each tap it reads its 4 x kG weights from shared memory
-// once, then for each output the group's kG input channels at that tap's column (one 8- or
-// 16-byte load, mostly from L1: the run's outputs and the CTA's neighbouring runs share
+// once, then for each output the group's kG input channels at that tap's column (8- or
+// 16-byte loads, mostly from L1: the run's outputs and the CTA's neighbouring runs share
 // columns) and adds 4 x kG products.
 #pragma once
 
@@ -50,7 +50,8 @@ __device__ __forceinline__ const float4* stage_group_filters(const Params& prm, 
 // kFlip: the filters rotated and transposed within their group (a stride-1 dgrad).
 template <class T, class D, int kR, int kS, int kStride, int kG, bool kFlip = false>
 __global__ void __launch_bounds__(kThreads, kMinCtas) grouped_fprop(const Params prm) {
-  static_assert(kG == 4 || kG == 8, "4 or 8 channels per group");
+  static_assert(kG == 4 || kG == 8 || kG == 16, "4, 8 or 16 channels per group");
+  constexpr int kLoad = kG < kVector ? kG : kVector;  // input channels per load (16 bytes)
   constexpr int kQ = kG / 4;  // float4s of one output channel's weights at a tap
   using A = AccN<kGroupVec>;
   const int cv = prm.chunk_vectors;
@@ -80,26 +81,32 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) grouped_fprop(const Params
       const T* in = x + (int64_t(ih) * width + iw0) * ch;  // column iw0 (maybe padding)
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < kS; ++s) {
-        float w[kGroupVec][kG];  // the tap's weights: output channel i, input channel c
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < kGroupVec; ++i) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int q = 0; q < kQ; ++q) {
-            const float4 v = f[(((r * kS + s) * kQ + q) * kGroupVec + i) * cv];
-            w[i][4 * q] = v.x, w[i][4 * q + 1] = v.y, w[i][4 * q + 2] = v.z;
-            w[i][4 * q + 3] = v.w;
-          }
-        }
-        CUTLASS_PRAGMA_UNROLL
-        for (int t = 0; t < kOutputs; ++t) {
-          const int j = t * kStride + s;  // the column output t reads at tap s
-          if (decltype(checked)::value && (iw0 + j < 0 || iw0 + j >= width))
-            continue;  // padding (or an output past the row's end)
-          const AccN<kG> xv = load_vector<T, kG>(in + j * ch);
+        // a block of kLoad input channels at a time: its weights (output channel i, input
+        // channel c0 + c), then each output's inputs of the block; the blocks in turn (16
+        // channels a group: unrolled, their loads hoisted past the registers)
+        CUTLASS_PRAGMA_NO_UNROLL
+        for (int c0 = 0; c0 < kG; c0 += kLoad) {
+          float w[kGroupVec][kLoad];
           CUTLASS_PRAGMA_UNROLL
           for (int i = 0; i < kGroupVec; ++i) {
             CUTLASS_PRAGMA_UNROLL
-            for (int c = 0; c < kG; ++c) acc[t][i] = fmaf(xv[c], w[i][c], acc[t][i]);
+            for (int q = 0; q < kLoad / 4; ++q) {
+              const float4 v = f[(((r * kS + s) * kQ + c0 / 4 + q) * kGroupVec + i) * cv];
+              w[i][4 * q] = v.x, w[i][4 * q + 1] = v.y, w[i][4 * q + 2] = v.z;
+              w[i][4 * q + 3] = v.w;
+            }
+          }
+          CUTLASS_PRAGMA_UNROLL
+          for (int t = 0; t < kOutputs; ++t) {
+            const int j = t * kStride + s;  // the column output t reads at tap s
+            if (decltype(checked)::value && (iw0 + j < 0 || iw0 + j >= width))
+              continue;  // padding (or an output past the row's end)
+            const AccN<kLoad> xv = load_vector<T, kLoad>(in + j * ch + c0);
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < kGroupVec; ++i) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int c = 0; c < kLoad; ++c) acc[t][i] = fmaf(xv[c], w[i][c], acc[t][i]);
+            }
           }
         }
       }

@@ -17,9 +17,10 @@ NAMES = [k.name for k in GROUPED if k.op == "fprop"]
 DGRADS = [k.name for k in GROUPED if k.op == "dgrad"]
 BY_NAME = {k.name: k for k in GROUPED}
 
-#: (n, channels, h, w): odd sizes, one output column (unpadded), and channels in two CTA chunks (136:
-#: 34 vectors of 4 output channels, two chunks of 17) or part of one
-SHAPES = [(3, 32, 13, 11), (1, 16, 6, 3), (2, 136, 9, 7), (1, 8 * 9, 5, 17)]
+#: (n, groups, h, w): odd sizes, one output column (unpadded), and channels in several CTA
+#: chunks (36 groups: 144, 288 or 576 channels, 36 to 144 vectors of 4 output channels in
+#: chunks of at most 32, or fewer where shared memory holds fewer vectors' filters)
+SHAPES = [(3, 8, 13, 11), (1, 2, 6, 3), (2, 36, 9, 7), (1, 10, 5, 17)]
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +74,9 @@ def test_grouped_direct_kernel(emulator, tmp_path, name, padding, shape):
     sizes, padding 0 to 2 and channels in one or two CTA chunks, with its bias and a ReLU
     fused, and without them."""
     k = BY_NAME[name]
-    n, c, h, w_ = shape
-    x, w, bias = integer_case(n, c, h, w_, k, seed=20)
-    groups, stride = c // k.group, k.tile[2]
+    n, groups, h, w_ = shape
+    x, w, bias = integer_case(n, groups * k.group, h, w_, k, seed=20)
+    stride = k.tile[2]
     geo = dict(stride=(stride,) * 2, padding=(padding,) * 2)
     want = reference(x, w, bias, groups, stride, padding)
     got = run(emulator, name, x, w, tmp_path, groups, bias=bias, activation="relu", **geo)
@@ -127,7 +128,7 @@ def test_grouped_direct_refusals(emulator, tmp_path, name):
     stride = k.tile[2]
     geo = dict(stride=(stride,) * 2, padding=(1, 1))
     x, w, _ = integer_case(1, 32, 9, 9, k, seed=50)
-    other = 8 if k.group == 4 else 4  # the other group width, 32 / other groups
+    other = 8 if k.group == 4 else 4  # another group width, 32 / other groups
     w2 = np.ones((32, 3, 3, other))
     with pytest.raises(mockgpu.Refused, match="channels per group"):
         run(emulator, name, x, w2, tmp_path, 32 // other, **geo)
@@ -170,9 +171,9 @@ def test_grouped_direct_dgrad(emulator, tmp_path, name, padding, shape):
     padding 0 to the filter's extent less one and two CTA chunks; and adds beta * c to
     alpha times it."""
     k = BY_NAME[name]
-    n, c, h, w_ = shape
+    n, groups, h, w_ = shape
+    c = groups * k.group
     x, w, _ = integer_case(n, c, h, w_, k, seed=60)
-    groups = c // k.group
     p, q = h + 2 * padding - 2, w_ + 2 * padding - 2
     dy = np.random.default_rng(61).integers(-2, 3, (n, p, q, c)).astype(np.float64)
     want = dgrad_reference(dy, w, groups, padding, h, w_)
