@@ -211,7 +211,7 @@ SM80_DEPTHWISE_GRADIENTS = [
     ("wgrad", (0, 0), 0, "extended"),
 ]
 #: grouped convolutions with few channels per group (C = K: ResNeXt's 3x3s, 32 groups of 4,
-#: 8 and 16 channels in its first three stages), direct kernels on CUDA cores
+#: 8, 16 and 32 channels in its four stages), direct kernels on CUDA cores
 #: (native/kernels/grouped_direct.cuh), sm80 family: (op, (R, S), stride, channels per
 #: group, tier); fprop with the fused epilogue, a stride-1 dgrad (fprop's kernel on dy with
 #: the filters flipped) with the linear one. Where none takes a grouped convolution, it
@@ -224,9 +224,12 @@ SM80_GROUPED_DIRECT = [
     ("fprop", (3, 3), 2, 8, "extended"),
     ("fprop", (3, 3), 1, 16, "extended"),
     ("fprop", (3, 3), 2, 16, "extended"),
+    ("fprop", (3, 3), 1, 32, "extended"),
+    ("fprop", (3, 3), 2, 32, "extended"),
     ("dgrad", (3, 3), 1, 4, "extended"),
     ("dgrad", (3, 3), 1, 8, "extended"),
     ("dgrad", (3, 3), 1, 16, "extended"),
+    ("dgrad", (3, 3), 1, 32, "extended"),
 ]
 
 # ---------------------------------------------------------------------------------

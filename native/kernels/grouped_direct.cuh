@@ -1,18 +1,17 @@
-// Grouped 2-D convolutions with few channels per group (C = K, kG = 4, 8 or 16 channels a
-// group: ResNeXt's 32 groups in its first three stages), fprop and a stride-1 dgrad, direct
-// on CUDA cores: the
-// depthwise kernels' pieces (Params, runs of outputs along W, channel chunks per CTA, the
-// fused epilogue) with each output channel summing its group's kG input channels per tap.
-// As one GEMM per group such a convolution is N = K / groups wide, far narrower than any
-// tensor-core tile. A stride-1 dgrad is the same kernel run on dy with each group's filters
-// rotated by 180 degrees and transposed (dx's channel c takes dy's channel k of its group
-// through w[k][R-1-r][S-1-s][c]), the padding R - 1 - pad.
+// Grouped 2-D convolutions with few channels per group (C = K, kG = 4 to 32 channels a
+// group: ResNeXt's 32 groups in all four stages), fprop and a stride-1 dgrad, direct on
+// CUDA cores: the depthwise kernels' pieces (Params, runs of outputs along W, channel chunks
+// per CTA, the fused epilogue) with each output channel summing its group's kG input
+// channels per tap. As one GEMM per group such a convolution is N = K / groups wide, far
+// narrower than any tensor-core tile. A stride-1 dgrad is the same kernel run on dy with
+// each group's filters rotated by 180 degrees and transposed (dx's channel c takes dy's
+// channel k of its group through w[k][R-1-r][S-1-s][c]), the padding R - 1 - pad.
 //
-// A thread holds 4 output channels (kG is 4, 8 or 16, so they lie in one group) of kOutputs
-// consecutive outputs along W. For each tap it reads its 4 x kG weights from shared memory
-// once, then for each output the group's kG input channels at that tap's column (8- or
-// 16-byte loads, mostly from L1: the run's outputs and the CTA's neighbouring runs share
-// columns) and adds 4 x kG products.
+// A thread holds 4 output channels (kG is 4 or a multiple of 8, so they lie in one group)
+// of kOutputs consecutive outputs along W. For each tap, 8 input channels at a time, it
+// reads its 4 x 8 weights from shared memory once, then for each output those input
+// channels at that tap's column (8- or 16-byte loads, mostly from L1: the run's outputs
+// and the CTA's neighbouring runs share columns) and adds 4 x 8 products.
 #pragma once
 
 #include "depthwise.cuh"
@@ -50,7 +49,7 @@ __device__ __forceinline__ const float4* stage_group_filters(const Params& prm, 
 // kFlip: the filters rotated and transposed within their group (a stride-1 dgrad).
 template <class T, class D, int kR, int kS, int kStride, int kG, bool kFlip = false>
 __global__ void __launch_bounds__(kThreads, kMinCtas) grouped_fprop(const Params prm) {
-  static_assert(kG == 4 || kG == 8 || kG == 16, "4, 8 or 16 channels per group");
+  static_assert(kG == 4 || kG % kVector == 0, "4 channels per group, or whole 16-byte rows");
   constexpr int kLoad = kG < kVector ? kG : kVector;  // input channels per load (16 bytes)
   constexpr int kQ = kG / 4;  // float4s of one output channel's weights at a tap
   using A = AccN<kGroupVec>;
@@ -82,8 +81,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) grouped_fprop(const Params
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < kS; ++s) {
         // a block of kLoad input channels at a time: its weights (output channel i, input
-        // channel c0 + c), then each output's inputs of the block; the blocks in turn (16
-        // channels a group: unrolled, their loads hoisted past the registers)
+        // channel c0 + c), then each output's inputs of the block; the blocks in turn (16 or
+        // more channels a group: unrolled, their loads hoisted past the registers)
         CUTLASS_PRAGMA_NO_UNROLL
         for (int c0 = 0; c0 < kG; c0 += kLoad) {
           float w[kGroupVec][kLoad];

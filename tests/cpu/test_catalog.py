@@ -593,7 +593,7 @@ def test_block_scaled_kernels():
 
 
 def test_grouped_direct_kernels():
-    """Grouped convolutions with 4, 8 or 16 channels per group (ResNeXt's first stages): direct
+    """Grouped convolutions with 4 to 32 channels per group (ResNeXt's four stages): direct
     kernels of the sm80 family for float16 and bfloat16, fprop 3x3 at strides 1 and 2 with
     the fused epilogue, dgrad 3x3 at stride 1 (fprop's kernel with the filters flipped) with
     the linear one, filters read element by element, outside the default build; the
@@ -606,8 +606,8 @@ def test_grouped_direct_kernels():
     }
     assert {(k.a, k.d) for k in direct} == {("f16", "f16"), ("bf16", "bf16")}
     assert {(k.op, k.tile, k.group) for k in direct} == {
-        *(("fprop", (3, 3, s), g) for s in (1, 2) for g in (4, 8, 16)),
-        *(("dgrad", (3, 3, 1), g) for g in (4, 8, 16)),
+        *(("fprop", (3, 3, s), g) for s in (1, 2) for g in (4, 8, 16, 32)),
+        *(("dgrad", (3, 3, 1), g) for g in (4, 8, 16, 32)),
     }
     assert not any(k.default or k.depthwise for k in direct) and all(k.direct for k in direct)
     k = direct[0]

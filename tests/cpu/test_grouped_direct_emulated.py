@@ -91,7 +91,7 @@ def test_grouped_direct_epilogue(emulator, tmp_path, name):
     one rounding to the 16-bit output."""
     k = BY_NAME[name]
     rng = np.random.default_rng(40)
-    c, stride = 48, k.tile[2]
+    c, stride = 64, k.tile[2]
     x = mockgpu.decode(mockgpu.encode(rng.standard_normal((2, 11, 10, c)), k.a), k.a)
     w = mockgpu.decode(mockgpu.encode(rng.standard_normal((c, 3, 3, k.group)), k.a), k.a)
     bias = mockgpu.decode(mockgpu.encode(rng.standard_normal(c), k.a), k.a)
@@ -127,24 +127,24 @@ def test_grouped_direct_refusals(emulator, tmp_path, name):
     k = BY_NAME[name]
     stride = k.tile[2]
     geo = dict(stride=(stride,) * 2, padding=(1, 1))
-    x, w, _ = integer_case(1, 32, 9, 9, k, seed=50)
-    other = 8 if k.group == 4 else 4  # another group width, 32 / other groups
-    w2 = np.ones((32, 3, 3, other))
+    x, w, _ = integer_case(1, 64, 9, 9, k, seed=50)
+    other = 8 if k.group == 4 else 4  # another group width, 64 / other groups
+    w2 = np.ones((64, 3, 3, other))
     with pytest.raises(mockgpu.Refused, match="channels per group"):
-        run(emulator, name, x, w2, tmp_path, 32 // other, **geo)
+        run(emulator, name, x, w2, tmp_path, 64 // other, **geo)
     w3 = np.concatenate([w, w])  # K = 2C
     with pytest.raises(mockgpu.Refused, match="as many out as in"):
-        run(emulator, name, x, w3, tmp_path, 32 // k.group, **geo)
-    if k.group == 4:  # 3 groups: 12 channels, rows of 24 bytes (8 channels a group: never)
+        run(emulator, name, x, w3, tmp_path, 64 // k.group, **geo)
+    if k.group == 4:  # 3 groups: 12 channels, rows of 24 bytes (8 or more a group: never)
         x12, w12, _ = integer_case(1, 12, 9, 9, k, seed=51)
         with pytest.raises(mockgpu.Refused, match="16-byte"):
             run(emulator, name, x12, w12, tmp_path, 3, **geo)
     for g in ({**geo, "stride": (stride + 1,) * 2}, {**geo, "dilation": (2, 2)}):
         with pytest.raises(mockgpu.Refused, match="built for"):
-            run(emulator, name, x, w, tmp_path, 32 // k.group, **g)
-    w5 = np.ones((32, 5, 5, k.group))
+            run(emulator, name, x, w, tmp_path, 64 // k.group, **g)
+    w5 = np.ones((64, 5, 5, k.group))
     with pytest.raises(mockgpu.Refused, match="built for"):
-        run(emulator, name, x, w5, tmp_path, 32 // k.group, **geo)
+        run(emulator, name, x, w5, tmp_path, 64 // k.group, **geo)
 
 
 def dgrad_reference(dy, w, groups, padding, h, w_):
@@ -196,8 +196,8 @@ def test_grouped_direct_dgrad_refusals(emulator, tmp_path, name):
     """A dgrad kernel takes stride 1 and padding up to the filter's extent less one: the
     rest it refuses, saying why."""
     k = BY_NAME[name]
-    x, w, _ = integer_case(1, 32, 9, 9, k, seed=70)
-    kw = dict(x_shape=x.shape, w_shape=w.shape, groups=32 // k.group, workdir=str(tmp_path))
+    x, w, _ = integer_case(1, 64, 9, 9, k, seed=70)
+    kw = dict(x_shape=x.shape, w_shape=w.shape, groups=64 // k.group, workdir=str(tmp_path))
     for stride, padding, why in ((2, 1, "built for"), (1, 3, "padding up to")):
         p = (9 + 2 * padding - 3) // stride + 1
         with pytest.raises(mockgpu.Refused, match=why):
@@ -205,7 +205,7 @@ def test_grouped_direct_dgrad_refusals(emulator, tmp_path, name):
                 emulator,
                 name,
                 k.a,
-                np.ones((1, p, p, 32)),
+                np.ones((1, p, p, 64)),
                 w,
                 stride=(stride,) * 2,
                 padding=(padding,) * 2,

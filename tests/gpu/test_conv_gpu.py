@@ -562,7 +562,7 @@ def test_grouped_direct_kernel(name, padding):
     k = pcr._kernels.by_name(name)
     dt = torch_dtype(k.dtype_a)
     r, s, stride = k.tile
-    c = 17 * 16  # 68 vectors of 4 output channels: several chunks
+    c = 17 * 32  # 136 vectors of 4 output channels: several chunks
     groups = c // k.group_width
     x = nchw(3, c, 13, 11, dt, seed=80)
     w = nchw(c, k.group_width, r, s, dt, seed=81)
@@ -575,14 +575,22 @@ def test_grouped_direct_kernel(name, padding):
     assert told.kernel and "_direct_" in told.kernel, told
 
 
-#: ResNeXt-50 32x4d's grouped 3x3s of its first three stages (c, h, stride) at batch 2
-RESNEXT_LAYERS = [(128, 28, 1), (256, 28, 2), (256, 14, 1), (512, 14, 2), (512, 7, 1)]
+#: ResNeXt-50 32x4d's grouped 3x3s (c, h, stride) at batch 2
+RESNEXT_LAYERS = [
+    (128, 28, 1),
+    (256, 28, 2),
+    (256, 14, 1),
+    (512, 14, 2),
+    (512, 7, 1),
+    (1024, 14, 2),
+    (1024, 7, 1),
+]
 
 
 @pytest.mark.parametrize("layer", RESNEXT_LAYERS, ids=str)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_resnext_layers_run_on_a_direct_kernel_where_the_build_has_one(layer, dtype):
-    """Unforced, a grouped convolution of 4, 8 or 16 channels per group runs on the direct
+    """Unforced, a grouped convolution of 4 to 32 channels per group runs on the direct
     kernel built for it where the build holds one (explain() names it), else as GEMMs on
     the unfolded input; torch's result either way."""
     c, h, stride = layer
@@ -614,7 +622,7 @@ def test_grouped_direct_dgrad_kernel(name, padding):
     * c; unforced, the selector takes a direct kernel and explain() names it."""
     k = pcr._kernels.by_name(name)
     dt = torch_dtype(k.dtype_a)
-    c = 17 * 16
+    c = 17 * 32
     groups = c // k.group_width
     x = nchw(3, c, 13, 11, dt, seed=100)
     w = nchw(c, k.group_width, 3, 3, dt, seed=101)
