@@ -65,14 +65,14 @@ struct Params {
   float* partials;   // wgrad: slices x R*S x C sums (the workspace)
   int n, h, w_, ch, p, q, r, s;
   int pad_h, pad_w, stride_h, stride_w, dilation_h, dilation_w;
-  int vectors;        // C / kVector
+  int vectors;        // C / the channels a thread holds
   int chunk_vectors;  // channel vectors per CTA
   int rows_per_cta;   // rows of threads per CTA, each row on output runs (wgrad: positions,
                       // or runs once per filter row of the CTA): kThreads / chunk_vectors at
                       // most, fewer where a small problem spreads over more CTAs
   int row_split;      // fprop built for a filter: threads per run, each a share of the
                       // filter rows (1, or R for a small problem)
-  int runs;           // output runs per output row: ceil(width / kOutputs)
+  int runs;           // output runs per output row: ceil(width / outputs per run)
   int64_t items;      // output runs in all: N * rows * runs (wgrad: N * P * Q positions)
   int slices;         // wgrad: slices of N * P * Q per channel chunk and tap group
   int tap_groups;     // wgrad: CTAs per slice and channel chunk, each a group of taps:
@@ -610,6 +610,50 @@ inline dim3 spread_runs(Params& p, int chunks, int sm_count) {
   return dim3(unsigned((p.items + p.rows_per_cta - 1) / p.rows_per_cta), unsigned(chunks));
 }
 
+// Channel vectors per CTA for `vectors` in all and at most `most` a CTA: whole counts up to
+// `most`, else chunks of equal size (960 channels: 4 of 30 vectors, not 3 of 32 and one
+// of 24).
+inline int equal_chunks(int vectors, int most) {
+  const int chunks = (vectors + most - 1) / most;
+  return (vectors + chunks - 1) / chunks;
+}
+
+// can_implement's refusals shared by the direct kernels built for a kR x kS filter at stride
+// kStride: another filter, stride or any dilation; for a dgrad run as fprop of dy with the
+// filters flipped, padding past the filter's extent less one; a grid of fprop's or dgrad's
+// runs (n x height rows of `width` outputs in runs of `run`, kThreads / chunk_vectors runs a
+// CTA) wider than one launch takes.
+inline int refuse_other_filter(const ConvArgs& v, int kR, int kS, int kStride) {
+  if (v.r == kR && v.s == kS && v.stride_h == kStride && v.stride_w == kStride &&
+      v.dilation_h == 1 && v.dilation_w == 1)
+    return PCR_OK;
+  return set_error(PCR_ERR_UNSUPPORTED,
+                   "this kernel is built for %d x %d filters, stride %d, no dilation; the "
+                   "problem has %d x %d, stride (%d, %d), dilation (%d, %d)",
+                   kR, kS, kStride, v.r, v.s, v.stride_h, v.stride_w, v.dilation_h, v.dilation_w);
+}
+inline int refuse_flipped_padding(const ConvArgs& v, int kR, int kS) {
+  if (v.pad_h <= kR - 1 && v.pad_w <= kS - 1) return PCR_OK;
+  return set_error(PCR_ERR_UNSUPPORTED,
+                   "this dgrad kernel takes padding up to the filter's extent less one (%d, %d); "
+                   "the problem has (%d, %d)",
+                   kR - 1, kS - 1, v.pad_h, v.pad_w);
+}
+inline int refuse_wide_grid(int n, int height, int width, int run, int chunk_vectors) {
+  const int64_t runs = (int64_t(width) + run - 1) / run;
+  const int64_t rows = kThreads / chunk_vectors;
+  if ((int64_t(n) * height * runs + rows - 1) / rows <= INT32_MAX) return PCR_OK;
+  return set_error(PCR_ERR_UNSUPPORTED, "the output (%d x %d x %d) is too large for one launch", n,
+                   height, width);
+}
+
+// A stride-1 dgrad's Params as fprop's kernel of dy (P x Q) to dx (H x W) with the filters
+// flipped: the extents swapped, the padding kR - 1 - pad.
+inline void as_flipped_fprop(const ConvArgs& v, int kR, int kS, Params& p) {
+  p.h = v.p, p.w_ = v.q, p.p = v.h, p.q = v.w;
+  p.pad_h = kR - 1 - v.pad_h, p.pad_w = kS - 1 - v.pad_w;
+}
+
 // Enqueues one of this file's kernels on `stream` (kThreads a CTA).
 inline int start(void (*kernel)(const Params), dim3 grid, int smem, cudaStream_t stream,
                  const Params& prm) {
@@ -665,16 +709,13 @@ struct Direct {
     int smem;
   };
 
-  // Channel vectors per CTA: whole channel counts up to kMaxVectors, else chunks of equal
-  // size (960 channels: 4 of 30 vectors, not 3 of 32 and one of 24), few enough that a
-  // chunk's filters (fprop, dgrad) fit in shared memory.
+  // Channel vectors per CTA (equal_chunks): up to kMaxVectors, few enough that a chunk's
+  // filters (fprop, dgrad) fit in shared memory.
   static int chunk_vectors(const ConvArgs& v) {
-    const int vectors = v.c / kVec;
-    const int most = kOp == PCR_OP_WGRAD
-                         ? kMaxVectors
-                         : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVec * kFilterBytes));
-    const int chunks = (vectors + most - 1) / most;
-    return (vectors + chunks - 1) / chunks;
+    return equal_chunks(v.c / kVec,
+                        kOp == PCR_OP_WGRAD
+                            ? kMaxVectors
+                            : std::min(kMaxVectors, kMaxSmem / (v.r * v.s * kVec * kFilterBytes)));
   }
 
   // The rows and columns of fprop's output (y: P x Q) or dgrad's (dx: H x W).
@@ -738,18 +779,8 @@ struct Direct {
       return set_error(PCR_ERR_UNSUPPORTED,
                        "a %d x %d filter is larger than depthwise kernels take (%d taps at most)",
                        v.r, v.s, kMaxSmem / (kVec * kFilterBytes));
-    if (kFlipped && (v.pad_h > kR - 1 || v.pad_w > kS - 1))
-      return set_error(PCR_ERR_UNSUPPORTED,
-                       "this dgrad kernel takes padding up to the filter's extent less one (%d, "
-                       "%d); the problem has (%d, %d)",
-                       kR - 1, kS - 1, v.pad_h, v.pad_w);
-    if (!kGeneric && (v.r != kR || v.s != kS || v.stride_h != kStride || v.stride_w != kStride ||
-                      v.dilation_h != 1 || v.dilation_w != 1))
-      return set_error(PCR_ERR_UNSUPPORTED,
-                       "this kernel is built for %d x %d filters, stride %d, no dilation; the "
-                       "problem has %d x %d, stride (%d, %d), dilation (%d, %d)",
-                       kR, kS, kStride, v.r, v.s, v.stride_h, v.stride_w, v.dilation_h,
-                       v.dilation_w);
+    if (kFlipped && refuse_flipped_padding(v, kR, kS) != PCR_OK) return PCR_ERR_UNSUPPORTED;
+    if (!kGeneric && refuse_other_filter(v, kR, kS, kStride) != PCR_OK) return PCR_ERR_UNSUPPORTED;
     if (kOp == PCR_OP_WGRAD) {
       if (int64_t(v.r) * v.s * ((v.c + 31) / 32) > INT32_MAX)  // the sum's grid
         return set_error(PCR_ERR_UNSUPPORTED,
@@ -757,12 +788,7 @@ struct Direct {
       return PCR_OK;
     }
     const auto [height, width] = output_extent(v);
-    const int64_t runs = (int64_t(width) + kRun - 1) / kRun;
-    const int64_t rows = kThreads / chunk_vectors(v);
-    if ((int64_t(v.n) * height * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
-      return set_error(PCR_ERR_UNSUPPORTED, "the output (%d x %d x %d) is too large for one launch",
-                       v.n, height, width);
-    return PCR_OK;
+    return refuse_wide_grid(v.n, height, width, kRun, chunk_vectors(v));
   }
 
   static size_t workspace_size(const GemmArgs& g) {
@@ -796,8 +822,7 @@ struct Direct {
     const auto [height, width] = output_extent(v);
     if (kFlipped) {  // fprop's kernel from dy (P x Q) to dx (H x W)
       p.x = g.a;
-      p.h = v.p, p.w_ = v.q, p.p = v.h, p.q = v.w;
-      p.pad_h = kR - 1 - v.pad_h, p.pad_w = kS - 1 - v.pad_w;
+      as_flipped_fprop(v, kR, kS, p);
     }
     p.runs = (width + kRun - 1) / kRun;
     p.items = int64_t(v.n) * height * p.runs;

@@ -139,13 +139,10 @@ struct GroupedDirect {
     int smem;
   };
 
-  // Output channel vectors per CTA: whole channel counts up to what shared memory holds the
-  // filters of, else chunks of equal size.
+  // Output channel vectors per CTA (equal_chunks): up to kMaxVectors, as many as shared
+  // memory holds the filters of.
   static int chunk_vectors(const ConvArgs& v) {
-    const int vectors = v.c / kGroupVec;
-    const int most = std::min(kMaxVectors, kMaxSmem / kFilterBytes);
-    const int chunks = (vectors + most - 1) / most;
-    return (vectors + chunks - 1) / chunks;
+    return equal_chunks(v.c / kGroupVec, std::min(kMaxVectors, kMaxSmem / kFilterBytes));
   }
 
   static int can_implement(const GemmArgs& g) {
@@ -163,25 +160,10 @@ struct GroupedDirect {
                        "grouped direct kernels read channels in 16-byte rows; C %d is not a "
                        "multiple of %d",
                        v.c, kVector);
-    if (v.r != kR || v.s != kS || v.stride_h != kStride || v.stride_w != kStride ||
-        v.dilation_h != 1 || v.dilation_w != 1)
-      return set_error(PCR_ERR_UNSUPPORTED,
-                       "this kernel is built for %d x %d filters, stride %d, no dilation; the "
-                       "problem has %d x %d, stride (%d, %d), dilation (%d, %d)",
-                       kR, kS, kStride, v.r, v.s, v.stride_h, v.stride_w, v.dilation_h,
-                       v.dilation_w);
-    if (kFlip && (v.pad_h > kR - 1 || v.pad_w > kS - 1))
-      return set_error(PCR_ERR_UNSUPPORTED,
-                       "this dgrad kernel takes padding up to the filter's extent less one (%d, "
-                       "%d); the problem has (%d, %d)",
-                       kR - 1, kS - 1, v.pad_h, v.pad_w);
+    if (refuse_other_filter(v, kR, kS, kStride) != PCR_OK) return PCR_ERR_UNSUPPORTED;
+    if (kFlip && refuse_flipped_padding(v, kR, kS) != PCR_OK) return PCR_ERR_UNSUPPORTED;
     const auto [height, width] = kFlip ? std::pair{v.h, v.w} : std::pair{v.p, v.q};
-    const int64_t runs = (int64_t(width) + kOutputs - 1) / kOutputs;
-    const int64_t rows = kThreads / chunk_vectors(v);
-    if ((int64_t(v.n) * height * runs + rows - 1) / rows > INT32_MAX)  // the grid's x extent
-      return set_error(PCR_ERR_UNSUPPORTED, "the output (%d x %d x %d) is too large for one launch",
-                       v.n, height, width);
-    return PCR_OK;
+    return refuse_wide_grid(v.n, height, width, kOutputs, chunk_vectors(v));
   }
 
   static size_t workspace_size(const GemmArgs&) { return 0; }
@@ -192,10 +174,7 @@ struct GroupedDirect {
     Params& p = prep->params;
     p.x = g.a, p.w = g.b;  // dgrad: dy, w
     common_params(g, kGroupVec, chunk_vectors(v), p);
-    if (kFlip) {  // fprop's kernel from dy (P x Q) to dx (H x W)
-      p.h = v.p, p.w_ = v.q, p.p = v.h, p.q = v.w;
-      p.pad_h = kR - 1 - v.pad_h, p.pad_w = kS - 1 - v.pad_w;
-    }
+    if (kFlip) as_flipped_fprop(v, kR, kS, p);  // fprop's kernel from dy (P x Q) to dx (H x W)
     p.runs = (p.q + kOutputs - 1) / kOutputs;
     p.items = int64_t(v.n) * p.p * p.runs;
     const int chunks = (p.vectors + p.chunk_vectors - 1) / p.chunk_vectors;
